@@ -1,0 +1,30 @@
+# The two commands of epjit: `make run` and `make test`. Each installs what is
+# missing (scripts/install-deps.sh), configures and builds first.
+BUILD_DIR ?= build
+BUILD_TYPE ?= RelWithDebInfo
+JOBS ?= $(shell nproc)
+CTEST_ARGS ?=
+
+.PHONY: run test build configure deps clean
+
+run: build
+	$(BUILD_DIR)/bin/epjit-info
+	@if [ -x $(BUILD_DIR)/bin/epjit-opt ]; then echo; $(BUILD_DIR)/bin/epjit-opt --version; fi
+
+test: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# Configure once; later builds re-run CMake by themselves when a CMakeLists changes.
+configure: deps
+	@if [ ! -f $(BUILD_DIR)/build.ninja ]; then \
+	  cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE); \
+	fi
+
+deps:
+	scripts/install-deps.sh
+
+clean:
+	rm -rf $(BUILD_DIR)

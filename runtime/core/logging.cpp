@@ -1,0 +1,53 @@
+#include "epjit/logging.h"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "epjit/error.h"
+
+namespace epjit {
+namespace {
+
+struct LevelName {
+  std::string_view name;
+  spdlog::level::level_enum level;
+};
+
+constexpr std::array kLevels = {
+    LevelName{"trace", spdlog::level::trace}, LevelName{"debug", spdlog::level::debug},
+    LevelName{"info", spdlog::level::info},   LevelName{"warn", spdlog::level::warn},
+    LevelName{"error", spdlog::level::err},   LevelName{"critical", spdlog::level::critical},
+    LevelName{"off", spdlog::level::off},
+};
+
+std::shared_ptr<spdlog::logger> make_logger() {
+  auto logger = std::make_shared<spdlog::logger>(
+      "epjit", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  logger->set_pattern("[epjit %L] %v");
+  const char* level = std::getenv("EPJIT_LOG_LEVEL");
+  logger->set_level(level && *level ? parse_log_level(level) : spdlog::level::warn);
+  return logger;
+}
+
+}  // namespace
+
+spdlog::level::level_enum parse_log_level(std::string_view name) {
+  for (const LevelName& entry : kLevels) {
+    if (entry.name == name) return entry.level;
+  }
+  throw Error("EPJIT_LOG_LEVEL is '" + std::string(name) + "'",
+              "one of trace, debug, info, warn, error, critical, off",
+              "set EPJIT_LOG_LEVEL to one of those names or unset it (default warn)");
+}
+
+spdlog::logger& log() {
+  static const std::shared_ptr<spdlog::logger> logger = make_logger();
+  return *logger;
+}
+
+}  // namespace epjit
