@@ -1,11 +1,168 @@
 #include "epjit/Dialect/Ep/EpOps.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/OpImplementation.h"
 
 using namespace mlir;
 using namespace epjit::ep;
+
+//===----------------------------------------------------------------------===//
+// custom<BareEnum>: an enum attribute written as its bare keyword (`system`
+// rather than `#ep.scope<system>`) inside an op's syntax.
+//===----------------------------------------------------------------------===//
+
+template <typename AttrT>
+static ParseResult parseBareEnum(OpAsmParser& parser, AttrT& attr) {
+  using EnumT = decltype(std::declval<AttrT>().getValue());
+  SMLoc loc = parser.getCurrentLocation();
+  StringRef keyword;
+  if (parser.parseKeyword(&keyword)) return failure();
+  std::optional<EnumT> value = symbolizeEnum<EnumT>(keyword);
+  if (!value) return parser.emitError(loc) << "'" << keyword << "' is not a valid " << AttrT::getMnemonic();
+  attr = AttrT::get(parser.getContext(), *value);
+  return success();
+}
+
+template <typename AttrT>
+static void printBareEnum(OpAsmPrinter& printer, Operation*, AttrT attr) {
+  printer << stringifyEnum(attr.getValue());
+}
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+static bool isRowElementType(Type type) { return type.isBF16() || type.isF32(); }
+
+//===----------------------------------------------------------------------===//
+// Template parameters
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParamOp::verify() {
+  Type type = getType();
+  if (!isa<IndexType>(type) && !type.isInteger(32) && !type.isInteger(64) && !type.isInteger(1))
+    return emitOpError() << "parameter @" << getSymName() << " has type " << type
+                         << "; parameters are index, i32, i64 or i1";
+  if (auto value = getDefaultValueAttr()) {
+    if (value.getType() != type)
+      return emitOpError() << "default of @" << getSymName() << " has type " << value.getType()
+                           << ", expected " << type;
+  }
+  if (getMultipleOf() && *getMultipleOf() < 1)
+    return emitOpError() << "multiple_of must be >= 1";
+  return success();
+}
+
+LogicalResult ParamValueOp::verifySymbolUses(SymbolTableCollection& symbols) {
+  auto param = symbols.lookupNearestSymbolFrom<ParamOp>(*this, getParamAttr());
+  if (!param) return emitOpError() << "@" << getParam() << " is not a declared ep.param";
+  if (param.getType() != getType())
+    return emitOpError() << "@" << getParam() << " is declared " << param.getType() << " but read as "
+                         << getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Memory and synchronization
+//===----------------------------------------------------------------------===//
+
+LogicalResult PeerPtrOp::verifySymbolUses(SymbolTableCollection& symbols) {
+  if (!symbols.lookupNearestSymbolFrom<WindowRegionOp>(*this, getRegionAttr()))
+    return emitOpError() << "@" << getRegion() << " is not a declared ep.window_region";
+  return success();
+}
+
+LogicalResult AtomicLoadOp::verify() {
+  if (getOrder() == MemoryOrder::release || getOrder() == MemoryOrder::acq_rel)
+    return emitOpError() << "a load cannot have " << stringifyEnum(getOrder())
+                         << " order; use relaxed or acquire";
+  return success();
+}
+
+LogicalResult AtomicStoreOp::verify() {
+  if (getOrder() == MemoryOrder::acquire || getOrder() == MemoryOrder::acq_rel)
+    return emitOpError() << "a store cannot have " << stringifyEnum(getOrder())
+                         << " order; use relaxed or release";
+  return success();
+}
+
+LogicalResult FenceOp::verify() {
+  if (getOrder() == MemoryOrder::relaxed)
+    return emitOpError() << "a relaxed fence orders nothing; use acquire, release or acq_rel";
+  return success();
+}
+
+LogicalResult WaitUntilOp::verify() {
+  if (getMaxSpins() < 1) return emitOpError() << "max_spins must be >= 1 (a wait is always bounded)";
+  if (!elementTypeOf(getError()).isInteger(32))
+    return emitOpError() << "the error word is an i32; got " << getError().getType();
+  if (getCode() == 0) return emitOpError() << "error code 0 means no error; use a nonzero code";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Warp operations
+//===----------------------------------------------------------------------===//
+
+LogicalResult WarpCopyRowOp::verify() {
+  Type src = elementTypeOf(getSrc()), dst = elementTypeOf(getDst());
+  if (src == dst || (isRowElementType(src) && isRowElementType(dst))) return success();
+  return emitOpError() << "copies between equal element types or between bf16 and f32; got " << src
+                       << " -> " << dst;
+}
+
+LogicalResult WarpReduceOp::verify() {
+  if (!isRowElementType(elementTypeOf(getSrc())))
+    return emitOpError() << "reduces bf16 or f32 rows; got " << elementTypeOf(getSrc());
+  return success();
+}
+
+LogicalResult WarpAccumulateOp::verify() {
+  if (!elementTypeOf(getAcc()).isF32())
+    return emitOpError() << "accumulates into f32; got " << getAcc().getType();
+  if (!isRowElementType(elementTypeOf(getSrc())))
+    return emitOpError() << "accumulates bf16 or f32 rows; got " << elementTypeOf(getSrc());
+  return success();
+}
+
+// Shared by ep.warp.quantize and ep.warp.dequantize: `codes` is the side that
+// holds fp8/fp4 bytes, `values` the bf16/f32 side.
+template <typename OpT>
+static LogicalResult verifyQuantizeLike(OpT op, Value values, Value codes) {
+  if (!isRowElementType(elementTypeOf(values)))
+    return op.emitOpError() << "values are bf16 or f32; got " << elementTypeOf(values);
+  if (!elementTypeOf(codes).isInteger(8))
+    return op.emitOpError() << "codes are bytes (!ep.ptr<i8>); got " << elementTypeOf(codes);
+
+  const bool fp4 = isa<Fp4KindAttr>(op.getFormat());
+  std::optional<ScaleKind> scale;
+  if (auto attr = op.getScaleAttr()) scale = attr.getValue();
+  const int64_t block = op.getBlockSize();
+  if (bool(op.getBlock()) != bool(scale))
+    return op.emitOpError() << "block and scale go together: give both (scaled) or neither (direct cast)";
+  if (bool(op.getBlock()) != bool(op.getScales()))
+    return op.emitOpError() << (op.getBlock() ? "a scaled conversion needs a scales operand"
+                                              : "a direct cast takes no scales operand");
+  if (fp4 && (block != 32 || scale != ScaleKind::e8m0))
+    return op.emitOpError() << "fp4 is MX-scaled: it needs block = 32 and scale = #ep.scale<e8m0>";
+  if (scale == ScaleKind::e8m0 && block != 32)
+    return op.emitOpError() << "e8m0 (MX) scales cover blocks of 32 elements; got block = " << block;
+  if (scale == ScaleKind::f32 && block != 128)
+    return op.emitOpError() << "f32 blockwise scales cover blocks of 128 elements; got block = " << block;
+  if (Value scales = op.getScales()) {
+    Type want = scale == ScaleKind::f32 ? Type(Float32Type::get(op.getContext()))
+                                        : Type(IntegerType::get(op.getContext(), 8));
+    if (elementTypeOf(scales) != want)
+      return op.emitOpError() << "scales of kind " << stringifyEnum(*scale) << " are stored as "
+                              << PtrType::get(op.getContext(), want) << "; got " << scales.getType();
+  }
+  return success();
+}
+
+LogicalResult WarpQuantizeOp::verify() { return verifyQuantizeLike(*this, getSrc(), getDst()); }
+LogicalResult WarpDequantizeOp::verify() { return verifyQuantizeLike(*this, getDst(), getSrc()); }
 
 #define GET_OP_CLASSES
 #include "epjit/Dialect/Ep/EpOps.cpp.inc"

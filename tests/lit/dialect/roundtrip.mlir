@@ -1,12 +1,93 @@
-// The ep dialect parses, verifies and prints back what it parsed, in its
-// custom form and from the generic form.
+// Every ep op parses, verifies and prints back what it parsed, in its custom
+// form and from the generic form.
 // RUN: epjit-opt %s | epjit-opt | FileCheck %s
 // RUN: epjit-opt %s --mlir-print-op-generic | epjit-opt | FileCheck %s
 
-// CHECK-LABEL: func.func @warp_index
-// CHECK-NEXT: %[[WARP:.*]] = ep.warp_index : index
-// CHECK-NEXT: return %[[WARP]] : index
-func.func @warp_index() -> index {
-  %warp = ep.warp_index : index
-  return %warp : index
+// CHECK: ep.param @hidden : index {min = 1 : i64, multiple_of = 2 : i64}
+ep.param @hidden : index {min = 1, multiple_of = 2}
+// CHECK: ep.param @experts : i32 {default_value = 8 : i32}
+ep.param @experts : i32 {default_value = 8 : i32}
+// CHECK: ep.window_region @recv_tokens
+ep.window_region @recv_tokens
+
+// CHECK-LABEL: func.func @scalars
+// CHECK-SAME: attributes {ep.kernel = {warps_per_block = 4 : i64}}
+func.func @scalars(%p: !ep.ptr<i32>, %w: !ep.window, %n: index) attributes {ep.kernel = {warps_per_block = 4 : i64}} {
+  // CHECK: ep.param_value @hidden : index
+  %h = ep.param_value @hidden : index
+  // CHECK: ep.param_value @experts : i32
+  %e = ep.param_value @experts : i32
+  // CHECK: ep.warp_index : index
+  %0 = ep.warp_index : index
+  // CHECK: ep.global_warp_index : index
+  %1 = ep.global_warp_index : index
+  // CHECK: ep.global_warp_count : index
+  %2 = ep.global_warp_count : index
+  // CHECK: ep.block_index : index
+  %3 = ep.block_index : index
+  // CHECK: ep.block_count : index
+  %4 = ep.block_count : index
+  // CHECK: %[[Q:.*]] = ep.ptr_add %{{.*}}, %{{.*}} : !ep.ptr<i32>
+  %q = ep.ptr_add %p, %0 : !ep.ptr<i32>
+  // CHECK: %[[V:.*]] = ep.load %[[Q]][%{{.*}}] : !ep.ptr<i32>
+  %v = ep.load %q[%1] : !ep.ptr<i32>
+  // CHECK: ep.store %[[V]], %{{.*}}[%{{.*}}] : !ep.ptr<i32>
+  ep.store %v, %p[%2] : !ep.ptr<i32>
+  // CHECK: ep.peer_ptr %{{.*}}[%{{.*}}] @recv_tokens[%{{.*}}] : !ep.ptr<bf16>
+  %peer = ep.peer_ptr %w[%3] @recv_tokens[%4] : !ep.ptr<bf16>
+  // CHECK: ep.atomic_rmw add %{{.*}}[%{{.*}}], %{{.*}} scope(system) order(acq_rel) : !ep.ptr<i32>
+  %old = ep.atomic_rmw add %p[%0], %v scope(system) order(acq_rel) : !ep.ptr<i32>
+  // CHECK: ep.atomic_load %{{.*}}[%{{.*}}] scope(agent) order(acquire) : !ep.ptr<i32>
+  %a = ep.atomic_load %p[%0] scope(agent) order(acquire) : !ep.ptr<i32>
+  // CHECK: ep.atomic_store %{{.*}}, %{{.*}}[%{{.*}}] scope(system) order(release) : !ep.ptr<i32>
+  ep.atomic_store %a, %p[%0] scope(system) order(release) : !ep.ptr<i32>
+  // CHECK: ep.fence scope(workgroup) order(acq_rel)
+  ep.fence scope(workgroup) order(acq_rel)
+  // CHECK: ep.wait_until %{{.*}}[%{{.*}}] ge %{{.*}} scope(system) max_spins(1000) error(%{{.*}}[%{{.*}}], 3) : !ep.ptr<i32>, !ep.ptr<i32>
+  %ok = ep.wait_until %p[%0] ge %v scope(system) max_spins(1000) error(%p[%1], 3) : !ep.ptr<i32>, !ep.ptr<i32>
+  // CHECK: ep.block_barrier
+  ep.block_barrier
+  return
+}
+
+// CHECK-LABEL: func.func @warp_ops
+func.func @warp_ops(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %q: !ep.ptr<i8>, %s: !ep.ptr<i8>, %fs: !ep.ptr<f32>,
+                    %n: index, %w: f32) attributes {ep.kernel = {warps_per_block = 1 : i64}} {
+  %c0 = arith.constant 0 : index
+  // CHECK: ep.warp.copy_row %{{.*}}[%{{.*}}], %{{.*}}[%{{.*}}], %{{.*}} : !ep.ptr<bf16> -> !ep.ptr<f32>
+  ep.warp.copy_row %x[%c0], %f[%c0], %n : !ep.ptr<bf16> -> !ep.ptr<f32>
+  // CHECK: ep.warp.reduce absmax %{{.*}}[%{{.*}}], %{{.*}} : !ep.ptr<bf16> -> f32
+  %m = ep.warp.reduce absmax %x[%c0], %n : !ep.ptr<bf16> -> f32
+  // CHECK: ep.warp.quantize %{{.*}}[%{{.*}}], %{{.*}}[%{{.*}}], %{{.*}} {format = #ep.fp8<target>} : !ep.ptr<bf16> -> !ep.ptr<i8>
+  ep.warp.quantize %x[%c0], %q[%c0], %n {format = #ep.fp8<target>} : !ep.ptr<bf16> -> !ep.ptr<i8>
+  // CHECK: ep.warp.quantize {{.*}} scales %{{.*}}[%{{.*}}] {block = 128 : i64, format = #ep.fp8<e4m3fnuz>, scale = #ep.scale<f32>} : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<f32>
+  ep.warp.quantize %x[%c0], %q[%c0], %n scales %fs[%c0] {format = #ep.fp8<e4m3fnuz>, block = 128, scale = #ep.scale<f32>} : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<f32>
+  // CHECK: ep.warp.quantize {{.*}} {block = 32 : i64, format = #ep.fp4<e2m1>, scale = #ep.scale<e8m0>, software_fallback} : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<i8>
+  ep.warp.quantize %x[%c0], %q[%c0], %n scales %s[%c0] {format = #ep.fp4<e2m1>, block = 32, scale = #ep.scale<e8m0>, software_fallback} : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<i8>
+  // CHECK: ep.warp.dequantize {{.*}} {block = 32 : i64, format = #ep.fp4<e2m1>, scale = #ep.scale<e8m0>} : !ep.ptr<i8> -> !ep.ptr<f32>, !ep.ptr<i8>
+  ep.warp.dequantize %q[%c0], %f[%c0], %n scales %s[%c0] {format = #ep.fp4<e2m1>, block = 32, scale = #ep.scale<e8m0>} : !ep.ptr<i8> -> !ep.ptr<f32>, !ep.ptr<i8>
+  // CHECK: ep.warp.accumulate %{{.*}}[%{{.*}}], %{{.*}}[%{{.*}}], %{{.*}} weight %{{.*}} : !ep.ptr<bf16> -> !ep.ptr<f32>
+  ep.warp.accumulate %x[%c0], %f[%c0], %n weight %w : !ep.ptr<bf16> -> !ep.ptr<f32>
+  return
+}
+
+// CHECK-LABEL: func.func @lane_primitives
+func.func @lane_primitives(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %n: index) {
+  // CHECK: ep.lane.id : index
+  %lane = ep.lane.id : index
+  // CHECK: ep.lane.chunk_reduce absmax %{{.*}}[%{{.*}}], %{{.*}} chunk(8) : !ep.ptr<bf16> -> f32
+  %p = ep.lane.chunk_reduce absmax %x[%lane], %n chunk(8) : !ep.ptr<bf16> -> f32
+  // CHECK: ep.lane.reduce max %{{.*}} group(16) : f32
+  %m = ep.lane.reduce max %p group(16) : f32
+  // CHECK: ep.lane.combine max %{{.*}}, %{{.*}} : f32
+  %c = ep.lane.combine max %p, %m : f32
+  // CHECK: ep.mx_scale %{{.*}} {format = #ep.fp4<e2m1>} : i8
+  %e = ep.mx_scale %c {format = #ep.fp4<e2m1>} : i8
+  // CHECK: ep.blockwise_scale %{{.*}} {format = #ep.fp8<e4m3fn>} : f32
+  %s = ep.blockwise_scale %c {format = #ep.fp8<e4m3fn>} : f32
+  // CHECK: ep.lane.quantize_chunk %{{.*}}[%{{.*}}], %{{.*}}[%{{.*}}], %{{.*}} scale %{{.*}} : i8 {aligned = true, chunk = 8 : i64, format = #ep.fp4<e2m1>, method = #ep.method<amdgcn_scalef32_pk8_fp4>} : !ep.ptr<bf16> -> !ep.ptr<i8>
+  ep.lane.quantize_chunk %x[%lane], %q[%lane], %n scale %e : i8 {format = #ep.fp4<e2m1>, method = #ep.method<amdgcn_scalef32_pk8_fp4>, chunk = 8, aligned = true} : !ep.ptr<bf16> -> !ep.ptr<i8>
+  // CHECK: ep.lane.dequantize_chunk {{.*}} {aligned = false, chunk = 8 : i64, format = #ep.fp8<e4m3fn>, method = #ep.method<software>} : !ep.ptr<i8> -> !ep.ptr<bf16>
+  ep.lane.dequantize_chunk %q[%lane], %x[%lane], %n {format = #ep.fp8<e4m3fn>, method = #ep.method<software>, chunk = 8, aligned = false} : !ep.ptr<i8> -> !ep.ptr<bf16>
+  return
 }

@@ -10,6 +10,8 @@
 #define EPJIT_DIALECT_EP_EPDIALECT_TD
 
 include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
 
 def Ep_Dialect : Dialect {
   let name = "ep";
@@ -17,10 +19,30 @@ def Ep_Dialect : Dialect {
   let description = [{
     Kernels run on a grid of blocks of warps. Scalar values (token index,
     destination rank, slot) are the same on every lane of a warp; lane
-    parallelism exists only inside warp operations, whose lowering decides how
-    lanes share the work (SIMT on GPUs, lane loops on the host target).
+    parallelism exists only inside `ep.warp.*` operations, whose lowering
+    (`ep-lower-warp-ops`) decides how lanes share the work: SIMT on GPUs, lane
+    loops of the target's wave width on the host. `ep.lane.*` operations are
+    the per-lane primitives that lowering produces; templates do not use them.
+
+    A kernel is a `func.func` carrying the `ep.kernel` attribute
+    (`{warps_per_block = N}`); template parameters are `ep.param` symbols read
+    with `ep.param_value` and bound by `ep-specialize`.
   }];
   let cppNamespace = "::epjit::ep";
+  let useDefaultTypePrinterParser = 1;
+  let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
+  let extraClassDeclaration = [{
+    void registerTypes();
+    // The discardable attribute that marks a func.func as a kernel.
+    static constexpr ::llvm::StringLiteral kKernelAttrName = "ep.kernel";
+    // The module attribute naming the target (set by ep-check-target).
+    static constexpr ::llvm::StringLiteral kTargetAttrName = "ep.target";
+    // The module attribute recording the parameter bindings (set by ep-specialize).
+    static constexpr ::llvm::StringLiteral kSpecializationAttrName = "ep.specialization";
+    // Set on a module once ep-lower-warp-ops ran: ep.warp.* ops are gone.
+    static constexpr ::llvm::StringLiteral kLoweringAttrName = "ep.lowering";
+  }];
 }
 
 class Ep_Op<string mnemonic, list<Trait> traits = []> :

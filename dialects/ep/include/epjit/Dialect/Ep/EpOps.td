@@ -4,20 +4,407 @@
 #define EPJIT_DIALECT_EP_EPOPS_TD
 
 include "epjit/Dialect/Ep/EpDialect.td"
+include "epjit/Dialect/Ep/EpTypes.td"
+include "epjit/Dialect/Ep/EpAttrs.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
-def Ep_WarpIndexOp : Ep_Op<"warp_index", [Pure]> {
-  let summary = "index of the calling warp within its block";
+//===----------------------------------------------------------------------===//
+// Template parameters
+//===----------------------------------------------------------------------===//
+
+def Ep_ParamOp : Ep_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "a template parameter, bound by ep-specialize";
   let description = [{
-    A warp-uniform scalar: every lane of a warp sees the same value, in
-    `[0, warps_per_block)`.
+    Declares a scalar template parameter (index, i32, i64 or i1). `default_value`
+    is used when no binding is given; `multiple_of` and `min` constrain the
+    values a binding may take, and ep-specialize rejects others by name.
 
     ```mlir
-    %warp = ep.warp_index : index
+    ep.param @hidden : index {min = 1, multiple_of = 2}
+    ep.param @warps : index {default_value = 4 : index}
     ```
   }];
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$type,
+                       OptionalAttr<TypedAttrInterface>:$default_value,
+                       OptionalAttr<I64Attr>:$multiple_of,
+                       OptionalAttr<I64Attr>:$min);
+  let assemblyFormat = "$sym_name `:` $type attr-dict";
+  let hasVerifier = 1;
+}
+
+def Ep_ParamValueOp : Ep_Op<"param_value", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "the value of a template parameter";
+  let arguments = (ins FlatSymbolRefAttr:$param);
+  let results = (outs AnyTypeOf<[Index, I32, I64, I1]>:$result);
+  let assemblyFormat = "$param attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Where the calling warp is (warp-uniform scalars)
+//===----------------------------------------------------------------------===//
+
+class Ep_WarpScalarOp<string mnemonic, string what> : Ep_Op<mnemonic, [Pure]> {
+  let summary = what;
   let results = (outs Index:$result);
   let assemblyFormat = "attr-dict `:` type($result)";
+}
+
+def Ep_WarpIndexOp : Ep_WarpScalarOp<"warp_index",
+    "index of the calling warp within its block, in [0, warps_per_block)">;
+def Ep_GlobalWarpIndexOp : Ep_WarpScalarOp<"global_warp_index",
+    "index of the calling warp in the grid: block * warps_per_block + warp">;
+def Ep_GlobalWarpCountOp : Ep_WarpScalarOp<"global_warp_count",
+    "number of warps in the grid: blocks * warps_per_block">;
+def Ep_BlockIndexOp : Ep_WarpScalarOp<"block_index", "index of the calling block in the grid">;
+def Ep_BlockCountOp : Ep_WarpScalarOp<"block_count", "number of blocks in the grid">;
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+def Ep_PtrAddOp : Ep_Op<"ptr_add", [Pure, AllTypesMatch<["base", "result"]>]> {
+  let summary = "pointer plus an element offset";
+  let arguments = (ins Ep_AnyPtr:$base, Index:$offset);
+  let results = (outs Ep_AnyPtr:$result);
+  let assemblyFormat = "$base `,` $offset attr-dict `:` type($result)";
+}
+
+def Ep_LoadOp : Ep_Op<"load", [
+    TypesMatchWith<"result is the pointer's element type", "ptr", "result",
+                   "::llvm::cast<::epjit::ep::PtrType>($_self).getElementType()">]> {
+  let summary = "warp-uniform scalar load: every lane reads the same element";
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$ptr, Index:$index);
+  let results = (outs AnyType:$result);
+  let assemblyFormat = "$ptr `[` $index `]` attr-dict `:` type($ptr)";
+}
+
+def Ep_StoreOp : Ep_Op<"store", [
+    TypesMatchWith<"value is the pointer's element type", "ptr", "value",
+                   "::llvm::cast<::epjit::ep::PtrType>($_self).getElementType()">]> {
+  let summary = "warp-uniform scalar store (one store per warp)";
+  let arguments = (ins AnyType:$value, Arg<Ep_AnyPtr, "", [MemWrite]>:$ptr, Index:$index);
+  let assemblyFormat = "$value `,` $ptr `[` $index `]` attr-dict `:` type($ptr)";
+}
+
+def Ep_WindowRegionOp : Ep_Op<"window_region", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "a named region of the symmetric window";
+  let description = [{
+    Regions are numbered in declaration order; the runtime lays the window
+    out with one offset per region.
+
+    ```mlir
+    ep.window_region @recv_tokens
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name);
+  let assemblyFormat = "$sym_name attr-dict";
+}
+
+def Ep_PeerPtrOp : Ep_Op<"peer_ptr", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "address of an element of a region in a peer's copy of the window";
+  let description = [{
+    ```mlir
+    %dst = ep.peer_ptr %window[%rank] @recv_tokens[%offset] : !ep.ptr<bf16>
+    ```
+    The offset counts elements of the result's element type from the start
+    of the region.
+  }];
+  let arguments = (ins Ep_WindowType:$window, Index:$rank, FlatSymbolRefAttr:$region,
+                       Index:$offset);
+  let results = (outs Ep_AnyPtr:$result);
+  let assemblyFormat = [{
+    $window `[` $rank `]` $region `[` $offset `]` attr-dict `:` type($result)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Synchronization
+//===----------------------------------------------------------------------===//
+
+def Ep_AtomicRmwOp : Ep_Op<"atomic_rmw", [
+    TypesMatchWith<"value is the pointer's element type", "ptr", "value",
+                   "::llvm::cast<::epjit::ep::PtrType>($_self).getElementType()">,
+    TypesMatchWith<"result is the pointer's element type", "ptr", "result",
+                   "::llvm::cast<::epjit::ep::PtrType>($_self).getElementType()">]> {
+  let summary = "one atomic read-modify-write per warp; every lane gets the old value";
+  let description = [{
+    ```mlir
+    %slot = ep.atomic_rmw add %counter[%c0], %one scope(system) order(acq_rel) : !ep.ptr<i32>
+    ```
+  }];
+  let arguments = (ins Ep_AtomicKindAttr:$kind, Arg<Ep_AnyPtr, "", [MemRead, MemWrite]>:$ptr,
+                       Index:$index, AnyTypeOf<[I32, I64]>:$value,
+                       Ep_MemoryScopeAttr:$scope, Ep_MemoryOrderAttr:$order);
+  let results = (outs AnyTypeOf<[I32, I64]>:$result);
+  let assemblyFormat = [{
+    custom<BareEnum>($kind) $ptr `[` $index `]` `,` $value
+    `scope` `(` custom<BareEnum>($scope) `)` `order` `(` custom<BareEnum>($order) `)`
+    attr-dict `:` type($ptr)
+  }];
+}
+
+def Ep_AtomicLoadOp : Ep_Op<"atomic_load", [
+    TypesMatchWith<"result is the pointer's element type", "ptr", "result",
+                   "::llvm::cast<::epjit::ep::PtrType>($_self).getElementType()">]> {
+  let summary = "atomic load with scope and order";
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$ptr, Index:$index,
+                       Ep_MemoryScopeAttr:$scope, Ep_MemoryOrderAttr:$order);
+  let results = (outs AnyTypeOf<[I32, I64]>:$result);
+  let assemblyFormat = [{
+    $ptr `[` $index `]` `scope` `(` custom<BareEnum>($scope) `)`
+    `order` `(` custom<BareEnum>($order) `)` attr-dict `:` type($ptr)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ep_AtomicStoreOp : Ep_Op<"atomic_store", [
+    TypesMatchWith<"value is the pointer's element type", "ptr", "value",
+                   "::llvm::cast<::epjit::ep::PtrType>($_self).getElementType()">]> {
+  let summary = "atomic store with scope and order (one per warp)";
+  let arguments = (ins AnyTypeOf<[I32, I64]>:$value, Arg<Ep_AnyPtr, "", [MemWrite]>:$ptr,
+                       Index:$index, Ep_MemoryScopeAttr:$scope, Ep_MemoryOrderAttr:$order);
+  let assemblyFormat = [{
+    $value `,` $ptr `[` $index `]` `scope` `(` custom<BareEnum>($scope) `)`
+    `order` `(` custom<BareEnum>($order) `)` attr-dict `:` type($ptr)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ep_FenceOp : Ep_Op<"fence"> {
+  let summary = "memory fence with scope and order";
+  let arguments = (ins Ep_MemoryScopeAttr:$scope, Ep_MemoryOrderAttr:$order);
+  let assemblyFormat = [{
+    `scope` `(` custom<BareEnum>($scope) `)` `order` `(` custom<BareEnum>($order) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Ep_WaitUntilOp : Ep_Op<"wait_until", [
+    TypesMatchWith<"value is the flag's element type", "flag", "value",
+                   "::llvm::cast<::epjit::ep::PtrType>($_self).getElementType()">]> {
+  let summary = "bounded spin until a flag satisfies a predicate";
+  let description = [{
+    Spins with acquire loads of `flag[index]` at `scope` until the predicate
+    holds or `max_spins` polls have failed. On timeout it stores `code` into
+    `error[error_index]` (system scope, so the host reads it) and returns
+    false; it never hangs.
+
+    ```mlir
+    %ok = ep.wait_until %flags[%rank] ge %epoch scope(system) max_spins(100000000)
+          error(%err[%c0], 3) : !ep.ptr<i32>
+    ```
+  }];
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$flag, Index:$index,
+                       Ep_WaitPredicateAttr:$predicate, AnyTypeOf<[I32, I64]>:$value,
+                       Ep_MemoryScopeAttr:$scope, I64Attr:$max_spins,
+                       Arg<Ep_AnyPtr, "", [MemWrite]>:$error, Index:$error_index, I32Attr:$code);
+  let results = (outs I1:$ok);
+  let assemblyFormat = [{
+    $flag `[` $index `]` custom<BareEnum>($predicate) $value
+    `scope` `(` custom<BareEnum>($scope) `)` `max_spins` `(` $max_spins `)`
+    `error` `(` $error `[` $error_index `]` `,` $code `)` attr-dict `:` type($flag) `,` type($error)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ep_BlockBarrierOp : Ep_Op<"block_barrier"> {
+  let summary = "barrier of all warps of the calling block";
+  let assemblyFormat = "attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
+// Warp operations: all lane parallelism
+//===----------------------------------------------------------------------===//
+
+def Ep_WarpCopyRowOp : Ep_Op<"warp.copy_row"> {
+  let summary = "copy a row of elements, converting bf16 <-> f32 when the types differ";
+  let description = [{
+    ```mlir
+    ep.warp.copy_row %src[%a], %dst[%b], %count : !ep.ptr<bf16> -> !ep.ptr<bf16>
+    ```
+    f32 -> bf16 rounds to nearest even; bf16 -> f32 is exact; equal element
+    types copy bits (i8 rows move fp8/fp4 payloads and scales as bytes).
+  }];
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$src, Index:$src_offset,
+                       Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$dst_offset, Index:$count);
+  let assemblyFormat = [{
+    $src `[` $src_offset `]` `,` $dst `[` $dst_offset `]` `,` $count attr-dict
+    `:` type($src) `->` type($dst)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ep_WarpReduceOp : Ep_Op<"warp.reduce"> {
+  let summary = "reduce a row slice across the warp's lanes; every lane gets the result";
+  let description = [{
+    `absmax` of an empty slice is 0. Float sums use one fixed order on every
+    target (per-lane partials, then a butterfly across lanes), so results are
+    identical between a GPU target and the host target of the same wave width.
+
+    ```mlir
+    %amax = ep.warp.reduce absmax %row[%off], %count : !ep.ptr<bf16> -> f32
+    ```
+  }];
+  let arguments = (ins Ep_ReduceKindAttr:$kind, Arg<Ep_AnyPtr, "", [MemRead]>:$src,
+                       Index:$offset, Index:$count);
+  let results = (outs F32:$result);
+  let assemblyFormat = [{
+    custom<BareEnum>($kind) $src `[` $offset `]` `,` $count attr-dict `:` type($src) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+class Ep_QuantizeLikeOp<string mnemonic, string what> : Ep_Op<mnemonic, [AttrSizedOperandSegments]> {
+  let summary = what;
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$src, Index:$src_offset,
+                       Arg<Ep_AnyPtr, "", [MemRead, MemWrite]>:$dst, Index:$dst_offset,
+                       Index:$count,
+                       Optional<Ep_AnyPtr>:$scales, Optional<Index>:$scales_offset,
+                       AnyAttrOf<[Ep_Fp8Attr, Ep_Fp4Attr]>:$format,
+                       OptionalAttr<I64Attr>:$block, OptionalAttr<Ep_ScaleAttr>:$scale,
+                       OptionalAttr<UnitAttr>:$software_fallback,
+                       OptionalAttr<Ep_ConversionMethodAttr>:$method);
+  let assemblyFormat = [{
+    $src `[` $src_offset `]` `,` $dst `[` $dst_offset `]` `,` $count
+    (`scales` $scales^ `[` $scales_offset `]`)? attr-dict
+    `:` type($src) `->` type($dst) (`,` type($scales)^)?
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    // Elements per scale block; 0 when the conversion has no scales.
+    int64_t getBlockSize() { return getBlock() ? *getBlock() : 0; }
+  }];
+}
+
+def Ep_WarpQuantizeOp : Ep_QuantizeLikeOp<"warp.quantize",
+    "quantize a row (bf16 or f32) into fp8 or fp4 codes, with optional block scales"> {
+  let description = [{
+    Saturating conversion (docs/NUMERICS.md). Without `block`: a direct cast.
+    With `block = 128, scale = #ep.scale<f32>`: fp8 blockwise. With
+    `block = 32, scale = #ep.scale<e8m0>`: MX (fp4 packed two per byte,
+    element 2i in the low nibble, or MXFP8). `software_fallback` lets a
+    target without the hardware conversion use the numerics.h codec.
+
+    ```mlir
+    ep.warp.quantize %x[%a], %q[%b], %hidden scales %s[%c]
+        {format = #ep.fp4<e2m1>, block = 32, scale = #ep.scale<e8m0>}
+        : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<i8>
+    ```
+    Offsets count elements of each pointer's type: for fp4, `dst_offset` is
+    in bytes (two elements each).
+  }];
+}
+
+def Ep_WarpDequantizeOp : Ep_QuantizeLikeOp<"warp.dequantize",
+    "decode a row of fp8 or fp4 codes (times its block scales) into bf16 or f32"> {
+  let description = [{
+    The inverse of `ep.warp.quantize`: code value times its block's scale,
+    computed in f32 and rounded once to the destination type.
+  }];
+}
+
+def Ep_WarpAccumulateOp : Ep_Op<"warp.accumulate"> {
+  let summary = "acc[i] += weight * src[i] in f32, lane-independent per element";
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$src, Index:$src_offset,
+                       Arg<Ep_AnyPtr, "", [MemRead, MemWrite]>:$acc, Index:$acc_offset,
+                       Index:$count, Optional<F32>:$weight);
+  let assemblyFormat = [{
+    $src `[` $src_offset `]` `,` $acc `[` $acc_offset `]` `,` $count (`weight` $weight^)?
+    attr-dict `:` type($src) `->` type($acc)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Lane primitives (produced by ep-lower-warp-ops, consumed by ep-to-emitc)
+//===----------------------------------------------------------------------===//
+
+def Ep_LaneIdOp : Ep_Op<"lane.id", [Pure]> {
+  let summary = "the calling lane's index within its warp (SIMT lowering only)";
+  let results = (outs Index:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+}
+
+def Ep_LaneReduceOp : Ep_Op<"lane.reduce", [AllTypesMatch<["value", "result"]>]> {
+  let summary = "butterfly reduction across aligned groups of `group` lanes (SIMT)";
+  let arguments = (ins Ep_ReduceKindAttr:$kind, F32:$value, I64Attr:$group);
+  let results = (outs F32:$result);
+  let assemblyFormat = "custom<BareEnum>($kind) $value `group` `(` $group `)` attr-dict `:` type($result)";
+}
+
+def Ep_LaneChunkReduceOp : Ep_Op<"lane.chunk_reduce"> {
+  let summary = "one lane's partial reduction over a chunk of at most `chunk` elements";
+  let arguments = (ins Ep_ReduceKindAttr:$kind, Arg<Ep_AnyPtr, "", [MemRead]>:$src,
+                       Index:$offset, Index:$count, I64Attr:$chunk);
+  let results = (outs F32:$result);
+  let assemblyFormat = [{
+    custom<BareEnum>($kind) $src `[` $offset `]` `,` $count `chunk` `(` $chunk `)` attr-dict
+    `:` type($src) `->` type($result)
+  }];
+}
+
+def Ep_LaneCombineOp : Ep_Op<"lane.combine", [Pure, AllTypesMatch<["lhs", "rhs", "result"]>]> {
+  let summary = "combine two partial reductions (lanes lowering), NaN-propagating for max";
+  let arguments = (ins Ep_ReduceKindAttr:$kind, F32:$lhs, F32:$rhs);
+  let results = (outs F32:$result);
+  let assemblyFormat = "custom<BareEnum>($kind) $lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+class Ep_LaneChunkConvertOp<string mnemonic, string what> : Ep_Op<mnemonic> {
+  let summary = what;
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$src, Index:$src_offset,
+                       Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$dst_offset,
+                       Index:$count, Optional<AnyTypeOf<[F32, I8]>>:$scale,
+                       AnyAttrOf<[Ep_Fp8Attr, Ep_Fp4Attr]>:$format,
+                       Ep_ConversionMethodAttr:$method, I64Attr:$chunk, BoolAttr:$aligned);
+  let assemblyFormat = [{
+    $src `[` $src_offset `]` `,` $dst `[` $dst_offset `]` `,` $count (`scale` $scale^ `:` type($scale))?
+    attr-dict `:` type($src) `->` type($dst)
+  }];
+}
+
+def Ep_LaneQuantizeChunkOp : Ep_LaneChunkConvertOp<"lane.quantize_chunk",
+    "one lane quantizes at most `chunk` elements with a known scale">;
+def Ep_LaneDequantizeChunkOp : Ep_LaneChunkConvertOp<"lane.dequantize_chunk",
+    "one lane decodes at most `chunk` codes times a known scale">;
+
+def Ep_LaneCopyChunkOp : Ep_Op<"lane.copy_chunk"> {
+  let summary = "one lane copies (and converts) at most `chunk` elements";
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$src, Index:$src_offset,
+                       Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$dst_offset,
+                       Index:$count, I64Attr:$chunk, BoolAttr:$aligned);
+  let assemblyFormat = [{
+    $src `[` $src_offset `]` `,` $dst `[` $dst_offset `]` `,` $count attr-dict `:` type($src) `->` type($dst)
+  }];
+}
+
+def Ep_LaneAccumulateChunkOp : Ep_Op<"lane.accumulate_chunk"> {
+  let summary = "one lane accumulates at most `chunk` elements into f32";
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$src, Index:$src_offset,
+                       Arg<Ep_AnyPtr, "", [MemRead, MemWrite]>:$acc, Index:$acc_offset,
+                       Index:$count, F32:$weight, I64Attr:$chunk, BoolAttr:$aligned);
+  let assemblyFormat = [{
+    $src `[` $src_offset `]` `,` $acc `[` $acc_offset `]` `,` $count `weight` $weight attr-dict
+    `:` type($src) `->` type($acc)
+  }];
+}
+
+def Ep_MxScaleOp : Ep_Op<"mx_scale", [Pure]> {
+  let summary = "the MX E8M0 scale byte of a block from its amax (numerics.h rule)";
+  let arguments = (ins F32:$amax, AnyAttrOf<[Ep_Fp8Attr, Ep_Fp4Attr]>:$format);
+  let results = (outs I8:$result);
+  let assemblyFormat = "$amax attr-dict `:` type($result)";
+}
+
+def Ep_BlockwiseScaleOp : Ep_Op<"blockwise_scale", [Pure]> {
+  let summary = "the fp8 blockwise f32 scale of a block from its amax (numerics.h rule)";
+  let arguments = (ins F32:$amax, Ep_Fp8Attr:$format);
+  let results = (outs F32:$result);
+  let assemblyFormat = "$amax attr-dict `:` type($result)";
 }
 
 #endif // EPJIT_DIALECT_EP_EPOPS_TD

@@ -1,0 +1,40 @@
+//===- EpTypes.td - ep dialect types -----------------------*- tablegen -*-===//
+
+#ifndef EPJIT_DIALECT_EP_EPTYPES_TD
+#define EPJIT_DIALECT_EP_EPTYPES_TD
+
+include "epjit/Dialect/Ep/EpDialect.td"
+
+class Ep_Type<string name, string typeMnemonic, list<Trait> traits = []>
+    : TypeDef<Ep_Dialect, name, traits> {
+  let mnemonic = typeMnemonic;
+}
+
+def Ep_PtrType : Ep_Type<"Ptr", "ptr"> {
+  let summary = "pointer to elements in global memory";
+  let description = [{
+    A pointer to a contiguous array of `elementType` in device global memory
+    (a kernel argument, or a peer's copy of a symmetric window region).
+    Element types: i8 (fp8 and packed fp4 bytes, e8m0 scales), i16, i32, i64,
+    bf16, f16 and f32.
+
+    ```mlir
+    %row = ep.ptr_add %input, %offset : !ep.ptr<bf16>
+    ```
+  }];
+  let parameters = (ins "::mlir::Type":$elementType);
+  let assemblyFormat = "`<` $elementType `>`";
+  let genVerifyDecl = 1;
+}
+
+def Ep_WindowType : Ep_Type<"Window", "window"> {
+  let summary = "a symmetric memory window";
+  let description = [{
+    The local rank's view of a window allocated symmetrically on every rank
+    of a communicator: `ep.peer_ptr` addresses a region of a peer's copy.
+  }];
+}
+
+def Ep_AnyPtr : Type<CPred<"::llvm::isa<::epjit::ep::PtrType>($_self)">, "!ep.ptr">;
+
+#endif // EPJIT_DIALECT_EP_EPTYPES_TD
