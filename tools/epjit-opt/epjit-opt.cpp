@@ -10,6 +10,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include "epjit/Compiler/Passes.h"
 #include "epjit/Dialect/Ep/EpDialect.h"
 #include "epjit/build_info.h"
 
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
     os << "epjit " << EPJIT_VERSION << " (" << EPJIT_GIT_REVISION << ")\n";
   });
   mlir::registerTransformsPasses();
+  epjit::registerEpjitPasses();
 
   mlir::DialectRegistry registry;
   registry.insert<epjit::ep::EpDialect, mlir::arith::ArithDialect, mlir::func::FuncDialect,

@@ -393,6 +393,13 @@ def Ep_LaneAccumulateChunkOp : Ep_Op<"lane.accumulate_chunk"> {
   }];
 }
 
+def Ep_ReduceIdentityOp : Ep_Op<"reduce_identity", [Pure]> {
+  let summary = "the identity of a reduction: -inf for max, 0 for absmax and sum";
+  let arguments = (ins Ep_ReduceKindAttr:$kind);
+  let results = (outs F32:$result);
+  let assemblyFormat = "custom<BareEnum>($kind) attr-dict `:` type($result)";
+}
+
 def Ep_MxScaleOp : Ep_Op<"mx_scale", [Pure]> {
   let summary = "the MX E8M0 scale byte of a block from its amax (numerics.h rule)";
   let arguments = (ins F32:$amax, AnyAttrOf<[Ep_Fp8Attr, Ep_Fp4Attr]>:$format);

@@ -1,0 +1,82 @@
+//===- Passes.td - epjit compiler passes -------------------*- tablegen -*-===//
+//
+// The pipeline, in order: ep-specialize, ep-check-target, ep-lower-numerics,
+// ep-lower-warp-ops, ep-to-emitc; then the EmitC C++ emitter writes the source.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef EPJIT_COMPILER_PASSES_TD
+#define EPJIT_COMPILER_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def EpSpecialize : Pass<"ep-specialize", "::mlir::ModuleOp"> {
+  let summary = "Bind template parameters to constants and fold";
+  let description = [{
+    Replaces every `ep.param_value` with the constant bound to its parameter
+    (from `bind`, else the parameter's default), checks each binding against
+    the parameter's type, `min` and `multiple_of`, removes the `ep.param`
+    declarations, records the bindings as `ep.specialization` on the module,
+    and folds. `warps_per_block=N` overrides every kernel's geometry. The
+    result fully determines the kernel.
+  }];
+  let options = [
+    ListOption<"bindings", "bind", "std::string",
+               "parameter bindings, KEY=VALUE (comma-separated)">,
+  ];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
+def EpCheckTarget : Pass<"ep-check-target", "::mlir::ModuleOp"> {
+  let summary = "Reject what the target cannot do, naming the targets that can";
+  let description = [{
+    Looks `target` up in TargetInfo, records it as the module's `ep.target`,
+    and rejects conversions the target cannot perform (FP4 on gfx942; FP4 on
+    sm90 unless the template asks for the software codec; an fp8 format the
+    target's hardware does not convert) with a diagnostic that names the
+    target, the feature, and the targets that have it.
+  }];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"\"",
+           "the target: gfx942, gfx950, gfx1250, sm90, host, host-gfx942, host-gfx950, host-gfx1250">,
+  ];
+}
+
+def EpLowerNumerics : Pass<"ep-lower-numerics", "::mlir::ModuleOp"> {
+  let summary = "Resolve formats and pick each conversion's target primitive";
+  let description = [{
+    `#ep.fp8<target>` becomes the target's format (e4m3fnuz on gfx942,
+    e4m3fn elsewhere), and every quantize/dequantize gets the `method` that
+    implements it: v_cvt_pk_fp8_f32 with an fmed3 clamp on AMD,
+    v_cvt_scalef32_pk_fp4_f32 (gfx950) or v_cvt_scalef32_pk8_fp4_f32
+    (gfx1250) for FP4, cvt.rn.satfinite on sm90, the numerics.h codecs on the
+    host and where a template asked for the software fallback.
+  }];
+}
+
+def EpLowerWarpOps : Pass<"ep-lower-warp-ops", "::mlir::ModuleOp"> {
+  let summary = "Distribute warp operations over lanes: SIMT on GPUs, lane loops on the host";
+  let description = [{
+    Each `ep.warp.*` op becomes loops over chunks of 16 bytes per lane with
+    `ep.lane.*` primitives, for the target's wave width. SIMT: lane `i` takes
+    chunks `i, i + wave, ...` (scale blocks are shared by aligned groups of
+    lanes and reduced with butterflies). Lanes: the same lane structure as
+    loops in one thread, with reductions combined in the same order, so a GPU
+    target and the host target of the same wave width agree bit for bit.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::scf::SCFDialect"];
+}
+
+def EpToEmitC : Pass<"ep-to-emitc", "::mlir::ModuleOp"> {
+  let summary = "Convert kernels to EmitC calling the target prelude";
+  let description = [{
+    Upstream func/scf/arith-to-EmitC patterns plus epjit's own: `ep` ops
+    become calls into the target prelude (`epjit::...`), pointers become C
+    pointers, kernels become `extern "C"` functions (`__global__` with launch
+    bounds on GPUs; on the host, plus an `__epjit_host_entry` that unpacks an
+    argument array), and the prelude is included.
+  }];
+  let dependentDialects = ["::mlir::emitc::EmitCDialect"];
+}
+
+#endif // EPJIT_COMPILER_PASSES_TD

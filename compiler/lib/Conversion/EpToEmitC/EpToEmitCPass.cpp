@@ -1,0 +1,120 @@
+// ep-to-emitc: kernels to EmitC that calls the target prelude.
+#include "mlir/Conversion/ArithToEmitC/ArithToEmitC.h"
+#include "mlir/Conversion/FuncToEmitC/FuncToEmitC.h"
+#include "mlir/Conversion/SCFToEmitC/SCFToEmitC.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include "EpToEmitC.h"
+#include "epjit/Compiler/Passes.h"
+#include "epjit/Compiler/Target.h"
+
+namespace epjit {
+#define GEN_PASS_DEF_EPTOEMITC
+#include "epjit/Compiler/Passes.h.inc"
+
+namespace {
+
+using namespace mlir;
+
+struct Kernel {
+  std::string name;
+  int64_t warpsPerBlock;
+};
+
+// Specifiers in front of a kernel: extern "C" always; on GPUs __global__ and
+// launch bounds of the kernel's block size.
+ArrayAttr kernelSpecifiers(Builder& builder, const TargetInfo& target, const Kernel& kernel) {
+  SmallVector<Attribute> specifiers = {builder.getStringAttr("extern \"C\"")};
+  if (!target.is_host()) {
+    specifiers.push_back(builder.getStringAttr("__global__"));
+    specifiers.push_back(builder.getStringAttr(
+        "__launch_bounds__(" + std::to_string(kernel.warpsPerBlock * target.wave_size) + ")"));
+  }
+  return builder.getArrayAttr(specifiers);
+}
+
+// extern "C" void NAME__epjit_host_entry(void** args, const epjit::host::WarpContext* warp):
+// how the host device launches a kernel, one call per warp with its context.
+void buildHostEntry(OpBuilder& builder, emitc::FuncOp kernel) {
+  MLIRContext* context = builder.getContext();
+  Location loc = kernel.getLoc();
+  auto voidPointer = emitc::PointerType::get(emitc::OpaqueType::get(context, "void"));
+  auto argsType = emitc::PointerType::get(voidPointer);
+  auto warpType = emitc::PointerType::get(emitc::OpaqueType::get(context, "const epjit::host::WarpContext"));
+  auto entry = emitc::FuncOp::create(builder, loc, (kernel.getSymName() + "__epjit_host_entry").str(),
+                                     FunctionType::get(context, {argsType, warpType}, {}));
+  entry.setSpecifiersAttr(builder.getStrArrayAttr({"extern \"C\""}));
+  Block* body = entry.addEntryBlock();
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(body);
+  emitc::CallOpaqueOp::create(builder, loc, TypeRange{}, "epjit::host::enter", ValueRange{body->getArgument(1)});
+  SmallVector<Value> arguments;
+  for (auto [index, type] : llvm::enumerate(kernel.getArgumentTypes())) {
+    ArrayAttr args = builder.getArrayAttr({builder.getIndexAttr(0), builder.getI32IntegerAttr(int32_t(index))});
+    ArrayAttr templateArgs = builder.getArrayAttr({TypeAttr::get(type)});
+    arguments.push_back(
+        emitc::CallOpaqueOp::create(builder, loc, TypeRange{type}, "epjit::host::arg", ValueRange{body->getArgument(0)},
+                                    args, templateArgs)
+            .getResult(0));
+  }
+  emitc::CallOp::create(builder, loc, kernel, arguments);
+  emitc::ReturnOp::create(builder, loc, Value());
+}
+
+struct EpToEmitC : impl::EpToEmitCBase<EpToEmitC> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MLIRContext* context = &getContext();
+    const TargetInfo* target = requireModuleTarget(module, getArgument());
+    if (!target) return signalPassFailure();
+    if (!module->hasAttr(ep::EpDialect::kLoweringAttrName)) {
+      module.emitError() << "ep-to-emitc needs lane primitives: run ep-lower-warp-ops first";
+      return signalPassFailure();
+    }
+
+    SmallVector<Kernel> kernels;
+    for (auto func : module.getOps<func::FuncOp>()) {
+      auto kernel = func->getAttrOfType<DictionaryAttr>(ep::EpDialect::kKernelAttrName);
+      if (!kernel) continue;
+      kernels.push_back({func.getSymName().str(), kernel.getAs<IntegerAttr>("warps_per_block").getInt()});
+      func->removeAttr(ep::EpDialect::kKernelAttrName);
+    }
+    llvm::StringMap<int64_t> regions;
+    for (auto region : module.getOps<ep::WindowRegionOp>()) regions[region.getSymName()] = int64_t(regions.size());
+
+    TypeConverter converter;
+    to_emitc::populateTypeConversions(converter);
+    RewritePatternSet patterns(context);
+    populateFuncToEmitCPatterns(converter, patterns);
+    populateSCFToEmitCConversionPatterns(patterns, converter);
+    populateArithToEmitCPatterns(converter, patterns);
+    to_emitc::populateScalarPatterns(converter, patterns, regions);
+    to_emitc::populateLanePatterns(converter, patterns);
+
+    ConversionTarget legal(*context);
+    legal.addLegalDialect<emitc::EmitCDialect>();
+    legal.addLegalOp<ModuleOp, ep::WindowRegionOp>();
+    legal.addIllegalDialect<arith::ArithDialect, scf::SCFDialect, func::FuncDialect>();
+    legal.addIllegalDialect<ep::EpDialect>();
+    legal.addLegalOp<ep::WindowRegionOp>();
+    if (failed(applyFullConversion(module, legal, std::move(patterns)))) return signalPassFailure();
+
+    for (auto region : llvm::make_early_inc_range(module.getOps<ep::WindowRegionOp>())) region.erase();
+    OpBuilder builder(context);
+    for (const Kernel& kernel : kernels) {
+      auto func = module.lookupSymbol<emitc::FuncOp>(kernel.name);
+      func.setSpecifiersAttr(kernelSpecifiers(builder, *target, kernel));
+      if (target->is_host()) {
+        builder.setInsertionPointAfter(func);
+        buildHostEntry(builder, func);
+      }
+    }
+    builder.setInsertionPointToStart(module.getBody());
+    emitc::IncludeOp::create(builder, module.getLoc(), builder.getStringAttr(target->prelude));
+  }
+};
+
+}  // namespace
+}  // namespace epjit

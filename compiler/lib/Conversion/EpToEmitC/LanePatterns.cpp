@@ -1,0 +1,144 @@
+// ep-to-emitc patterns for the lane primitives that ep-lower-warp-ops
+// produced: chunk conversions, copies, accumulations and reductions become
+// calls into the prelude namespace of their conversion method.
+#include "EpToEmitC.h"
+
+namespace epjit::to_emitc {
+namespace {
+
+using namespace mlir;
+
+std::string boolName(bool value) { return value ? "true" : "false"; }
+
+// quantize_chunk / dequantize_chunk: the callee names the element family and
+// how the scale is given; the namespace names the conversion method.
+template <typename OpT>
+struct ChunkConvertPattern : OpConversionPattern<OpT> {
+  ChunkConvertPattern(TypeConverter& converter, MLIRContext* context, StringRef verb)
+      : OpConversionPattern<OpT>(converter, context), verb(verb.str()) {}
+
+  LogicalResult matchAndRewrite(OpT op, typename OpT::Adaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    Location loc = op.getLoc();
+    const bool fp4 = isa<ep::Fp4KindAttr>(op.getFormat());
+    std::string callee = preludeNamespace(op.getMethod()) + "::" + verb + (fp4 ? "_fp4_chunk" : "_fp8_chunk");
+    std::vector<std::string> templateArgs;
+    if (!fp4) templateArgs.push_back(preludeFormatName(op.getFormat()));
+    templateArgs.push_back(boolName(op.getAligned()));
+    SmallVector<Value> operands = {offsetPointer(rewriter, loc, adaptor.getSrc(), adaptor.getSrcOffset()),
+                                   offsetPointer(rewriter, loc, adaptor.getDst(), adaptor.getDstOffset()),
+                                   adaptor.getCount()};
+    if (Value scale = adaptor.getScale()) {
+      callee += scale.getType().isInteger(8) ? "_mx" : "_scaled";
+      operands.push_back(scale);
+    }
+    if (op.getChunk() != 8) return rewriter.notifyMatchFailure(op, "the prelude converts chunks of 8 elements");
+    callPrelude(rewriter, loc, callee, {}, operands, templateArgs);
+    rewriter.eraseOp(op);
+    return success();
+  }
+  std::string verb;
+};
+
+struct CopyChunkPattern : OpConversionPattern<ep::LaneCopyChunkOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::LaneCopyChunkOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    Location loc = op.getLoc();
+    callPrelude(rewriter, loc, "epjit::prim::copy_chunk", {},
+                {offsetPointer(rewriter, loc, adaptor.getSrc(), adaptor.getSrcOffset()),
+                 offsetPointer(rewriter, loc, adaptor.getDst(), adaptor.getDstOffset()), adaptor.getCount()},
+                {std::to_string(op.getChunk()), boolName(op.getAligned())});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct AccumulateChunkPattern : OpConversionPattern<ep::LaneAccumulateChunkOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::LaneAccumulateChunkOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    Location loc = op.getLoc();
+    callPrelude(rewriter, loc, "epjit::prim::accumulate_chunk", {},
+                {offsetPointer(rewriter, loc, adaptor.getSrc(), adaptor.getSrcOffset()),
+                 offsetPointer(rewriter, loc, adaptor.getAcc(), adaptor.getAccOffset()), adaptor.getCount(),
+                 adaptor.getWeight()},
+                {std::to_string(op.getChunk()), boolName(op.getAligned())});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct ChunkReducePattern : OpConversionPattern<ep::LaneChunkReduceOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::LaneChunkReduceOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    Location loc = op.getLoc();
+    rewriter.replaceOp(op, callPrelude(rewriter, loc, "epjit::prim::chunk_reduce", rewriter.getF32Type(),
+                                       {offsetPointer(rewriter, loc, adaptor.getSrc(), adaptor.getOffset()),
+                                        adaptor.getCount()},
+                                       {preludeName(op.getKind()), std::to_string(op.getChunk())}));
+    return success();
+  }
+};
+
+struct LaneReducePattern : OpConversionPattern<ep::LaneReduceOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::LaneReduceOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    rewriter.replaceOp(op, callPrelude(rewriter, op.getLoc(), "epjit::lane_reduce", rewriter.getF32Type(),
+                                       {adaptor.getValue()},
+                                       {preludeName(op.getKind()), std::to_string(op.getGroup())}));
+    return success();
+  }
+};
+
+struct LaneCombinePattern : OpConversionPattern<ep::LaneCombineOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::LaneCombineOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    rewriter.replaceOp(op, callPrelude(rewriter, op.getLoc(), "epjit::combine", rewriter.getF32Type(),
+                                       {adaptor.getLhs(), adaptor.getRhs()}, {preludeName(op.getKind())}));
+    return success();
+  }
+};
+
+struct ReduceIdentityPattern : OpConversionPattern<ep::ReduceIdentityOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::ReduceIdentityOp op, OpAdaptor, ConversionPatternRewriter& rewriter) const override {
+    rewriter.replaceOp(op, callPrelude(rewriter, op.getLoc(), "epjit::reduce_identity", rewriter.getF32Type(), {},
+                                       {preludeName(op.getKind())}));
+    return success();
+  }
+};
+
+struct MxScalePattern : OpConversionPattern<ep::MxScaleOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::MxScaleOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
+    rewriter.replaceOp(op, callPrelude(rewriter, op.getLoc(), "epjit::mx_scale_byte", rewriter.getI8Type(),
+                                       {adaptor.getAmax()}, {preludeMxElement(op.getFormat())}));
+    return success();
+  }
+};
+
+struct BlockwiseScalePattern : OpConversionPattern<ep::BlockwiseScaleOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::BlockwiseScaleOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    rewriter.replaceOp(op, callPrelude(rewriter, op.getLoc(), "epjit::blockwise_scale", rewriter.getF32Type(),
+                                       {adaptor.getAmax()}, {preludeFormatName(op.getFormatAttr())}));
+    return success();
+  }
+};
+
+}  // namespace
+
+void populateLanePatterns(TypeConverter& converter, RewritePatternSet& patterns) {
+  MLIRContext* context = patterns.getContext();
+  patterns.add<ChunkConvertPattern<ep::LaneQuantizeChunkOp>>(converter, context, "quantize");
+  patterns.add<ChunkConvertPattern<ep::LaneDequantizeChunkOp>>(converter, context, "dequantize");
+  patterns.add<CopyChunkPattern, AccumulateChunkPattern, ChunkReducePattern, LaneReducePattern, LaneCombinePattern,
+               ReduceIdentityPattern, MxScalePattern, BlockwiseScalePattern>(converter, context);
+}
+
+}  // namespace epjit::to_emitc

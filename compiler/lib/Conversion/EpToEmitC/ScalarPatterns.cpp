@@ -1,0 +1,186 @@
+// ep-to-emitc patterns for warp-uniform scalars: geometry, memory, windows,
+// atomics, fences, waits and barriers. Each becomes a prelude call (or plain
+// C pointer arithmetic and subscripts).
+#include "mlir/Dialect/Arith/IR/Arith.h"
+
+#include "EpToEmitC.h"
+
+namespace epjit::to_emitc {
+namespace {
+
+using namespace mlir;
+
+// An op with no operands whose value comes from a prelude function.
+template <typename OpT>
+struct GeometryPattern : OpConversionPattern<OpT> {
+  GeometryPattern(TypeConverter& converter, MLIRContext* context, StringRef callee)
+      : OpConversionPattern<OpT>(converter, context), callee(callee.str()) {}
+  LogicalResult matchAndRewrite(OpT op, typename OpT::Adaptor, ConversionPatternRewriter& rewriter) const override {
+    Type type = this->getTypeConverter()->convertType(op.getType());
+    rewriter.replaceOp(op, callPrelude(rewriter, op.getLoc(), callee, type, {}));
+    return success();
+  }
+  std::string callee;
+};
+
+struct PtrAddPattern : OpConversionPattern<ep::PtrAddOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::PtrAddOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
+    rewriter.replaceOp(op, offsetPointer(rewriter, op.getLoc(), adaptor.getBase(), adaptor.getOffset()));
+    return success();
+  }
+};
+
+Value elementLValue(OpBuilder& builder, Location loc, Value ptr, Value index) {
+  auto pointer = cast<emitc::PointerType>(ptr.getType());
+  return emitc::SubscriptOp::create(builder, loc, emitc::LValueType::get(pointer.getPointee()), ptr,
+                                    ValueRange{index});
+}
+
+struct LoadPattern : OpConversionPattern<ep::LoadOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::LoadOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
+    if (op.getType().isBF16() || op.getType().isF16())
+      return rewriter.notifyMatchFailure(op, "scalar 16-bit float loads are not supported; use warp ops on rows");
+    Value lvalue = elementLValue(rewriter, op.getLoc(), adaptor.getPtr(), adaptor.getIndex());
+    rewriter.replaceOpWithNewOp<emitc::LoadOp>(op, getTypeConverter()->convertType(op.getType()), lvalue);
+    return success();
+  }
+};
+
+struct StorePattern : OpConversionPattern<ep::StoreOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::StoreOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
+    if (op.getValue().getType().isBF16() || op.getValue().getType().isF16())
+      return rewriter.notifyMatchFailure(op, "scalar 16-bit float stores are not supported; use warp ops on rows");
+    Value lvalue = elementLValue(rewriter, op.getLoc(), adaptor.getPtr(), adaptor.getIndex());
+    emitc::AssignOp::create(rewriter, op.getLoc(), lvalue, adaptor.getValue());
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+// The C spelling of a pointee type (after storage conversion).
+std::string cTypeName(Type type) {
+  if (type.isF32()) return "float";
+  if (auto integer = dyn_cast<IntegerType>(type))
+    return (integer.isUnsigned() ? "uint" : "int") + std::to_string(integer.getWidth()) + "_t";
+  return "void";
+}
+
+struct PeerPtrPattern : OpConversionPattern<ep::PeerPtrOp> {
+  PeerPtrPattern(TypeConverter& converter, MLIRContext* context, const llvm::StringMap<int64_t>& regions)
+      : OpConversionPattern(converter, context), regions(regions) {}
+  LogicalResult matchAndRewrite(ep::PeerPtrOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
+    auto pointer = cast<emitc::PointerType>(getTypeConverter()->convertType(op.getType()));
+    auto region = regions.find(op.getRegion());
+    if (region == regions.end()) return rewriter.notifyMatchFailure(op, "unknown window region");
+    rewriter.replaceOp(op, callPrelude(rewriter, op.getLoc(), "epjit::peer_ptr", pointer,
+                                       {adaptor.getWindow(), adaptor.getRank(), adaptor.getOffset()},
+                                       {cTypeName(pointer.getPointee()), std::to_string(region->second)}));
+    return success();
+  }
+  const llvm::StringMap<int64_t>& regions;
+};
+
+struct AtomicRmwPattern : OpConversionPattern<ep::AtomicRmwOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::AtomicRmwOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
+    const std::string callee = "epjit::warp_atomic_" + stringifyEnum(op.getKind()).str();
+    Value address = offsetPointer(rewriter, op.getLoc(), adaptor.getPtr(), adaptor.getIndex());
+    rewriter.replaceOp(op, callPrelude(rewriter, op.getLoc(), callee, getTypeConverter()->convertType(op.getType()),
+                                       {address, adaptor.getValue()},
+                                       {preludeName(op.getScope()), preludeName(op.getOrder())}));
+    return success();
+  }
+};
+
+struct AtomicLoadPattern : OpConversionPattern<ep::AtomicLoadOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::AtomicLoadOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
+    Value address = offsetPointer(rewriter, op.getLoc(), adaptor.getPtr(), adaptor.getIndex());
+    rewriter.replaceOp(op, callPrelude(rewriter, op.getLoc(), "epjit::atomic_load",
+                                       getTypeConverter()->convertType(op.getType()), {address},
+                                       {preludeName(op.getScope()), preludeName(op.getOrder())}));
+    return success();
+  }
+};
+
+struct AtomicStorePattern : OpConversionPattern<ep::AtomicStoreOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::AtomicStoreOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
+    Value address = offsetPointer(rewriter, op.getLoc(), adaptor.getPtr(), adaptor.getIndex());
+    callPrelude(rewriter, op.getLoc(), "epjit::warp_atomic_store", {}, {address, adaptor.getValue()},
+                {preludeName(op.getScope()), preludeName(op.getOrder())});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct FencePattern : OpConversionPattern<ep::FenceOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::FenceOp op, OpAdaptor, ConversionPatternRewriter& rewriter) const override {
+    callPrelude(rewriter, op.getLoc(), "epjit::fence", {}, {},
+                {preludeName(op.getScope()), preludeName(op.getOrder())});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct WaitUntilPattern : OpConversionPattern<ep::WaitUntilOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::WaitUntilOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
+    Location loc = op.getLoc();
+    Value flag = offsetPointer(rewriter, loc, adaptor.getFlag(), adaptor.getIndex());
+    Value error = offsetPointer(rewriter, loc, adaptor.getError(), adaptor.getErrorIndex());
+    const std::string predicate = "epjit::Until::" + llvm::StringRef(stringifyEnum(op.getPredicate())).upper();
+    rewriter.replaceOp(op, callPrelude(rewriter, loc, "epjit::warp_wait_until", rewriter.getI1Type(),
+                                       {flag, adaptor.getValue(), error},
+                                       {predicate, preludeName(op.getScope()), std::to_string(op.getMaxSpins()) + "LL",
+                                        std::to_string(op.getCode())}));
+    return success();
+  }
+};
+
+struct BlockBarrierPattern : OpConversionPattern<ep::BlockBarrierOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::BlockBarrierOp op, OpAdaptor, ConversionPatternRewriter& rewriter) const override {
+    callPrelude(rewriter, op.getLoc(), "epjit::block_barrier", {}, {});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+// Unsigned division and remainder of index values: size_t in C is unsigned,
+// so they are plain C / and % (upstream arith-to-emitc leaves index ones out).
+template <typename ArithOp, typename EmitCOp>
+struct IndexUnsignedPattern : OpConversionPattern<ArithOp> {
+  using OpConversionPattern<ArithOp>::OpConversionPattern;
+  LogicalResult matchAndRewrite(ArithOp op, typename ArithOp::Adaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    if (!op.getType().isIndex()) return rewriter.notifyMatchFailure(op, "only index operands");
+    Type type = this->getTypeConverter()->convertType(op.getType());
+    rewriter.replaceOpWithNewOp<EmitCOp>(op, type, adaptor.getLhs(), adaptor.getRhs());
+    return success();
+  }
+};
+
+}  // namespace
+
+void populateScalarPatterns(TypeConverter& converter, RewritePatternSet& patterns,
+                            const llvm::StringMap<int64_t>& regionIndex) {
+  MLIRContext* context = patterns.getContext();
+  patterns.add<GeometryPattern<ep::WarpIndexOp>>(converter, context, "epjit::warp_index");
+  patterns.add<GeometryPattern<ep::GlobalWarpIndexOp>>(converter, context, "epjit::global_warp_index");
+  patterns.add<GeometryPattern<ep::GlobalWarpCountOp>>(converter, context, "epjit::global_warp_count");
+  patterns.add<GeometryPattern<ep::BlockIndexOp>>(converter, context, "epjit::block_index");
+  patterns.add<GeometryPattern<ep::BlockCountOp>>(converter, context, "epjit::block_count");
+  patterns.add<GeometryPattern<ep::LaneIdOp>>(converter, context, "epjit::lane_id");
+  patterns.add<PtrAddPattern, LoadPattern, StorePattern, AtomicRmwPattern, AtomicLoadPattern, AtomicStorePattern,
+               FencePattern, WaitUntilPattern, BlockBarrierPattern>(converter, context);
+  patterns.add<PeerPtrPattern>(converter, context, regionIndex);
+  patterns.add<IndexUnsignedPattern<arith::DivUIOp, emitc::DivOp>, IndexUnsignedPattern<arith::RemUIOp, emitc::RemOp>>(
+      converter, context);
+}
+
+}  // namespace epjit::to_emitc

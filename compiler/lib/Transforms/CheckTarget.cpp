@@ -1,0 +1,72 @@
+// ep-check-target: reject what the target cannot do, naming who can.
+#include "mlir/IR/Builders.h"
+
+#include "epjit/Compiler/Formats.h"
+#include "epjit/Compiler/Passes.h"
+#include "epjit/Dialect/Ep/EpOps.h"
+#include "epjit/targets/TargetInfo.h"
+
+namespace epjit {
+#define GEN_PASS_DEF_EPCHECKTARGET
+#include "epjit/Compiler/Passes.h.inc"
+
+namespace {
+
+using namespace mlir;
+
+LogicalResult checkFp4(Operation* op, const TargetInfo& target, bool softwareFallback) {
+  if (target.has_fp4()) return success();
+  if (softwareFallback && target.fp4_software_fallback) return success();
+  const std::string withHardware = target_names_where(
+      [](const TargetInfo& t) { return t.fp4 == Fp4Support::Pack2 || t.fp4 == Fp4Support::Pack8; });
+  auto diagnostic = op->emitError() << "target " << target.name
+                                    << " has no FP4 (E2M1) conversion instructions; targets with them: "
+                                    << withHardware;
+  if (target.fp4_software_fallback)
+    diagnostic << " (" << target.name
+               << " may use the numerics.h software codec if the template asks for it with `software_fallback`)";
+  return diagnostic;
+}
+
+LogicalResult checkFp8(Operation* op, const TargetInfo& target, ep::Fp8Kind kind, bool softwareFallback) {
+  const Fp8Format format = resolveFp8(kind, target);
+  if (target.is_host() || convertsFp8InHardware(target, format) || softwareFallback) return success();
+  const std::string withFormat =
+      target_names_where([&](const TargetInfo& t) { return convertsFp8InHardware(t, format); });
+  return op->emitError() << "target " << target.name << " converts " << fp8_format_name(target.fp8_e4m3) << " and "
+                         << fp8_format_name(target.fp8_e5m2) << " in hardware, not " << fp8_format_name(format)
+                         << "; targets that do: " << withFormat
+                         << " (use #ep.fp8<target>, or ask for `software_fallback`)";
+}
+
+template <typename OpT>
+LogicalResult checkConversion(OpT op, const TargetInfo& target) {
+  const bool fallback = op.getSoftwareFallback().has_value();
+  if (isa<ep::Fp4KindAttr>(op.getFormat())) return checkFp4(op, target, fallback);
+  return checkFp8(op, target, cast<ep::Fp8KindAttr>(op.getFormat()).getValue(), fallback);
+}
+
+struct EpCheckTarget : impl::EpCheckTargetBase<EpCheckTarget> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    const TargetInfo* info = find_target(target);
+    if (!info) {
+      module.emitError() << "unknown target '" << target << "'; known targets: " << target_names();
+      return signalPassFailure();
+    }
+    module->setAttr(ep::EpDialect::kTargetAttrName, StringAttr::get(&getContext(), info->name));
+    bool failed = false;
+    module.walk([&](Operation* op) {
+      LogicalResult result = success();
+      if (auto quantize = dyn_cast<ep::WarpQuantizeOp>(op)) result = checkConversion(quantize, *info);
+      if (auto dequantize = dyn_cast<ep::WarpDequantizeOp>(op)) result = checkConversion(dequantize, *info);
+      failed |= mlir::failed(result);
+    });
+    if (failed) signalPassFailure();
+  }
+};
+
+}  // namespace
+}  // namespace epjit

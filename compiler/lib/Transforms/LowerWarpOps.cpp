@@ -1,0 +1,395 @@
+// ep-lower-warp-ops: distribute each warp operation over the lanes of a warp.
+//
+// Work is cut into chunks of 16 bytes of the row's element type (8 elements
+// for quantize/dequantize, whose fp4 side packs a chunk into one dword). On a
+// SIMT target lane `i` takes chunks i, i + wave, ...; scale blocks of B
+// elements are handled by aligned groups of B/8 lanes that reduce their amax
+// with a butterfly. On the host target the same lane structure runs as loops
+// in one thread and reductions are combined in the same order, so results
+// agree bit for bit with the GPU target of the same wave width.
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+
+#include "epjit/Compiler/Passes.h"
+#include "epjit/Compiler/Target.h"
+#include "epjit/Dialect/Ep/EpOps.h"
+
+namespace epjit {
+#define GEN_PASS_DEF_EPLOWERWARPOPS
+#include "epjit/Compiler/Passes.h.inc"
+
+namespace {
+
+using namespace mlir;
+
+// Elements per lane chunk of quantize/dequantize: one 16-byte bf16 load, one
+// fp4 dword, two fp8 dwords.
+constexpr int64_t kConvertChunk = 8;
+
+int64_t elementBytes(Type type) { return std::max<int64_t>(1, type.getIntOrFloatBitWidth() / 8); }
+
+// True when `value` is provably a multiple of `m` (constants, products with a
+// multiple, sums of multiples), which makes chunk accesses 16-byte aligned
+// given 16-byte aligned base pointers (the kernel argument contract).
+bool isKnownMultipleOf(Value value, int64_t m) {
+  if (m <= 1) return true;
+  if (auto constant = value.getDefiningOp<arith::ConstantOp>()) {
+    if (auto integer = dyn_cast<IntegerAttr>(constant.getValue())) return integer.getInt() % m == 0;
+    return false;
+  }
+  if (auto mul = value.getDefiningOp<arith::MulIOp>())
+    return isKnownMultipleOf(mul.getLhs(), m) || isKnownMultipleOf(mul.getRhs(), m);
+  if (auto add = value.getDefiningOp<arith::AddIOp>())
+    return isKnownMultipleOf(add.getLhs(), m) && isKnownMultipleOf(add.getRhs(), m);
+  return false;
+}
+
+// Index arithmetic and the small control structures the lowerings share.
+struct Lowering {
+  ImplicitLocOpBuilder& b;
+  const TargetInfo& target;
+
+  bool simt() const { return target.lanes == LaneExecution::Simt; }
+  Value index(int64_t v) { return arith::ConstantIndexOp::create(b, v); }
+  Value f32(float v) { return arith::ConstantOp::create(b, b.getF32FloatAttr(v)); }
+  Value add(Value x, Value y) { return arith::AddIOp::create(b, x, y); }
+  Value mul(Value x, int64_t y) { return y == 1 ? x : arith::MulIOp::create(b, x, index(y)).getResult(); }
+  Value div(Value x, int64_t y) { return y == 1 ? x : arith::DivUIOp::create(b, x, index(y)).getResult(); }
+  Value rem(Value x, int64_t y) { return arith::RemUIOp::create(b, x, index(y)); }
+  Value ceilDiv(Value x, int64_t y) { return div(add(x, index(y - 1)), y); }
+  Value less(Value x, Value y) { return arith::CmpIOp::create(b, arith::CmpIPredicate::ult, x, y); }
+
+  // Elements of a chunk starting at `start` that lie below `count` (0..chunk).
+  Value chunkCount(Value start, Value count, int64_t chunk) {
+    Value left = arith::SubIOp::create(b, count, start);  // only used when start < count
+    Value full = index(chunk);
+    Value partial = arith::SelectOp::create(b, less(left, full), left, full);
+    return arith::SelectOp::create(b, less(start, count), partial, index(0));
+  }
+
+  // for (iv = lower; iv < upper; iv += step) body(iv)
+  void loop(Value lower, Value upper, int64_t step, llvm::function_ref<void(Value)> body) {
+    scf::ForOp::create(b, lower, upper, index(step), ValueRange{},
+                       [&](OpBuilder& nested, Location, Value iv, ValueRange) {
+                         OpBuilder::InsertionGuard guard(b);
+                         b.setInsertionPoint(nested.getInsertionBlock(), nested.getInsertionPoint());
+                         body(iv);
+                         scf::YieldOp::create(b);
+                       });
+  }
+
+  // acc = init; for (iv ...) acc = body(iv, acc); return acc
+  Value fold(Value lower, Value upper, int64_t step, Value init, llvm::function_ref<Value(Value, Value)> body) {
+    auto loop = scf::ForOp::create(b, lower, upper, index(step), ValueRange{init},
+                                   [&](OpBuilder& nested, Location, Value iv, ValueRange args) {
+                                     OpBuilder::InsertionGuard guard(b);
+                                     b.setInsertionPoint(nested.getInsertionBlock(), nested.getInsertionPoint());
+                                     Value next = body(iv, args.front());
+                                     scf::YieldOp::create(b, next);
+                                   });
+    return loop.getResult(0);
+  }
+
+  void when(Value condition, llvm::function_ref<void()> body) {
+    scf::IfOp::create(b, condition, [&](OpBuilder& nested, Location) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(nested.getInsertionBlock(), nested.getInsertionPoint());
+      body();
+      scf::YieldOp::create(b);
+    });
+  }
+
+  // condition ? then() : otherwise
+  Value select(Value condition, Type type, llvm::function_ref<Value()> then, Value otherwise) {
+    auto op = scf::IfOp::create(b, TypeRange{type}, condition, /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&op.getThenRegion().front());
+      scf::YieldOp::create(b, then());
+      b.setInsertionPointToStart(&op.getElseRegion().front());
+      scf::YieldOp::create(b, otherwise);
+    }
+    return op.getResult(0);
+  }
+
+  Value identity(ep::ReduceKind kind) { return ep::ReduceIdentityOp::create(b, b.getF32Type(), kind); }
+  Value combine(ep::ReduceKind kind, Value x, Value y) {
+    return ep::LaneCombineOp::create(b, b.getF32Type(), kind, x, y);
+  }
+};
+
+// ------------------------------------------------------------ quantize / dequantize
+
+template <typename OpT>
+struct ConversionShape {
+  Value values, valuesOffset;  // the bf16/f32 side
+  Value codes, codesOffset;    // the fp8/fp4 byte side
+  bool fp4;
+  int64_t block;               // elements per scale block, or the chunk for a direct cast
+  bool scaled;
+};
+
+template <typename OpT>
+ConversionShape<OpT> shapeOf(OpT op, bool quantize) {
+  ConversionShape<OpT> s;
+  s.values = quantize ? op.getSrc() : op.getDst();
+  s.valuesOffset = quantize ? op.getSrcOffset() : op.getDstOffset();
+  s.codes = quantize ? op.getDst() : op.getSrc();
+  s.codesOffset = quantize ? op.getDstOffset() : op.getSrcOffset();
+  s.fp4 = isa<ep::Fp4KindAttr>(op.getFormat());
+  s.scaled = op.getBlock().has_value();
+  s.block = s.scaled ? op.getBlockSize() : kConvertChunk;
+  return s;
+}
+
+// One lane's share of a scale block: converts chunk `sub` of block `blockIndex`.
+template <typename OpT>
+struct ConversionLowering {
+  Lowering& l;
+  OpT op;
+  bool quantize;
+  ConversionShape<OpT> shape;
+  bool aligned;
+
+  int64_t lanesPerBlock() const { return shape.block / kConvertChunk; }
+
+  Value elementStart(Value blockIndex, Value sub) {
+    return l.add(l.mul(blockIndex, shape.block), l.mul(sub, kConvertChunk));
+  }
+  Value codeOffset(Value start) { return l.add(shape.codesOffset, shape.fp4 ? l.div(start, 2) : start); }
+
+  Value chunkAmax(Value blockIndex, Value sub) {
+    Value start = elementStart(blockIndex, sub);
+    Value n = l.chunkCount(start, op.getCount(), kConvertChunk);
+    return ep::LaneChunkReduceOp::create(l.b, l.b.getF32Type(),
+                                         ep::ReduceKindAttr::get(l.b.getContext(), ep::ReduceKind::absmax),
+                                         shape.values, l.add(shape.valuesOffset, start), n,
+                                         l.b.getI64IntegerAttr(kConvertChunk));
+  }
+
+  Value scaleFromAmax(Value amax) {
+    if (op.getScale() == ep::ScaleKind::e8m0)
+      return ep::MxScaleOp::create(l.b, l.b.getI8Type(), amax, op.getFormat());
+    return ep::BlockwiseScaleOp::create(l.b, l.b.getF32Type(), amax, cast<ep::Fp8KindAttr>(op.getFormat()));
+  }
+
+  void convertChunk(Value blockIndex, Value sub, Value scale) {
+    Value start = elementStart(blockIndex, sub);
+    Value n = l.chunkCount(start, op.getCount(), kConvertChunk);
+    Value valueAt = l.add(shape.valuesOffset, start);
+    Value codeAt = codeOffset(start);
+    auto method = op.getMethodAttr();
+    auto chunk = l.b.getI64IntegerAttr(kConvertChunk);
+    auto isAligned = l.b.getBoolAttr(aligned);
+    if (quantize) {
+      ep::LaneQuantizeChunkOp::create(l.b, shape.values, valueAt, shape.codes, codeAt, n, scale, op.getFormat(),
+                                      method, chunk, isAligned);
+    } else {
+      ep::LaneDequantizeChunkOp::create(l.b, shape.codes, codeAt, shape.values, valueAt, n, scale, op.getFormat(),
+                                        method, chunk, isAligned);
+    }
+  }
+
+  void storeScale(Value blockIndex, Value scale) {
+    ep::StoreOp::create(l.b, scale, op.getScales(), l.add(op.getScalesOffset(), blockIndex));
+  }
+  Value loadScale(Value blockIndex) {
+    return ep::LoadOp::create(l.b, scaleType(), op.getScales(), l.add(op.getScalesOffset(), blockIndex));
+  }
+  Type scaleType() {
+    return op.getScale() == ep::ScaleKind::e8m0 ? Type(l.b.getI8Type()) : Type(l.b.getF32Type());
+  }
+  Value zeroScale() {
+    if (op.getScale() == ep::ScaleKind::e8m0) return arith::ConstantOp::create(l.b, l.b.getI8IntegerAttr(0));
+    return l.f32(1.0f);
+  }
+
+  void lower() {
+    const int64_t lanes = lanesPerBlock();
+    const int64_t blocksPerPass = l.target.wave_size / lanes;
+    Value blocks = l.ceilDiv(op.getCount(), shape.block);
+    Value zero = l.index(0);
+    if (l.simt()) {
+      Value lane = ep::LaneIdOp::create(l.b, l.b.getIndexType());
+      Value group = l.div(lane, lanes);
+      Value sub = l.rem(lane, lanes);
+      l.loop(zero, blocks, blocksPerPass, [&](Value firstBlock) {
+        Value blockIndex = l.add(firstBlock, group);
+        Value scale = simtScale(blockIndex, sub, blocks);
+        convertChunk(blockIndex, sub, scale);
+      });
+      return;
+    }
+    l.loop(zero, blocks, blocksPerPass, [&](Value firstBlock) {
+      l.loop(zero, l.index(blocksPerPass), 1, [&](Value group) {
+        Value blockIndex = l.add(firstBlock, group);
+        l.when(l.less(blockIndex, blocks), [&] {
+          Value scale = lanesScale(blockIndex);
+          l.loop(zero, l.index(lanes), 1, [&](Value sub) { convertChunk(blockIndex, sub, scale); });
+        });
+      });
+    });
+  }
+
+  // SIMT: every lane of the group computes the block's scale; lane 0 of the
+  // group stores it (quantize) or every lane loads it (dequantize).
+  Value simtScale(Value blockIndex, Value sub, Value blocks) {
+    if (!shape.scaled) return Value();
+    Value live = l.less(blockIndex, blocks);
+    if (!quantize) return l.select(live, scaleType(), [&] { return loadScale(blockIndex); }, zeroScale());
+    Value amax = ep::LaneReduceOp::create(l.b, l.b.getF32Type(), ep::ReduceKind::max,
+                                          chunkAmax(blockIndex, sub), uint64_t(lanesPerBlock()));
+    Value scale = scaleFromAmax(amax);
+    Value first = arith::CmpIOp::create(l.b, arith::CmpIPredicate::eq, sub, l.index(0));
+    l.when(arith::AndIOp::create(l.b, first, live), [&] { storeScale(blockIndex, scale); });
+    return scale;
+  }
+
+  // Lanes: the group's lanes combine their partial amax in lane order.
+  Value lanesScale(Value blockIndex) {
+    if (!shape.scaled) return Value();
+    if (!quantize) return loadScale(blockIndex);
+    Value amax = l.fold(l.index(0), l.index(lanesPerBlock()), 1, l.f32(0.0f), [&](Value sub, Value acc) {
+      return l.combine(ep::ReduceKind::max, acc, chunkAmax(blockIndex, sub));
+    });
+    Value scale = scaleFromAmax(amax);
+    storeScale(blockIndex, scale);
+    return scale;
+  }
+};
+
+template <typename OpT>
+void lowerConversion(OpT op, Lowering& l, bool quantize) {
+  ConversionShape<OpT> shape = shapeOf(op, quantize);
+  const bool aligned = isKnownMultipleOf(shape.valuesOffset, kConvertChunk) &&
+                       isKnownMultipleOf(shape.codesOffset, shape.fp4 ? kConvertChunk / 2 : kConvertChunk);
+  ConversionLowering<OpT>{l, op, quantize, shape, aligned}.lower();
+}
+
+// ------------------------------------------------------------ row copy, accumulate
+
+// Chunks of 16 bytes of the source element type, lane i taking chunks i, i+wave, ...
+void forEachLaneChunk(Lowering& l, Value count, int64_t chunk, llvm::function_ref<void(Value start, Value n)> body) {
+  const int64_t wave = l.target.wave_size;
+  Value chunks = l.ceilDiv(count, chunk);
+  Value zero = l.index(0);
+  auto atChunk = [&](Value chunkIndex) {
+    Value start = l.mul(chunkIndex, chunk);
+    body(start, l.chunkCount(start, count, chunk));
+  };
+  if (l.simt()) {
+    Value lane = ep::LaneIdOp::create(l.b, l.b.getIndexType());
+    l.loop(zero, chunks, wave, [&](Value first) { atChunk(l.add(first, lane)); });
+    return;
+  }
+  l.loop(zero, chunks, wave, [&](Value first) {
+    l.loop(zero, l.index(wave), 1, [&](Value lane) {
+      Value chunkIndex = l.add(first, lane);
+      l.when(l.less(chunkIndex, chunks), [&] { atChunk(chunkIndex); });
+    });
+  });
+}
+
+int64_t rowChunk(Value src) { return 16 / elementBytes(ep::elementTypeOf(src)); }
+
+void lowerCopy(ep::WarpCopyRowOp op, Lowering& l) {
+  const int64_t chunk = rowChunk(op.getSrc());
+  const bool aligned = isKnownMultipleOf(op.getSrcOffset(), chunk) && isKnownMultipleOf(op.getDstOffset(), chunk);
+  forEachLaneChunk(l, op.getCount(), chunk, [&](Value start, Value n) {
+    ep::LaneCopyChunkOp::create(l.b, op.getSrc(), l.add(op.getSrcOffset(), start), op.getDst(),
+                                l.add(op.getDstOffset(), start), n, l.b.getI64IntegerAttr(chunk),
+                                l.b.getBoolAttr(aligned));
+  });
+}
+
+void lowerAccumulate(ep::WarpAccumulateOp op, Lowering& l) {
+  const int64_t chunk = rowChunk(op.getSrc());
+  const bool aligned = isKnownMultipleOf(op.getSrcOffset(), chunk) && isKnownMultipleOf(op.getAccOffset(), chunk);
+  Value weight = op.getWeight() ? op.getWeight() : l.f32(1.0f);
+  forEachLaneChunk(l, op.getCount(), chunk, [&](Value start, Value n) {
+    ep::LaneAccumulateChunkOp::create(l.b, op.getSrc(), l.add(op.getSrcOffset(), start), op.getAcc(),
+                                      l.add(op.getAccOffset(), start), n, weight, l.b.getI64IntegerAttr(chunk),
+                                      l.b.getBoolAttr(aligned));
+  });
+}
+
+// ------------------------------------------------------------ row reduction
+
+// One lane's partial: its chunks lane, lane + wave, ... combined in order.
+Value lanePartial(ep::WarpReduceOp op, Lowering& l, Value lane, int64_t chunk) {
+  const ep::ReduceKind kind = op.getKind();
+  Value chunks = l.ceilDiv(op.getCount(), chunk);
+  return l.fold(l.index(0), chunks, l.target.wave_size, l.identity(kind), [&](Value first, Value acc) {
+    Value start = l.mul(l.add(first, lane), chunk);
+    Value n = l.chunkCount(start, op.getCount(), chunk);
+    Value partial = ep::LaneChunkReduceOp::create(l.b, l.b.getF32Type(), op.getKindAttr(), op.getSrc(),
+                                                  l.add(op.getOffset(), start), n, l.b.getI64IntegerAttr(chunk));
+    return l.combine(kind, acc, partial);
+  });
+}
+
+Value lowerReduce(ep::WarpReduceOp op, Lowering& l) {
+  const int64_t chunk = rowChunk(op.getSrc());
+  const int64_t wave = l.target.wave_size;
+  const ep::ReduceKind kind = op.getKind();
+  if (l.simt()) {
+    Value lane = ep::LaneIdOp::create(l.b, l.b.getIndexType());
+    return ep::LaneReduceOp::create(l.b, l.b.getF32Type(), op.getKindAttr(), lanePartial(op, l, lane, chunk),
+                                    l.b.getI64IntegerAttr(wave));
+  }
+  if (kind != ep::ReduceKind::sum) {
+    // max is exact in any order: combine the lanes' partials in lane order.
+    return l.fold(l.index(0), l.index(wave), 1, l.identity(kind), [&](Value lane, Value acc) {
+      return l.combine(kind, acc, lanePartial(op, l, lane, chunk));
+    });
+  }
+  // A float sum depends on order: replay the SIMT butterfly, in which every
+  // lane ends with v[i] + v[i ^ h] for h = wave/2, ..., 1.
+  SmallVector<Value> values;
+  for (int64_t lane = 0; lane < wave; ++lane) values.push_back(lanePartial(op, l, l.index(lane), chunk));
+  for (int64_t h = wave / 2; h >= 1; h /= 2) {
+    SmallVector<Value> next;
+    for (int64_t lane = 0; lane < wave; ++lane) next.push_back(l.combine(kind, values[lane], values[lane ^ h]));
+    values = std::move(next);
+  }
+  return values.front();
+}
+
+struct EpLowerWarpOps : impl::EpLowerWarpOpsBase<EpLowerWarpOps> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    const TargetInfo* target = requireModuleTarget(module, getArgument());
+    if (!target) return signalPassFailure();
+
+    SmallVector<Operation*> warpOps;
+    module.walk([&](Operation* op) {
+      if (isa<ep::WarpQuantizeOp, ep::WarpDequantizeOp, ep::WarpCopyRowOp, ep::WarpAccumulateOp, ep::WarpReduceOp>(
+              op))
+        warpOps.push_back(op);
+    });
+    for (Operation* op : warpOps) {
+      if (auto quantize = dyn_cast<ep::WarpQuantizeOp>(op); quantize && !quantize.getMethod()) {
+        op->emitError() << "no conversion method: run ep-lower-numerics before ep-lower-warp-ops";
+        return signalPassFailure();
+      }
+      if (auto dequantize = dyn_cast<ep::WarpDequantizeOp>(op); dequantize && !dequantize.getMethod()) {
+        op->emitError() << "no conversion method: run ep-lower-numerics before ep-lower-warp-ops";
+        return signalPassFailure();
+      }
+      ImplicitLocOpBuilder builder(op->getLoc(), op);
+      Lowering lowering{builder, *target};
+      if (auto quantize = dyn_cast<ep::WarpQuantizeOp>(op)) lowerConversion(quantize, lowering, true);
+      if (auto dequantize = dyn_cast<ep::WarpDequantizeOp>(op)) lowerConversion(dequantize, lowering, false);
+      if (auto copy = dyn_cast<ep::WarpCopyRowOp>(op)) lowerCopy(copy, lowering);
+      if (auto accumulate = dyn_cast<ep::WarpAccumulateOp>(op)) lowerAccumulate(accumulate, lowering);
+      if (auto reduce = dyn_cast<ep::WarpReduceOp>(op)) reduce.getResult().replaceAllUsesWith(lowerReduce(reduce, lowering));
+      op->erase();
+    }
+    module->setAttr(ep::EpDialect::kLoweringAttrName,
+                    StringAttr::get(&getContext(), target->lanes == LaneExecution::Simt ? "simt" : "lanes"));
+  }
+};
+
+}  // namespace
+}  // namespace epjit

@@ -1,0 +1,153 @@
+// ep-specialize: bind template parameters to constants, then fold.
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "llvm/ADT/StringMap.h"
+
+#include "epjit/Compiler/Passes.h"
+#include "epjit/Dialect/Ep/EpOps.h"
+
+namespace epjit {
+#define GEN_PASS_DEF_EPSPECIALIZE
+#include "epjit/Compiler/Passes.h.inc"
+
+namespace {
+
+using namespace mlir;
+
+constexpr llvm::StringLiteral kWarpsPerBlock = "warps_per_block";
+
+std::string parameterList(ModuleOp module) {
+  std::string names;
+  for (auto param : module.getOps<ep::ParamOp>()) {
+    if (!names.empty()) names += ", ";
+    names += param.getSymName().str();
+  }
+  return names.empty() ? std::string("none") : names;
+}
+
+// Parses `text` as a value of the parameter's type; emits an error naming the
+// parameter and the expected form when it is not one.
+FailureOr<TypedAttr> parseBinding(ep::ParamOp param, StringRef text) {
+  Builder builder(param.getContext());
+  Type type = param.getType();
+  if (type.isInteger(1)) {
+    if (text == "true" || text == "1") return TypedAttr(builder.getBoolAttr(true));
+    if (text == "false" || text == "0") return TypedAttr(builder.getBoolAttr(false));
+    return param.emitError() << "parameter '" << param.getSymName() << "' takes true or false; got '" << text
+                             << "'";
+  }
+  int64_t value = 0;
+  if (text.getAsInteger(0, value)) {
+    return param.emitError() << "parameter '" << param.getSymName() << "' takes an integer (" << type
+                             << "); got '" << text << "'";
+  }
+  if (type.isInteger(32) && (value < INT32_MIN || value > INT32_MAX))
+    return param.emitError() << "parameter '" << param.getSymName() << "' is an i32; " << value
+                             << " does not fit";
+  return TypedAttr(builder.getIntegerAttr(type, value));
+}
+
+LogicalResult checkConstraints(ep::ParamOp param, TypedAttr value) {
+  auto integer = dyn_cast<IntegerAttr>(value);
+  if (!integer || param.getType().isInteger(1)) return success();
+  const int64_t v = integer.getValue().getSExtValue();
+  if (auto min = param.getMin(); min && v < *min)
+    return param.emitError() << "parameter '" << param.getSymName() << "' = " << v << " is below its minimum "
+                             << *min;
+  if (auto multiple = param.getMultipleOf(); multiple && v % *multiple != 0)
+    return param.emitError() << "parameter '" << param.getSymName() << "' = " << v
+                             << " must be a multiple of " << *multiple;
+  return success();
+}
+
+void foldModule(ModuleOp module) {
+  MLIRContext* context = module.getContext();
+  RewritePatternSet patterns(context);
+  for (Dialect* dialect : context->getLoadedDialects()) dialect->getCanonicalizationPatterns(patterns);
+  for (RegisteredOperationName op : context->getRegisteredOperations())
+    op.getCanonicalizationPatterns(patterns, context);
+  (void)applyPatternsGreedily(module, std::move(patterns));
+}
+
+struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    llvm::StringMap<std::string> requested;
+    for (const std::string& binding : bindings) {
+      auto [key, value] = StringRef(binding).split('=');
+      if (key.empty() || value.empty() || !StringRef(binding).contains('=')) {
+        module.emitError() << "binding '" << binding << "' is not KEY=VALUE";
+        return signalPassFailure();
+      }
+      requested[key.trim()] = value.trim().str();
+    }
+
+    if (failed(bindGeometry(module, requested))) return signalPassFailure();
+
+    llvm::StringMap<TypedAttr> values;
+    for (auto param : module.getOps<ep::ParamOp>()) {
+      TypedAttr value;
+      if (auto it = requested.find(param.getSymName()); it != requested.end()) {
+        FailureOr<TypedAttr> parsed = parseBinding(param, it->second);
+        if (failed(parsed)) return signalPassFailure();
+        value = *parsed;
+        requested.erase(it);
+      } else if (auto fallback = param.getDefaultValueAttr()) {
+        value = fallback;
+      } else {
+        param.emitError() << "parameter '" << param.getSymName() << "' is not bound: pass "
+                          << param.getSymName() << "=VALUE (" << param.getType() << ")";
+        return signalPassFailure();
+      }
+      if (failed(checkConstraints(param, value))) return signalPassFailure();
+      values[param.getSymName()] = value;
+    }
+    for (const auto& unknown : requested) {
+      module.emitError() << "unknown parameter '" << unknown.getKey()
+                         << "'; this template's parameters are: " << parameterList(module);
+      return signalPassFailure();
+    }
+
+    module.walk([&](ep::ParamValueOp read) {
+      OpBuilder builder(read);
+      auto constant = arith::ConstantOp::create(builder, read.getLoc(), values[read.getParam()]);
+      read.replaceAllUsesWith(constant.getResult());
+      read.erase();
+    });
+
+    SmallVector<NamedAttribute> record;
+    for (auto param : llvm::make_early_inc_range(module.getOps<ep::ParamOp>())) {
+      record.emplace_back(param.getSymNameAttr(), values[param.getSymName()]);
+      param.erase();
+    }
+    module->setAttr(ep::EpDialect::kSpecializationAttrName, DictionaryAttr::get(&getContext(), record));
+    foldModule(module);
+  }
+
+  // `warps_per_block=N` (unless a parameter has that name) sets every kernel's geometry.
+  LogicalResult bindGeometry(ModuleOp module, llvm::StringMap<std::string>& requested) {
+    auto it = requested.find(kWarpsPerBlock);
+    if (it == requested.end()) return success();
+    for (auto param : module.getOps<ep::ParamOp>())
+      if (param.getSymName() == kWarpsPerBlock) return success();
+    int64_t warps = 0;
+    if (StringRef(it->second).getAsInteger(0, warps) || warps < 1 || warps > 32) {
+      return module.emitError() << "warps_per_block takes an integer in [1, 32]; got '" << it->second << "'";
+    }
+    Builder builder(module.getContext());
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (!func->hasAttr(ep::EpDialect::kKernelAttrName)) continue;
+      func->setAttr(ep::EpDialect::kKernelAttrName,
+                    builder.getDictionaryAttr(builder.getNamedAttr(kWarpsPerBlock, builder.getI64IntegerAttr(warps))));
+    }
+    requested.erase(it);
+    return success();
+  }
+};
+
+}  // namespace
+}  // namespace epjit

@@ -1,0 +1,140 @@
+// AMD GPU primitives (SIMT): geometry, cross-lane reductions, warp-uniform
+// atomics, fences, bounded waits and the block barrier, from clang's AMDGPU
+// builtins alone (no HIP headers: code objects build with -nogpuinc).
+// The including prelude defines EPJIT_WAVE_SIZE.
+#pragma once
+
+#include "epjit/targets/common/chunks.h"
+
+// Kernel attributes, for builds without the HIP headers (-nogpuinc); hipRTC
+// and hipcc define them already.
+#ifndef __global__
+#define __global__ __attribute__((global))
+#endif
+#ifndef __launch_bounds__
+#define __launch_bounds__(threads) __attribute__((amdgpu_flat_work_group_size(1, threads)))
+#endif
+
+#ifndef EPJIT_WAVE_SIZE
+#error "include a target prelude (epjit/targets/<target>/prelude.h), which sets EPJIT_WAVE_SIZE"
+#endif
+
+namespace epjit {
+
+inline constexpr int kWaveSize = EPJIT_WAVE_SIZE;
+
+EPJIT_DEVICE size_t lane_id() { return __builtin_amdgcn_workitem_id_x() % kWaveSize; }
+EPJIT_DEVICE size_t warp_index() { return __builtin_amdgcn_workitem_id_x() / kWaveSize; }
+EPJIT_DEVICE size_t warps_per_block() { return __builtin_amdgcn_workgroup_size_x() / kWaveSize; }
+EPJIT_DEVICE size_t block_index() { return __builtin_amdgcn_workgroup_id_x(); }
+EPJIT_DEVICE size_t block_count() {
+  return __builtin_amdgcn_grid_size_x() / __builtin_amdgcn_workgroup_size_x();
+}
+EPJIT_DEVICE size_t global_warp_index() { return block_index() * warps_per_block() + warp_index(); }
+EPJIT_DEVICE size_t global_warp_count() { return block_count() * warps_per_block(); }
+
+namespace amdgcn {
+
+EPJIT_DEVICE float shuffle_xor(float value, int mask) {
+  const int source = int(lane_id()) ^ mask;
+  return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute(source << 2, __builtin_bit_cast(int, value)));
+}
+
+template <typename T>
+EPJIT_DEVICE T broadcast_first_lane(T value) {
+  if constexpr (sizeof(T) == 8) {
+    const uint64_t bits = __builtin_bit_cast(uint64_t, value);
+    const uint32_t lo = __builtin_amdgcn_readfirstlane(uint32_t(bits));
+    const uint32_t hi = __builtin_amdgcn_readfirstlane(uint32_t(bits >> 32));
+    return __builtin_bit_cast(T, (uint64_t(hi) << 32) | lo);
+  } else {
+    return __builtin_bit_cast(T, __builtin_amdgcn_readfirstlane(__builtin_bit_cast(int32_t, value)));
+  }
+}
+
+template <Scope S>
+constexpr int hip_scope() {
+  return S == Scope::Workgroup ? __HIP_MEMORY_SCOPE_WORKGROUP
+                               : (S == Scope::Agent ? __HIP_MEMORY_SCOPE_AGENT : __HIP_MEMORY_SCOPE_SYSTEM);
+}
+
+template <Order O>
+constexpr int c_order() {
+  return O == Order::Relaxed ? __ATOMIC_RELAXED
+                             : (O == Order::Acquire ? __ATOMIC_ACQUIRE
+                                                    : (O == Order::Release ? __ATOMIC_RELEASE : __ATOMIC_ACQ_REL));
+}
+
+}  // namespace amdgcn
+
+// Butterfly over aligned groups of Group lanes: lane i combines with i ^ h for
+// h = Group/2, ..., 1, so every lane of a group ends with the same value.
+template <Reduce K, int Group>
+EPJIT_DEVICE float lane_reduce(float value) {
+#pragma unroll
+  for (int h = Group / 2; h > 0; h /= 2) value = combine<K>(value, amdgcn::shuffle_xor(value, h));
+  return value;
+}
+
+// Warp-uniform atomics: lane 0 performs the one atomic, every lane gets its result.
+template <Scope S, Order O, typename T>
+EPJIT_DEVICE T warp_atomic_add(T* address, T value) {
+  T old = 0;
+  if (lane_id() == 0) old = __hip_atomic_fetch_add(address, value, amdgcn::c_order<O>(), amdgcn::hip_scope<S>());
+  return amdgcn::broadcast_first_lane(old);
+}
+
+template <Scope S, Order O, typename T>
+EPJIT_DEVICE T warp_atomic_max(T* address, T value) {
+  T old = 0;
+  if (lane_id() == 0) old = __hip_atomic_fetch_max(address, value, amdgcn::c_order<O>(), amdgcn::hip_scope<S>());
+  return amdgcn::broadcast_first_lane(old);
+}
+
+template <Scope S, Order O, typename T>
+EPJIT_DEVICE T warp_atomic_exchange(T* address, T value) {
+  T old = 0;
+  if (lane_id() == 0) old = __hip_atomic_exchange(address, value, amdgcn::c_order<O>(), amdgcn::hip_scope<S>());
+  return amdgcn::broadcast_first_lane(old);
+}
+
+template <Scope S, Order O, typename T>
+EPJIT_DEVICE T atomic_load(T* address) {
+  return __hip_atomic_load(address, amdgcn::c_order<O>(), amdgcn::hip_scope<S>());
+}
+
+template <Scope S, Order O, typename T>
+EPJIT_DEVICE void warp_atomic_store(T* address, T value) {
+  if (lane_id() == 0) __hip_atomic_store(address, value, amdgcn::c_order<O>(), amdgcn::hip_scope<S>());
+}
+
+template <Scope S, Order O>
+EPJIT_DEVICE void fence() {
+  if constexpr (S == Scope::Workgroup) __builtin_amdgcn_fence(amdgcn::c_order<O>(), "workgroup");
+  else if constexpr (S == Scope::Agent) __builtin_amdgcn_fence(amdgcn::c_order<O>(), "agent");
+  else __builtin_amdgcn_fence(amdgcn::c_order<O>(), "");
+}
+
+// Lane 0 polls; the outcome is broadcast. On timeout lane 0 stores Code into
+// *error at system scope so the host can read it; the warp never hangs.
+template <Until U, Scope S, long long MaxSpins, int Code, typename T>
+EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error) {
+  int ok = 0;
+  if (lane_id() == 0) {
+    for (long long spin = 0; spin < MaxSpins && !ok; ++spin) {
+      const T seen = __hip_atomic_load(flag, __ATOMIC_ACQUIRE, amdgcn::hip_scope<S>());
+      ok = (U == Until::EQ && seen == value) || (U == Until::NE && seen != value) || (U == Until::GE && seen >= value);
+      if (!ok) __builtin_amdgcn_s_sleep(1);
+    }
+    if (!ok) __hip_atomic_store(error, Code, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+  }
+  return amdgcn::broadcast_first_lane(ok) != 0;
+}
+
+EPJIT_DEVICE void block_barrier() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
+
+}  // namespace epjit

@@ -1,0 +1,76 @@
+// Shared by every target prelude: attributes, the enums emitted code names,
+// the symmetric window, reductions and the scale rules (numerics.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "epjit/numerics.h"
+
+// Functions that run on the device only (GPU preludes) or on host and device.
+#if defined(__NVCC__) || defined(__CUDACC_RTC__)
+#define EPJIT_DEVICE __device__ __forceinline__
+#elif defined(__HIP__) || defined(__CUDA__)
+#define EPJIT_DEVICE __attribute__((device)) __attribute__((always_inline)) inline
+#else
+#define EPJIT_DEVICE inline
+#endif
+#define EPJIT_HD EPJIT_HOST_DEVICE inline
+
+namespace epjit {
+
+enum class Scope : int { Workgroup, Agent, System };
+enum class Order : int { Relaxed, Acquire, Release, AcqRel };
+enum class Reduce : int { Max, AbsMax, Sum };
+enum class Until : int { EQ, NE, GE };
+
+// The local rank's view of a symmetric window: region r of rank p's copy
+// starts at peer_base[p] + region_offset[r]. Filled by the runtime.
+inline constexpr int kMaxWindowRegions = 16;
+inline constexpr int kMaxWindowPeers = 64;
+struct Window {
+  uint64_t region_offset[kMaxWindowRegions];
+  char* peer_base[kMaxWindowPeers];
+};
+
+template <typename T, int Region>
+EPJIT_HD T* peer_ptr(const Window* window, size_t rank, size_t offset) {
+  return reinterpret_cast<T*>(window->peer_base[rank] + window->region_offset[Region]) + offset;
+}
+
+template <Reduce K>
+EPJIT_HD float reduce_identity() {
+  return K == Reduce::Max ? numerics_detail::float_of(0xFF800000u) : 0.0f;  // -inf, or 0
+}
+
+// Combines two partial reductions. max and absmax propagate NaN (a NaN
+// anywhere makes the result NaN), like numerics.h's block_amax.
+template <Reduce K>
+EPJIT_HD float combine(float a, float b) {
+  if constexpr (K == Reduce::Sum) {
+    return a + b;
+  } else {
+    return (b > a || numerics_detail::is_nan(b)) ? b : a;
+  }
+}
+
+template <MxElement E>
+EPJIT_HD int8_t mx_scale_byte(float amax) {
+  return static_cast<int8_t>(mx_scale_from_amax(amax, E));
+}
+
+template <Fp8Format F>
+EPJIT_HD float blockwise_scale(float amax) {
+  return fp8_blockwise_scale_from_amax(amax, F);
+}
+
+// Row elements: bf16 rows are uint16_t bit patterns.
+EPJIT_HD float load_value(const uint16_t* p, size_t i) { return decode_bf16(p[i]); }
+EPJIT_HD float load_value(const float* p, size_t i) { return p[i]; }
+EPJIT_HD void store_value(uint16_t* p, size_t i, float v) { p[i] = encode_bf16(v); }
+EPJIT_HD void store_value(float* p, size_t i, float v) { p[i] = v; }
+
+EPJIT_HD float e8m0_as_float(int8_t scale) { return decode_e8m0(static_cast<uint8_t>(scale)); }
+EPJIT_HD bool e8m0_is_nan(int8_t scale) { return static_cast<uint8_t>(scale) == kE8M0NaN; }
+
+}  // namespace epjit

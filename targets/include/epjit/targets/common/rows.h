@@ -1,0 +1,126 @@
+// Loading and storing one lane's chunk of a row (host and device). Full
+// chunks whose addresses the compiler proved aligned (Aligned) use 16-byte
+// accesses; partial chunks go element by element. Arrays are indexed with
+// constants only after unrolling, so they live in registers (no scratch).
+#pragma once
+
+#include "epjit/targets/common/base.h"
+
+namespace epjit {
+
+struct alignas(16) Vec16 {
+  uint32_t w[4];
+};
+struct alignas(8) Vec8 {
+  uint32_t w[2];
+};
+
+// x[0..8) <- src[0..n), zero-filled past n.
+template <bool Aligned>
+EPJIT_HD void load_chunk8(const uint16_t* src, size_t n, float (&x)[8]) {
+  if (Aligned && n == 8) {
+    const Vec16 v = *reinterpret_cast<const Vec16*>(src);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      x[2 * k] = decode_bf16(static_cast<uint16_t>(v.w[k] & 0xFFFFu));
+      x[2 * k + 1] = decode_bf16(static_cast<uint16_t>(v.w[k] >> 16));
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) x[i] = size_t(i) < n ? decode_bf16(src[i]) : 0.0f;
+}
+
+template <bool Aligned>
+EPJIT_HD void load_chunk8(const float* src, size_t n, float (&x)[8]) {
+  if (Aligned && n == 8) {
+    const Vec16 a = reinterpret_cast<const Vec16*>(src)[0];
+    const Vec16 b = reinterpret_cast<const Vec16*>(src)[1];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      x[k] = numerics_detail::float_of(a.w[k]);
+      x[4 + k] = numerics_detail::float_of(b.w[k]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) x[i] = size_t(i) < n ? src[i] : 0.0f;
+}
+
+// dst[0..n) <- x[0..n)
+template <bool Aligned>
+EPJIT_HD void store_chunk8(uint16_t* dst, size_t n, const float (&x)[8]) {
+  if (Aligned && n == 8) {
+    Vec16 v;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      v.w[k] = uint32_t(encode_bf16(x[2 * k])) | (uint32_t(encode_bf16(x[2 * k + 1])) << 16);
+    *reinterpret_cast<Vec16*>(dst) = v;
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    if (size_t(i) < n) dst[i] = encode_bf16(x[i]);
+}
+
+template <bool Aligned>
+EPJIT_HD void store_chunk8(float* dst, size_t n, const float (&x)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    if (size_t(i) < n) dst[i] = x[i];
+  (void)Aligned;
+}
+
+// Eight fp8 codes: two little-endian dwords.
+template <bool Aligned>
+EPJIT_HD void store_codes8(int8_t* dst, size_t n, uint32_t lo, uint32_t hi) {
+  if (Aligned && n == 8) {
+    *reinterpret_cast<Vec8*>(dst) = Vec8{{lo, hi}};
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    if (size_t(i) < n) dst[i] = static_cast<int8_t>(((i < 4 ? lo : hi) >> (8 * (i % 4))) & 0xFFu);
+}
+
+template <bool Aligned>
+EPJIT_HD void load_codes8(const int8_t* src, size_t n, uint32_t& lo, uint32_t& hi) {
+  if (Aligned && n == 8) {
+    const Vec8 v = *reinterpret_cast<const Vec8*>(src);
+    lo = v.w[0];
+    hi = v.w[1];
+    return;
+  }
+  lo = hi = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t byte = size_t(i) < n ? static_cast<uint8_t>(src[i]) : 0u;
+    if (i < 4) lo |= byte << (8 * i);
+    else hi |= byte << (8 * (i - 4));
+  }
+}
+
+// Eight fp4 codes: one dword of nibbles, element i in nibble i; a partial
+// chunk of n stores ceil(n / 2) bytes.
+template <bool Aligned>
+EPJIT_HD void store_nibbles8(int8_t* dst, size_t n, uint32_t packed) {
+  if (Aligned && n == 8) {
+    *reinterpret_cast<uint32_t*>(dst) = packed;
+    return;
+  }
+#pragma unroll
+  for (int b = 0; b < 4; ++b)
+    if (size_t(2 * b) < n) dst[b] = static_cast<int8_t>((packed >> (8 * b)) & 0xFFu);
+}
+
+template <bool Aligned>
+EPJIT_HD uint32_t load_nibbles8(const int8_t* src, size_t n) {
+  if (Aligned && n == 8) return *reinterpret_cast<const uint32_t*>(src);
+  uint32_t packed = 0;
+#pragma unroll
+  for (int b = 0; b < 4; ++b)
+    if (size_t(2 * b) < n) packed |= uint32_t(static_cast<uint8_t>(src[b])) << (8 * b);
+  return packed;
+}
+
+}  // namespace epjit

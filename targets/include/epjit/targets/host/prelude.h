@@ -1,0 +1,119 @@
+// The host target's prelude: generated kernels run on the CPU. A warp is one
+// CPU thread; lane work was lowered to loops of the carried target's wave
+// width (ep-lower-warp-ops, lanes mode), so nothing here is per lane. The
+// launcher calls NAME__epjit_host_entry(args, warp) once per warp, on the
+// thread that runs that warp.
+#pragma once
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "epjit/targets/common/chunks.h"
+
+namespace epjit {
+
+namespace host {
+
+// Where the calling warp is. The launcher owns the block barrier: every warp
+// of a block calls arrive_and_wait(barrier) at an ep.block_barrier.
+struct WarpContext {
+  uint32_t block;
+  uint32_t blocks;
+  uint32_t warp;
+  uint32_t warps_per_block;
+  void* barrier;
+  void (*arrive_and_wait)(void* barrier);
+};
+
+inline thread_local WarpContext current_warp{};
+
+inline void enter(const WarpContext* warp) { current_warp = *warp; }
+
+// Argument i of a launch, from the array of pointers to argument values.
+template <typename T>
+inline T arg(void** args, int index) {
+  T value;
+  std::memcpy(&value, args[index], sizeof(T));
+  return value;
+}
+
+constexpr std::memory_order memory_order(Order order) {
+  switch (order) {
+    case Order::Relaxed: return std::memory_order_relaxed;
+    case Order::Acquire: return std::memory_order_acquire;
+    case Order::Release: return std::memory_order_release;
+    case Order::AcqRel: return std::memory_order_acq_rel;
+  }
+  return std::memory_order_seq_cst;
+}
+
+}  // namespace host
+
+inline size_t warp_index() { return host::current_warp.warp; }
+inline size_t block_index() { return host::current_warp.block; }
+inline size_t block_count() { return host::current_warp.blocks; }
+inline size_t global_warp_index() {
+  return size_t(host::current_warp.block) * host::current_warp.warps_per_block + host::current_warp.warp;
+}
+inline size_t global_warp_count() {
+  return size_t(host::current_warp.blocks) * host::current_warp.warps_per_block;
+}
+
+inline void block_barrier() {
+  if (host::current_warp.arrive_and_wait) host::current_warp.arrive_and_wait(host::current_warp.barrier);
+}
+
+// Scopes do not matter between CPU threads: every atomic is system-wide.
+template <Scope S, Order O, typename T>
+inline T warp_atomic_add(T* address, T value) {
+  return std::atomic_ref<T>(*address).fetch_add(value, host::memory_order(O));
+}
+
+template <Scope S, Order O, typename T>
+inline T warp_atomic_max(T* address, T value) {
+  std::atomic_ref<T> ref(*address);
+  T old = ref.load(std::memory_order_relaxed);
+  while (old < value && !ref.compare_exchange_weak(old, value, host::memory_order(O), std::memory_order_relaxed)) {
+  }
+  return old;
+}
+
+template <Scope S, Order O, typename T>
+inline T warp_atomic_exchange(T* address, T value) {
+  return std::atomic_ref<T>(*address).exchange(value, host::memory_order(O));
+}
+
+template <Scope S, Order O, typename T>
+inline T atomic_load(T* address) {
+  return std::atomic_ref<T>(*address).load(host::memory_order(O));
+}
+
+template <Scope S, Order O, typename T>
+inline void warp_atomic_store(T* address, T value) {
+  std::atomic_ref<T>(*address).store(value, host::memory_order(O));
+}
+
+template <Scope S, Order O>
+inline void fence() {
+  std::atomic_thread_fence(host::memory_order(O));
+}
+
+// Polls flag with acquire loads until the predicate holds; after MaxSpins
+// failed polls stores Code into *error and returns false. Yields the CPU now
+// and then so waiting warps do not starve the ones they wait for.
+template <Until U, Scope S, long long MaxSpins, int Code, typename T>
+inline bool warp_wait_until(T* flag, T value, int32_t* error) {
+  std::atomic_ref<T> ref(*flag);
+  for (long long spin = 0; spin < MaxSpins; ++spin) {
+    const T seen = ref.load(std::memory_order_acquire);
+    if ((U == Until::EQ && seen == value) || (U == Until::NE && seen != value) ||
+        (U == Until::GE && seen >= value))
+      return true;
+    if ((spin & 63) == 63) std::this_thread::yield();
+  }
+  std::atomic_ref<int32_t>(*error).store(Code, std::memory_order_release);
+  return false;
+}
+
+}  // namespace epjit
