@@ -133,6 +133,7 @@ ToolResult readAmdResources(llvm::StringRef binary, std::vector<KernelResources>
     else if (line.starts_with(".agpr_count:")) current.agprs = int(metadataValue(line));
     else if (line.starts_with(".group_segment_fixed_size:")) current.ldsBytes = metadataValue(line);
     else if (line.starts_with(".private_segment_fixed_size:")) current.scratchBytes = metadataValue(line);
+    else if (line.starts_with(".wavefront_size:")) current.waveSize = int(metadataValue(line));
   }
   flush();
   readSymbolSizes(binary.str(), resources);
@@ -222,7 +223,7 @@ std::string formatResources(const TargetInfo& target, const std::vector<KernelRe
   for (const KernelResources& kernel : resources) {
     os << "; resources " << kernel.kernel << ":";
     if (target.vendor == Vendor::Amd) {
-      os << " vgpr " << kernel.vgprs << " sgpr " << kernel.sgprs << " agpr " << kernel.agprs << " lds "
+      os << " wave " << kernel.waveSize << " vgpr " << kernel.vgprs << " sgpr " << kernel.sgprs << " agpr " << kernel.agprs << " lds "
          << kernel.ldsBytes << " scratch " << kernel.scratchBytes;
     } else {
       os << " registers " << kernel.registers << " spill " << kernel.spillBytes << " stack " << kernel.stackBytes;

@@ -18,6 +18,14 @@ using namespace mlir;
 
 constexpr llvm::StringLiteral kWarpsPerBlock = "warps_per_block";
 
+// A type as written in IR (diagnostics quote types streamed into them).
+std::string typeName(Type type) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  type.print(os);
+  return text;
+}
+
 std::string parameterList(ModuleOp module) {
   std::string names;
   for (auto param : module.getOps<ep::ParamOp>()) {
@@ -40,8 +48,8 @@ FailureOr<TypedAttr> parseBinding(ep::ParamOp param, StringRef text) {
   }
   int64_t value = 0;
   if (text.getAsInteger(0, value)) {
-    return param.emitError() << "parameter '" << param.getSymName() << "' takes an integer (" << type
-                             << "); got '" << text << "'";
+    return param.emitError() << "parameter '" << param.getSymName() << "' takes an integer ("
+                             << typeName(type) << "); got '" << text << "'";
   }
   if (type.isInteger(32) && (value < INT32_MIN || value > INT32_MAX))
     return param.emitError() << "parameter '" << param.getSymName() << "' is an i32; " << value
@@ -100,7 +108,7 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
         value = fallback;
       } else {
         param.emitError() << "parameter '" << param.getSymName() << "' is not bound: pass "
-                          << param.getSymName() << "=VALUE (" << param.getType() << ")";
+                          << param.getSymName() << "=VALUE (" << typeName(param.getType()) << ")";
         return signalPassFailure();
       }
       if (failed(checkConstraints(param, value))) return signalPassFailure();

@@ -33,7 +33,7 @@ ToolResult disassemble(const TargetInfo& target, llvm::StringRef sourcePath, llv
 struct KernelResources {
   std::string kernel;
   // AMD: from the code object's metadata notes.
-  int vgprs = -1, sgprs = -1, agprs = -1;
+  int vgprs = -1, sgprs = -1, agprs = -1, waveSize = -1;
   int64_t ldsBytes = -1, scratchBytes = -1;
   // sm90: from ptxas -v.
   int registers = -1;
@@ -45,7 +45,8 @@ struct KernelResources {
 ToolResult readResources(const TargetInfo& target, llvm::StringRef sourcePath, llvm::StringRef binaryPath,
                          std::vector<KernelResources>& resources);
 
-// One line per kernel, e.g. "quantize_mxfp4: vgpr 24 sgpr 18 agpr 0 lds 0 scratch 0 code 1234".
+// One line per kernel, e.g.
+// "; resources quantize_mxfp4: wave 64 vgpr 24 sgpr 18 agpr 0 lds 0 scratch 0 code 1234".
 std::string formatResources(const TargetInfo& target, const std::vector<KernelResources>& resources);
 
 }  // namespace epjit::compiler

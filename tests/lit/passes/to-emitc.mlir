@@ -1,0 +1,52 @@
+// ep-to-emitc: kernels become extern "C" functions calling the target's
+// prelude; GPUs get __global__ and launch bounds of warps * wave, the host
+// an argument-array entry point.
+// RUN: epjit-opt %s --ep-check-target=target=gfx942 --ep-lower-numerics --ep-lower-warp-ops --ep-to-emitc | FileCheck %s --check-prefixes=CHECK,GFX942
+// RUN: epjit-opt %s --ep-check-target=target=gfx950 --ep-lower-numerics --ep-lower-warp-ops --ep-to-emitc | FileCheck %s --check-prefixes=CHECK,GFX950
+// RUN: epjit-opt %s --ep-check-target=target=gfx1250 --ep-lower-numerics --ep-lower-warp-ops --ep-to-emitc | FileCheck %s --check-prefixes=CHECK,GFX1250
+// RUN: epjit-opt %s --ep-check-target=target=sm90 --ep-lower-numerics --ep-lower-warp-ops --ep-to-emitc | FileCheck %s --check-prefixes=CHECK,SM90
+// RUN: epjit-opt %s --ep-check-target=target=host --ep-lower-numerics --ep-lower-warp-ops --ep-to-emitc | FileCheck %s --check-prefixes=CHECK,HOST
+// RUN: not epjit-opt %s --ep-check-target=target=host --ep-to-emitc 2>&1 | FileCheck %s --check-prefix=ORDER
+
+// ORDER: error: ep-to-emitc needs lane primitives: run ep-lower-warp-ops first
+// GFX942: emitc.include "epjit/targets/gfx942/prelude.h"
+// GFX950: emitc.include "epjit/targets/gfx950/prelude.h"
+// GFX1250: emitc.include "epjit/targets/gfx1250/prelude.h"
+// SM90: emitc.include "epjit/targets/sm90/prelude.h"
+// HOST: emitc.include "epjit/targets/host/prelude.h"
+ep.window_region @recv_tokens
+ep.window_region @recv_counts
+
+// CHECK-LABEL: emitc.func @kernel
+// CHECK-SAME: (%{{.*}}: !emitc.ptr<ui16>, %{{.*}}: !emitc.ptr<i8>, %{{.*}}: !emitc.ptr<i32>, %{{.*}}: !emitc.ptr<!emitc.opaque<"const epjit::Window">>, %{{.*}}: !emitc.size_t)
+// GFX942-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(128)"]
+// GFX950-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(128)"]
+// GFX1250-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(64)"]
+// SM90-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(64)"]
+// HOST-SAME: specifiers = ["extern \22C\22"]
+// CHECK: call_opaque "epjit::global_warp_index"()
+// CHECK: call_opaque "epjit::peer_ptr"({{.*}}) {template_args = [#emitc.opaque<"uint16_t">, #emitc.opaque<"1">]}
+// CHECK: call_opaque "epjit::warp_atomic_add"({{.*}}) {template_args = [#emitc.opaque<"epjit::Scope::System">, #emitc.opaque<"epjit::Order::AcqRel">]}
+// CHECK: call_opaque "epjit::warp_wait_until"({{.*}}) {template_args = [#emitc.opaque<"epjit::Until::GE">, #emitc.opaque<"epjit::Scope::System">, #emitc.opaque<"1000LL">, #emitc.opaque<"7">]}
+// CHECK: call_opaque "epjit::fence"() {template_args = [#emitc.opaque<"epjit::Scope::Agent">, #emitc.opaque<"epjit::Order::Release">]}
+// GFX942: "epjit::prim::amdgcn_pk_fp8::quantize_fp8_chunk"{{.*}}#emitc.opaque<"epjit::Fp8Format::E4M3FNUZ">
+// GFX950: "epjit::prim::amdgcn_pk_fp8::quantize_fp8_chunk"{{.*}}#emitc.opaque<"epjit::Fp8Format::E4M3FN">
+// GFX1250: "epjit::prim::amdgcn_pk_fp8::quantize_fp8_chunk"{{.*}}#emitc.opaque<"epjit::Fp8Format::E4M3FN">
+// SM90: "epjit::prim::ptx_cvt_satfinite::quantize_fp8_chunk"{{.*}}#emitc.opaque<"epjit::Fp8Format::E4M3FN">
+// HOST: "epjit::prim::software::quantize_fp8_chunk"{{.*}}#emitc.opaque<"epjit::Fp8Format::E4M3FN">
+// HOST-LABEL: emitc.func @kernel__epjit_host_entry
+// HOST: call_opaque "epjit::host::enter"
+// HOST-COUNT-5: call_opaque "epjit::host::arg"
+// HOST: call @kernel(
+func.func @kernel(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %flags: !ep.ptr<i32>, %w: !ep.window, %n: index)
+    attributes {ep.kernel = {warps_per_block = 2 : i64}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : i32
+  %warp = ep.global_warp_index : index
+  %peer = ep.peer_ptr %w[%warp] @recv_counts[%c0] : !ep.ptr<bf16>
+  %old = ep.atomic_rmw add %flags[%c0], %c1 scope(system) order(acq_rel) : !ep.ptr<i32>
+  %ok = ep.wait_until %flags[%warp] ge %old scope(system) max_spins(1000) error(%flags[%c0], 7) : !ep.ptr<i32>, !ep.ptr<i32>
+  ep.fence scope(agent) order(release)
+  ep.warp.quantize %peer[%c0], %q[%c0], %n {format = #ep.fp8<target>} : !ep.ptr<bf16> -> !ep.ptr<i8>
+  return
+}

@@ -1,0 +1,37 @@
+// epjit-compile: listing, dumps, and one clear line for each kind of bad input.
+// RUN: epjit-compile --template list | FileCheck %s --check-prefix=LIST
+// RUN: rm -rf %t && epjit-compile --template quantize_fp8_blockwise --set hidden=256 --target gfx950 --emit hip --dump-stages %t -o %t.hip && ls %t | FileCheck %s --check-prefix=DUMP
+// RUN: epjit-compile --template quantize_fp8_direct --set hidden=64 --target gfx950 --emit mlir | FileCheck %s --check-prefix=MLIR
+// RUN: epjit-compile --input %epjit_src/templates/quantize_fp8_direct.mlir --set hidden=64 --target host --emit mlir --stop-after-stage=specialize | FileCheck %s --check-prefix=INPUT
+// RUN: not epjit-compile --template quantize_fp9 --set hidden=64 --target gfx950 2>&1 | FileCheck %s --check-prefix=UNKNOWN
+// RUN: not epjit-compile --template quantize_fp8_direct --target gfx950 2>&1 | FileCheck %s --check-prefix=MISSING
+// RUN: not epjit-compile --template quantize_fp8_direct --set hidden=lots --target gfx950 2>&1 | FileCheck %s --check-prefix=ILLTYPED
+// RUN: not epjit-compile --template quantize_mxfp4 --set hidden=7 --target gfx950 2>&1 | FileCheck %s --check-prefix=CONSTRAINT
+// RUN: not epjit-compile --template quantize_fp8_direct --set hidden=64 --target gfx90a 2>&1 | FileCheck %s --check-prefix=TARGET
+// RUN: not epjit-compile --template quantize_fp8_direct --set hidden=64 --target gfx950 --emit elf 2>&1 | FileCheck %s --check-prefix=EMIT
+// RUN: not epjit-compile --template quantize_fp8_direct --input x.mlir --target gfx950 2>&1 | FileCheck %s --check-prefix=BOTH
+// RUN: not epjit-compile --template quantize_fp8_direct --set hidden=64 2>&1 | FileCheck %s --check-prefix=NOTARGET
+
+// LIST: dequantize_fp8_blockwise
+// LIST: {{^}}quantize_mxfp4
+// LIST-NEXT: hidden : index (min 2, multiple_of 2)
+// LIST-NEXT: kernel @quantize_mxfp4 (warps_per_block 4)
+// DUMP: 0-template.mlir
+// DUMP-NEXT: 1-specialize.mlir
+// DUMP-NEXT: 2-check-target.mlir
+// DUMP-NEXT: 3-lower-numerics.mlir
+// DUMP-NEXT: 4-lower-warp-ops.mlir
+// DUMP-NEXT: 5-to-emitc.mlir
+// DUMP-NEXT: 6-emit.hip
+// MLIR: module attributes {ep.lowering = "simt", ep.specialization = {hidden = 64 : index}, ep.target = "gfx950"}
+// MLIR: ep.lane.quantize_chunk
+// INPUT: ep.specialization = {hidden = 64 : index}
+// INPUT: ep.warp.quantize
+// UNKNOWN: epjit-compile: error: unknown template 'quantize_fp9'; templates: dequantize_fp8_blockwise, dequantize_fp8_direct, dequantize_mxfp4, quantize_fp8_blockwise, quantize_fp8_direct, quantize_mxfp4
+// MISSING: error: parameter 'hidden' is not bound: pass hidden=VALUE (index)
+// ILLTYPED: error: parameter 'hidden' takes an integer (index); got 'lots'
+// CONSTRAINT: error: parameter 'hidden' = 7 must be a multiple of 2
+// TARGET: epjit-compile: error: unknown target 'gfx90a'; targets: gfx942, gfx950, gfx1250, sm90, host, host-gfx942, host-gfx950, host-gfx1250
+// EMIT: epjit-compile: error: --emit takes mlir, hip, bin or asm; got 'elf'
+// BOTH: epjit-compile: error: give exactly one of --template NAME and --input FILE.mlir
+// NOTARGET: epjit-compile: error: --target is required
