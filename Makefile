@@ -10,6 +10,7 @@ CTEST_ARGS ?=
 run: build
 	$(BUILD_DIR)/bin/epjit-info
 	@if [ -x $(BUILD_DIR)/bin/epjit-opt ]; then echo; $(BUILD_DIR)/bin/epjit-opt --version; fi
+	@if [ -x $(BUILD_DIR)/bin/epjit-compile ]; then echo; echo "Kernel templates:"; $(BUILD_DIR)/bin/epjit-compile --template list; fi
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
