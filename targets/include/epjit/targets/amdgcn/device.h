@@ -77,25 +77,31 @@ EPJIT_DEVICE float lane_reduce(float value) {
 }
 
 // Warp-uniform atomics: lane 0 performs the one atomic, every lane gets its result.
+namespace amdgcn {
+template <typename T, typename Atomic>
+EPJIT_DEVICE T on_first_lane(Atomic atomic) {
+  T old = 0;
+  if (lane_id() == 0) old = atomic();
+  return broadcast_first_lane(old);
+}
+}  // namespace amdgcn
+
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE T warp_atomic_add(T* address, T value) {
-  T old = 0;
-  if (lane_id() == 0) old = __hip_atomic_fetch_add(address, value, amdgcn::c_order<O>(), amdgcn::hip_scope<S>());
-  return amdgcn::broadcast_first_lane(old);
+  return amdgcn::on_first_lane<T>(
+      [&] { return __hip_atomic_fetch_add(address, value, amdgcn::c_order<O>(), amdgcn::hip_scope<S>()); });
 }
 
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE T warp_atomic_max(T* address, T value) {
-  T old = 0;
-  if (lane_id() == 0) old = __hip_atomic_fetch_max(address, value, amdgcn::c_order<O>(), amdgcn::hip_scope<S>());
-  return amdgcn::broadcast_first_lane(old);
+  return amdgcn::on_first_lane<T>(
+      [&] { return __hip_atomic_fetch_max(address, value, amdgcn::c_order<O>(), amdgcn::hip_scope<S>()); });
 }
 
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE T warp_atomic_exchange(T* address, T value) {
-  T old = 0;
-  if (lane_id() == 0) old = __hip_atomic_exchange(address, value, amdgcn::c_order<O>(), amdgcn::hip_scope<S>());
-  return amdgcn::broadcast_first_lane(old);
+  return amdgcn::on_first_lane<T>(
+      [&] { return __hip_atomic_exchange(address, value, amdgcn::c_order<O>(), amdgcn::hip_scope<S>()); });
 }
 
 template <Scope S, Order O, typename T>

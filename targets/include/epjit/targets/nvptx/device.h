@@ -105,40 +105,33 @@ using AtomicInt = typename AtomicIntOf<int(sizeof(T))>::type;
 
 }  // namespace nvptx
 
-template <Scope S, Order O, typename T>
-EPJIT_DEVICE T warp_atomic_add(T* address, T value) {
+namespace nvptx {
+// Lane 0 performs the one atomic between the order's fences; every lane gets its result.
+template <Scope S, Order O, typename T, typename Atomic>
+EPJIT_DEVICE T on_lane0(T* address, T value, Atomic atomic) {
   T old = 0;
   if (lane_id() == 0) {
-    nvptx::release_fence<S, O>();
-    old = static_cast<T>(nvptx::atomic_add<S>(reinterpret_cast<nvptx::AtomicInt<T>*>(address),
-                                              static_cast<nvptx::AtomicInt<T>>(value)));
-    nvptx::acquire_fence<S, O>();
+    release_fence<S, O>();
+    old = static_cast<T>(atomic(reinterpret_cast<AtomicInt<T>*>(address), static_cast<AtomicInt<T>>(value)));
+    acquire_fence<S, O>();
   }
-  return nvptx::broadcast_lane0(old);
+  return broadcast_lane0(old);
+}
+}  // namespace nvptx
+
+template <Scope S, Order O, typename T>
+EPJIT_DEVICE T warp_atomic_add(T* address, T value) {
+  return nvptx::on_lane0<S, O>(address, value, [](auto* p, auto v) { return nvptx::atomic_add<S>(p, v); });
 }
 
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE T warp_atomic_max(T* address, T value) {
-  T old = 0;
-  if (lane_id() == 0) {
-    nvptx::release_fence<S, O>();
-    old = static_cast<T>(nvptx::atomic_max<S>(reinterpret_cast<nvptx::AtomicInt<T>*>(address),
-                                              static_cast<nvptx::AtomicInt<T>>(value)));
-    nvptx::acquire_fence<S, O>();
-  }
-  return nvptx::broadcast_lane0(old);
+  return nvptx::on_lane0<S, O>(address, value, [](auto* p, auto v) { return nvptx::atomic_max<S>(p, v); });
 }
 
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE T warp_atomic_exchange(T* address, T value) {
-  T old = 0;
-  if (lane_id() == 0) {
-    nvptx::release_fence<S, O>();
-    old = static_cast<T>(nvptx::atomic_exchange<S>(reinterpret_cast<nvptx::AtomicInt<T>*>(address),
-                                                   static_cast<nvptx::AtomicInt<T>>(value)));
-    nvptx::acquire_fence<S, O>();
-  }
-  return nvptx::broadcast_lane0(old);
+  return nvptx::on_lane0<S, O>(address, value, [](auto* p, auto v) { return nvptx::atomic_exchange<S>(p, v); });
 }
 
 template <Scope S, Order O, typename T>

@@ -1,0 +1,52 @@
+// Every warp-uniform scalar operation (window addressing, atomics, waits,
+// fences, barriers) compiled to real binaries on every target. Atomics are
+// performed once per warp (lane 0) and their result broadcast.
+// RUN: epjit-compile --input %s --target gfx942 --emit asm | FileCheck %s --check-prefix=GFX942
+// RUN: epjit-compile --input %s --target gfx950 --emit asm | FileCheck %s --check-prefix=GFX950
+// RUN: epjit-compile --input %s --target gfx1250 --emit asm | FileCheck %s --check-prefix=GFX1250
+// RUN: epjit-compile --input %s --target sm90 --emit asm | FileCheck %s --check-prefix=SM90
+// RUN: epjit-compile --input %s --target host --emit asm | FileCheck %s --check-prefix=HOST
+
+// GFX942: {{flat|global}}_atomic_add
+// GFX942: global_atomic_smax
+// GFX942: global_atomic_swap
+// GFX942: global_atomic_add_x2
+// GFX942: s_sleep
+// GFX942: s_barrier
+// GFX942: ; resources sync_ops: wave 64 {{.*}} scratch 0 code
+// GFX950: {{flat|global}}_atomic_add
+// GFX950: ; resources sync_ops: wave 64 {{.*}} scratch 0 code
+// GFX1250: {{flat|global}}_atomic_add
+// GFX1250: ; resources sync_ops: wave 32 {{.*}} scratch 0 code
+// SM90: atom{{(.global)?}}.sys.add.u32
+// SM90: atom.global.sys.max.s32
+// SM90: atom.global.sys.exch.b32
+// SM90: membar.sys
+// SM90: nanosleep
+// SM90: bar.sync
+// SM90: ; resources sync_ops: registers
+// HOST: sync_ops__epjit_host_entry
+ep.window_region @recv_tokens
+ep.window_region @recv_counts
+
+func.func @sync_ops(%flags: !ep.ptr<i32>, %counters: !ep.ptr<i64>, %errors: !ep.ptr<i32>, %w: !ep.window,
+                %out: !ep.ptr<i32>) attributes {ep.kernel = {warps_per_block = 2 : i64}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %one = arith.constant 1 : i32
+  %big = arith.constant 1 : i64
+  %warp = ep.global_warp_index : index
+  %rank = ep.block_index : index
+  %peer = ep.peer_ptr %w[%rank] @recv_counts[%warp] : !ep.ptr<i32>
+  %slot = ep.atomic_rmw add %peer[%c0], %one scope(system) order(acq_rel) : !ep.ptr<i32>
+  %most = ep.atomic_rmw max %flags[%c1], %slot scope(system) order(relaxed) : !ep.ptr<i32>
+  %old = ep.atomic_rmw exchange %flags[%warp], %most scope(system) order(release) : !ep.ptr<i32>
+  %wide = ep.atomic_rmw add %counters[%c0], %big scope(agent) order(relaxed) : !ep.ptr<i64>
+  ep.fence scope(system) order(release)
+  ep.atomic_store %old, %flags[%c0] scope(system) order(release) : !ep.ptr<i32>
+  %ok = ep.wait_until %flags[%c1] ge %one scope(system) max_spins(100000) error(%errors[%c0], 3) : !ep.ptr<i32>, !ep.ptr<i32>
+  %seen = ep.atomic_load %flags[%c1] scope(agent) order(acquire) : !ep.ptr<i32>
+  ep.block_barrier
+  ep.store %seen, %out[%warp] : !ep.ptr<i32>
+  return
+}
