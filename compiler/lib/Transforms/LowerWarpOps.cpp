@@ -346,14 +346,14 @@ Value lowerReduce(ep::WarpReduceOp op, Lowering& l) {
   }
   // A float sum depends on order: replay the SIMT butterfly, in which every
   // lane ends with v[i] + v[i ^ h] for h = wave/2, ..., 1.
-  SmallVector<Value> values;
-  for (int64_t lane = 0; lane < wave; ++lane) values.push_back(lanePartial(op, l, l.index(lane), chunk));
+  std::vector<Value> values(static_cast<size_t>(wave));
+  for (int64_t lane = 0; lane < wave; ++lane) values[lane] = lanePartial(op, l, l.index(lane), chunk);
   for (int64_t h = wave / 2; h >= 1; h /= 2) {
-    SmallVector<Value> next;
-    for (int64_t lane = 0; lane < wave; ++lane) next.push_back(l.combine(kind, values[lane], values[lane ^ h]));
+    std::vector<Value> next(static_cast<size_t>(wave));
+    for (int64_t lane = 0; lane < wave; ++lane) next[lane] = l.combine(kind, values[lane], values[lane ^ h]);
     values = std::move(next);
   }
-  return values.front();
+  return values[0];
 }
 
 struct EpLowerWarpOps : impl::EpLowerWarpOpsBase<EpLowerWarpOps> {

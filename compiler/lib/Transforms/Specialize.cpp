@@ -61,10 +61,10 @@ LogicalResult checkConstraints(ep::ParamOp param, TypedAttr value) {
   auto integer = dyn_cast<IntegerAttr>(value);
   if (!integer || param.getType().isInteger(1)) return success();
   const int64_t v = integer.getValue().getSExtValue();
-  if (auto min = param.getMin(); min && v < *min)
+  if (auto min = param.getMin(); min && v < int64_t(*min))
     return param.emitError() << "parameter '" << param.getSymName() << "' = " << v << " is below its minimum "
                              << *min;
-  if (auto multiple = param.getMultipleOf(); multiple && v % *multiple != 0)
+  if (auto multiple = param.getMultipleOf(); multiple && v % int64_t(*multiple) != 0)
     return param.emitError() << "parameter '" << param.getSymName() << "' = " << v
                              << " must be a multiple of " << *multiple;
   return success();
