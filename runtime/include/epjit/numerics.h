@@ -12,10 +12,25 @@
 // point environment dependence except where a division is part of a rule.
 #pragma once
 
+#if defined(__CUDACC_RTC__)
+// NVRTC compiles without the C++ standard library headers: the fixed-width
+// types this header and the device preludes use, spelled out.
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+typedef unsigned long long uintptr_t;
+typedef decltype(sizeof(0)) size_t;
+#else
 #include <cstddef>
 #include <cstdint>
+#endif
 
-#if defined(__NVCC__)
+#if defined(__NVCC__) || defined(__CUDACC_RTC__)
 #define EPJIT_HOST_DEVICE __host__ __device__
 #elif defined(__CUDA__) || defined(__HIP__)
 // clang compiling CUDA or HIP, possibly with -nogpuinc (no __device__ macro).

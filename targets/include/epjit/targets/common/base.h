@@ -2,10 +2,7 @@
 // the symmetric window, reductions and the scale rules (numerics.h).
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-
-#include "epjit/numerics.h"
+#include "epjit/numerics.h"  // also the fixed-width types, under NVRTC too
 
 // Functions that run on the device only (GPU preludes) or on host and device.
 #if defined(__NVCC__) || defined(__CUDACC_RTC__)
