@@ -1,0 +1,48 @@
+// libepjit_kernel_source.so: the compiler behind the runtime's KernelSource
+// interface, as a C ABI. Nothing throws across it (the compiler is built
+// without exceptions); strings are malloc'd and freed by the library.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "llvm/ADT/StringRef.h"
+
+#include "epjit/Compiler/Pipeline.h"
+
+namespace {
+
+char* copy(const std::string& text) {
+  char* out = static_cast<char*>(std::malloc(text.size() + 1));
+  if (out) std::memcpy(out, text.c_str(), text.size() + 1);
+  return out;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int epjit_kernel_source_generate_v1(
+    const char* template_name, const char* bindings, const char* target, char** source, char** diagnostics) {
+  *source = nullptr;
+  *diagnostics = nullptr;
+  const epjit::compiler::Template* entry = epjit::compiler::findTemplate(template_name);
+  if (!entry) {
+    *diagnostics = copy(std::string("unknown template '") + template_name + "'");
+    return 1;
+  }
+  epjit::compiler::CompileOptions options;
+  options.target = target;
+  llvm::SmallVector<llvm::StringRef> lines;
+  llvm::StringRef(bindings).split(lines, '\n', -1, false);
+  for (llvm::StringRef line : lines) options.bindings.push_back(line.str());
+  epjit::compiler::CompileOutput output;
+  std::string error;
+  const std::string name = std::string(entry->name) + ".mlir";
+  if (!epjit::compiler::compile(llvm::StringRef(entry->source.data(), entry->source.size()), name, options, output,
+                                error)) {
+    *diagnostics = copy(error);
+    return 1;
+  }
+  *source = copy(output.source);
+  return 0;
+}
+
+extern "C" __attribute__((visibility("default"))) void epjit_kernel_source_free_v1(char* text) { std::free(text); }

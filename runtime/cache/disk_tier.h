@@ -1,0 +1,87 @@
+// One cache directory on disk:
+//   entries/<key>/manifest.json, entries/<key>/<sha256>.bin, entries/<key>/last_use
+//   sources/<source-key>.src     generated source, reusable by any toolchain
+//   staging/<key>.<pid>.<n>/     an entry being written (renamed into entries/)
+//   quarantine/<key>.<time>.<pid>/  entries that failed verification
+//   locks/<key>.lock             per-key OFD locks (single flight)
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "epjit/cache.h"
+
+namespace epjit::cache {
+
+namespace fs = std::filesystem;
+
+// What a valid entry must say about itself (everything that produced it).
+struct Expectation {
+  std::string key;
+  std::string toolchain_identity;
+  std::string epjit_version;
+};
+
+struct LoadedEntry {
+  std::vector<uint8_t> binary;
+  std::string manifest;  // JSON text
+  std::string artifact_digest;
+};
+
+class DiskTier {
+ public:
+  explicit DiskTier(fs::path root) : root_(std::move(root)) {}
+  const fs::path& root() const { return root_; }
+
+  // Creates the layout; false when the directory is not writable.
+  bool prepare();
+  // The entry for `key`, verified; nullopt when absent. A present but bad
+  // entry sets `problem` (and is not returned).
+  std::optional<LoadedEntry> load(const std::string& key, const Expectation* expect, std::string& problem) const;
+  // Stages, fsyncs and renames an entry into place; false when another
+  // process published it first (which is fine).
+  bool publish(const std::string& key, const std::string& manifest, const std::vector<uint8_t>& binary,
+               const std::string& artifact_digest, const std::function<void(PublishPoint)>& hook) const;
+  void touch(const std::string& key) const;
+  // Moves a bad entry aside; returns where it went.
+  std::string quarantine(const std::string& key) const;
+  std::optional<std::string> load_source(const std::string& source_key) const;
+  void store_source(const std::string& source_key, const std::string& source) const;
+  // Removes staging directories whose writer process is gone.
+  size_t remove_dead_staging() const;
+  // Evicts least-recently-used entries until the entries take at most max_bytes
+  // (never `keep`); returns the number evicted.
+  size_t enforce_size(uint64_t max_bytes, const std::string& keep) const;
+  uint64_t entries_bytes() const;
+  std::vector<std::string> keys() const;
+  int64_t last_use(const std::string& key) const;
+  fs::path lock_path(const std::string& key) const { return root_ / "locks" / (key + ".lock"); }
+  fs::path entry_dir(const std::string& key) const { return root_ / "entries" / key; }
+
+ private:
+  fs::path root_;
+};
+
+// An exclusive per-key OFD lock: held by an open file description, so it is
+// released when its holder exits or is killed. Waiting is bounded.
+class KeyLock {
+ public:
+  // Waits up to timeout_seconds; throws epjit::Error when it expires. `waited`
+  // tells whether another process held it.
+  KeyLock(const fs::path& path, double timeout_seconds, bool& waited, double& wait_seconds);
+  ~KeyLock();
+  KeyLock(const KeyLock&) = delete;
+  KeyLock& operator=(const KeyLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+std::string file_sha256(const std::vector<uint8_t>& bytes);
+int64_t now_ns();
+
+}  // namespace epjit::cache

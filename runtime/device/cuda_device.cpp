@@ -1,0 +1,174 @@
+// The CUDA device, on the driver API through the dlopen'd symbol table.
+#include <cstdlib>
+#include <cstring>
+
+#include "epjit/device.h"
+#include "epjit/error.h"
+#include "gpu_drivers.h"
+
+namespace epjit {
+namespace {
+
+using namespace drivers;
+
+void check(CUresult status, const char* what) {
+  if (status == 0) return;
+  const char* text = nullptr;
+  cuda_driver().cuGetErrorString(status, &text);
+  throw Error(std::string("CUDA ") + what + " failed: " + (text ? text : "unknown error") + " (" +
+                  std::to_string(status) + ")",
+              "a working CUDA device", "check the GPU with nvidia-smi; CUDA_VISIBLE_DEVICES may hide it");
+}
+
+class CudaStream final : public Stream {
+ public:
+  explicit CudaStream(CUcontext context) : context_(context) {
+    cuda_driver().cuCtxSetCurrent(context_);
+    check(cuda_driver().cuStreamCreate(&stream_, 1 /*non-blocking*/), "stream creation");
+  }
+  ~CudaStream() override { cuda_driver().cuStreamDestroy_v2(stream_); }
+  void synchronize() override { check(cuda_driver().cuStreamSynchronize(stream_), "stream synchronize"); }
+  CUstream handle() const { return stream_; }
+
+ private:
+  CUcontext context_;
+  CUstream stream_ = nullptr;
+};
+
+class CudaEvent final : public Event {
+ public:
+  CudaEvent() { check(cuda_driver().cuEventCreate(&event_, 0), "event creation"); }
+  ~CudaEvent() override { cuda_driver().cuEventDestroy_v2(event_); }
+  void record(Stream& stream) override {
+    check(cuda_driver().cuEventRecord(event_, static_cast<CudaStream&>(stream).handle()), "event record");
+  }
+  void synchronize() override { check(cuda_driver().cuEventSynchronize(event_), "event synchronize"); }
+  float elapsed_ms(const Event& start) const override {
+    float ms = 0;
+    check(cuda_driver().cuEventElapsedTime(&ms, static_cast<const CudaEvent&>(start).event_, event_), "elapsed time");
+    return ms;
+  }
+
+ private:
+  CUevent event_ = nullptr;
+};
+
+class CudaModule final : public Module {
+ public:
+  explicit CudaModule(const std::vector<uint8_t>& binary) {
+    check(cuda_driver().cuModuleLoadData(&module_, binary.data()), "module load (cuModuleLoadData)");
+  }
+  ~CudaModule() override { cuda_driver().cuModuleUnload(module_); }
+  Kernel kernel(std::string_view name) override {
+    CUfunction function = nullptr;
+    const std::string symbol(name);
+    if (cuda_driver().cuModuleGetFunction(&function, module_, symbol.c_str()) != 0) {
+      throw Error("kernel '" + symbol + "' is not in the CUDA module", "a kernel the template defines",
+                  "check the kernel name (epjit-compile --template list)");
+    }
+    return {function, symbol};
+  }
+
+ private:
+  CUmodule module_ = nullptr;
+};
+
+class CudaDevice final : public Device {
+ public:
+  explicit CudaDevice(int ordinal) {
+    const CudaDriver& cu = cuda_driver();
+    check(cu.cuInit(0), "initialization (cuInit)");
+    int count = 0;
+    check(cu.cuDeviceGetCount(&count), "device count");
+    if (ordinal < 0 || ordinal >= count) {
+      throw Error("CUDA device " + std::to_string(ordinal) + " does not exist (" + std::to_string(count) + " visible)",
+                  "an ordinal in [0, " + std::to_string(count) + ")", "pick a visible device or set CUDA_VISIBLE_DEVICES");
+    }
+    check(cu.cuDeviceGet(&device_, ordinal), "device lookup");
+    check(cu.cuDevicePrimaryCtxRetain(&context_, device_), "context creation");
+    check(cu.cuCtxSetCurrent(context_), "context activation");
+    check(cu.cuDeviceGetAttribute(&major_, 75 /*COMPUTE_CAPABILITY_MAJOR*/, device_), "attribute query");
+    check(cu.cuDeviceGetAttribute(&minor_, 76 /*COMPUTE_CAPABILITY_MINOR*/, device_), "attribute query");
+  }
+  ~CudaDevice() override { cuda_driver().cuDevicePrimaryCtxRelease_v2(device_); }
+
+  std::string_view kind() const override { return "cuda"; }
+  std::string default_target() const override { return "sm" + std::to_string(major_) + std::to_string(minor_); }
+  int wave_size() const override { return 32; }
+
+  void* allocate(size_t bytes) override {
+    current();
+    CUdeviceptr pointer = 0;
+    check(cuda_driver().cuMemAlloc_v2(&pointer, bytes), "allocation");
+    return reinterpret_cast<void*>(pointer);
+  }
+  void release(void* pointer) override {
+    current();
+    cuda_driver().cuMemFree_v2(reinterpret_cast<CUdeviceptr>(pointer));
+  }
+  void copy_to_device(void* device, const void* host, size_t bytes) override {
+    current();
+    check(cuda_driver().cuMemcpyHtoD_v2(reinterpret_cast<CUdeviceptr>(device), host, bytes), "copy to device");
+  }
+  void copy_to_host(void* host, const void* device, size_t bytes) override {
+    current();
+    check(cuda_driver().cuMemcpyDtoH_v2(host, reinterpret_cast<CUdeviceptr>(device), bytes), "copy to host");
+  }
+  std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {
+    current();
+    return std::make_unique<CudaModule>(binary);
+  }
+  std::unique_ptr<Stream> create_stream() override { return std::make_unique<CudaStream>(context_); }
+  std::unique_ptr<Event> create_event() override {
+    current();
+    return std::make_unique<CudaEvent>();
+  }
+  void launch(const Kernel& kernel, LaunchGeometry geometry, void** args, Stream& stream) override {
+    current();
+    check(cuda_driver().cuLaunchKernel(static_cast<CUfunction>(kernel.handle), geometry.blocks, 1, 1,
+                                       geometry.warps_per_block * 32, 1, 1, 0,
+                                       static_cast<CudaStream&>(stream).handle(), args, nullptr),
+          "kernel launch");
+  }
+  void synchronize() override {
+    current();
+    check(cuda_driver().cuCtxSynchronize(), "device synchronize");
+  }
+
+  ShareableMemory allocate_shareable(size_t bytes) override {
+    ShareableMemory memory;
+    memory.bytes = bytes;
+    memory.pointer = allocate(bytes);
+    CUipcMemHandle handle;
+    check(cuda_driver().cuIpcGetMemHandle(&handle, reinterpret_cast<CUdeviceptr>(memory.pointer)), "IPC handle export");
+    memory.ipc_handle.assign(reinterpret_cast<uint8_t*>(&handle), reinterpret_cast<uint8_t*>(&handle) + sizeof handle);
+    return memory;
+  }
+  void* open_shareable(const ShareableMemory& exported) override {
+    current();
+    CUipcMemHandle handle;
+    if (exported.ipc_handle.size() != sizeof handle)
+      throw Error("a CUDA IPC handle has " + std::to_string(exported.ipc_handle.size()) + " bytes", "64 bytes",
+                  "pass the handle exported by allocate_shareable unchanged");
+    std::memcpy(&handle, exported.ipc_handle.data(), sizeof handle);
+    CUdeviceptr pointer = 0;
+    check(cuda_driver().cuIpcOpenMemHandle_v2(&pointer, handle, 1 /*lazy peer access*/), "IPC handle import");
+    return reinterpret_cast<void*>(pointer);
+  }
+  void close_shareable(void* pointer, size_t) override {
+    current();
+    cuda_driver().cuIpcCloseMemHandle(reinterpret_cast<CUdeviceptr>(pointer));
+  }
+
+ private:
+  void current() const { cuda_driver().cuCtxSetCurrent(context_); }
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+  int major_ = 0, minor_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_cuda_device(int ordinal) { return std::make_unique<CudaDevice>(ordinal); }
+
+}  // namespace epjit

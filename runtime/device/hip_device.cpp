@@ -1,0 +1,150 @@
+// The HIP device, on the HIP runtime API through the dlopen'd symbol table.
+#include <cstdlib>
+#include <cstring>
+
+#include "epjit/device.h"
+#include "epjit/error.h"
+#include "gpu_drivers.h"
+
+namespace epjit {
+namespace {
+
+using namespace drivers;
+
+constexpr int kHipMemcpyHostToDevice = 1;
+constexpr int kHipMemcpyDeviceToHost = 2;
+
+void check(hipError_t status, const char* what) {
+  if (status == 0) return;
+  const char* text = hip_driver().hipGetErrorString(status);
+  throw Error(std::string("HIP ") + what + " failed: " + (text ? text : "unknown error") + " (" +
+                  std::to_string(status) + ")",
+              "a working AMD GPU", "check the GPU with rocm-smi; HIP_VISIBLE_DEVICES may hide it");
+}
+
+class HipStream final : public Stream {
+ public:
+  HipStream() { check(hip_driver().hipStreamCreate(&stream_), "stream creation"); }
+  ~HipStream() override { hip_driver().hipStreamDestroy(stream_); }
+  void synchronize() override { check(hip_driver().hipStreamSynchronize(stream_), "stream synchronize"); }
+  hipStream_t handle() const { return stream_; }
+
+ private:
+  hipStream_t stream_ = nullptr;
+};
+
+class HipEvent final : public Event {
+ public:
+  HipEvent() { check(hip_driver().hipEventCreate(&event_), "event creation"); }
+  ~HipEvent() override { hip_driver().hipEventDestroy(event_); }
+  void record(Stream& stream) override {
+    check(hip_driver().hipEventRecord(event_, static_cast<HipStream&>(stream).handle()), "event record");
+  }
+  void synchronize() override { check(hip_driver().hipEventSynchronize(event_), "event synchronize"); }
+  float elapsed_ms(const Event& start) const override {
+    float ms = 0;
+    check(hip_driver().hipEventElapsedTime(&ms, static_cast<const HipEvent&>(start).event_, event_), "elapsed time");
+    return ms;
+  }
+
+ private:
+  hipEvent_t event_ = nullptr;
+};
+
+class HipModule final : public Module {
+ public:
+  explicit HipModule(const std::vector<uint8_t>& binary) {
+    check(hip_driver().hipModuleLoadData(&module_, binary.data()), "module load (hipModuleLoadData)");
+  }
+  ~HipModule() override { hip_driver().hipModuleUnload(module_); }
+  Kernel kernel(std::string_view name) override {
+    hipFunction_t function = nullptr;
+    const std::string symbol(name);
+    if (hip_driver().hipModuleGetFunction(&function, module_, symbol.c_str()) != 0) {
+      throw Error("kernel '" + symbol + "' is not in the HIP module", "a kernel the template defines",
+                  "check the kernel name (epjit-compile --template list)");
+    }
+    return {function, symbol};
+  }
+
+ private:
+  hipModule_t module_ = nullptr;
+};
+
+class HipDevice final : public Device {
+ public:
+  explicit HipDevice(int ordinal) {
+    const HipDriver& hip = hip_driver();
+    check(hip.hipInit(0), "initialization (hipInit)");
+    int count = 0;
+    check(hip.hipGetDeviceCount(&count), "device count");
+    if (ordinal < 0 || ordinal >= count) {
+      throw Error("HIP device " + std::to_string(ordinal) + " does not exist (" + std::to_string(count) + " visible)",
+                  "an ordinal in [0, " + std::to_string(count) + ")", "pick a visible device or set HIP_VISIBLE_DEVICES");
+    }
+    check(hip.hipSetDevice(ordinal), "device selection");
+  }
+
+  std::string_view kind() const override { return "hip"; }
+  // The arch is in hipDeviceProp_t, whose layout changes between ROCm
+  // releases; the target is therefore named explicitly.
+  std::string default_target() const override {
+    const char* target = std::getenv("EPJIT_TARGET");
+    if (target && *target) return target;
+    throw Error("the HIP device's target is not known", "EPJIT_TARGET=gfx942, gfx950 or gfx1250",
+                "set EPJIT_TARGET to the GPU's architecture (rocminfo shows it)");
+  }
+  int wave_size() const override { return 64; }
+
+  void* allocate(size_t bytes) override {
+    void* pointer = nullptr;
+    check(hip_driver().hipMalloc(&pointer, bytes), "allocation");
+    return pointer;
+  }
+  void release(void* pointer) override { hip_driver().hipFree(pointer); }
+  void copy_to_device(void* device, const void* host, size_t bytes) override {
+    check(hip_driver().hipMemcpy(device, host, bytes, kHipMemcpyHostToDevice), "copy to device");
+  }
+  void copy_to_host(void* host, const void* device, size_t bytes) override {
+    check(hip_driver().hipMemcpy(host, device, bytes, kHipMemcpyDeviceToHost), "copy to host");
+  }
+  std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {
+    return std::make_unique<HipModule>(binary);
+  }
+  std::unique_ptr<Stream> create_stream() override { return std::make_unique<HipStream>(); }
+  std::unique_ptr<Event> create_event() override { return std::make_unique<HipEvent>(); }
+  void launch(const Kernel& kernel, LaunchGeometry geometry, void** args, Stream& stream) override {
+    check(hip_driver().hipModuleLaunchKernel(static_cast<hipFunction_t>(kernel.handle), geometry.blocks, 1, 1,
+                                             geometry.warps_per_block * uint32_t(wave_size()), 1, 1, 0,
+                                             static_cast<HipStream&>(stream).handle(), args, nullptr),
+          "kernel launch");
+  }
+  void synchronize() override { check(hip_driver().hipDeviceSynchronize(), "device synchronize"); }
+
+  ShareableMemory allocate_shareable(size_t bytes) override {
+    ShareableMemory memory;
+    memory.bytes = bytes;
+    memory.pointer = allocate(bytes);
+    hipIpcMemHandle_t handle;
+    check(hip_driver().hipIpcGetMemHandle(&handle, memory.pointer), "IPC handle export");
+    memory.ipc_handle.assign(reinterpret_cast<uint8_t*>(&handle), reinterpret_cast<uint8_t*>(&handle) + sizeof handle);
+    return memory;
+  }
+  void* open_shareable(const ShareableMemory& exported) override {
+    hipIpcMemHandle_t handle;
+    if (exported.ipc_handle.size() != sizeof handle)
+      throw Error("a HIP IPC handle has " + std::to_string(exported.ipc_handle.size()) + " bytes", "64 bytes",
+                  "pass the handle exported by allocate_shareable unchanged");
+    std::memcpy(&handle, exported.ipc_handle.data(), sizeof handle);
+    void* pointer = nullptr;
+    check(hip_driver().hipIpcOpenMemHandle(&pointer, handle, 1), "IPC handle import");
+    return pointer;
+  }
+  void close_shareable(void* pointer, size_t) override { hip_driver().hipIpcCloseMemHandle(pointer); }
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_hip_device(int ordinal) { return std::make_unique<HipDevice>(ordinal); }
+
+}  // namespace epjit

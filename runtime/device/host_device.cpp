@@ -1,0 +1,227 @@
+// The host device: generated kernels compiled by the host toolchain into a
+// shared object, launched as one CPU thread per warp (the kernel's lane work
+// is already loops), blocks of warps sharing a barrier, and streams as
+// ordered queues served by one thread each.
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <barrier>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "epjit/device.h"
+#include "epjit/error.h"
+#include "epjit/targets/host/prelude.h"
+
+namespace epjit {
+namespace {
+
+using HostEntry = void (*)(void** args, const host::WarpContext* warp);
+
+class HostModule final : public Module {
+ public:
+  explicit HostModule(const std::vector<uint8_t>& binary) {
+    // dlopen needs a file: an anonymous memfd that vanishes with the module.
+    fd_ = memfd_create("epjit-kernel", MFD_CLOEXEC);
+    if (fd_ < 0 || ::write(fd_, binary.data(), binary.size()) != ssize_t(binary.size())) {
+      throw Error("cannot stage a host kernel module in memory", "memfd support", "run on Linux 3.17 or later");
+    }
+    const std::string path = "/proc/self/fd/" + std::to_string(fd_);
+    handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle_) {
+      const char* why = dlerror();
+      ::close(fd_);
+      throw Error(std::string("the host kernel module does not load: ") + (why ? why : "?"),
+                  "a shared object built by the host toolchain", "clear the cache entry (epjit-cache rm KEY)");
+    }
+  }
+  ~HostModule() override {
+    if (handle_) dlclose(handle_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  Kernel kernel(std::string_view name) override {
+    const std::string symbol = std::string(name) + "__epjit_host_entry";
+    void* entry = dlsym(handle_, symbol.c_str());
+    if (!entry) {
+      throw Error("kernel '" + std::string(name) + "' is not in the host module (no " + symbol + ")",
+                  "a kernel the template defines", "check the kernel name (epjit-compile --template list)");
+    }
+    return {entry, std::string(name)};
+  }
+
+ private:
+  int fd_ = -1;
+  void* handle_ = nullptr;
+};
+
+// Tasks run in order on one thread; synchronize() waits for all before it.
+class HostStream final : public Stream {
+ public:
+  HostStream() : worker_([this] { serve(); }) {}
+  ~HostStream() override {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    ready_.notify_all();
+    worker_.join();
+  }
+
+  void enqueue(std::function<void()> task) {
+    {
+      std::lock_guard lock(mutex_);
+      tasks_.push_back(std::move(task));
+      ++submitted_;
+    }
+    ready_.notify_all();
+  }
+
+  void synchronize() override {
+    std::unique_lock lock(mutex_);
+    const uint64_t target = submitted_;
+    done_.wait(lock, [&] { return completed_ >= target; });
+  }
+
+ private:
+  void serve() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      ready_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+      ++completed_;
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_, done_;
+  std::deque<std::function<void()>> tasks_;
+  uint64_t submitted_ = 0, completed_ = 0;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+class HostEvent final : public Event {
+ public:
+  void record(Stream& stream) override {
+    {
+      std::lock_guard lock(state_->mutex);
+      state_->done = false;
+    }
+    static_cast<HostStream&>(stream).enqueue([state = state_] {
+      std::lock_guard lock(state->mutex);
+      state->time = std::chrono::steady_clock::now();
+      state->done = true;
+      state->cv.notify_all();
+    });
+  }
+  void synchronize() override {
+    std::unique_lock lock(state_->mutex);
+    state_->cv.wait(lock, [&] { return state_->done; });
+  }
+  float elapsed_ms(const Event& start) const override {
+    const auto& other = static_cast<const HostEvent&>(start);
+    return std::chrono::duration<float, std::milli>(state_->time - other.state_->time).count();
+  }
+
+ private:
+  struct State {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = true;
+    std::chrono::steady_clock::time_point time = std::chrono::steady_clock::now();
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+class HostDevice final : public Device {
+ public:
+  std::string_view kind() const override { return "host"; }
+  std::string default_target() const override { return "host"; }
+  int wave_size() const override { return 32; }
+
+  void* allocate(size_t bytes) override {
+    void* pointer = std::aligned_alloc(64, ((bytes + 63) / 64) * 64 + 64);
+    if (!pointer) throw Error("host allocation of " + std::to_string(bytes) + " bytes failed", "free memory", "use smaller buffers");
+    return pointer;
+  }
+  void release(void* pointer) override { std::free(pointer); }
+  void copy_to_device(void* device, const void* host, size_t bytes) override { std::memcpy(device, host, bytes); }
+  void copy_to_host(void* host, const void* device, size_t bytes) override { std::memcpy(host, device, bytes); }
+
+  std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {
+    return std::make_unique<HostModule>(binary);
+  }
+  std::unique_ptr<Stream> create_stream() override { return std::make_unique<HostStream>(); }
+  std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
+
+  void launch(const Kernel& kernel, LaunchGeometry geometry, void** args, Stream& stream) override {
+    if (geometry.blocks == 0 || geometry.warps_per_block == 0)
+      throw Error("launch of " + kernel.name + " with an empty grid", "at least one block of one warp", "fix the geometry");
+    const auto entry = reinterpret_cast<HostEntry>(kernel.handle);
+    static_cast<HostStream&>(stream).enqueue([entry, geometry, args] { run_grid(entry, geometry, args); });
+  }
+
+  void synchronize() override {}  // every host stream is synchronized by its owner
+
+  ShareableMemory allocate_shareable(size_t bytes) override {
+    ShareableMemory memory;
+    memory.bytes = bytes;
+    memory.fd = memfd_create("epjit-shared", MFD_CLOEXEC);
+    if (memory.fd < 0 || ftruncate(memory.fd, off_t(bytes)) != 0) {
+      throw Error("cannot create " + std::to_string(bytes) + " bytes of shareable host memory: " + std::strerror(errno),
+                  "memfd support and free memory", "run on Linux 3.17 or later with enough memory");
+    }
+    memory.pointer = map(memory.fd, bytes);
+    return memory;
+  }
+  void* open_shareable(const ShareableMemory& exported) override { return map(exported.fd, exported.bytes); }
+  void close_shareable(void* pointer, size_t bytes) override { munmap(pointer, bytes); }
+
+ private:
+  static void* map(int fd, size_t bytes) {
+    void* pointer = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (pointer == MAP_FAILED)
+      throw Error(std::string("mapping shareable host memory failed: ") + std::strerror(errno), "a valid memfd",
+                  "check the fd passed between processes");
+    return pointer;
+  }
+
+  // One thread per warp; the warps of a block share a barrier.
+  static void run_grid(HostEntry entry, LaunchGeometry geometry, void** args) {
+    std::vector<std::unique_ptr<std::barrier<>>> barriers;
+    for (uint32_t b = 0; b < geometry.blocks; ++b)
+      barriers.push_back(std::make_unique<std::barrier<>>(geometry.warps_per_block));
+    std::vector<std::thread> warps;
+    warps.reserve(size_t(geometry.blocks) * geometry.warps_per_block);
+    for (uint32_t b = 0; b < geometry.blocks; ++b) {
+      for (uint32_t w = 0; w < geometry.warps_per_block; ++w) {
+        warps.emplace_back([=, &barriers] {
+          const host::WarpContext context{b, geometry.blocks, w, geometry.warps_per_block, barriers[b].get(),
+                                          [](void* barrier) { static_cast<std::barrier<>*>(barrier)->arrive_and_wait(); }};
+          entry(args, &context);
+        });
+      }
+    }
+    for (std::thread& warp : warps) warp.join();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_host_device() { return std::make_unique<HostDevice>(); }
+
+}  // namespace epjit

@@ -1,0 +1,87 @@
+// Devices: memory, streams, events, module load and kernel launch, shareable
+// memory, and graph capture where the platform has it. Host (generated
+// kernels from the host toolchain's .so, one CPU thread per warp), CUDA
+// (driver API through dlopen of libcuda.so.1) and HIP (dlopen of
+// libamdhip64.so). Ownership is explicit: modules own their kernels, streams
+// and events belong to their device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace epjit {
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual void synchronize() = 0;
+};
+
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual void record(Stream& stream) = 0;
+  virtual void synchronize() = 0;
+  // Milliseconds between two recorded events (both complete).
+  virtual float elapsed_ms(const Event& start) const = 0;
+};
+
+struct Kernel {
+  void* handle = nullptr;  // CUfunction, hipFunction_t, or the host entry point
+  std::string name;
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  // Throws epjit::Error naming the kernel and the module when absent.
+  virtual Kernel kernel(std::string_view name) = 0;
+};
+
+struct LaunchGeometry {
+  uint32_t blocks = 1;
+  uint32_t warps_per_block = 1;
+};
+
+// Memory another process can map: an fd (host, over SCM_RIGHTS) or an opaque
+// IPC handle (CUDA/HIP, 64 bytes).
+struct ShareableMemory {
+  void* pointer = nullptr;
+  size_t bytes = 0;
+  int fd = -1;
+  std::vector<uint8_t> ipc_handle;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual std::string_view kind() const = 0;  // "host", "cuda", "hip"
+  virtual std::string default_target() const = 0;
+  virtual int wave_size() const = 0;
+
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* pointer) = 0;
+  virtual void copy_to_device(void* device, const void* host, size_t bytes) = 0;
+  virtual void copy_to_host(void* host, const void* device, size_t bytes) = 0;
+
+  virtual std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) = 0;
+  virtual std::unique_ptr<Stream> create_stream() = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+  // Enqueues a launch; args point at each argument's value.
+  virtual void launch(const Kernel& kernel, LaunchGeometry geometry, void** args, Stream& stream) = 0;
+  virtual void synchronize() = 0;
+
+  virtual ShareableMemory allocate_shareable(size_t bytes) = 0;
+  virtual void* open_shareable(const ShareableMemory& exported) = 0;
+  virtual void close_shareable(void* pointer, size_t bytes) = 0;
+};
+
+// Each throws epjit::Error naming what was looked for when the driver is absent.
+std::unique_ptr<Device> make_host_device();
+std::unique_ptr<Device> make_cuda_device(int ordinal = 0);
+std::unique_ptr<Device> make_hip_device(int ordinal = 0);
+
+}  // namespace epjit

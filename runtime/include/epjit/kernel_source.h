@@ -1,0 +1,29 @@
+// Where generated source comes from: the one narrow interface between the
+// runtime and the compiler. The MLIR-backed provider is a shared library
+// (libepjit_kernel_source.so, built with the compiler half) loaded when
+// present; a deployment with a warmed cache needs neither it nor LLVM/MLIR.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "epjit/kernel_spec.h"
+
+namespace epjit {
+
+class KernelSource {
+ public:
+  virtual ~KernelSource() = default;
+  // The target's source (HIP, CUDA or host C++) for a specialization; throws
+  // epjit::Error with the compiler's diagnostics.
+  virtual std::string generate(const KernelSpec& spec) const = 0;
+  // Where this provider came from, for logs and manifests.
+  virtual std::string describe() const = 0;
+};
+
+// The MLIR-backed provider: EPJIT_KERNEL_SOURCE_LIBRARY when set, else
+// libepjit_kernel_source.so next to the running program (../lib) or in the
+// build tree. nullptr when absent, with the places looked at in `why_not`.
+std::shared_ptr<KernelSource> load_compiler_source(std::string* why_not = nullptr);
+
+}  // namespace epjit

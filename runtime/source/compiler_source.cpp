@@ -1,0 +1,89 @@
+// Loads the MLIR-backed KernelSource (libepjit_kernel_source.so) through its
+// C ABI: nothing throws across it and no LLVM/MLIR type crosses it.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+
+#include "../core/dynamic_library.h"
+#include "epjit/error.h"
+#include "epjit/kernel_source.h"
+
+namespace epjit {
+namespace {
+
+// The provider's C ABI (compiler/lib/KernelSourceLibrary.cpp).
+using GenerateFn = int (*)(const char* template_name, const char* bindings, const char* target, char** source,
+                           char** diagnostics);
+using FreeFn = void (*)(char*);
+
+class CompilerSource final : public KernelSource {
+ public:
+  explicit CompilerSource(DynamicLibrary library) : library_(std::move(library)) {
+    library_.bind(generate_, "epjit_kernel_source_generate_v1");
+    library_.bind(free_, "epjit_kernel_source_free_v1");
+  }
+
+  std::string generate(const KernelSpec& spec) const override {
+    std::string bindings;
+    for (const auto& [key, value] : spec.params) bindings += key + "=" + value + "\n";
+    char* source = nullptr;
+    char* diagnostics = nullptr;
+    std::lock_guard lock(mutex_);  // one MLIR context at a time keeps memory flat
+    const int status = generate_(spec.template_name.c_str(), bindings.c_str(), spec.target.c_str(), &source,
+                                 &diagnostics);
+    std::unique_ptr<char, FreeFn> owned_source(source, free_), owned_diagnostics(diagnostics, free_);
+    if (status != 0) {
+      throw Error("generating " + spec.canonical() + " failed:\n" + (diagnostics ? diagnostics : "(no diagnostics)"),
+                  "a template, bindings and target the compiler accepts",
+                  "fix the parameters named above (epjit-compile --template list shows them)");
+    }
+    return source ? source : "";
+  }
+
+  std::string describe() const override { return library_.path(); }
+
+ private:
+  DynamicLibrary library_;
+  GenerateFn generate_ = nullptr;
+  FreeFn free_ = nullptr;
+  mutable std::mutex mutex_;
+};
+
+std::vector<std::string> candidates() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> paths;
+  if (const char* explicit_path = std::getenv("EPJIT_KERNEL_SOURCE_LIBRARY"); explicit_path && *explicit_path) {
+    paths.push_back(explicit_path);
+    return paths;
+  }
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    paths.push_back((exe.parent_path() / "../lib/libepjit_kernel_source.so").lexically_normal().string());
+    paths.push_back((exe.parent_path() / "libepjit_kernel_source.so").string());
+  }
+#ifdef EPJIT_BUILD_KERNEL_SOURCE_LIBRARY
+  paths.push_back(EPJIT_BUILD_KERNEL_SOURCE_LIBRARY);
+#endif
+  return paths;
+}
+
+}  // namespace
+
+std::shared_ptr<KernelSource> load_compiler_source(std::string* why_not) {
+  try {
+    return std::make_shared<CompilerSource>(DynamicLibrary::open_first(
+        candidates(), "the epjit compiler (libepjit_kernel_source.so)",
+        "build epjit with the compiler half (LLVM/MLIR 22), set EPJIT_KERNEL_SOURCE_LIBRARY, or import a warmed "
+        "cache bundle (epjit-warm --import)"));
+  } catch (const Error& error) {
+    if (why_not) *why_not = error.what();
+    return nullptr;
+  }
+}
+
+}  // namespace epjit

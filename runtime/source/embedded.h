@@ -1,0 +1,29 @@
+// Files the runtime carries in its binary: the device preludes and
+// numerics.h (for in-memory compilers like NVRTC and hipRTC, and written out
+// for subprocess compilers), and the templates (whose digests key the cache).
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace epjit {
+
+struct EmbeddedFile {
+  std::string_view name;  // "epjit/targets/gfx950/prelude.h", or a template name
+  std::string_view text;
+};
+
+std::span<const EmbeddedFile> embedded_headers();
+std::span<const EmbeddedFile> embedded_templates();
+
+// SHA-256 of every embedded header: changes when any prelude changes.
+const std::string& headers_digest();
+// SHA-256 of a template's text; empty when there is no such template.
+std::string template_digest(std::string_view name);
+
+// A directory holding the embedded headers (include root), written once per
+// process and per content digest; throws epjit::Error when it cannot be written.
+const std::string& materialized_header_dir();
+
+}  // namespace epjit
