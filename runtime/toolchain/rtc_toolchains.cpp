@@ -147,8 +147,10 @@ const std::vector<std::string>& comgr_isa_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> isas;
     try {
-      DynamicLibrary comgr = DynamicLibrary::open_first({"libamd_comgr.so", "libamd_comgr.so.3", "libamd_comgr.so.2"},
-                                                        "comgr", "install ROCm's libamd_comgr");
+      // Kept loaded for the process: unloading comgr (and the LLVM it carries)
+      // and loading it again with hipRTC breaks LLVM's static option registry.
+      static DynamicLibrary comgr = DynamicLibrary::open_first(
+          {"libamd_comgr.so.3", "libamd_comgr.so.2", "libamd_comgr.so"}, "comgr", "install ROCm's libamd_comgr");
       int (*count)(size_t*) = nullptr;
       int (*name)(size_t, const char**) = nullptr;
       comgr.bind(count, "amd_comgr_get_isa_count");

@@ -1,0 +1,116 @@
+// Devices: templates fetched from the cache and run on the host device match
+// numerics.h; the GPU drivers load their symbol tables or say what is missing.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "epjit/cache.h"
+#include "epjit/device.h"
+#include "epjit/error.h"
+#include "epjit/numerics.h"
+
+namespace epjit {
+namespace {
+
+std::string freshDir(const std::string& name) {
+  const std::string dir = std::string(EPJIT_TEST_WORK_DIR) + "/" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// quantize_mxfp4 then dequantize_mxfp4 through the runtime on the host device.
+TEST(HostDevice, RunsTemplatesFromTheCacheBitExactly) {
+  CacheOptions options;
+  options.dir = freshDir("device-cache");
+  options.opt_level = 1;
+  KernelCache cache(options);
+  auto device = make_host_device();
+  auto stream = device->create_stream();
+  const int hidden = 96, tokens = 37;
+  const KernelSpec quantize{"quantize_mxfp4", {{"hidden", std::to_string(hidden)}}, "host-gfx950"};
+  const KernelSpec dequantize{"dequantize_mxfp4", {{"hidden", std::to_string(hidden)}}, "host-gfx950"};
+  auto q_module = device->load_module(cache.get(quantize)->binary);
+  auto d_module = device->load_module(cache.get(dequantize)->binary);
+
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<uint16_t> x(size_t(tokens) * hidden);
+  for (uint16_t& v : x) v = encode_bf16(normal(rng));
+  const int blocks = hidden / 32;
+  auto* dx = static_cast<uint16_t*>(device->allocate(x.size() * 2));
+  auto* dq = static_cast<uint8_t*>(device->allocate(x.size() / 2));
+  auto* ds = static_cast<uint8_t*>(device->allocate(size_t(tokens) * blocks));
+  auto* dy = static_cast<uint16_t*>(device->allocate(x.size() * 2));
+  device->copy_to_device(dx, x.data(), x.size() * 2);
+  std::memset(dy, 0xFF, x.size() * 2);
+  size_t count = tokens;
+  void *px = dx, *pq = dq, *ps = ds, *py = dy;
+  void* qargs[] = {&px, &pq, &ps, &count};
+  void* dargs[] = {&pq, &ps, &py, &count};
+  device->launch(q_module->kernel("quantize_mxfp4"), {3, 4}, qargs, *stream);
+  device->launch(d_module->kernel("dequantize_mxfp4"), {3, 4}, dargs, *stream);
+  stream->synchronize();
+
+  std::vector<uint16_t> y(x.size());
+  device->copy_to_host(y.data(), dy, y.size() * 2);
+  for (int t = 0; t < tokens; ++t) {
+    for (int b = 0; b < blocks; ++b) {
+      float block[32], decoded[32];
+      uint8_t packed[16];
+      for (int i = 0; i < 32; ++i) block[i] = decode_bf16(x[size_t(t) * hidden + b * 32 + i]);
+      const uint8_t scale = quantize_mx_block(block, 32, MxElement::E2M1, packed);
+      dequantize_mx_block(packed, 32, MxElement::E2M1, scale, decoded);
+      for (int i = 0; i < 32; ++i)
+        ASSERT_EQ(y[size_t(t) * hidden + b * 32 + i], encode_bf16(decoded[i])) << "token " << t << " element " << b * 32 + i;
+    }
+  }
+  for (void* p : {(void*)dx, (void*)dq, (void*)ds, (void*)dy}) device->release(p);
+}
+
+TEST(HostDevice, EventsTimeAStreamAndSharedMemoryMapsTwice) {
+  auto device = make_host_device();
+  auto stream = device->create_stream();
+  auto start = device->create_event(), stop = device->create_event();
+  start->record(*stream);
+  stop->record(*stream);
+  stop->synchronize();
+  EXPECT_GE(stop->elapsed_ms(*start), 0.0f);
+  ShareableMemory shared = device->allocate_shareable(4096);
+  void* again = device->open_shareable(shared);
+  static_cast<int*>(shared.pointer)[10] = 1234;
+  EXPECT_EQ(static_cast<int*>(again)[10], 1234);
+  device->close_shareable(again, 4096);
+  device->close_shareable(shared.pointer, 4096);
+}
+
+TEST(HostDevice, AModuleWithoutTheKernelSaysSo) {
+  CacheOptions options;
+  options.dir = freshDir("device-missing-kernel");
+  options.opt_level = 1;
+  KernelCache cache(options);
+  auto device = make_host_device();
+  auto module = device->load_module(cache.get({"quantize_fp8_direct", {{"hidden", "64"}}, "host"})->binary);
+  try {
+    module->kernel("dispatch");
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("kernel 'dispatch' is not in the host module"), std::string::npos);
+  }
+}
+
+TEST(CudaDevice, WithoutADriverTheErrorNamesWhatWasLookedFor) {
+  try {
+    make_cuda_device(0);
+    GTEST_SKIP() << "a CUDA driver is present here";
+  } catch (const Error& error) {
+    const std::string what = error.what();
+    EXPECT_NE(what.find("libcuda.so.1"), std::string::npos) << what;
+    EXPECT_NE(what.find("NVIDIA driver"), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace epjit
