@@ -73,6 +73,22 @@ class CudaModule final : public Module {
   CUmodule module_ = nullptr;
 };
 
+class CudaGraph final : public Graph {
+ public:
+  CudaGraph(CUgraph graph, CUgraphExec exec) : graph_(graph), exec_(exec) {}
+  ~CudaGraph() override {
+    cuda_driver().cuGraphExecDestroy(exec_);
+    cuda_driver().cuGraphDestroy(graph_);
+  }
+  void launch(Stream& stream) override {
+    check(cuda_driver().cuGraphLaunch(exec_, static_cast<CudaStream&>(stream).handle()), "graph launch");
+  }
+
+ private:
+  CUgraph graph_;
+  CUgraphExec exec_;
+};
+
 class CudaDevice final : public Device {
  public:
   explicit CudaDevice(int ordinal) {
@@ -133,6 +149,21 @@ class CudaDevice final : public Device {
   void synchronize() override {
     current();
     check(cuda_driver().cuCtxSynchronize(), "device synchronize");
+  }
+
+  bool supports_graphs() const override { return true; }
+  void begin_capture(Stream& stream) override {
+    current();
+    check(cuda_driver().cuStreamBeginCapture_v2(static_cast<CudaStream&>(stream).handle(), 2 /*relaxed*/),
+          "stream capture begin");
+  }
+  std::unique_ptr<Graph> end_capture(Stream& stream) override {
+    current();
+    CUgraph graph = nullptr;
+    check(cuda_driver().cuStreamEndCapture(static_cast<CudaStream&>(stream).handle(), &graph), "stream capture end");
+    CUgraphExec exec = nullptr;
+    check(cuda_driver().cuGraphInstantiateWithFlags(&exec, graph, 0), "graph instantiation");
+    return std::make_unique<CudaGraph>(graph, exec);
   }
 
   ShareableMemory allocate_shareable(size_t bytes) override {

@@ -71,6 +71,22 @@ class HipModule final : public Module {
   hipModule_t module_ = nullptr;
 };
 
+class HipGraph final : public Graph {
+ public:
+  HipGraph(hipGraph_t graph, hipGraphExec_t exec) : graph_(graph), exec_(exec) {}
+  ~HipGraph() override {
+    hip_driver().hipGraphExecDestroy(exec_);
+    hip_driver().hipGraphDestroy(graph_);
+  }
+  void launch(Stream& stream) override {
+    check(hip_driver().hipGraphLaunch(exec_, static_cast<HipStream&>(stream).handle()), "graph launch");
+  }
+
+ private:
+  hipGraph_t graph_;
+  hipGraphExec_t exec_;
+};
+
 class HipDevice final : public Device {
  public:
   explicit HipDevice(int ordinal) {
@@ -120,6 +136,19 @@ class HipDevice final : public Device {
           "kernel launch");
   }
   void synchronize() override { check(hip_driver().hipDeviceSynchronize(), "device synchronize"); }
+
+  bool supports_graphs() const override { return true; }
+  void begin_capture(Stream& stream) override {
+    check(hip_driver().hipStreamBeginCapture(static_cast<HipStream&>(stream).handle(), 2 /*relaxed*/),
+          "stream capture begin");
+  }
+  std::unique_ptr<Graph> end_capture(Stream& stream) override {
+    hipGraph_t graph = nullptr;
+    check(hip_driver().hipStreamEndCapture(static_cast<HipStream&>(stream).handle(), &graph), "stream capture end");
+    hipGraphExec_t exec = nullptr;
+    check(hip_driver().hipGraphInstantiate(&exec, graph, nullptr, nullptr, 0), "graph instantiation");
+    return std::make_unique<HipGraph>(graph, exec);
+  }
 
   ShareableMemory allocate_shareable(size_t bytes) override {
     ShareableMemory memory;

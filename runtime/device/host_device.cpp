@@ -177,6 +177,10 @@ class HostDevice final : public Device {
 
   void synchronize() override {}  // every host stream is synchronized by its owner
 
+  bool supports_graphs() const override { return false; }
+  void begin_capture(Stream&) override { throw no_graphs(); }
+  std::unique_ptr<Graph> end_capture(Stream&) override { throw no_graphs(); }
+
   ShareableMemory allocate_shareable(size_t bytes) override {
     ShareableMemory memory;
     memory.bytes = bytes;
@@ -192,6 +196,11 @@ class HostDevice final : public Device {
   void close_shareable(void* pointer, size_t bytes) override { munmap(pointer, bytes); }
 
  private:
+  static Error no_graphs() {
+    return Error("the host device has no graph capture", "a device with graphs (cuda or hip)",
+                 "launch eagerly on the host device; graph mode runs on GPUs");
+  }
+
   static void* map(int fd, size_t bytes) {
     void* pointer = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (pointer == MAP_FAILED)

@@ -29,6 +29,13 @@ class Event {
   virtual float elapsed_ms(const Event& start) const = 0;
 };
 
+// A captured sequence of launches, replayed as one.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  virtual void launch(Stream& stream) = 0;
+};
+
 struct Kernel {
   void* handle = nullptr;  // CUfunction, hipFunction_t, or the host entry point
   std::string name;
@@ -70,9 +77,17 @@ class Device {
   virtual std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) = 0;
   virtual std::unique_ptr<Stream> create_stream() = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
-  // Enqueues a launch; args point at each argument's value.
+  // Enqueues a launch; args point at each argument's value. CUDA and HIP copy
+  // the values at launch; the host device reads them when the launch runs, so
+  // they must outlive it (synchronize the stream before they go).
   virtual void launch(const Kernel& kernel, LaunchGeometry geometry, void** args, Stream& stream) = 0;
   virtual void synchronize() = 0;
+
+  // Graph capture: launches enqueued on `stream` between begin and end are
+  // recorded, not run. Throws epjit::Error where the platform has no graphs (host).
+  virtual bool supports_graphs() const = 0;
+  virtual void begin_capture(Stream& stream) = 0;
+  virtual std::unique_ptr<Graph> end_capture(Stream& stream) = 0;
 
   virtual ShareableMemory allocate_shareable(size_t bytes) = 0;
   virtual void* open_shareable(const ShareableMemory& exported) = 0;

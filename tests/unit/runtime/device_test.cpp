@@ -86,6 +86,18 @@ TEST(HostDevice, EventsTimeAStreamAndSharedMemoryMapsTwice) {
   device->close_shareable(shared.pointer, 4096);
 }
 
+TEST(HostDevice, HasNoGraphsAndSaysSo) {
+  auto device = make_host_device();
+  auto stream = device->create_stream();
+  EXPECT_FALSE(device->supports_graphs());
+  try {
+    device->begin_capture(*stream);
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("no graph capture"), std::string::npos);
+  }
+}
+
 TEST(HostDevice, AModuleWithoutTheKernelSaysSo) {
   CacheOptions options;
   options.dir = freshDir("device-missing-kernel");
