@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "../../common/work_dir.h"
 #include "epjit/cache.h"
 #include "epjit/error.h"
 
@@ -24,11 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string freshDir(const std::string& name) {
-  const std::string dir = std::string(EPJIT_TEST_WORK_DIR) + "/" + name;
-  fs::remove_all(dir);
-  return dir;
-}
+using testing::freshDir;
 
 CacheOptions optionsFor(const std::string& dir) {
   CacheOptions options;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include "../../common/work_dir.h"
 #include "epjit/cache.h"
 #include "epjit/device.h"
 #include "epjit/error.h"
@@ -15,11 +16,7 @@
 namespace epjit {
 namespace {
 
-std::string freshDir(const std::string& name) {
-  const std::string dir = std::string(EPJIT_TEST_WORK_DIR) + "/" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+using testing::freshDir;
 
 // quantize_mxfp4 then dequantize_mxfp4 through the runtime on the host device.
 TEST(HostDevice, RunsTemplatesFromTheCacheBitExactly) {

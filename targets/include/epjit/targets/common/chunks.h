@@ -44,6 +44,20 @@ EPJIT_HD void accumulate_chunk(const Src* src, float* acc, size_t n, float weigh
   for (size_t i = 0; i < n; ++i) acc[i] = __builtin_fmaf(weight, load_value(src, i), acc[i]);
 }
 
+// ---------------------------------------------------------------- MX scales
+
+namespace detail {
+
+// The MX rule every method shares: a NaN scale (0xFF) stores zero codes (the
+// scale carries the NaN); otherwise convert with x / 2^e.
+template <bool Aligned, typename Scaled>
+EPJIT_HD void quantize_fp8_mx(int8_t* dst, size_t n, int8_t scale, Scaled scaled) {
+  if (e8m0_is_nan(scale)) return store_codes8<Aligned>(dst, n, 0u, 0u);
+  scaled(e8m0_as_float(scale));
+}
+
+}  // namespace detail
+
 // ---------------------------------------------------------------- numerics.h codecs
 
 namespace software {
@@ -63,11 +77,9 @@ EPJIT_HD void quantize_fp8_chunk(const Src* src, int8_t* dst, size_t n) {
   quantize_fp8_chunk_scaled<F, Aligned>(src, dst, n, 1.0f);  // x / 1 is x exactly
 }
 
-// MX: x / 2^e; a NaN scale stores zero codes (the scale carries the NaN).
 template <Fp8Format F, bool Aligned, typename Src>
 EPJIT_HD void quantize_fp8_chunk_mx(const Src* src, int8_t* dst, size_t n, int8_t scale) {
-  if (e8m0_is_nan(scale)) return store_codes8<Aligned>(dst, n, 0u, 0u);
-  quantize_fp8_chunk_scaled<F, Aligned>(src, dst, n, e8m0_as_float(scale));
+  detail::quantize_fp8_mx<Aligned>(dst, n, scale, [&](float s) { quantize_fp8_chunk_scaled<F, Aligned>(src, dst, n, s); });
 }
 
 template <bool Aligned, typename Src>

@@ -43,8 +43,7 @@ EPJIT_DEVICE void quantize_fp8_chunk(const Src* src, int8_t* dst, size_t n) {
 
 template <Fp8Format F, bool Aligned, typename Src>
 EPJIT_DEVICE void quantize_fp8_chunk_mx(const Src* src, int8_t* dst, size_t n, int8_t scale) {
-  if (e8m0_is_nan(scale)) return store_codes8<Aligned>(dst, n, 0u, 0u);
-  quantize_fp8_chunk_scaled<F, Aligned>(src, dst, n, e8m0_as_float(scale));
+  detail::quantize_fp8_mx<Aligned>(dst, n, scale, [&](float s) { quantize_fp8_chunk_scaled<F, Aligned>(src, dst, n, s); });
 }
 
 template <Fp8Format F, bool Aligned, typename Dst>
