@@ -1,0 +1,242 @@
+#include "epjit/ep/config.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "epjit/error.h"
+
+namespace epjit::ep {
+namespace {
+
+[[noreturn]] void reject(const std::string& field, const std::string& value, const std::string& rule,
+                         const std::string& fix) {
+  throw Error("EpDispatchCombineConfig." + field + " = " + value + " breaks a rule", rule, fix);
+}
+
+std::string text(int64_t value) { return std::to_string(value); }
+
+template <typename Enum, size_t N>
+Enum parse_enum(const std::string& value, const std::pair<const char*, Enum> (&names)[N], const char* field) {
+  std::string accepted;
+  for (const auto& [name, parsed] : names) {
+    if (value == name) return parsed;
+    accepted += (accepted.empty() ? "" : ", ") + std::string(name);
+  }
+  throw Error("EpDispatchCombineConfig." + std::string(field) + " = '" + value + "' is not known", "one of " + accepted,
+              "use one of those names");
+}
+
+constexpr std::pair<const char*, DataType> kDataTypes[] = {{"bf16", DataType::BF16},   {"f32", DataType::F32},
+                                                           {"fp32", DataType::F32},   {"float32", DataType::F32},
+                                                           {"fp8", DataType::FP8},    {"fp4", DataType::FP4}};
+constexpr std::pair<const char*, CombineMode> kCombineModes[] = {{"gather", CombineMode::Gather},
+                                                                 {"scatter", CombineMode::Scatter}};
+constexpr std::pair<const char*, QuantType> kQuantTypes[] = {{"none", QuantType::None},
+                                                             {"fp8_direct_cast", QuantType::Fp8DirectCast},
+                                                             {"fp8_blockwise", QuantType::Fp8Blockwise}};
+constexpr std::pair<const char*, InternodeKernel> kInternodeKernels[] = {
+    {"auto", InternodeKernel::Auto}, {"v2", InternodeKernel::V2}, {"v2_ll", InternodeKernel::V2LowLatency}};
+
+template <typename Enum, size_t N>
+const char* enum_name(Enum value, const std::pair<const char*, Enum> (&names)[N]) {
+  for (const auto& [name, parsed] : names)
+    if (parsed == value) return name;
+  return "?";
+}
+
+int64_t elements_in_16_bytes(DataType type) {
+  switch (type) {
+    case DataType::BF16: return 8;
+    case DataType::F32: return 4;
+    case DataType::FP8: return 16;
+    case DataType::FP4: return 32;
+  }
+  return 1;
+}
+
+void require_positive(const std::string& field, int64_t value, const std::string& what) {
+  if (value <= 0) reject(field, text(value), field + " is required and must be positive (" + what + ")", "set " + field);
+}
+
+void validate_geometry(const std::string& field, const std::optional<int>& value) {
+  if (value && *value <= 0) reject(field, text(*value), field + " must be positive when set", "set a positive count or leave it unset");
+}
+
+}  // namespace
+
+DataType parse_data_type(const std::string& value, const char* field) { return parse_enum(value, kDataTypes, field); }
+CombineMode parse_combine_mode(const std::string& value) { return parse_enum(value, kCombineModes, "combine_mode"); }
+QuantType parse_quant_type(const std::string& value) { return parse_enum(value, kQuantTypes, "quant_type"); }
+InternodeKernel parse_internode_kernel(const std::string& value) {
+  return parse_enum(value, kInternodeKernels, "internode_kernel");
+}
+const char* name_of(DataType type) { return enum_name(type, kDataTypes); }
+const char* name_of(CombineMode mode) { return enum_name(mode, kCombineModes); }
+const char* name_of(QuantType quant) { return enum_name(quant, kQuantTypes); }
+const char* name_of(InternodeKernel kernel) { return enum_name(kernel, kInternodeKernels); }
+
+size_t payload_bytes(DataType type, size_t elements) {
+  switch (type) {
+    case DataType::BF16: return elements * 2;
+    case DataType::F32: return elements * 4;
+    case DataType::FP8: return elements;
+    case DataType::FP4: return (elements + 1) / 2;
+  }
+  return 0;
+}
+
+const TargetInfo& EpDispatchCombineConfig::target_info() const {
+  if (const TargetInfo* info = find_target(target)) return *info;
+  throw Error("EpDispatchCombineConfig.target = '" + target + "' is not a known target", "one of " + target_names(),
+              "set target (or EPJIT_TARGET) to one of those");
+}
+
+std::string EpDispatchCombineConfig::backend() const {
+  if (!kernel_backend.empty()) return kernel_backend;
+  const char* from_env = std::getenv("EPJIT_KERNEL_BACKEND");
+  return from_env && *from_env ? from_env : "epjit";
+}
+
+int64_t EpDispatchCombineConfig::max_tokens_per_rank_padded() const {
+  if (!internode()) return max_num_inp_token_per_rank;
+  const int64_t wave = target_info().wave_size;
+  return (max_num_inp_token_per_rank + wave - 1) / wave * wave;
+}
+
+std::vector<ScheduleEntry> default_schedule(const TargetInfo& target) {
+  // Initial values: small batches want few blocks (latency), large ones fill
+  // the GPU; wave64 targets carry twice the lanes per warp.
+  const int warps = target.wave_size == 64 ? 8 : 16;
+  return {{128, 32, warps, 32, warps}, {1024, 64, warps, 64, warps}, {std::nullopt, 128, warps, 128, warps}};
+}
+
+std::vector<ScheduleEntry> EpDispatchCombineConfig::resolved_schedule() const {
+  if (!schedule.empty()) return schedule;
+  std::vector<ScheduleEntry> table = default_schedule(target_info());
+  // Fields that are set override every variant of the table.
+  for (ScheduleEntry& entry : table) {
+    if (dispatch_block_num) entry.dispatch_blocks = *dispatch_block_num;
+    if (warp_num_per_block) entry.dispatch_warps = *warp_num_per_block;
+    if (combine_block_num) entry.combine_blocks = *combine_block_num;
+    if (combine_warp_num_per_block) entry.combine_warps = *combine_warp_num_per_block;
+  }
+  return table;
+}
+
+ScheduleEntry EpDispatchCombineConfig::geometry_for(int64_t tokens) const {
+  const std::vector<ScheduleEntry> entries = resolved_schedule();
+  for (const ScheduleEntry& entry : entries)
+    if (!entry.max_tokens || tokens <= *entry.max_tokens) return entry;
+  return entries.back();
+}
+
+void EpDispatchCombineConfig::validate() const {
+  // Required fields.
+  require_positive("world_size", world_size, "ranks in the op");
+  if (rank < 0 || rank >= world_size)
+    reject("rank", text(rank), "rank must be in [0, world_size = " + text(world_size) + ")", "pass this process's rank");
+  require_positive("hidden_dim", hidden_dim, "elements per token");
+  require_positive("max_num_inp_token_per_rank", max_num_inp_token_per_rank, "tokens per call and rank");
+  require_positive("num_experts_per_rank", num_experts_per_rank, "experts on each rank");
+  require_positive("num_experts_per_token", num_experts_per_token, "top-k");
+  if (num_experts_per_token > num_experts())
+    reject("num_experts_per_token", text(num_experts_per_token),
+           "top-k cannot exceed the experts in the op (world_size * num_experts_per_rank = " + text(num_experts()) + ")",
+           "lower num_experts_per_token or add experts");
+  const TargetInfo& info = target_info();
+
+  // Dtypes.
+  if (dispatch_data_type.has_value() != combine_data_type.has_value())
+    reject(dispatch_data_type ? "dispatch_data_type" : "combine_data_type",
+           name_of(dispatch_data_type ? *dispatch_data_type : *combine_data_type),
+           "dispatch_data_type and combine_data_type are set together or not at all",
+           "set both (asymmetric legs) or neither (data_type for both)");
+  if (combine_type() == DataType::FP4)
+    reject(asymmetric() ? "combine_data_type" : "data_type", "fp4",
+           "the combine leg cannot be FP4 (it accumulates in f32 and returns bf16/f32/fp8)",
+           asymmetric() ? "use bf16 or f32 for combine_data_type" : "set dispatch_data_type=fp4 and combine_data_type=bf16");
+  if (dispatch_type() == DataType::FP4 && !info.has_fp4())
+    reject("dispatch_data_type", "fp4",
+           "FP4 needs a target with FP4 conversions (" +
+               target_names_where([](const TargetInfo& t) { return t.has_fp4(); }) + "); " + std::string(info.name) +
+               " has none",
+           "use fp8 on " + std::string(info.name) + ", or run on gfx950 or gfx1250");
+  if (asymmetric()) {
+    if (combine_mode != CombineMode::Gather)
+      reject("combine_mode", name_of(combine_mode), "asymmetric dispatch/combine dtypes need gather combine",
+             "set combine_mode=gather or drop the per-leg dtypes");
+    if (quant_type != QuantType::None)
+      reject("quant_type", name_of(quant_type), "asymmetric dispatch/combine dtypes cannot be combined with quant",
+             "set quant_type=none or drop the per-leg dtypes");
+    if (enable_std_moe)
+      reject("enable_std_moe", "true", "asymmetric dispatch/combine dtypes cannot use the standard-MoE layout",
+             "disable enable_std_moe or drop the per-leg dtypes");
+  }
+  if (enable_std_moe && (dispatch_type() != DataType::BF16 || combine_type() != DataType::BF16))
+    reject("enable_std_moe", "true", "the standard-MoE layout conversion is bf16 only (data_type is " +
+                                         std::string(name_of(dispatch_type())) + ")",
+           "use data_type=bf16 or disable enable_std_moe");
+
+  // Quantization.
+  if (quant_type != QuantType::None && combine_mode != CombineMode::Scatter)
+    reject("combine_mode", name_of(combine_mode), "quant_type " + std::string(name_of(quant_type)) + " needs scatter combine",
+           "set combine_mode=scatter or quant_type=none");
+  if (quant_type != QuantType::None && internode())
+    reject("quant_type", name_of(quant_type),
+           "quantized combine is intranode only (world_size " + text(world_size) + " > gpu_per_node " +
+               text(nodes_gpu_count()) + ")",
+           "set quant_type=none for internode runs");
+
+  // Token layout.
+  if (dispatch_token_bytes() % 16 != 0)
+    reject("hidden_dim", text(hidden_dim),
+           "a dispatched token must be a multiple of 16 bytes (" + text(int64_t(dispatch_token_bytes())) + " bytes of " +
+               name_of(dispatch_type()) + ")",
+           "pad hidden_dim to a multiple of " + text(elements_in_16_bytes(dispatch_type())));
+  if ((scale_dim == 0) != (scale_type_size == 0) || scale_dim < 0 || scale_type_size < 0)
+    reject("scale_dim", text(scale_dim) + " (scale_type_size " + text(scale_type_size) + ")",
+           "per-token scales need both scale_dim and scale_type_size positive, or both 0",
+           "set both, or neither");
+
+  // Ranks, nodes.
+  if (world_size > info.wave_size)
+    reject("world_size", text(world_size),
+           "one combine warp indexes every rank: world_size can be at most the wave size of " + std::string(info.name) +
+               " (" + text(info.wave_size) + ")",
+           "use fewer ranks per op");
+  if (gpu_per_node) {
+    if (*gpu_per_node <= 0 || *gpu_per_node > world_size || world_size % *gpu_per_node != 0)
+      reject("gpu_per_node", text(*gpu_per_node), "gpu_per_node must divide world_size (" + text(world_size) + ")",
+             "set it to the GPUs per node, or leave it unset for one node");
+  }
+  if (internode_auto_ll_max_tokens <= 0)
+    reject("internode_auto_ll_max_tokens", text(internode_auto_ll_max_tokens), "the auto crossover must be positive",
+           "leave it at 512 or set a positive token count");
+  if (max_total_recv_tokens < 0)
+    reject("max_total_recv_tokens", text(max_total_recv_tokens), "it is 0 (worst case) or a positive bound",
+           "set 0 or a positive count");
+  if (backend() != "epjit")
+    reject("kernel_backend", backend(), "epjit has one backend, 'epjit' (MORI's 'flydsl' and 'hip' are theirs)",
+           "leave kernel_backend unset or set it to epjit");
+
+  // Geometry.
+  validate_geometry("dispatch_block_num", dispatch_block_num);
+  validate_geometry("combine_block_num", combine_block_num);
+  validate_geometry("warp_num_per_block", warp_num_per_block);
+  validate_geometry("combine_warp_num_per_block", combine_warp_num_per_block);
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    const ScheduleEntry& entry = schedule[i];
+    const std::string field = "schedule[" + std::to_string(i) + "]";
+    if (entry.dispatch_blocks <= 0 || entry.dispatch_warps <= 0 || entry.combine_blocks <= 0 || entry.combine_warps <= 0)
+      reject(field, "(...)", "every block and warp count of a schedule entry must be positive", "fix the entry");
+    const bool last = i + 1 == schedule.size();
+    if (last != !entry.max_tokens.has_value())
+      reject(field, entry.max_tokens ? text(*entry.max_tokens) : "none",
+             "only the last schedule entry has no token bound (it catches every larger call)",
+             "give every entry but the last a max_tokens, and the last none");
+    if (i > 0 && entry.max_tokens && schedule[i - 1].max_tokens && *entry.max_tokens <= *schedule[i - 1].max_tokens)
+      reject(field, text(*entry.max_tokens), "schedule thresholds must increase", "sort the entries by max_tokens");
+  }
+}
+
+}  // namespace epjit::ep

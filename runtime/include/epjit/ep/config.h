@@ -1,0 +1,106 @@
+// EpDispatchCombineConfig: the configuration of an expert-parallel
+// dispatch/combine op, with MORI EPv2's fields (snake_case as there), the
+// properties derived from them, and every validation rule of SEED-NOTES.md.
+// validate() throws an epjit::Error naming the field, the value and the rule.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "epjit/targets/TargetInfo.h"
+
+namespace epjit::ep {
+
+// Payload element types. fp8 is the target's fp8 (e4m3fnuz on gfx942, e4m3fn
+// elsewhere); fp4 is E2M1, two per byte.
+enum class DataType : uint8_t { BF16, F32, FP8, FP4 };
+enum class CombineMode : uint8_t { Gather, Scatter };
+enum class QuantType : uint8_t { None, Fp8DirectCast, Fp8Blockwise };
+enum class InternodeKernel : uint8_t { Auto, V2, V2LowLatency };
+
+// "bf16", "f32"/"fp32"/"float32", "fp8", "fp4"; throws epjit::Error naming `field`.
+DataType parse_data_type(const std::string& text, const char* field = "data_type");
+CombineMode parse_combine_mode(const std::string& text);
+QuantType parse_quant_type(const std::string& text);
+InternodeKernel parse_internode_kernel(const std::string& text);
+const char* name_of(DataType type);
+const char* name_of(CombineMode mode);
+const char* name_of(QuantType quant);
+const char* name_of(InternodeKernel kernel);
+
+// Bytes of `elements` elements of a type (fp4 packs two per byte).
+size_t payload_bytes(DataType type, size_t elements);
+
+// One geometry variant: used for calls of at most max_tokens tokens (none: any).
+struct ScheduleEntry {
+  std::optional<int64_t> max_tokens;
+  int dispatch_blocks = 0;
+  int dispatch_warps = 0;
+  int combine_blocks = 0;
+  int combine_warps = 0;
+};
+
+struct EpDispatchCombineConfig {
+  // Required.
+  int rank = -1;
+  int world_size = 0;
+  int64_t hidden_dim = 0;
+  int64_t max_num_inp_token_per_rank = 0;
+  int num_experts_per_rank = 0;
+  int num_experts_per_token = 0;
+
+  DataType data_type = DataType::BF16;
+  std::optional<DataType> dispatch_data_type;  // set both or neither
+  std::optional<DataType> combine_data_type;
+  int scale_dim = 0;        // per-token scales forwarded as opaque bytes
+  int scale_type_size = 0;
+  CombineMode combine_mode = CombineMode::Gather;
+  QuantType quant_type = QuantType::None;
+  // Geometry: unset = from the target's schedule table.
+  std::optional<int> dispatch_block_num;
+  std::optional<int> combine_block_num;
+  std::optional<int> warp_num_per_block;
+  std::optional<int> combine_warp_num_per_block;
+  std::vector<ScheduleEntry> schedule;  // empty = one entry from the fields above / the table
+  bool enable_std_moe = false;
+  int64_t max_total_recv_tokens = 0;  // 0 = world_size * max_num_inp_token_per_rank
+  std::string kernel_backend;         // "" = EPJIT_KERNEL_BACKEND, else "epjit"
+  std::optional<int> gpu_per_node;    // unset = world_size (intranode)
+  InternodeKernel internode_kernel = InternodeKernel::Auto;
+  int64_t internode_auto_ll_max_tokens = 512;
+  std::string target;                 // "" = the device's target, or EPJIT_TARGET
+
+  // Throws epjit::Error for the first rule broken. `target` must be resolved.
+  void validate() const;
+
+  // ------------------------------------------------ derived properties
+  int num_experts() const { return world_size * num_experts_per_rank; }
+  DataType dispatch_type() const { return dispatch_data_type.value_or(data_type); }
+  DataType combine_type() const { return combine_data_type.value_or(data_type); }
+  bool asymmetric() const { return dispatch_data_type.has_value(); }
+  int nodes_gpu_count() const { return gpu_per_node.value_or(world_size); }
+  bool internode() const { return world_size > nodes_gpu_count(); }
+  size_t dispatch_token_bytes() const { return payload_bytes(dispatch_type(), size_t(hidden_dim)); }
+  size_t combine_token_bytes() const { return payload_bytes(combine_type(), size_t(hidden_dim)); }
+  size_t scale_bytes_per_token() const { return size_t(scale_dim) * size_t(scale_type_size); }
+  int64_t total_recv_tokens() const {
+    return max_total_recv_tokens > 0 ? max_total_recv_tokens : int64_t(world_size) * max_num_inp_token_per_rank;
+  }
+  // Internode buffers are sized for a multiple of the wave size.
+  int64_t max_tokens_per_rank_padded() const;
+  // The geometry variants compiled at construction, smallest threshold first
+  // (explicit schedule, else the fields, else the target's table).
+  std::vector<ScheduleEntry> resolved_schedule() const;
+  // The variant a call of `tokens` tokens uses.
+  ScheduleEntry geometry_for(int64_t tokens) const;
+  const TargetInfo& target_info() const;
+  // The backend after the environment default.
+  std::string backend() const;
+};
+
+// The target's tuning table: geometry by token count (issue 6 tunes it).
+std::vector<ScheduleEntry> default_schedule(const TargetInfo& target);
+
+}  // namespace epjit::ep

@@ -1,0 +1,191 @@
+// EpDispatchCombineConfig: every validation rule of SEED-NOTES.md has a case
+// that triggers it, with a message naming the field, the value and the rule;
+// derived properties and the schedule.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "epjit/ep/config.h"
+#include "epjit/error.h"
+
+namespace epjit::ep {
+namespace {
+
+// A valid intranode EP8 configuration on gfx950 (DeepSeek-V3-like).
+EpDispatchCombineConfig valid() {
+  EpDispatchCombineConfig c;
+  c.rank = 3;
+  c.world_size = 8;
+  c.hidden_dim = 7168;
+  c.max_num_inp_token_per_rank = 4096;
+  c.num_experts_per_rank = 32;
+  c.num_experts_per_token = 8;
+  c.target = "gfx950";
+  return c;
+}
+
+struct Rule {
+  const char* name;
+  std::function<void(EpDispatchCombineConfig&)> breakIt;
+  std::vector<const char*> mentions;  // field, value and rule words the message must hold
+};
+
+const Rule kRules[] = {
+    {"rank_in_range", [](auto& c) { c.rank = 8; }, {"rank = 8", "[0, world_size = 8)"}},
+    {"world_size_required", [](auto& c) { c.world_size = 0; }, {"world_size = 0", "required"}},
+    {"hidden_required", [](auto& c) { c.hidden_dim = 0; }, {"hidden_dim = 0", "required"}},
+    {"tokens_required", [](auto& c) { c.max_num_inp_token_per_rank = -1; }, {"max_num_inp_token_per_rank = -1"}},
+    {"experts_required", [](auto& c) { c.num_experts_per_rank = 0; }, {"num_experts_per_rank = 0"}},
+    {"topk_required", [](auto& c) { c.num_experts_per_token = 0; }, {"num_experts_per_token = 0"}},
+    {"topk_at_most_experts",
+     [](auto& c) {
+       c.num_experts_per_rank = 1;
+       c.num_experts_per_token = 9;
+     },
+     {"num_experts_per_token = 9", "cannot exceed", "= 8"}},
+    {"dtypes_together",
+     [](auto& c) { c.dispatch_data_type = DataType::FP8; },
+     {"dispatch_data_type = fp8", "set together"}},
+    {"quant_forces_scatter",
+     [](auto& c) { c.quant_type = QuantType::Fp8Blockwise; },
+     {"combine_mode = gather", "fp8_blockwise needs scatter combine"}},
+    {"quant_not_internode",
+     [](auto& c) {
+       c.quant_type = QuantType::Fp8DirectCast;
+       c.combine_mode = CombineMode::Scatter;
+       c.gpu_per_node = 4;
+     },
+     {"quant_type = fp8_direct_cast", "intranode only", "gpu_per_node 4"}},
+    {"token_bytes_multiple_of_16", [](auto& c) { c.hidden_dim = 7164; }, {"hidden_dim = 7164", "multiple of 16 bytes"}},
+    {"asymmetric_needs_gather",
+     [](auto& c) {
+       c.dispatch_data_type = DataType::FP8;
+       c.combine_data_type = DataType::BF16;
+       c.combine_mode = CombineMode::Scatter;
+     },
+     {"combine_mode = scatter", "asymmetric", "gather"}},
+    {"asymmetric_no_quant",
+     [](auto& c) {
+       c.dispatch_data_type = DataType::FP8;
+       c.combine_data_type = DataType::BF16;
+       c.quant_type = QuantType::Fp8Blockwise;
+     },
+     {"quant_type = fp8_blockwise", "asymmetric"}},
+    {"asymmetric_no_std_moe",
+     [](auto& c) {
+       c.dispatch_data_type = DataType::FP8;
+       c.combine_data_type = DataType::BF16;
+       c.enable_std_moe = true;
+     },
+     {"enable_std_moe = true", "asymmetric"}},
+    {"no_fp4_combine",
+     [](auto& c) {
+       c.dispatch_data_type = DataType::FP4;
+       c.combine_data_type = DataType::FP4;
+     },
+     {"combine_data_type = fp4", "combine leg cannot be FP4"}},
+    {"fp4_needs_gfx950_or_gfx1250",
+     [](auto& c) {
+       c.target = "gfx942";
+       c.dispatch_data_type = DataType::FP4;
+       c.combine_data_type = DataType::BF16;
+     },
+     {"dispatch_data_type = fp4", "gfx950, gfx1250", "gfx942 has none"}},
+    {"std_moe_is_bf16", [](auto& c) {
+       c.enable_std_moe = true;
+       c.data_type = DataType::F32;
+     },
+     {"enable_std_moe = true", "bf16 only"}},
+    {"world_bounded_by_combine_warp",
+     [](auto& c) {
+       c.target = "gfx1250";
+       c.world_size = 33;
+       c.rank = 0;
+     },
+     {"world_size = 33", "wave size of gfx1250 (32)"}},
+    {"gpu_per_node_divides_world", [](auto& c) { c.gpu_per_node = 3; }, {"gpu_per_node = 3", "divide world_size"}},
+    {"scales_together", [](auto& c) { c.scale_dim = 56; }, {"scale_dim = 56", "both"}},
+    {"schedule_last_entry_unbounded",
+     [](auto& c) { c.schedule = {{128, 32, 8, 32, 8}, {1024, 64, 8, 64, 8}}; },
+     {"schedule[1] = 1024", "only the last"}},
+    {"schedule_increasing",
+     [](auto& c) { c.schedule = {{1024, 32, 8, 32, 8}, {128, 64, 8, 64, 8}, {std::nullopt, 64, 8, 64, 8}}; },
+     {"schedule[1] = 128", "increase"}},
+    {"geometry_positive", [](auto& c) { c.warp_num_per_block = 0; }, {"warp_num_per_block = 0", "positive"}},
+    {"known_backend", [](auto& c) { c.kernel_backend = "flydsl"; }, {"kernel_backend = flydsl", "one backend"}},
+    {"known_target", [](auto& c) { c.target = "gfx90a"; }, {"target = 'gfx90a'", "gfx942, gfx950"}},
+};
+
+void PrintTo(const Rule& rule, std::ostream* os) { *os << rule.name; }
+
+class ConfigRule : public ::testing::TestWithParam<Rule> {};
+
+TEST_P(ConfigRule, IsEnforcedWithAMessageNamingFieldValueAndRule) {
+  EpDispatchCombineConfig config = valid();
+  ASSERT_NO_THROW(config.validate());
+  GetParam().breakIt(config);
+  try {
+    config.validate();
+    FAIL() << "accepted a config that breaks " << GetParam().name;
+  } catch (const Error& error) {
+    for (const char* mention : GetParam().mentions)
+      EXPECT_NE(std::string(error.what()).find(mention), std::string::npos)
+          << "'" << mention << "' missing from: " << error.what();
+    EXPECT_FALSE(error.fix().empty());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SeedNotes, ConfigRule, ::testing::ValuesIn(kRules),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Config, DerivedProperties) {
+  EpDispatchCombineConfig c = valid();
+  EXPECT_EQ(c.num_experts(), 256);
+  EXPECT_EQ(c.dispatch_token_bytes(), 7168u * 2);
+  EXPECT_EQ(c.total_recv_tokens(), 8 * 4096);
+  EXPECT_FALSE(c.internode());
+  c.dispatch_data_type = DataType::FP4;
+  c.combine_data_type = DataType::BF16;
+  EXPECT_EQ(c.dispatch_token_bytes(), 3584u);
+  EXPECT_EQ(c.combine_token_bytes(), 7168u * 2);
+  EXPECT_NO_THROW(c.validate());  // fp4 dispatch, bf16 combine, gather, on gfx950
+  c = valid();
+  c.gpu_per_node = 4;
+  c.max_num_inp_token_per_rank = 100;
+  EXPECT_TRUE(c.internode());
+  EXPECT_EQ(c.max_tokens_per_rank_padded(), 128);  // rounded up to the wave (64)
+  c.max_total_recv_tokens = 1000;
+  EXPECT_EQ(c.total_recv_tokens(), 1000);
+}
+
+TEST(Config, ScheduleChoosesTheVariantByTokenCount) {
+  EpDispatchCombineConfig c = valid();
+  c.schedule = {{16, 8, 4, 8, 4}, {512, 32, 8, 32, 8}, {std::nullopt, 128, 16, 128, 16}};
+  ASSERT_NO_THROW(c.validate());
+  EXPECT_EQ(c.geometry_for(1).dispatch_blocks, 8);
+  EXPECT_EQ(c.geometry_for(16).dispatch_blocks, 8);
+  EXPECT_EQ(c.geometry_for(17).dispatch_blocks, 32);
+  EXPECT_EQ(c.geometry_for(100000).combine_warps, 16);
+  // Without a schedule: the target's table, with set fields overriding it.
+  c.schedule.clear();
+  c.warp_num_per_block = 6;
+  for (const ScheduleEntry& entry : c.resolved_schedule()) EXPECT_EQ(entry.dispatch_warps, 6);
+  EXPECT_FALSE(c.resolved_schedule().back().max_tokens.has_value());
+}
+
+TEST(Config, ParsesNamesAndRejectsUnknownOnes) {
+  EXPECT_EQ(parse_data_type("fp32"), DataType::F32);
+  EXPECT_EQ(parse_quant_type("fp8_blockwise"), QuantType::Fp8Blockwise);
+  EXPECT_EQ(parse_internode_kernel("v2_ll"), InternodeKernel::V2LowLatency);
+  try {
+    parse_combine_mode("reduce");
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("combine_mode = 'reduce'"), std::string::npos);
+    EXPECT_NE(error.expected().find("gather, scatter"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace epjit::ep
