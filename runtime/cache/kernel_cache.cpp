@@ -224,11 +224,12 @@ class KernelCache::Impl {
     if (waited) {
       lock_waits_++;
       lock_wait_seconds_.fetch_add(waited_seconds);
-      std::string problem;
-      if (auto entry = writable_->load(m.key, &expect, problem)) {
-        writable_->touch(m.key);
-        return make_artifact(spec, m.key, std::move(*entry));  // another process compiled it
-      }
+    }
+    // Another process may have published between our miss and the lock, with or without a wait.
+    std::string problem;
+    if (auto entry = writable_->load(m.key, &expect, problem)) {
+      writable_->touch(m.key);
+      return make_artifact(spec, m.key, std::move(*entry));
     }
     return compile(spec, m);
   }

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -119,7 +120,9 @@ int main(int argc, char** argv) {
       if (terminal) std::cerr << "\r\033[K";
       const epjit::CacheStats stats = cache.stats();
       summary["compiled"] = stats.compiles;
-      summary["hits"] = stats.disk_hits + stats.readonly_hits + stats.memory_hits + (stats.misses - stats.compiles - uint64_t(failed.load()));
+      // Every kernel that succeeded was either compiled here or found (on disk, or published by another process).
+      const uint64_t succeeded = specs.size() - uint64_t(failed.load());
+      summary["hits"] = succeeded - std::min<uint64_t>(succeeded, stats.compiles);
       summary["failed"] = summary["failed"].get<int>() + failed.load();
       summary["kernels"] = specs.size();
       summary["compile_seconds"] = stats.compile_seconds;
