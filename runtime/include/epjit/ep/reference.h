@@ -1,0 +1,64 @@
+// The reference semantics of dispatch, combine and the standard-MoE layout,
+// over every rank's inputs at once: plain C++, used only as the oracle of the
+// tests (the host target runs the generated kernels, never this).
+//
+// Received tokens are keyed by (source rank, source token) and listed in that
+// order, so comparisons do not depend on the slot order atomics produce.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "epjit/ep/config.h"
+
+namespace epjit::ep::reference {
+
+// One rank's dispatch inputs (row-major).
+struct RankInput {
+  int tokens = 0;
+  std::vector<uint8_t> payload;  // tokens * dispatch_token_bytes
+  std::vector<float> weights;    // tokens * top-k
+  std::vector<uint8_t> scales;   // tokens * scale_bytes_per_token (opaque)
+  std::vector<int32_t> indices;  // tokens * top-k, experts in [0, num_experts)
+};
+
+struct ReceivedToken {
+  int source_rank = 0;
+  int source_token = 0;
+  std::vector<uint8_t> payload;
+  std::vector<float> weights;
+  std::vector<uint8_t> scales;
+  std::vector<int32_t> indices;
+};
+
+// The ranks a token goes to: its experts' ranks, each once, in order of first appearance.
+std::vector<int> destinations(const EpDispatchCombineConfig& config, const int32_t* experts);
+
+// What each rank receives. Throws epjit::Error for an expert index out of range
+// or more tokens than max_num_inp_token_per_rank.
+std::vector<std::vector<ReceivedToken>> dispatch(const EpDispatchCombineConfig& config,
+                                                 const std::vector<RankInput>& inputs);
+
+// Combine: every origin token's sum over its destinations of that
+// destination's expert-output row for it, accumulated in f32 in destination
+// order and rounded once to the combine type. `outputs[d][i]` is rank d's
+// row (hidden elements of combine_type, or f32 rows when the type is f32) for
+// its i-th received token in dispatch()'s order. Under quant_type, each
+// contribution is quantized to the target's fp8 (direct cast, or blockwise
+// 128 with f32 scales) and dequantized before the sum, as scatter combine sends it.
+// Returns, per rank, tokens * hidden values of the combine type as raw bytes.
+std::vector<std::vector<uint8_t>> combine(const EpDispatchCombineConfig& config,
+                                          const std::vector<std::vector<ReceivedToken>>& received,
+                                          const std::vector<std::vector<std::vector<uint8_t>>>& outputs,
+                                          const std::vector<RankInput>& inputs);
+
+// The standard-MoE layout of one rank's received tokens: for each local expert
+// e, the tokens routed to it (in dispatch()'s order), with the source map.
+struct StdMoeLayout {
+  std::vector<int> counts;                               // per local expert
+  std::vector<std::vector<int>> received_index;          // per local expert: index into received
+};
+StdMoeLayout std_moe_layout(const EpDispatchCombineConfig& config, int rank,
+                            const std::vector<ReceivedToken>& received);
+
+}  // namespace epjit::ep::reference
