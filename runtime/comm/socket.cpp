@@ -53,6 +53,22 @@ sockaddr_un unix_address(const std::string& name, socklen_t& length) {
   return address;
 }
 
+// One SCM_RIGHTS message: a 4-byte tag in the body, one fd in the control data.
+struct FdMessage {
+  explicit FdMessage(uint32_t value) : tag(value) {
+    io = {&tag, sizeof tag};
+    header.msg_iov = &io;
+    header.msg_iovlen = 1;
+    header.msg_control = control;
+    header.msg_controllen = sizeof control;
+  }
+  FdMessage(const FdMessage&) = delete;
+  uint32_t tag;
+  iovec io{};
+  msghdr header{};
+  char control[CMSG_SPACE(sizeof(int))] = {};
+};
+
 }  // namespace
 
 Socket::Socket(Socket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
@@ -167,32 +183,21 @@ Socket Socket::connect_unix(const std::string& name, Clock::time_point deadline)
 }
 
 void Socket::send_fd(int fd, uint32_t tag) const {
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec io{&tag, sizeof tag};
-  msghdr message{};
-  message.msg_iov = &io;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  FdMessage message(tag);
+  cmsghdr* header = CMSG_FIRSTHDR(&message.header);
   header->cmsg_level = SOL_SOCKET;
   header->cmsg_type = SCM_RIGHTS;
   header->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(header), &fd, sizeof fd);
-  if (::sendmsg(fd_, &message, MSG_NOSIGNAL) < 0) throw vanished("a peer on this node");
+  if (::sendmsg(fd_, &message.header, MSG_NOSIGNAL) < 0) throw vanished("a peer on this node");
 }
 
 int Socket::receive_fd(uint32_t& tag, Clock::time_point deadline) const {
   wait_for(fd_, POLLIN, deadline, "shared memory from a peer on this node");
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec io{&tag, sizeof tag};
-  msghdr message{};
-  message.msg_iov = &io;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  if (::recvmsg(fd_, &message, MSG_CMSG_CLOEXEC) <= 0) throw vanished("a peer on this node");
-  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  FdMessage message(0);
+  if (::recvmsg(fd_, &message.header, MSG_CMSG_CLOEXEC) <= 0) throw vanished("a peer on this node");
+  tag = message.tag;
+  cmsghdr* header = CMSG_FIRSTHDR(&message.header);
   if (!header || header->cmsg_type != SCM_RIGHTS) throw Error("a peer sent no file descriptor", "SCM_RIGHTS", "retry");
   int fd = -1;
   std::memcpy(&fd, CMSG_DATA(header), sizeof fd);
