@@ -23,15 +23,11 @@ struct Kernel {
   int64_t warpsPerBlock;
 };
 
-// Specifiers in front of a kernel: extern "C" always; on GPUs __global__ and
-// launch bounds of the kernel's block size.
+// extern "C", then what the target puts in front of a kernel (TargetInfo).
 ArrayAttr kernelSpecifiers(Builder& builder, const TargetInfo& target, const Kernel& kernel) {
   SmallVector<Attribute> specifiers = {builder.getStringAttr("extern \"C\"")};
-  if (!target.is_host()) {
-    specifiers.push_back(builder.getStringAttr("__global__"));
-    specifiers.push_back(builder.getStringAttr(
-        "__launch_bounds__(" + std::to_string(kernel.warpsPerBlock * target.wave_size) + ")"));
-  }
+  for (const std::string& specifier : target.kernel_specifiers(kernel.warpsPerBlock * target.wave_size))
+    specifiers.push_back(builder.getStringAttr(specifier));
   return builder.getArrayAttr(specifiers);
 }
 

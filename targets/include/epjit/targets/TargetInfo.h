@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "epjit/numerics.h"
 
@@ -59,6 +60,12 @@ struct TargetInfo {
   std::string_view numerics_of;  // the hardware whose numerics this target carries
 
   bool has_fp4() const { return fp4 != Fp4Support::None; }
+  // How a kernel is declared after extern "C": the GPU qualifier and launch
+  // bounds for a block of `threads`; nothing on the host.
+  std::vector<std::string> kernel_specifiers(int64_t threads) const {
+    if (vendor == Vendor::Cpu) return {};
+    return {"__global__", "__launch_bounds__(" + std::to_string(threads) + ")"};
+  }
   bool is_host() const { return vendor == Vendor::Cpu; }
 };
 
