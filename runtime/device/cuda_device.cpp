@@ -122,12 +122,18 @@ class CudaDevice final : public Device {
     current();
     cuda_driver().cuMemFree_v2(reinterpret_cast<CUdeviceptr>(pointer));
   }
+  // Copies are complete when they return. cuMemcpyHtoD from pageable memory
+  // may return before its DMA lands, and our streams are non-blocking (they
+  // do not wait for the legacy stream the copy ran on): without the
+  // synchronize a kernel launched next could read stale input.
   void copy_to_device(void* device, const void* host, size_t bytes) override {
     current();
     check(cuda_driver().cuMemcpyHtoD_v2(reinterpret_cast<CUdeviceptr>(device), host, bytes), "copy to device");
+    check(cuda_driver().cuCtxSynchronize(), "copy to device (completion)");
   }
   void copy_to_host(void* host, const void* device, size_t bytes) override {
     current();
+    check(cuda_driver().cuCtxSynchronize(), "copy to host (pending work)");
     check(cuda_driver().cuMemcpyDtoH_v2(host, reinterpret_cast<CUdeviceptr>(device), bytes), "copy to host");
   }
   std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {

@@ -118,10 +118,14 @@ class HipDevice final : public Device {
     return pointer;
   }
   void release(void* pointer) override { hip_driver().hipFree(pointer); }
+  // Copies are complete when they return (see the CUDA device: pageable
+  // copies may return before their DMA lands).
   void copy_to_device(void* device, const void* host, size_t bytes) override {
     check(hip_driver().hipMemcpy(device, host, bytes, kHipMemcpyHostToDevice), "copy to device");
+    check(hip_driver().hipDeviceSynchronize(), "copy to device (completion)");
   }
   void copy_to_host(void* host, const void* device, size_t bytes) override {
+    check(hip_driver().hipDeviceSynchronize(), "copy to host (pending work)");
     check(hip_driver().hipMemcpy(host, device, bytes, kHipMemcpyDeviceToHost), "copy to host");
   }
   std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {

@@ -71,6 +71,7 @@ class Device {
 
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* pointer) = 0;
+  // Blocking copies: complete (and ordered after all earlier work) on return.
   virtual void copy_to_device(void* device, const void* host, size_t bytes) = 0;
   virtual void copy_to_host(void* host, const void* device, size_t bytes) = 0;
 
