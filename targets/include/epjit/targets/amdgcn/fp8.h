@@ -11,10 +11,11 @@ namespace epjit::prim::amdgcn_pk_fp8 {
 
 constexpr bool is_e5m2(Fp8Format f) { return f == Fp8Format::E5M2 || f == Fp8Format::E5M2FNUZ; }
 
-// Four values, saturated, into one dword: a in byte 0 ... d in byte 3.
+// Four values, saturated, into one dword: x[0] in byte 0 ... x[3] in byte 3.
 template <Fp8Format F>
-EPJIT_DEVICE uint32_t pack4(float a, float b, float c, float d) {
+EPJIT_DEVICE uint32_t pack4(const float* x) {
   constexpr float max = fp8_max(F);
+  float a = x[0], b = x[1], c = x[2], d = x[3];
   a = __builtin_amdgcn_fmed3f(a, -max, max);
   b = __builtin_amdgcn_fmed3f(b, -max, max);
   c = __builtin_amdgcn_fmed3f(c, -max, max);
@@ -49,18 +50,12 @@ EPJIT_DEVICE void unpack4(uint32_t word, float* x) {
 
 template <Fp8Format F, bool Aligned, typename Src>
 EPJIT_DEVICE void quantize_fp8_chunk_scaled(const Src* src, int8_t* dst, size_t n, float scale) {
-  float x[8];
-  load_chunk8<Aligned>(src, n, x);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) x[i] = x[i] / scale;
-  store_codes8<Aligned>(dst, n, pack4<F>(x[0], x[1], x[2], x[3]), pack4<F>(x[4], x[5], x[6], x[7]));
+  detail::quantize_fp8_chunk_with<Aligned>(src, dst, n, &scale, [](const float* x) { return pack4<F>(x); });
 }
 
 template <Fp8Format F, bool Aligned, typename Src>
 EPJIT_DEVICE void quantize_fp8_chunk(const Src* src, int8_t* dst, size_t n) {
-  float x[8];
-  load_chunk8<Aligned>(src, n, x);
-  store_codes8<Aligned>(dst, n, pack4<F>(x[0], x[1], x[2], x[3]), pack4<F>(x[4], x[5], x[6], x[7]));
+  detail::quantize_fp8_chunk_with<Aligned>(src, dst, n, nullptr, [](const float* x) { return pack4<F>(x); });
 }
 
 template <Fp8Format F, bool Aligned, typename Src>

@@ -48,6 +48,20 @@ EPJIT_HD void accumulate_chunk(const Src* src, float* acc, size_t n, float weigh
 
 namespace detail {
 
+// One lane's fp8 chunk, for every method: load up to 8 values, divide by
+// *scale when there is one, pack four at a time with the method's `pack4`
+// (four floats -> one dword, element 0 in the low byte), store.
+template <bool Aligned, typename Src, typename Pack4>
+EPJIT_HD void quantize_fp8_chunk_with(const Src* src, int8_t* dst, size_t n, const float* scale, Pack4 pack4) {
+  float x[8];
+  load_chunk8<Aligned>(src, n, x);
+  if (scale) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = x[i] / *scale;
+  }
+  store_codes8<Aligned>(dst, n, pack4(x), pack4(x + 4));
+}
+
 // The MX rule every method shares: a NaN scale (0xFF) stores zero codes (the
 // scale carries the NaN); otherwise convert with x / 2^e.
 template <bool Aligned, typename Scaled>
@@ -62,19 +76,22 @@ EPJIT_HD void quantize_fp8_mx(int8_t* dst, size_t n, int8_t scale, Scaled scaled
 
 namespace software {
 
+template <Fp8Format F>
+EPJIT_HD uint32_t pack4(const float* x) {
+  uint32_t word = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) word |= uint32_t(encode_fp8(x[i], F, Overflow::Saturate)) << (8 * i);
+  return word;
+}
+
 template <Fp8Format F, bool Aligned, typename Src>
 EPJIT_HD void quantize_fp8_chunk_scaled(const Src* src, int8_t* dst, size_t n, float scale) {
-  float x[8];
-  load_chunk8<Aligned>(src, n, x);
-  uint32_t word[2] = {0, 0};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) word[i / 4] |= uint32_t(encode_fp8(x[i] / scale, F, Overflow::Saturate)) << (8 * (i % 4));
-  store_codes8<Aligned>(dst, n, word[0], word[1]);
+  detail::quantize_fp8_chunk_with<Aligned>(src, dst, n, &scale, [](const float* x) { return pack4<F>(x); });
 }
 
 template <Fp8Format F, bool Aligned, typename Src>
 EPJIT_HD void quantize_fp8_chunk(const Src* src, int8_t* dst, size_t n) {
-  quantize_fp8_chunk_scaled<F, Aligned>(src, dst, n, 1.0f);  // x / 1 is x exactly
+  detail::quantize_fp8_chunk_with<Aligned>(src, dst, n, nullptr, [](const float* x) { return pack4<F>(x); });
 }
 
 template <Fp8Format F, bool Aligned, typename Src>

@@ -27,18 +27,12 @@ EPJIT_DEVICE uint32_t pack4(const float* x) {
 
 template <Fp8Format F, bool Aligned, typename Src>
 EPJIT_DEVICE void quantize_fp8_chunk_scaled(const Src* src, int8_t* dst, size_t n, float scale) {
-  float x[8];
-  load_chunk8<Aligned>(src, n, x);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) x[i] = x[i] / scale;
-  store_codes8<Aligned>(dst, n, pack4<F>(x), pack4<F>(x + 4));
+  detail::quantize_fp8_chunk_with<Aligned>(src, dst, n, &scale, [](const float* x) { return pack4<F>(x); });
 }
 
 template <Fp8Format F, bool Aligned, typename Src>
 EPJIT_DEVICE void quantize_fp8_chunk(const Src* src, int8_t* dst, size_t n) {
-  float x[8];
-  load_chunk8<Aligned>(src, n, x);
-  store_codes8<Aligned>(dst, n, pack4<F>(x), pack4<F>(x + 4));
+  detail::quantize_fp8_chunk_with<Aligned>(src, dst, n, nullptr, [](const float* x) { return pack4<F>(x); });
 }
 
 template <Fp8Format F, bool Aligned, typename Src>
