@@ -1,6 +1,6 @@
 // Every quantize/dequantize template, compiled by epjit-compile for the host
 // targets (each carrying a GPU's numerics and wave width), loaded and run by
-// warp threads, must match numerics.h bit for bit: random inputs with fixed
+// warp threads of the host device, must match numerics.h bit for bit: random inputs with fixed
 // seeds, hidden sizes that are and are not multiples of the chunk and wave,
 // tokens 1, 3 and 37, outputs poisoned before each run with guard elements
 // after them (tests/common/template_check.h).
@@ -9,13 +9,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "../../common/template_check.h"
 #include "epjit/numerics.h"
-#include "host_launcher.h"
+#include "epjit/device.h"
 
 namespace epjit {
 namespace {
@@ -98,8 +99,13 @@ class HostTemplate : public ::testing::TestWithParam<Case> {};
 TEST_P(HostTemplate, MatchesNumericsBitExactly) {
   const Case c = GetParam();
   const std::string library = buildKernel(c);
-  testing::HostKernelLibrary kernels(library);
-  const testing::HostEntry entry = kernels.entry(c.tpl->name);
+  // The runtime's host device runs it: one thread per warp, 2 blocks of 4 warps.
+  auto device = make_host_device();
+  std::ifstream file(library, std::ios::binary);
+  const std::vector<uint8_t> binary{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+  auto module = device->load_module(binary);
+  const Kernel kernel = module->kernel(c.tpl->name);
+  auto stream = device->create_stream();
   for (int tokens : kTokenCounts) {
     testing::checkTemplate(c.tpl->kind, c.target->fp8, c.hidden, tokens,
                            [&](std::vector<testing::KernelBuffer>& buffers, size_t count) {
@@ -108,7 +114,8 @@ TEST_P(HostTemplate, MatchesNumericsBitExactly) {
                              std::vector<void*> args;
                              for (void*& pointer : pointers) args.push_back(&pointer);
                              args.push_back(&count);
-                             testing::launch(entry, 2, 4, args);
+                             device->launch(kernel, {2, 4}, args.data(), *stream);
+                             stream->synchronize();  // the host device reads args when the launch runs
                            });
     if (HasFatalFailure()) return;
   }
