@@ -99,8 +99,7 @@ std::string hex(const uint8_t* data, size_t n) {
 class Root {
  public:
   Root(Socket listener, std::array<uint8_t, kTokenBytes> token) : listener_(std::move(listener)), token_(token) {
-    thread_ = std::thread([this] { serve(); });
-    thread_.detach();  // lives until its ranks leave; owns itself
+    std::thread([this] { serve(); }).detach();  // lives until its ranks leave; owns itself
   }
 
  private:
@@ -201,7 +200,6 @@ class Root {
   std::array<uint8_t, kTokenBytes> token_;
   std::vector<Socket> ranks_;
   std::vector<Bytes> blobs_;
-  std::thread thread_;
 };
 
 }  // namespace

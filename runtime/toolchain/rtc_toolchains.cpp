@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <memory>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <vector>
 
