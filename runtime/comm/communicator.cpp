@@ -327,6 +327,7 @@ int Communicator::world_size() const { return impl_->world; }
 const Team& Communicator::world() const { return impl_->world_team; }
 const Team& Communicator::node() const { return impl_->node_team; }
 const std::string& Communicator::hostname_of(int rank) const { return impl_->hostnames.at(size_t(rank)); }
+Device& Communicator::device() const { return *impl_->device; }
 
 std::vector<Bytes> Communicator::allgather(const Bytes& mine) {
   std::lock_guard lock(impl_->mutex);

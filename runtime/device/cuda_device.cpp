@@ -145,11 +145,12 @@ class CudaDevice final : public Device {
     current();
     return std::make_unique<CudaEvent>();
   }
-  void launch(const Kernel& kernel, LaunchGeometry geometry, void** args, Stream& stream) override {
+  void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) override {
     current();
+    std::vector<void*> values = args.pointers();
     check(cuda_driver().cuLaunchKernel(static_cast<CUfunction>(kernel.handle), geometry.blocks, 1, 1,
                                        geometry.warps_per_block * 32, 1, 1, 0,
-                                       static_cast<CudaStream&>(stream).handle(), args, nullptr),
+                                       static_cast<CudaStream&>(stream).handle(), values.data(), nullptr),
           "kernel launch");
   }
   void synchronize() override {

@@ -133,10 +133,11 @@ class HipDevice final : public Device {
   }
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<HipStream>(); }
   std::unique_ptr<Event> create_event() override { return std::make_unique<HipEvent>(); }
-  void launch(const Kernel& kernel, LaunchGeometry geometry, void** args, Stream& stream) override {
+  void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) override {
+    std::vector<void*> values = args.pointers();
     check(hip_driver().hipModuleLaunchKernel(static_cast<hipFunction_t>(kernel.handle), geometry.blocks, 1, 1,
                                              geometry.warps_per_block * uint32_t(wave_size()), 1, 1, 0,
-                                             static_cast<HipStream&>(stream).handle(), args, nullptr),
+                                             static_cast<HipStream&>(stream).handle(), values.data(), nullptr),
           "kernel launch");
   }
   void synchronize() override { check(hip_driver().hipDeviceSynchronize(), "device synchronize"); }

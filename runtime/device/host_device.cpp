@@ -3,9 +3,11 @@
 // is already loops), blocks of warps sharing a barrier, and streams as
 // ordered queues served by one thread each.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <condition_variable>
@@ -18,6 +20,7 @@
 
 #include "epjit/device.h"
 #include "epjit/error.h"
+#include "epjit/logging.h"
 #include "epjit/targets/host/prelude.h"
 
 namespace epjit {
@@ -28,16 +31,12 @@ using HostEntry = void (*)(void** args, const host::WarpContext* warp);
 class HostModule final : public Module {
  public:
   explicit HostModule(const std::vector<uint8_t>& binary) {
-    // dlopen needs a file: an anonymous memfd that vanishes with the module.
-    fd_ = memfd_create("epjit-kernel", MFD_CLOEXEC);
-    if (fd_ < 0 || ::write(fd_, binary.data(), binary.size()) != ssize_t(binary.size())) {
-      throw Error("cannot stage a host kernel module in memory", "memfd support", "run on Linux 3.17 or later");
-    }
-    const std::string path = "/proc/self/fd/" + std::to_string(fd_);
+    const std::string path = stage(binary);
     handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    const char* why = handle_ ? nullptr : dlerror();
+    if (path.rfind("/proc/", 0) != 0) ::unlink(path.c_str());  // the mapping outlives the name
     if (!handle_) {
-      const char* why = dlerror();
-      ::close(fd_);
+      if (fd_ >= 0) ::close(fd_);
       throw Error(std::string("the host kernel module does not load: ") + (why ? why : "?"),
                   "a shared object built by the host toolchain", "clear the cache entry (epjit-cache rm KEY)");
     }
@@ -45,6 +44,33 @@ class HostModule final : public Module {
   ~HostModule() override {
     if (handle_) dlclose(handle_);
     if (fd_ >= 0) ::close(fd_);
+  }
+
+  // dlopen needs a file, and returns an already loaded object whose name
+  // matches, so every module gets a name never used before in any process
+  // (pid and sequence): a file in the temporary directory, unlinked once
+  // loaded, or where that cannot be written, a memfd under /proc/<pid>/fd.
+  std::string stage(const std::vector<uint8_t>& binary) {
+    static std::atomic<uint64_t> sequence{0};
+    const char* tmp = std::getenv("TMPDIR");
+    const std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/epjit-kernel-" + std::to_string(getpid()) +
+                             "-" + std::to_string(sequence++) + ".so";
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
+    if (fd >= 0) {
+      const bool written = ::write(fd, binary.data(), binary.size()) == ssize_t(binary.size());
+      ::close(fd);
+      if (written) return path;
+      ::unlink(path.c_str());
+    }
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      log().info("host kernel modules load from memfds ({} is not writable)", path.substr(0, path.rfind('/')));
+    });
+    fd_ = memfd_create("epjit-kernel", MFD_CLOEXEC);
+    if (fd_ < 0 || ::write(fd_, binary.data(), binary.size()) != ssize_t(binary.size()))
+      throw Error("cannot stage a host kernel module in memory", "memfd support", "run on Linux 3.17 or later");
+    // A memfd's number is reused after close, but its fd keeps it unique while the module lives.
+    return "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd_);
   }
 
   Kernel kernel(std::string_view name) override {
@@ -168,11 +194,14 @@ class HostDevice final : public Device {
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<HostStream>(); }
   std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
 
-  void launch(const Kernel& kernel, LaunchGeometry geometry, void** args, Stream& stream) override {
+  void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) override {
     if (geometry.blocks == 0 || geometry.warps_per_block == 0)
       throw Error("launch of " + kernel.name + " with an empty grid", "at least one block of one warp", "fix the geometry");
     const auto entry = reinterpret_cast<HostEntry>(kernel.handle);
-    static_cast<HostStream&>(stream).enqueue([entry, geometry, args] { run_grid(entry, geometry, args); });
+    static_cast<HostStream&>(stream).enqueue([entry, geometry, args] {
+      std::vector<void*> values = args.pointers();
+      run_grid(entry, geometry, values.data());
+    });
   }
 
   void synchronize() override {}  // every host stream is synchronized by its owner

@@ -104,6 +104,8 @@ int64_t EpDispatchCombineConfig::max_tokens_per_rank_padded() const {
 }
 
 std::vector<ScheduleEntry> default_schedule(const TargetInfo& target) {
+  // The host runs a warp per CPU thread: a few of them per rank.
+  if (target.is_host()) return {{64, 1, 4, 1, 4}, {std::nullopt, 2, 4, 2, 4}};
   // Initial values: small batches want few blocks (latency), large ones fill
   // the GPU; wave64 targets carry twice the lanes per warp.
   const int warps = target.wave_size == 64 ? 8 : 16;
@@ -151,10 +153,11 @@ void EpDispatchCombineConfig::validate() const {
            name_of(dispatch_data_type ? *dispatch_data_type : *combine_data_type),
            "dispatch_data_type and combine_data_type are set together or not at all",
            "set both (asymmetric legs) or neither (data_type for both)");
-  if (combine_type() == DataType::FP4)
-    reject(asymmetric() ? "combine_data_type" : "data_type", "fp4",
-           "the combine leg cannot be FP4 (it accumulates in f32 and returns bf16/f32/fp8)",
-           asymmetric() ? "use bf16 or f32 for combine_data_type" : "set dispatch_data_type=fp4 and combine_data_type=bf16");
+  if (combine_type() != DataType::BF16 && combine_type() != DataType::F32)
+    reject("combine_data_type", name_of(combine_type()),
+           "the combine leg sums in f32 and returns bf16 or f32 rows; it cannot be " +
+               std::string(name_of(combine_type())),
+           "set combine_data_type to bf16 or f32 (quant_type compresses the combine transport to fp8)");
   if (dispatch_type() == DataType::FP4 && !info.has_fp4())
     reject("dispatch_data_type", "fp4",
            "FP4 needs a target with FP4 conversions (" +

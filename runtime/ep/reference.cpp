@@ -103,6 +103,7 @@ std::vector<std::vector<uint8_t>> combine(const EpDispatchCombineConfig& config,
     // Destination order, as each origin token gathers its contributions.
     for (int t = 0; t < tokens; ++t) {
       const int32_t* experts = &inputs[size_t(r)].indices[size_t(t) * size_t(config.num_experts_per_token)];
+      bool first = true;
       for (int d : destinations(config, experts)) {
         const auto& list = received[size_t(d)];
         const auto it = std::find_if(list.begin(), list.end(), [&](const ReceivedToken& token) {
@@ -112,7 +113,10 @@ std::vector<std::vector<uint8_t>> combine(const EpDispatchCombineConfig& config,
         std::vector<float> contribution(hidden);
         for (size_t i = 0; i < hidden; ++i) contribution[i] = load(type, row.data(), i);
         contribution = through_quantization(config, std::move(contribution));
-        for (size_t i = 0; i < hidden; ++i) sums[size_t(t)][i] += contribution[i];
+        // The first contribution is taken as is (0 + -0 would lose a sign).
+        if (first) sums[size_t(t)] = std::move(contribution);
+        else for (size_t i = 0; i < hidden; ++i) sums[size_t(t)][i] += contribution[i];
+        first = false;
       }
     }
     result[size_t(r)].assign(size_t(tokens) * row_bytes, 0);

@@ -51,10 +51,10 @@ class DeviceRun {
       pointers.push_back(device_.allocate(buffer.bytes));
       device_.copy_to_device(pointers.back(), buffer.data, buffer.bytes);
     }
-    std::vector<void*> args;
-    for (void*& pointer : pointers) args.push_back(&pointer);
-    args.push_back(&tokens);
-    device_.launch(kernel_, {kBlocks, kWarpsPerBlock}, args.data(), *stream_);
+    KernelArgs args;
+    for (void* pointer : pointers) args.add(pointer);
+    args.add(tokens);
+    device_.launch(kernel_, {kBlocks, kWarpsPerBlock}, args, *stream_);
     stream_->synchronize();
     for (size_t i = 0; i < buffers.size(); ++i) {
       device_.copy_to_host(buffers[i].data, pointers[i], buffers[i].bytes);
@@ -118,8 +118,8 @@ TEST(GpuGraph, CapturedQuantizeReplaysWithFreshInputs) {
   const Kernel kernel = module->kernel("quantize_fp8_direct");
   void* input = device.allocate(n * 2);
   void* output = device.allocate(n);
-  size_t count = tokens;
-  void* args[] = {&input, &output, &count};
+  KernelArgs args;
+  args.add(input).add(output).add(size_t(tokens));
   auto stream = device.create_stream();
   device.begin_capture(*stream);
   device.launch(kernel, {kBlocks, kWarpsPerBlock}, args, *stream);

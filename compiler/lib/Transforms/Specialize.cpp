@@ -1,6 +1,7 @@
 // ep-specialize: bind template parameters to constants, then fold.
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AttrTypeSubElements.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/StringMap.h"
@@ -57,6 +58,27 @@ FailureOr<TypedAttr> parseBinding(ep::ParamOp param, StringRef text) {
   return TypedAttr(builder.getIntegerAttr(type, value));
 }
 
+// A type parameter's binding: the row element types a template may be instantiated with.
+FailureOr<Type> parseTypeBinding(ep::ParamOp param, StringRef text) {
+  Builder builder(param.getContext());
+  if (text == "bf16") return Type(builder.getBF16Type());
+  if (text == "f32") return Type(builder.getF32Type());
+  return param.emitError() << "type parameter '" << param.getSymName() << "' takes bf16 or f32; got '" << text
+                           << "'";
+}
+
+// Every !ep.row_elem<"name"> in the module becomes its bound type.
+void substituteTypeParameters(ModuleOp module, const llvm::StringMap<Type>& types) {
+  if (types.empty()) return;
+  AttrTypeReplacer replacer;
+  replacer.addReplacement([&](ep::RowElementParamType param) -> std::optional<Type> {
+    auto it = types.find(param.getName());
+    if (it == types.end()) return std::nullopt;
+    return it->second;
+  });
+  replacer.recursivelyReplaceElementsIn(module, /*replaceAttrs=*/true, /*replaceLocs=*/false, /*replaceTypes=*/true);
+}
+
 LogicalResult checkConstraints(ep::ParamOp param, TypedAttr value) {
   auto integer = dyn_cast<IntegerAttr>(value);
   if (!integer || param.getType().isInteger(1)) return success();
@@ -97,7 +119,21 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
     if (failed(bindGeometry(module, requested))) return signalPassFailure();
 
     llvm::StringMap<TypedAttr> values;
+    llvm::StringMap<Type> types;
     for (auto param : module.getOps<ep::ParamOp>()) {
+      if (isa<ep::RowElementParamType>(param.getType())) {
+        auto it = requested.find(param.getSymName());
+        if (it == requested.end()) {
+          param.emitError() << "type parameter '" << param.getSymName() << "' is not bound: pass "
+                            << param.getSymName() << "=bf16 or " << param.getSymName() << "=f32";
+          return signalPassFailure();
+        }
+        FailureOr<Type> type = parseTypeBinding(param, it->second);
+        if (failed(type)) return signalPassFailure();
+        types[param.getSymName()] = *type;
+        requested.erase(it);
+        continue;
+      }
       TypedAttr value;
       if (auto it = requested.find(param.getSymName()); it != requested.end()) {
         FailureOr<TypedAttr> parsed = parseBinding(param, it->second);
@@ -129,9 +165,13 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
 
     SmallVector<NamedAttribute> record;
     for (auto param : llvm::make_early_inc_range(module.getOps<ep::ParamOp>())) {
-      record.emplace_back(param.getSymNameAttr(), values[param.getSymName()]);
+      if (auto type = types.find(param.getSymName()); type != types.end())
+        record.emplace_back(param.getSymNameAttr(), TypeAttr::get(type->second));
+      else
+        record.emplace_back(param.getSymNameAttr(), values[param.getSymName()]);
       param.erase();
     }
+    substituteTypeParameters(module, types);
     module->setAttr(ep::EpDialect::kSpecializationAttrName, DictionaryAttr::get(&getContext(), record));
     foldModule(module);
   }

@@ -34,7 +34,10 @@ static void printBareEnum(OpAsmPrinter& printer, Operation*, AttrT attr) {
 // Helpers
 //===----------------------------------------------------------------------===//
 
-static bool isRowElementType(Type type) { return type.isBF16() || type.isF32(); }
+// bf16 or f32, or a type parameter that ep-specialize binds to one of them.
+static bool isRowElementType(Type type) {
+  return type.isBF16() || type.isF32() || isa<RowElementParamType>(type);
+}
 
 //===----------------------------------------------------------------------===//
 // Template parameters
@@ -42,9 +45,17 @@ static bool isRowElementType(Type type) { return type.isBF16() || type.isF32(); 
 
 LogicalResult ParamOp::verify() {
   Type type = getType();
+  if (auto row = dyn_cast<RowElementParamType>(type)) {
+    if (row.getName() != getSymName())
+      return emitOpError() << "type parameter @" << getSymName() << " must be declared as !ep.row_elem<\""
+                           << getSymName() << "\">, not " << type;
+    if (getDefaultValueAttr() || getMultipleOf() || getMin())
+      return emitOpError() << "type parameter @" << getSymName() << " takes no default, multiple_of or min";
+    return success();
+  }
   if (!isa<IndexType>(type) && !type.isInteger(32) && !type.isInteger(64) && !type.isInteger(1))
     return emitOpError() << "parameter @" << getSymName() << " has type " << type
-                         << "; parameters are index, i32, i64 or i1";
+                         << "; parameters are index, i32, i64, i1, or !ep.row_elem<\"NAME\"> (a row type)";
   if (auto value = getDefaultValueAttr()) {
     if (value.getType() != type)
       return emitOpError() << "default of @" << getSymName() << " has type " << value.getType()

@@ -12,6 +12,7 @@ using namespace mlir;
 namespace epjit::ep {
 
 bool isPointeeType(Type type) {
+  if (isa<RowElementParamType>(type)) return true;
   if (type.isInteger(8) || type.isInteger(16) || type.isInteger(32) || type.isInteger(64)) return true;
   return type.isBF16() || type.isF16() || type.isF32();
 }

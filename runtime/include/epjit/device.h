@@ -6,10 +6,13 @@
 // and events belong to their device.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace epjit {
@@ -48,6 +51,52 @@ class Module {
   virtual Kernel kernel(std::string_view name) = 0;
 };
 
+// The argument values of one launch, copied in, so a launch never depends on
+// the caller's variables staying alive (the host device runs launches later,
+// on its stream's thread). Add values in the kernel's parameter order.
+class KernelArgs {
+ public:
+  template <typename T>
+  KernelArgs& add(const T& value) {
+    static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= alignof(std::max_align_t));
+    const size_t offset = (storage_.size() + alignof(T) - 1) / alignof(T) * alignof(T);
+    storage_.resize(offset + sizeof(T));
+    std::memcpy(storage_.data() + offset, &value, sizeof(T));
+    offsets_.push_back(offset);
+    return *this;
+  }
+  size_t size() const { return offsets_.size(); }
+  // Pointers to each value, as cuLaunchKernel/hipModuleLaunchKernel take them;
+  // valid while this object is alive and unchanged. Drivers only read them.
+  std::vector<void*> pointers() const {
+    std::vector<void*> result;
+    for (size_t offset : offsets_) result.push_back(const_cast<unsigned char*>(storage_.data()) + offset);
+    return result;
+  }
+
+ private:
+  // std::max_align_t-aligned storage for any argument type.
+  struct alignas(std::max_align_t) Chunk {
+    unsigned char bytes[alignof(std::max_align_t)];
+  };
+  class Storage {
+   public:
+    size_t size() const { return size_; }
+    void resize(size_t bytes) {
+      chunks_.resize((bytes + sizeof(Chunk) - 1) / sizeof(Chunk));
+      size_ = bytes;
+    }
+    unsigned char* data() { return chunks_.empty() ? nullptr : chunks_.front().bytes; }
+    const unsigned char* data() const { return chunks_.empty() ? nullptr : chunks_.front().bytes; }
+
+   private:
+    std::vector<Chunk> chunks_;
+    size_t size_ = 0;
+  };
+  Storage storage_;
+  std::vector<size_t> offsets_;
+};
+
 struct LaunchGeometry {
   uint32_t blocks = 1;
   uint32_t warps_per_block = 1;
@@ -78,10 +127,8 @@ class Device {
   virtual std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) = 0;
   virtual std::unique_ptr<Stream> create_stream() = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
-  // Enqueues a launch; args point at each argument's value. CUDA and HIP copy
-  // the values at launch; the host device reads them when the launch runs, so
-  // they must outlive it (synchronize the stream before they go).
-  virtual void launch(const Kernel& kernel, LaunchGeometry geometry, void** args, Stream& stream) = 0;
+  // Enqueues a launch with a copy of the argument values.
+  virtual void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) = 0;
   virtual void synchronize() = 0;
 
   // Graph capture: launches enqueued on `stream` between begin and end are

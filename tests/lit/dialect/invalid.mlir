@@ -21,7 +21,7 @@ func.func @bad_pointee(%p: !ep.ptr<f64>) { return }
 
 // -----
 
-// expected-error @+1 {{parameters are index, i32, i64 or i1}}
+// expected-error @+1 {{parameters are index, i32, i64, i1, or !ep.row_elem}}
 ep.param @scale : f32
 
 // -----
@@ -155,3 +155,13 @@ func.func @accumulate_into_f32(%x: !ep.ptr<bf16>, %n: index) {
   ep.warp.accumulate %x[%n], %x[%n], %n : !ep.ptr<bf16> -> !ep.ptr<bf16>
   return
 }
+
+// -----
+
+// expected-error @+1 {{type parameter @row must be declared as !ep.row_elem<"row">}}
+ep.param @row : !ep.row_elem<"other">
+
+// -----
+
+// expected-error @+1 {{type parameter @row takes no default, multiple_of or min}}
+ep.param @row : !ep.row_elem<"row"> {min = 1 : i64}

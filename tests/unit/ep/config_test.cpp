@@ -84,7 +84,7 @@ const Rule kRules[] = {
        c.dispatch_data_type = DataType::FP4;
        c.combine_data_type = DataType::FP4;
      },
-     {"combine_data_type = fp4", "combine leg cannot be FP4"}},
+     {"combine_data_type = fp4", "returns bf16 or f32 rows"}},
     {"fp4_needs_gfx950_or_gfx1250",
      [](auto& c) {
        c.target = "gfx942";

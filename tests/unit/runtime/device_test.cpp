@@ -43,10 +43,10 @@ TEST(HostDevice, RunsTemplatesFromTheCacheBitExactly) {
   auto* dy = static_cast<uint16_t*>(device->allocate(x.size() * 2));
   device->copy_to_device(dx, x.data(), x.size() * 2);
   std::memset(dy, 0xFF, x.size() * 2);
-  size_t count = tokens;
-  void *px = dx, *pq = dq, *ps = ds, *py = dy;
-  void* qargs[] = {&px, &pq, &ps, &count};
-  void* dargs[] = {&pq, &ps, &py, &count};
+  const size_t count = tokens;
+  KernelArgs qargs, dargs;
+  qargs.add<void*>(dx).add<void*>(dq).add<void*>(ds).add(count);
+  dargs.add<void*>(dq).add<void*>(ds).add<void*>(dy).add(count);
   device->launch(q_module->kernel("quantize_mxfp4"), {3, 4}, qargs, *stream);
   device->launch(d_module->kernel("dequantize_mxfp4"), {3, 4}, dargs, *stream);
   stream->synchronize();

@@ -109,13 +109,11 @@ TEST_P(HostTemplate, MatchesNumericsBitExactly) {
   for (int tokens : kTokenCounts) {
     testing::checkTemplate(c.tpl->kind, c.target->fp8, c.hidden, tokens,
                            [&](std::vector<testing::KernelBuffer>& buffers, size_t count) {
-                             std::vector<void*> pointers;
-                             for (testing::KernelBuffer& buffer : buffers) pointers.push_back(buffer.data);
-                             std::vector<void*> args;
-                             for (void*& pointer : pointers) args.push_back(&pointer);
-                             args.push_back(&count);
-                             device->launch(kernel, {2, 4}, args.data(), *stream);
-                             stream->synchronize();  // the host device reads args when the launch runs
+                             KernelArgs args;
+                             for (testing::KernelBuffer& buffer : buffers) args.add<void*>(buffer.data);
+                             args.add(count);
+                             device->launch(kernel, {2, 4}, args, *stream);
+                             stream->synchronize();
                            });
     if (HasFatalFailure()) return;
   }

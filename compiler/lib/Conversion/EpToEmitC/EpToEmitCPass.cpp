@@ -99,6 +99,12 @@ struct EpToEmitC : impl::EpToEmitCBase<EpToEmitC> {
 
     for (auto region : llvm::make_early_inc_range(module.getOps<ep::WindowRegionOp>())) region.erase();
     OpBuilder builder(context);
+    // Helpers a kernel calls run where it runs: on the device for GPU targets.
+    for (auto func : module.getOps<emitc::FuncOp>()) {
+      if (llvm::any_of(kernels, [&](const Kernel& kernel) { return kernel.name == func.getSymName(); })) continue;
+      if (func.isExternal()) continue;
+      func.setSpecifiersAttr(builder.getStrArrayAttr({"static", "EPJIT_DEVICE"}));
+    }
     for (const Kernel& kernel : kernels) {
       auto func = module.lookupSymbol<emitc::FuncOp>(kernel.name);
       func.setSpecifiersAttr(kernelSpecifiers(builder, *target, kernel));

@@ -56,6 +56,8 @@ class Communicator {
   const Team& world() const;
   const Team& node() const;
   const std::string& hostname_of(int rank) const;
+  // The device this rank's symmetric memory lives on.
+  Device& device() const;
 
   void barrier();
   // Every rank's bytes, indexed by rank.

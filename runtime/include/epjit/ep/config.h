@@ -78,7 +78,12 @@ struct EpDispatchCombineConfig {
   // ------------------------------------------------ derived properties
   int num_experts() const { return world_size * num_experts_per_rank; }
   DataType dispatch_type() const { return dispatch_data_type.value_or(data_type); }
-  DataType combine_type() const { return combine_data_type.value_or(data_type); }
+  // data_type fp8/fp4 applies to the dispatch leg; the combine leg, which sums
+  // in f32, is then bf16 (its transport is compressed by quant_type instead).
+  DataType combine_type() const {
+    if (combine_data_type) return *combine_data_type;
+    return (data_type == DataType::FP8 || data_type == DataType::FP4) ? DataType::BF16 : data_type;
+  }
   bool asymmetric() const { return dispatch_data_type.has_value(); }
   int nodes_gpu_count() const { return gpu_per_node.value_or(world_size); }
   bool internode() const { return world_size > nodes_gpu_count(); }

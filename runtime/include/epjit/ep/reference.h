@@ -40,8 +40,9 @@ std::vector<std::vector<ReceivedToken>> dispatch(const EpDispatchCombineConfig& 
                                                  const std::vector<RankInput>& inputs);
 
 // Combine: every origin token's sum over its destinations of that
-// destination's expert-output row for it, accumulated in f32 in destination
-// order and rounded once to the combine type. `outputs[d][i]` is rank d's
+// destination's expert-output row for it, summed in f32 in destination order
+// (starting from the first contribution, so a -0 keeps its sign) and rounded
+// once to the combine type. `outputs[d][i]` is rank d's
 // row (hidden elements of combine_type, or f32 rows when the type is f32) for
 // its i-th received token in dispatch()'s order. Under quant_type, each
 // contribution is quantized to the target's fp8 (direct cast, or blockwise

@@ -27,6 +27,23 @@ def Ep_PtrType : Ep_Type<"Ptr", "ptr"> {
   let genVerifyDecl = 1;
 }
 
+def Ep_RowElementParamType : Ep_Type<"RowElementParam", "row_elem"> {
+  let summary = "a row element type (bf16 or f32) chosen by a template parameter";
+  let description = [{
+    Stands for the type bound to the type parameter of the same name; the
+    template declares it with `ep.param @name : !ep.row_elem<"name">`, and
+    ep-specialize replaces every use with `bf16` or `f32`. It lets one
+    template serve both row types without repeating its logic.
+
+    ```mlir
+    ep.param @combine_elem : !ep.row_elem<"combine_elem">
+    func.func @k(%rows: !ep.ptr<!ep.row_elem<"combine_elem">>) ...
+    ```
+  }];
+  let parameters = (ins StringRefParameter<"the type parameter's name">:$name);
+  let assemblyFormat = "`<` $name `>`";
+}
+
 def Ep_WindowType : Ep_Type<"Window", "window"> {
   let summary = "a symmetric memory window";
   let description = [{

@@ -1,0 +1,545 @@
+#include "epjit/ep/op.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "epjit/error.h"
+#include "epjit/logging.h"
+#include "epjit/targets/common/base.h"
+#include "window_layout.h"
+
+namespace epjit::ep {
+
+namespace {
+
+KernelCache& process_cache() {
+  static KernelCache cache;
+  return cache;
+}
+
+std::atomic<uint64_t> next_op_id{1};
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+DType tensor_type_of(DataType type, const TargetInfo& target) {
+  switch (type) {
+    case DataType::BF16: return DType::BF16;
+    case DataType::F32: return DType::F32;
+    case DataType::FP8: return target.fp8_e4m3 == Fp8Format::E4M3FNUZ ? DType::FP8_E4M3FNUZ : DType::FP8_E4M3FN;
+    case DataType::FP4: return DType::FP4_E2M1;
+  }
+  return DType::BF16;
+}
+
+// Checks one tensor argument; `rows` < 0 accepts any first dimension >= -rows - 1.
+void expect_tensor(const char* call, const char* what, const TensorRef& tensor, DType dtype,
+                   const std::vector<int64_t>& shape, bool at_least_rows = false) {
+  if (tensor.dtype != dtype)
+    throw Error(std::string(call) + ": " + what + " is " + name_of(tensor.dtype), std::string(name_of(dtype)),
+                std::string("pass ") + what + " as " + name_of(dtype) + " (the op's configuration fixes it)");
+  const bool rows_ok = !tensor.shape.empty() && (at_least_rows ? tensor.shape[0] >= shape[0] : tensor.shape[0] == shape[0]);
+  bool ok = tensor.shape.size() == shape.size() && rows_ok;
+  for (size_t i = 1; ok && i < shape.size(); ++i) ok = tensor.shape[i] == shape[i];
+  if (!ok)
+    throw Error(std::string(call) + ": " + what + " has shape " + shape_text(tensor.shape),
+                (at_least_rows ? "at least " : "") + shape_text(shape), "reshape or reallocate " + std::string(what));
+  if (tensor.data == nullptr && shape[0] > 0)
+    throw Error(std::string(call) + ": " + what + " has no data pointer", "device memory of shape " + shape_text(shape),
+                "pass an allocated tensor");
+}
+
+int32_t read_word(Device& device, const void* base, size_t byte_offset) {
+  int32_t value = 0;
+  device.copy_to_host(&value, static_cast<const char*>(base) + byte_offset, 4);
+  return value;
+}
+
+}  // namespace
+
+const char* name_of(DType type) {
+  switch (type) {
+    case DType::BF16: return "bf16";
+    case DType::F32: return "f32";
+    case DType::I32: return "i32";
+    case DType::U8: return "u8";
+    case DType::FP8_E4M3FN: return "float8_e4m3fn";
+    case DType::FP8_E4M3FNUZ: return "float8_e4m3fnuz";
+    case DType::FP4_E2M1: return "float4_e2m1";
+  }
+  return "?";
+}
+
+int bits_of(DType type) {
+  switch (type) {
+    case DType::BF16: return 16;
+    case DType::F32:
+    case DType::I32: return 32;
+    case DType::U8:
+    case DType::FP8_E4M3FN:
+    case DType::FP8_E4M3FNUZ: return 8;
+    case DType::FP4_E2M1: return 4;
+  }
+  return 8;
+}
+
+Routing::Routing(Device& device, size_t words, uint64_t op_id) : device_(device), op_id_(op_id) {
+  route_ = device_.allocate(words * 4);
+}
+Routing::~Routing() { device_.release(route_); }
+
+struct EpDispatchCombineOp::Impl {
+  EpDispatchCombineConfig config;
+  Communicator& comm;
+  Device& device;
+  const uint64_t id = next_op_id++;
+  std::unique_ptr<Stream> own_stream;
+  Stream* stream = nullptr;
+  KernelCache* cache = nullptr;
+  WindowLayout layout;
+  std::shared_ptr<SymmetricBuffer> arena;
+  std::vector<ScheduleEntry> schedule;
+  int warps_per_block = 1;
+
+  void* window_table = nullptr;  // epjit::Window, on the device
+  void* route = nullptr;         // the op's own route map
+  void* out_tokens = nullptr;
+  void* out_weights = nullptr;
+  void* moe_tokens = nullptr;
+  void* moe_counts = nullptr;
+  void* moe_sources = nullptr;
+  void* moe_combine_in = nullptr;
+
+  std::unique_ptr<Module> module;
+  Kernel dispatch_kernel, gather_kernel, scatter_kernel, pack_kernel, unpack_kernel;
+  double fetch_seconds = 0;
+
+  int64_t dispatched_tokens = -1;  // tokens of the dispatch awaiting combine; -1 none
+  int64_t last_tokens = 0;
+  bool closed = false;
+
+  Impl(EpDispatchCombineConfig c, Communicator& communicator, OpOptions options)
+      : config(std::move(c)), comm(communicator), device(communicator.device()) {
+    resolve_and_validate();
+    stream = options.stream;
+    if (!stream) {
+      own_stream = device.create_stream();
+      stream = own_stream.get();
+    }
+    cache = options.cache ? options.cache : &process_cache();
+    schedule = config.resolved_schedule();
+    for (const ScheduleEntry& entry : schedule)
+      warps_per_block = std::max({warps_per_block, entry.dispatch_warps, entry.combine_warps});
+    fetch_kernels();
+    allocate();
+  }
+
+  ~Impl() { release(); }
+
+  void resolve_and_validate() {
+    if (config.target.empty()) {
+      const char* env = std::getenv("EPJIT_TARGET");
+      config.target = env && *env ? env : device.default_target();
+    }
+    config.validate();
+    if (config.rank != comm.rank() || config.world_size != comm.world_size())
+      throw Error("EpDispatchCombineConfig rank/world_size = " + std::to_string(config.rank) + "/" +
+                      std::to_string(config.world_size) + " do not match the communicator's " +
+                      std::to_string(comm.rank()) + "/" + std::to_string(comm.world_size()),
+                  "the communicator's rank and world size", "build the config from comm.rank() and comm.world_size()");
+    if (config.internode())
+      throw Error("EpDispatchCombineConfig.gpu_per_node = " + std::to_string(config.nodes_gpu_count()) +
+                      " < world_size = " + std::to_string(config.world_size) + " asks for the internode path",
+                  "an intranode op (every rank reachable through symmetric memory)",
+                  "run the op within one node; epjit's internode kernels are not built yet");
+    if (config.nodes_gpu_count() != comm.node().size())
+      throw Error("EpDispatchCombineConfig.gpu_per_node = " + std::to_string(config.nodes_gpu_count()) +
+                      " does not match the communicator's node of " + std::to_string(comm.node().size()) + " ranks",
+                  "gpu_per_node equal to the ranks the communicator groups on one node",
+                  "set gpu_per_node to the communicator's node size, or leave both unset");
+    const TargetInfo& target = config.target_info();
+    if (target.wave_size != device.wave_size() && device.kind() != "host")
+      throw Error("target " + std::string(target.name) + " has wave size " + std::to_string(target.wave_size) +
+                      " but the " + std::string(device.kind()) + " device runs " + std::to_string(device.wave_size()),
+                  "the device's own target", "leave config.target unset, or set it to " + device.default_target());
+    if (device.kind() == "host" && !target.is_host())
+      throw Error("target " + std::string(target.name) + " does not run on the host device",
+                  "host, host-gfx942, host-gfx950 or host-gfx1250",
+                  "pick a host target (the host-gfx* ones carry that GPU's numerics)");
+  }
+
+  KernelSpec spec() const {
+    const char* quant = config.quant_type == QuantType::None          ? "0"
+                        : config.quant_type == QuantType::Fp8DirectCast ? "1"
+                                                                        : "2";
+    return KernelSpec{"ep_dispatch_combine",
+                      {{"token_words", std::to_string(config.dispatch_token_bytes() / 4)},
+                       {"scale_bytes", std::to_string(config.scale_bytes_per_token())},
+                       {"hidden", std::to_string(config.hidden_dim)},
+                       {"topk", std::to_string(config.num_experts_per_token)},
+                       {"experts_per_rank", std::to_string(config.num_experts_per_rank)},
+                       {"world", std::to_string(config.world_size)},
+                       {"max_tokens", std::to_string(config.max_num_inp_token_per_rank)},
+                       {"capacity", std::to_string(config.total_recv_tokens())},
+                       {"quant", quant},
+                       {"combine_elem", config.combine_type() == DataType::F32 ? "f32" : "bf16"},
+                       {"warps_per_block", std::to_string(warps_per_block)}},
+                      config.target};
+  }
+
+  // One binary serves every schedule variant: the kernels stride over tokens
+  // by the launched grid, and warps_per_block (the largest of the schedule)
+  // only bounds the block size the GPU compilers plan registers for.
+  void fetch_kernels() {
+    const auto start = std::chrono::steady_clock::now();
+    std::shared_ptr<const KernelArtifact> artifact = cache->get(spec());
+    module = device.load_module(artifact->binary);
+    dispatch_kernel = module->kernel("ep_dispatch");
+    gather_kernel = module->kernel("ep_combine_gather");
+    scatter_kernel = module->kernel("ep_combine_scatter");
+    pack_kernel = module->kernel("ep_std_moe_pack");
+    unpack_kernel = module->kernel("ep_std_moe_unpack");
+    fetch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  void* allocate_zeroed(size_t bytes) {
+    void* pointer = device.allocate(std::max<size_t>(bytes, 16));
+    std::vector<uint8_t> zeros(std::max<size_t>(bytes, 16), 0);
+    device.copy_to_device(pointer, zeros.data(), zeros.size());
+    return pointer;
+  }
+
+  void allocate() {
+    layout = WindowLayout::of(config);
+    arena = comm.allocate_symmetric(layout.total);
+    Window window{};
+    for (int r = 0; r < kRegionCount; ++r) window.region_offset[r] = layout.offset[size_t(r)];
+    for (int p = 0; p < config.world_size; ++p) window.peer_base[p] = static_cast<char*>(arena->peers.at(size_t(p)));
+    window_table = device.allocate(sizeof(Window));
+    device.copy_to_device(window_table, &window, sizeof(Window));
+    route = allocate_zeroed(route_words(config) * 4);
+    const size_t max_tokens = size_t(config.max_num_inp_token_per_rank);
+    out_tokens = allocate_zeroed(max_tokens * config.combine_token_bytes());
+    out_weights = allocate_zeroed(max_tokens * size_t(config.num_experts_per_token) * 4);
+    if (config.enable_std_moe) {
+      const size_t rows = size_t(config.num_experts_per_rank) * size_t(config.world_size) * max_tokens;
+      moe_tokens = allocate_zeroed(rows * size_t(config.hidden_dim) * 2);
+      moe_counts = allocate_zeroed(size_t(config.num_experts_per_rank) * 4);
+      moe_sources = allocate_zeroed(rows * 4);
+      moe_combine_in = allocate_zeroed(size_t(config.total_recv_tokens()) * size_t(config.hidden_dim) * 2);
+    }
+    comm.barrier();  // every rank's window exists before any kernel touches a peer's
+  }
+
+  void release() {
+    if (closed) return;
+    closed = true;
+    try {
+      stream->synchronize();
+    } catch (const std::exception& error) {
+      log().warn("EpDispatchCombineOp: synchronize before release failed: {}", error.what());
+    }
+    for (void* pointer : {window_table, route, out_tokens, out_weights, moe_tokens, moe_counts, moe_sources,
+                          moe_combine_in})
+      if (pointer) device.release(pointer);
+    module.reset();
+    arena.reset();
+  }
+
+  void require_open(const char* call) const {
+    if (closed)
+      throw Error(std::string(call) + " on a closed EpDispatchCombineOp", "an open op",
+                  "construct a new op (close() freed the arena)");
+  }
+
+  // The schedule variant of a call of n tokens (config.geometry_for without its allocations).
+  const ScheduleEntry& geometry_for(int64_t n) const {
+    for (const ScheduleEntry& entry : schedule)
+      if (!entry.max_tokens || n <= *entry.max_tokens) return entry;
+    return schedule.back();
+  }
+
+  char* region(Region r) const { return static_cast<char*>(arena->local) + layout.at(r); }
+  int64_t capacity() const { return config.total_recv_tokens(); }
+
+  TensorRef total_recv_tensor() const {
+    return {region(Region::State) + 4 * kTotalRecv, DType::I32, {1}};
+  }
+
+  void check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
+                             const std::optional<TensorRef>& scales, const TensorRef& indices) {
+    require_open(call);
+    if (dispatched_tokens >= 0)
+      throw Error(std::string(call) + " while the previous dispatch awaits its combine",
+                  "dispatch and combine alternate", "call combine() first, or reset() to abandon the previous dispatch");
+    if (input.shape.size() != 2)
+      throw Error(std::string(call) + ": input has shape " + shape_text(input.shape), "[tokens, hidden_dim]",
+                  "pass a 2-D token tensor");
+    const int64_t n = input.shape[0];
+    if (n < 0 || n > config.max_num_inp_token_per_rank)
+      throw Error(std::string(call) + ": " + std::to_string(n) + " tokens on rank " + std::to_string(config.rank),
+                  "at most max_num_inp_token_per_rank = " + std::to_string(config.max_num_inp_token_per_rank),
+                  "split the batch or build the op with a larger max_num_inp_token_per_rank");
+    const int64_t k = config.num_experts_per_token;
+    expect_tensor(call, "input", input, tensor_type_of(config.dispatch_type(), config.target_info()),
+                  {n, config.hidden_dim});
+    expect_tensor(call, "weights", weights, DType::F32, {n, k});
+    expect_tensor(call, "indices", indices, DType::I32, {n, k});
+    if (config.scale_dim > 0) {
+      if (!scales)
+        throw Error(std::string(call) + ": no scales", "[tokens, scale_dim = " + std::to_string(config.scale_dim) + "]",
+                    "pass the per-token scales, or build the op with scale_dim = 0");
+      if (bits_of(scales->dtype) != 8 * config.scale_type_size)
+        throw Error(std::string(call) + ": scales are " + name_of(scales->dtype), 
+                    "elements of scale_type_size = " + std::to_string(config.scale_type_size) + " bytes",
+                    "pass scales of the configured element size");
+      expect_tensor(call, "scales", *scales, scales->dtype, {n, config.scale_dim});
+    } else if (scales && scales->data) {
+      throw Error(std::string(call) + ": scales given to an op built with scale_dim = 0", "no scales",
+                  "drop the scales, or build the op with scale_dim and scale_type_size");
+    }
+    // Host memory can be read now; GPU kernels flag bad experts (check()).
+    if (device.kind() == "host") {
+      const auto* experts = static_cast<const int32_t*>(indices.data);
+      for (int64_t i = 0; i < n * k; ++i) {
+        if (experts[i] < 0 || experts[i] >= config.num_experts())
+          throw Error(std::string(call) + ": indices[" + std::to_string(i / k) + ", " + std::to_string(i % k) +
+                          "] = " + std::to_string(experts[i]) + " on rank " + std::to_string(config.rank),
+                      "an expert in [0, " + std::to_string(config.num_experts()) + ")", "fix the router's indices");
+      }
+    }
+  }
+
+  DispatchResult launch_dispatch(const TensorRef& input, const TensorRef& weights,
+                                 const std::optional<TensorRef>& scales, const TensorRef& indices, void* route_map,
+                                 bool replay) {
+    const int64_t n = input.shape[0];
+    const ScheduleEntry& geometry = geometry_for(n);
+    KernelArgs args;
+    args.add(input.data)
+        .add(weights.data)
+        .add(scales ? scales->data : nullptr)
+        .add(indices.data)
+        .add(route_map)
+        .add(size_t(n))
+        .add(size_t(config.rank))
+        .add(size_t(replay ? 1 : 0))
+        .add(window_table);
+    device.launch(dispatch_kernel, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)}, args,
+                  *stream);
+    dispatched_tokens = n;
+    last_tokens = n;
+
+    const int64_t cap = capacity(), k = config.num_experts_per_token;
+    DispatchResult result;
+    result.tokens = {region(Region::RecvTokens), tensor_type_of(config.dispatch_type(), config.target_info()),
+                     {cap, config.hidden_dim}};
+    result.weights = {region(Region::RecvWeights), DType::F32, {cap, k}};
+    if (config.scale_dim > 0)
+      result.scales = {region(Region::RecvScales), scales->dtype, {cap, config.scale_dim}};
+    result.indices = {region(Region::RecvIndices), DType::I32, {cap, k}};
+    result.origins = {region(Region::RecvOrigin), DType::I32, {cap, 2}};
+    result.total_recv = total_recv_tensor();
+    return result;
+  }
+
+  CombineResult launch_combine(const char* call, const TensorRef& input, const std::optional<TensorRef>& weights) {
+    require_open(call);
+    if (dispatched_tokens < 0)
+      throw Error(std::string(call) + " without a dispatch before it", "dispatch, then combine",
+                  "call dispatch() first");
+    const int64_t cap = capacity(), k = config.num_experts_per_token;
+    const DType row_type = tensor_type_of(config.combine_type(), config.target_info());
+    expect_tensor(call, "input", input, row_type, {cap, config.hidden_dim}, /*at_least_rows=*/true);
+    const bool weighted = weights.has_value() && weights->data != nullptr;
+    if (weighted) expect_tensor(call, "weights", *weights, DType::F32, {cap, k}, true);
+    const int64_t n = dispatched_tokens;
+    const ScheduleEntry& geometry = geometry_for(n);
+    KernelArgs args;
+    args.add(input.data)
+        .add(weighted ? weights->data : nullptr)
+        .add(out_tokens)
+        .add(out_weights)
+        .add(route_in_use)
+        .add(size_t(n))
+        .add(size_t(config.rank))
+        .add(size_t(weighted ? 1 : 0))
+        .add(window_table);
+    const Kernel& kernel = config.combine_mode == CombineMode::Scatter ? scatter_kernel : gather_kernel;
+    device.launch(kernel, {uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)}, args, *stream);
+    dispatched_tokens = -1;
+    CombineResult result;
+    result.tokens = {out_tokens, row_type, {n, config.hidden_dim}};
+    if (weighted) result.weights = {out_weights, DType::F32, {n, k}};
+    return result;
+  }
+
+  void* route_in_use = nullptr;  // the route map of the pending dispatch
+
+  void require_std_moe(const char* call) const {
+    if (!config.enable_std_moe)
+      throw Error(std::string(call) + " on an op built without enable_std_moe", "enable_std_moe = true",
+                  "build the op with enable_std_moe = true (bf16)");
+  }
+};
+
+EpDispatchCombineOp::EpDispatchCombineOp(EpDispatchCombineConfig config, Communicator& comm, OpOptions options)
+    : impl_(std::make_unique<Impl>(std::move(config), comm, options)) {}
+
+EpDispatchCombineOp::~EpDispatchCombineOp() = default;
+
+DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const TensorRef& weights,
+                                             const std::optional<TensorRef>& scales, const TensorRef& indices,
+                                             Routing* record) {
+  Impl& op = *impl_;
+  op.check_dispatch_inputs("dispatch", input, weights, scales, indices);
+  if (record && record->op_id_ != op.id)
+    throw Error("dispatch: the routing to record into belongs to another op", "a Routing from this op's make_routing()",
+                "record with this op's make_routing()");
+  op.route_in_use = record ? record->route_ : op.route;
+  DispatchResult result = op.launch_dispatch(input, weights, scales, indices, op.route_in_use, false);
+  if (record) record->tokens_ = input.shape[0];
+  return result;
+}
+
+DispatchResult EpDispatchCombineOp::dispatch_replay(const TensorRef& input, const TensorRef& weights,
+                                                    const std::optional<TensorRef>& scales, const TensorRef& indices,
+                                                    const Routing& routing) {
+  Impl& op = *impl_;
+  op.check_dispatch_inputs("dispatch_replay", input, weights, scales, indices);
+  if (routing.op_id_ != op.id || !routing.recorded())
+    throw Error("dispatch_replay: the routing was not recorded by this op", "a Routing a dispatch of this op recorded",
+                "pass record= to an earlier dispatch of this op, then replay that routing");
+  if (routing.tokens_ != input.shape[0])
+    throw Error("dispatch_replay: " + std::to_string(input.shape[0]) + " tokens, but the routing was recorded with " +
+                    std::to_string(routing.tokens_),
+                "the recorded token count (and the same indices)", "replay with the batch the routing was recorded for");
+  op.route_in_use = routing.route_;
+  return op.launch_dispatch(input, weights, scales, indices, routing.route_, true);
+}
+
+CombineResult EpDispatchCombineOp::combine(const TensorRef& input, const std::optional<TensorRef>& weights) {
+  return impl_->launch_combine("combine", input, weights);
+}
+
+StdMoeResult EpDispatchCombineOp::std_moe_pack() {
+  Impl& op = *impl_;
+  op.require_open("std_moe_pack");
+  op.require_std_moe("std_moe_pack");
+  if (op.dispatched_tokens < 0)
+    throw Error("std_moe_pack without a dispatch awaiting combine", "dispatch, std_moe_pack, std_moe_combine",
+                "call dispatch() first");
+  const ScheduleEntry geometry = op.geometry_for(op.dispatched_tokens);
+  KernelArgs args;
+  args.add(op.moe_tokens).add(op.moe_counts).add(op.moe_sources).add(size_t(op.config.rank)).add(op.window_table);
+  op.device.launch(op.pack_kernel, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)}, args,
+                   *op.stream);
+  const int64_t experts = op.config.num_experts_per_rank;
+  const int64_t rows = int64_t(op.config.world_size) * op.config.max_num_inp_token_per_rank;
+  return {{op.moe_tokens, DType::BF16, {experts, rows, op.config.hidden_dim}},
+          {op.moe_counts, DType::I32, {experts}},
+          {op.moe_sources, DType::I32, {experts, rows}}};
+}
+
+CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, const std::optional<TensorRef>& weights) {
+  Impl& op = *impl_;
+  op.require_open("std_moe_combine");
+  op.require_std_moe("std_moe_combine");
+  const int64_t experts = op.config.num_experts_per_rank;
+  const int64_t rows = int64_t(op.config.world_size) * op.config.max_num_inp_token_per_rank;
+  expect_tensor("std_moe_combine", "expert_out", expert_out, DType::BF16, {experts, rows, op.config.hidden_dim});
+  if (op.dispatched_tokens < 0)
+    throw Error("std_moe_combine without a dispatch before it", "dispatch, std_moe_pack, std_moe_combine",
+                "call dispatch() and std_moe_pack() first");
+  const ScheduleEntry geometry = op.geometry_for(op.dispatched_tokens);
+  KernelArgs args;
+  args.add(expert_out.data).add(op.moe_combine_in).add(size_t(op.config.rank)).add(op.window_table);
+  op.device.launch(op.unpack_kernel, {uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)}, args,
+                   *op.stream);
+  return op.launch_combine("std_moe_combine",
+                           {op.moe_combine_in, DType::BF16, {op.capacity(), op.config.hidden_dim}}, weights);
+}
+
+std::vector<int> EpDispatchCombineOp::local_expert_counts() {
+  Impl& op = *impl_;
+  op.require_open("local_expert_counts");
+  op.stream->synchronize();
+  const int total = read_word(op.device, op.region(Region::State), 4 * kTotalRecv);
+  const int k = op.config.num_experts_per_token, epr = op.config.num_experts_per_rank;
+  std::vector<int32_t> indices(size_t(total) * size_t(k));
+  if (!indices.empty()) op.device.copy_to_host(indices.data(), op.region(Region::RecvIndices), indices.size() * 4);
+  std::vector<int> counts(size_t(epr), 0);
+  for (int i = 0; i < total; ++i) {
+    const int32_t* row = &indices[size_t(i) * size_t(k)];
+    for (int j = 0; j < k; ++j) {
+      if (row[j] / epr != op.config.rank || std::find(row, row + j, row[j]) != row + j) continue;
+      counts[size_t(row[j] % epr)]++;
+    }
+  }
+  return counts;
+}
+
+std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
+  impl_->require_open("make_routing");
+  return std::unique_ptr<Routing>(new Routing(impl_->device, route_words(impl_->config), impl_->id));
+}
+
+void EpDispatchCombineOp::check() {
+  Impl& op = *impl_;
+  op.require_open("check");
+  op.stream->synchronize();
+  const int32_t code = read_word(op.device, op.region(Region::State), 4 * kError);
+  if (code == 0) return;
+  const int32_t zero = 0;
+  op.device.copy_to_device(op.region(Region::State) + 4 * kError, &zero, 4);
+  const std::string where = "rank " + std::to_string(op.config.rank) + ": ";
+  switch (code) {
+    case kPeerTimeout:
+      throw Error(where + "a peer never arrived at a dispatch/combine meeting (the wait timed out)",
+                  "every rank calls dispatch and combine the same number of times",
+                  "check that no rank skipped or failed a call; reset() on every rank before going on");
+    case kCapacityExceeded:
+      throw Error(where + "more tokens arrived than the receive capacity of " + std::to_string(op.capacity()),
+                  "at most max_total_recv_tokens tokens per rank and call",
+                  "raise max_total_recv_tokens (0 = world_size * max_num_inp_token_per_rank)");
+    case kExpertOutOfRange:
+      throw Error(where + "a dispatch met an expert index outside [0, " + std::to_string(op.config.num_experts()) + ")",
+                  "indices in [0, world_size * num_experts_per_rank)", "fix the router's indices");
+    default:
+      throw Error(where + "a kernel reported error code " + std::to_string(code), "0", "report this as a bug");
+  }
+}
+
+void EpDispatchCombineOp::reset() {
+  Impl& op = *impl_;
+  op.require_open("reset");
+  op.stream->synchronize();
+  op.comm.barrier();
+  for (Region r : {Region::State, Region::Signals, Region::MoeCounts}) {
+    std::vector<uint8_t> zeros(op.layout.bytes[size_t(r)], 0);
+    if (!zeros.empty()) op.device.copy_to_device(op.region(r), zeros.data(), zeros.size());
+  }
+  op.dispatched_tokens = -1;
+  op.comm.barrier();
+}
+
+void EpDispatchCombineOp::close() {
+  Impl& op = *impl_;
+  if (op.closed) return;
+  op.stream->synchronize();
+  op.comm.barrier();  // no peer reads this rank's window any more
+  op.release();
+}
+
+const EpDispatchCombineConfig& EpDispatchCombineOp::config() const { return impl_->config; }
+Stream& EpDispatchCombineOp::stream() { return *impl_->stream; }
+int64_t EpDispatchCombineOp::capacity() const { return impl_->capacity(); }
+double EpDispatchCombineOp::kernel_fetch_seconds() const { return impl_->fetch_seconds; }
+
+}  // namespace epjit::ep

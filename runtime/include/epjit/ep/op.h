@@ -1,0 +1,145 @@
+// EpDispatchCombineOp: MORI EPv2's dispatch/combine op, bound at construction
+// to a communicator. Construction validates the config, lays out and
+// allocates the symmetric arena, fetches the op's kernels from the cache
+// (compiling them on a miss) and loads them; dispatch() and combine() then
+// only check their inputs on the host and enqueue launches: no compile, no
+// allocation, no host synchronization. docs/EP.md describes the protocol.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "epjit/cache.h"
+#include "epjit/comm/communicator.h"
+#include "epjit/device.h"
+#include "epjit/ep/config.h"
+
+namespace epjit::ep {
+
+// Element types of the tensors the op takes and returns. FP8 is named by its
+// format, so a tensor of the wrong fp8 flavor for the target is refused.
+enum class DType : uint8_t { BF16, F32, I32, U8, FP8_E4M3FN, FP8_E4M3FNUZ, FP4_E2M1 };
+const char* name_of(DType type);
+// Bits per element (FP4: 4, packed two per byte, element 2i in the low nibble).
+int bits_of(DType type);
+
+// A dense row-major tensor in device memory (host memory on the host device).
+// Shapes count logical elements (an FP4 row of hidden elements is hidden / 2 bytes).
+struct TensorRef {
+  void* data = nullptr;
+  DType dtype = DType::BF16;
+  std::vector<int64_t> shape;
+};
+
+struct DispatchResult {
+  TensorRef tokens;   // [capacity, hidden], dispatch type
+  TensorRef weights;  // [capacity, top-k] f32
+  TensorRef scales;   // [capacity, scale_dim] of scale_type_size bytes (data null when none)
+  TensorRef indices;  // [capacity, top-k] i32
+  // [capacity, 2] i32: per received row, source rank * max_num_inp_token_per_rank
+  // + source token, and the row's ordinal among that token's destinations
+  // (MORI's get_dispatch_src_token_pos).
+  TensorRef origins;
+  // [1] i32 on the device: how many leading rows arrived. Read it after the
+  // stream (or a later event) completes; the op never synchronizes.
+  TensorRef total_recv;
+};
+
+struct CombineResult {
+  TensorRef tokens;   // [tokens of the last dispatch, hidden], combine type
+  TensorRef weights;  // [tokens, top-k] f32; data null when combine had no weights
+};
+
+struct StdMoeResult {
+  TensorRef tokens;   // [experts_per_rank, world_size * max tokens, hidden] bf16
+  TensorRef counts;   // [experts_per_rank] i32 on the device
+  TensorRef sources;  // [experts_per_rank, world_size * max tokens] i32: receive row of each packed row
+};
+
+class EpDispatchCombineOp;
+
+// A dispatch's destination map (per source token, the slots it took on each
+// destination) and this rank's received count, kept on the device so a later
+// dispatch of the same routing can reuse it without allocating slots.
+class Routing {
+ public:
+  ~Routing();
+  Routing(const Routing&) = delete;
+  Routing& operator=(const Routing&) = delete;
+  int64_t tokens() const { return tokens_; }
+  bool recorded() const { return tokens_ >= 0; }
+
+ private:
+  friend class EpDispatchCombineOp;
+  Routing(Device& device, size_t words, uint64_t op_id);
+  Device& device_;
+  void* route_ = nullptr;
+  uint64_t op_id_;
+  int64_t tokens_ = -1;
+};
+
+struct OpOptions {
+  KernelCache* cache = nullptr;  // null: a process-wide cache from the environment
+  Stream* stream = nullptr;      // null: the op makes its own
+};
+
+class EpDispatchCombineOp {
+ public:
+  // Collective over `comm` (allocates symmetric memory). An empty
+  // config.target becomes EPJIT_TARGET, else the device's target.
+  EpDispatchCombineOp(EpDispatchCombineConfig config, Communicator& comm, OpOptions options = {});
+  ~EpDispatchCombineOp();
+  EpDispatchCombineOp(const EpDispatchCombineOp&) = delete;
+  EpDispatchCombineOp& operator=(const EpDispatchCombineOp&) = delete;
+
+  // input [n, hidden] of the dispatch type, weights [n, top-k] f32, scales
+  // [n, scale_dim] (or none when scale_dim is 0), indices [n, top-k] i32, n at
+  // most max_num_inp_token_per_rank. `record` (from make_routing()) keeps the
+  // routing for a later dispatch_replay().
+  DispatchResult dispatch(const TensorRef& input, const TensorRef& weights, const std::optional<TensorRef>& scales,
+                          const TensorRef& indices, Routing* record = nullptr);
+  // The same routing as `routing` was recorded with (same n and indices on
+  // every rank), new payloads: skips slot allocation.
+  DispatchResult dispatch_replay(const TensorRef& input, const TensorRef& weights,
+                                 const std::optional<TensorRef>& scales, const TensorRef& indices,
+                                 const Routing& routing);
+  // input [>= capacity, hidden] of the combine type (rows past total_recv
+  // are not read), weights [>= capacity, top-k] f32 or none.
+  CombineResult combine(const TensorRef& input, const std::optional<TensorRef>& weights = std::nullopt);
+
+  // Standard MoE (enable_std_moe): the last dispatch's tokens packed per local
+  // expert, and back: expert outputs in that layout summed per received token
+  // into combine()'s input, then combined.
+  StdMoeResult std_moe_pack();
+  CombineResult std_moe_combine(const TensorRef& expert_out, const std::optional<TensorRef>& weights = std::nullopt);
+
+  // Tokens each local expert receives in the last dispatch, counted on the
+  // host from that dispatch's indices: synchronizes the stream.
+  std::vector<int> local_expert_counts();
+
+  std::unique_ptr<Routing> make_routing();
+  // Synchronizes the op's stream and throws epjit::Error when a kernel
+  // reported a problem (a peer that never arrived, overflow, a bad expert).
+  void check();
+  // Collective: synchronize, clear every counter, flag and epoch on all ranks.
+  void reset();
+  // Collective: synchronize and free the arena; later calls throw.
+  void close();
+
+  const EpDispatchCombineConfig& config() const;
+  Stream& stream();
+  // Tokens the arena can receive per rank (max_total_recv_tokens resolved).
+  int64_t capacity() const;
+  // Seconds construction spent fetching and loading the kernels (a compile on a cache miss).
+  double kernel_fetch_seconds() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace epjit::ep

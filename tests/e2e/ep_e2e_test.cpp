@@ -1,0 +1,90 @@
+// The op end to end on host ranks against the reference: dtypes and target
+// numerics, gather and scatter, quant, std-MoE, routing replay, odd shapes,
+// skewed routing, threads and processes, worlds 1 to 8.
+#include <gtest/gtest.h>
+
+#include "ep_harness.h"
+
+namespace epjit::testing {
+namespace {
+
+KernelCache& testCache() {
+  static KernelCache cache([] {
+    CacheOptions options = CacheOptions::from_environment();
+    options.dir = std::string(EPJIT_TEST_WORK_DIR) + "/ep-kernel-cache";
+    options.opt_level = 1;
+    return options;
+  }());
+  return cache;
+}
+
+std::vector<EpCase> matrix() {
+  std::vector<EpCase> cases;
+  auto add = [&](EpCase c) { cases.push_back(std::move(c)); };
+  using enum DataType;
+  const CombineMode scatter = CombineMode::Scatter;
+  // Worlds, threads and processes.
+  add({.name = "bf16_gather_w1", .world = 1});
+  add({.name = "bf16_gather_w2"});
+  add({.name = "bf16_gather_w4", .world = 4});
+  add({.name = "bf16_gather_w8", .world = 8, .experts_per_rank = 2});
+  add({.name = "bf16_gather_w2_processes", .ranks = Ranks::Processes});
+  add({.name = "bf16_scatter_w4_processes", .world = 4, .ranks = Ranks::Processes, .mode = scatter});
+  add({.name = "bf16_scatter_w8_processes", .world = 8, .ranks = Ranks::Processes, .experts_per_rank = 2,
+       .mode = scatter});
+  // Row types and the targets' numerics.
+  add({.name = "f32_gather_w2", .data_type = F32});
+  add({.name = "f32_scatter_w4", .world = 4, .data_type = F32, .mode = scatter});
+  add({.name = "bf16_scatter_w2", .mode = scatter});
+  add({.name = "fp8_gfx942_gather_w2", .target = "host-gfx942", .data_type = FP8});
+  add({.name = "fp8_gfx950_scatter_w4", .target = "host-gfx950", .world = 4, .data_type = FP8, .mode = scatter});
+  add({.name = "fp4_gfx950_gather_w2", .target = "host-gfx950", .data_type = FP4});
+  add({.name = "fp4_gfx1250_scatter_w4", .target = "host-gfx1250", .world = 4, .data_type = FP4, .mode = scatter});
+  add({.name = "fp8_scales_gfx950_w2", .target = "host-gfx950", .data_type = FP8, .scale_dim = 7,
+       .scale_type_size = 4});
+  add({.name = "bf16_scales_u8_w4", .world = 4, .scale_dim = 3, .scale_type_size = 1});
+  add({.name = "asym_fp8_bf16_gfx942_w4", .target = "host-gfx942", .world = 4, .dispatch_type = FP8,
+       .combine_type = BF16});
+  add({.name = "asym_bf16_f32_w2", .dispatch_type = BF16, .combine_type = F32});
+  // Quantized scatter combine.
+  add({.name = "quant_direct_gfx942_w2", .target = "host-gfx942", .mode = scatter,
+       .quant = QuantType::Fp8DirectCast});
+  add({.name = "quant_blockwise_gfx950_w4", .target = "host-gfx950", .world = 4, .mode = scatter,
+       .quant = QuantType::Fp8Blockwise});
+  add({.name = "quant_blockwise_f32_gfx1250_w2", .target = "host-gfx1250", .data_type = F32, .mode = scatter,
+       .quant = QuantType::Fp8Blockwise});
+  add({.name = "quant_direct_fp8_dispatch_w4_processes", .target = "host-gfx950", .world = 4,
+       .ranks = Ranks::Processes, .data_type = FP8, .mode = scatter, .quant = QuantType::Fp8DirectCast});
+  // Standard MoE and routing replay.
+  add({.name = "std_moe_gather_w2", .std_moe = true});
+  add({.name = "std_moe_scatter_w4", .world = 4, .mode = scatter, .std_moe = true});
+  add({.name = "replay_gather_w2", .replay = true});
+  add({.name = "replay_scatter_quant_w4", .target = "host-gfx942", .world = 4, .mode = scatter,
+       .quant = QuantType::Fp8Blockwise, .replay = true});
+  // Shapes and routings.
+  add({.name = "hidden7168_top8_w4", .world = 4, .hidden = 7168, .topk = 8, .max_tokens = 9, .calls = {9, 0, 1, 5}});
+  add({.name = "top1_w2", .topk = 1});
+  add({.name = "top8_w2", .topk = 8, .experts_per_rank = 8});
+  add({.name = "skewed_w4", .world = 4, .topk = 3, .routing = RoutingKind::Skewed});
+  add({.name = "skewed_top8_w2", .topk = 8, .experts_per_rank = 8, .routing = RoutingKind::Skewed});
+  add({.name = "local_w4", .world = 4, .routing = RoutingKind::Local});
+  add({.name = "no_tokens_w2", .calls = {0, 0}});
+  add({.name = "no_combine_weights_w2", .weights = false});
+  return cases;
+}
+
+class EpEndToEnd : public ::testing::TestWithParam<EpCase> {};
+
+TEST_P(EpEndToEnd, MatchesTheReference) {
+  const EpCase& c = GetParam();
+  const std::string failures =
+      runRanks(c.world, c.ranks, testCache(),
+               [&](int rank, Communicator& comm, KernelCache& cache) { return runRank(c, rank, comm, cache); });
+  EXPECT_EQ(failures, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, EpEndToEnd, ::testing::ValuesIn(matrix()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace epjit::testing

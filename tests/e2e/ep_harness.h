@@ -1,0 +1,550 @@
+// End-to-end harness: one EpDispatchCombineOp per rank (threads of this
+// process, or forked processes), fed deterministic random inputs, checked
+// against the reference after every dispatch and every combine. Every rank
+// derives every rank's inputs from the seed, so each can run the oracle.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "epjit/cache.h"
+#include "epjit/comm/communicator.h"
+#include "epjit/device.h"
+#include "epjit/ep/op.h"
+#include "epjit/ep/reference.h"
+#include "epjit/numerics.h"
+
+namespace epjit::testing {
+
+using namespace epjit::ep;
+
+enum class RoutingKind { Uniform, Skewed, Local };
+enum class Ranks { Threads, Processes };
+
+struct EpCase {
+  std::string name;
+  std::string target = "host";
+  int world = 2;
+  Ranks ranks = Ranks::Threads;
+  int64_t hidden = 320;
+  int topk = 3;
+  int experts_per_rank = 4;
+  int64_t max_tokens = 37;
+  DataType data_type = DataType::BF16;
+  std::optional<DataType> dispatch_type, combine_type;
+  CombineMode mode = CombineMode::Gather;
+  QuantType quant = QuantType::None;
+  int scale_dim = 0, scale_type_size = 0;
+  RoutingKind routing = RoutingKind::Uniform;
+  // Tokens per call on rank 0; rank r sends max(0, n - r % 2) (n = max stays max).
+  std::vector<int64_t> calls = {37, 0, 1, 37, 13};
+  bool std_moe = false;
+  bool replay = false;  // each call also replays its routing with new payloads
+  bool weights = true;  // combine weights
+  uint32_t seed = 1;
+};
+
+inline EpDispatchCombineConfig configFor(const EpCase& c, int rank) {
+  EpDispatchCombineConfig config;
+  config.rank = rank;
+  config.world_size = c.world;
+  config.hidden_dim = c.hidden;
+  config.max_num_inp_token_per_rank = c.max_tokens;
+  config.num_experts_per_rank = c.experts_per_rank;
+  config.num_experts_per_token = c.topk;
+  config.data_type = c.data_type;
+  config.dispatch_data_type = c.dispatch_type;
+  config.combine_data_type = c.combine_type;
+  config.scale_dim = c.scale_dim;
+  config.scale_type_size = c.scale_type_size;
+  config.combine_mode = c.mode;
+  config.quant_type = c.quant;
+  config.enable_std_moe = c.std_moe;
+  config.target = c.target;
+  return config;
+}
+
+inline int64_t tokensOn(const EpCase& c, int64_t n, int rank) {
+  return n >= c.max_tokens ? c.max_tokens : std::max<int64_t>(0, n - rank % 2);
+}
+
+// One rank's inputs for one call.
+inline reference::RankInput makeInput(const EpCase& c, const EpDispatchCombineConfig& config, int call, int rank,
+                                      int64_t tokens) {
+  std::mt19937 rng(c.seed * 7919u + uint32_t(call) * 104729u + uint32_t(rank) * 1299709u);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  reference::RankInput in;
+  in.tokens = int(tokens);
+  const size_t elements = size_t(tokens) * size_t(c.hidden);
+  const DataType type = config.dispatch_type();
+  in.payload.resize(size_t(tokens) * config.dispatch_token_bytes());
+  for (size_t i = 0; i < elements; ++i) {
+    const float v = normal(rng);
+    switch (type) {
+      case DataType::BF16: {
+        const uint16_t bits = encode_bf16(v);
+        std::memcpy(&in.payload[2 * i], &bits, 2);
+        break;
+      }
+      case DataType::F32: std::memcpy(&in.payload[4 * i], &v, 4); break;
+      case DataType::FP8: in.payload[i] = encode_fp8(v, config.target_info().fp8_e4m3, Overflow::Saturate); break;
+      case DataType::FP4: {
+        const uint8_t nibble = encode_fp4_e2m1(v);
+        in.payload[i / 2] = uint8_t(i % 2 ? (in.payload[i / 2] & 0x0F) | (nibble << 4) : nibble);
+        break;
+      }
+    }
+  }
+  const int k = c.topk, epr = c.experts_per_rank, experts = c.world * epr;
+  in.weights.resize(size_t(tokens) * size_t(k));
+  for (float& w : in.weights) w = std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
+  in.scales.resize(size_t(tokens) * config.scale_bytes_per_token());
+  for (uint8_t& b : in.scales) b = uint8_t(rng());
+  in.indices.resize(size_t(tokens) * size_t(k));
+  for (int64_t t = 0; t < tokens; ++t) {
+    // Distinct experts per token, from the pool the routing allows.
+    int first = 0, pool = experts;
+    if (c.routing == RoutingKind::Skewed) pool = epr;  // everything to rank 0
+    if (c.routing == RoutingKind::Local) first = rank * epr, pool = epr;
+    std::vector<int> choices(static_cast<size_t>(pool));
+    for (int e = 0; e < pool; ++e) choices[size_t(e)] = first + e;
+    std::shuffle(choices.begin(), choices.end(), rng);
+    for (int j = 0; j < k; ++j) in.indices[size_t(t) * size_t(k) + size_t(j)] = choices[size_t(j % pool)];
+  }
+  return in;
+}
+
+// The expert computation each rank applies to what it received: decode the
+// payload and scale it by a factor of the rank, so contributions from
+// different ranks differ and a misrouted sum shows.
+inline std::vector<uint8_t> expertOutput(const EpDispatchCombineConfig& config, int rank,
+                                         const std::vector<uint8_t>& payload) {
+  const size_t hidden = size_t(config.hidden_dim);
+  const float factor = 1.0f + 0.25f * float(rank);
+  std::vector<uint8_t> row(config.combine_token_bytes());
+  for (size_t i = 0; i < hidden; ++i) {
+    float v = 0;
+    switch (config.dispatch_type()) {
+      case DataType::BF16: {
+        uint16_t bits;
+        std::memcpy(&bits, &payload[2 * i], 2);
+        v = decode_bf16(bits);
+        break;
+      }
+      case DataType::F32: std::memcpy(&v, &payload[4 * i], 4); break;
+      case DataType::FP8: v = decode_fp8(payload[i], config.target_info().fp8_e4m3); break;
+      case DataType::FP4: v = decode_fp4_e2m1(uint8_t(i % 2 ? payload[i / 2] >> 4 : payload[i / 2] & 0xF)); break;
+    }
+    v *= factor;
+    if (config.combine_type() == DataType::F32) {
+      std::memcpy(&row[4 * i], &v, 4);
+    } else {
+      const uint16_t bits = encode_bf16(v);
+      std::memcpy(&row[2 * i], &bits, 2);
+    }
+  }
+  return row;
+}
+
+inline TensorRef tensor(void* data, DType type, std::vector<int64_t> shape) { return {data, type, std::move(shape)}; }
+
+inline DType payloadDType(const EpDispatchCombineConfig& config) {
+  switch (config.dispatch_type()) {
+    case DataType::BF16: return DType::BF16;
+    case DataType::F32: return DType::F32;
+    case DataType::FP8:
+      return config.target_info().fp8_e4m3 == Fp8Format::E4M3FNUZ ? DType::FP8_E4M3FNUZ : DType::FP8_E4M3FN;
+    case DataType::FP4: return DType::FP4_E2M1;
+  }
+  return DType::BF16;
+}
+
+// Collects the first few failures of one rank.
+class Failures {
+ public:
+  explicit Failures(int rank) : rank_(rank) {}
+  template <typename... Parts>
+  void add(const Parts&... parts) {
+    if (++count_ > 8) return;
+    std::ostringstream os;
+    os << "rank " << rank_ << ": ";
+    (os << ... << parts);
+    text_ += os.str() + "\n";
+  }
+  bool any() const { return count_ > 0; }
+  std::string text() const { return count_ > 8 ? text_ + "... " + std::to_string(count_ - 8) + " more\n" : text_; }
+
+ private:
+  int rank_;
+  int count_ = 0;
+  std::string text_;
+};
+
+constexpr uint8_t kPoison = 0xA5;
+
+inline float bitsAsFloat(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// One rank's whole run of a case. Returns "" or what went wrong.
+inline std::string runRank(const EpCase& c, int rank, Communicator& comm, KernelCache& cache) {
+  Failures failures(rank);
+  const EpDispatchCombineConfig config0 = configFor(c, rank);
+  EpDispatchCombineOp op(config0, comm, {&cache, nullptr});
+  const EpDispatchCombineConfig& config = op.config();
+  Device& device = comm.device();
+  const int k = c.topk;
+  const int64_t cap = op.capacity(), hidden = c.hidden, max_tokens = c.max_tokens;
+  const size_t token_bytes = config.dispatch_token_bytes(), row_bytes = config.combine_token_bytes();
+  const size_t scale_bytes = config.scale_bytes_per_token();
+  std::unique_ptr<Routing> routing = c.replay ? op.make_routing() : nullptr;
+
+  // Device copies of this rank's inputs, and the expert outputs.
+  void* d_payload = device.allocate(std::max<size_t>(16, size_t(max_tokens) * token_bytes));
+  void* d_weights = device.allocate(std::max<size_t>(16, size_t(max_tokens * k) * 4));
+  void* d_scales = device.allocate(std::max<size_t>(16, size_t(max_tokens) * scale_bytes));
+  void* d_indices = device.allocate(std::max<size_t>(16, size_t(max_tokens * k) * 4));
+  void* d_expert = device.allocate(size_t(cap) * row_bytes);
+  void* d_expert_weights = device.allocate(size_t(cap * k) * 4);
+  const int64_t moe_rows = int64_t(c.world) * max_tokens;
+  void* d_moe_out =
+      c.std_moe ? device.allocate(size_t(c.experts_per_rank * moe_rows * hidden) * 2) : nullptr;
+
+  DispatchResult last_dispatch{};
+  CombineResult last_combine{};
+  bool have_pointers = false;
+
+  auto oneDispatch = [&](int call, int64_t n_rank0, bool replay) {
+    std::vector<reference::RankInput> inputs;
+    const int variant = replay ? 1000 + call : call;  // replay: same routing, new payloads
+    for (int r = 0; r < c.world; ++r) {
+      reference::RankInput in = makeInput(c, config, variant, r, tokensOn(c, n_rank0, r));
+      if (replay) {  // keep the recorded call's indices
+        in.indices = makeInput(c, config, call, r, tokensOn(c, n_rank0, r)).indices;
+      }
+      inputs.push_back(std::move(in));
+    }
+    const reference::RankInput& mine = inputs[size_t(rank)];
+    const int64_t n = mine.tokens;
+    if (!mine.payload.empty()) device.copy_to_device(d_payload, mine.payload.data(), mine.payload.size());
+    if (!mine.weights.empty()) device.copy_to_device(d_weights, mine.weights.data(), mine.weights.size() * 4);
+    if (!mine.scales.empty()) device.copy_to_device(d_scales, mine.scales.data(), mine.scales.size());
+    if (!mine.indices.empty()) device.copy_to_device(d_indices, mine.indices.data(), mine.indices.size() * 4);
+
+    // Poison what this call must write, once no peer is still using it.
+    op.stream().synchronize();
+    comm.barrier();
+    if (have_pointers) {
+      std::vector<uint8_t> poison(size_t(cap) * std::max(token_bytes, size_t(k) * 4), kPoison);
+      device.copy_to_device(last_dispatch.tokens.data, poison.data(), size_t(cap) * token_bytes);
+      device.copy_to_device(last_dispatch.weights.data, poison.data(), size_t(cap * k) * 4);
+      device.copy_to_device(last_dispatch.indices.data, poison.data(), size_t(cap * k) * 4);
+      std::vector<uint8_t> out_poison(size_t(max_tokens) * std::max(row_bytes, size_t(k) * 4), kPoison);
+      device.copy_to_device(last_combine.tokens.data, out_poison.data(), size_t(max_tokens) * row_bytes);
+      if (last_combine.weights.data)
+        device.copy_to_device(last_combine.weights.data, out_poison.data(), size_t(max_tokens * k) * 4);
+    }
+    comm.barrier();
+
+    const TensorRef input = tensor(d_payload, payloadDType(config), {n, hidden});
+    const TensorRef weights = tensor(d_weights, DType::F32, {n, k});
+    const TensorRef indices = tensor(d_indices, DType::I32, {n, k});
+    std::optional<TensorRef> scales;
+    if (c.scale_dim) {
+      const DType scale_type = c.scale_type_size == 4 ? DType::F32 : c.scale_type_size == 2 ? DType::BF16 : DType::U8;
+      scales = tensor(d_scales, scale_type, {n, c.scale_dim});
+    }
+    DispatchResult result = replay ? op.dispatch_replay(input, weights, scales, indices, *routing)
+                                   : op.dispatch(input, weights, scales, indices, routing.get());
+    op.check();
+
+    // Dispatch against the reference, keyed by (source rank, source token).
+    const auto received = reference::dispatch(config, inputs);
+    const auto& expected = received[size_t(rank)];
+    int32_t total = 0;
+    device.copy_to_host(&total, result.total_recv.data, 4);
+    if (size_t(total) != expected.size()) failures.add("call ", call, ": total_recv ", total, ", expected ", expected.size());
+    std::vector<uint8_t> tokens(size_t(cap) * token_bytes), scales_out(size_t(cap) * scale_bytes);
+    std::vector<float> weights_out(size_t(cap * k));
+    std::vector<int32_t> indices_out(size_t(cap * k)), origins(size_t(cap) * 2);
+    device.copy_to_host(tokens.data(), result.tokens.data, tokens.size());
+    device.copy_to_host(weights_out.data(), result.weights.data, weights_out.size() * 4);
+    device.copy_to_host(indices_out.data(), result.indices.data, indices_out.size() * 4);
+    device.copy_to_host(origins.data(), result.origins.data, origins.size() * 4);
+    if (scale_bytes) device.copy_to_host(scales_out.data(), result.scales.data, scales_out.size());
+    std::map<std::pair<int, int>, size_t> where;  // (source rank, token) -> expected index
+    for (size_t i = 0; i < expected.size(); ++i) where[{expected[i].source_rank, expected[i].source_token}] = i;
+    std::vector<int> expected_row_of(size_t(std::max(total, 0)), -1);
+    std::vector<bool> seen(expected.size(), false);
+    for (int32_t i = 0; i < std::min<int32_t>(total, int32_t(cap)); ++i) {
+      const int origin = origins[size_t(i) * 2];
+      const auto it = where.find({origin / int(max_tokens), origin % int(max_tokens)});
+      if (it == where.end() || seen[it->second]) {
+        failures.add("call ", call, ": received row ", i, " has origin ", origin, " which is not expected (or twice)");
+        continue;
+      }
+      seen[it->second] = true;
+      expected_row_of[size_t(i)] = int(it->second);
+      const reference::ReceivedToken& want = expected[it->second];
+      if (std::memcmp(&tokens[size_t(i) * token_bytes], want.payload.data(), token_bytes) != 0)
+        failures.add("call ", call, ": payload of row ", i, " (from rank ", want.source_rank, " token ", want.source_token,
+                     ") differs");
+      if (std::memcmp(&weights_out[size_t(i) * k], want.weights.data(), size_t(k) * 4) != 0)
+        failures.add("call ", call, ": weights of row ", i, " differ");
+      if (std::memcmp(&indices_out[size_t(i) * k], want.indices.data(), size_t(k) * 4) != 0)
+        failures.add("call ", call, ": indices of row ", i, " differ");
+      if (scale_bytes && std::memcmp(&scales_out[size_t(i) * scale_bytes], want.scales.data(), scale_bytes) != 0)
+        failures.add("call ", call, ": scales of row ", i, " differ");
+      const std::vector<int> dests = reference::destinations(config, want.indices.data());
+      const int ordinal = int(std::find(dests.begin(), dests.end(), rank) - dests.begin());
+      if (origins[size_t(i) * 2 + 1] != ordinal)
+        failures.add("call ", call, ": row ", i, " ordinal ", origins[size_t(i) * 2 + 1], ", expected ", ordinal);
+    }
+    if (have_pointers) {
+      for (int64_t i = total; i < cap; ++i)
+        for (size_t b = 0; b < token_bytes; ++b)
+          if (tokens[size_t(i) * token_bytes + b] != kPoison) {
+            failures.add("call ", call, ": row ", i, " past total_recv was written");
+            break;
+          }
+    }
+    last_dispatch = result;
+    return std::make_tuple(inputs, received, expected_row_of, tokens, weights_out, total);
+  };
+
+  auto oneCombine = [&](int call, const std::vector<reference::RankInput>& inputs,
+                        const std::vector<std::vector<reference::ReceivedToken>>& received,
+                        const std::vector<int>& expected_row_of, const std::vector<uint8_t>& tokens,
+                        const std::vector<float>& recv_weights, int32_t total) {
+    // Expert outputs: this rank's rows in receive order; every rank's in the reference's order.
+    std::vector<uint8_t> mine(size_t(cap) * row_bytes, 0);
+    for (int32_t i = 0; i < std::min<int32_t>(total, int32_t(cap)); ++i) {
+      const std::vector<uint8_t> payload(tokens.begin() + long(size_t(i) * token_bytes),
+                                         tokens.begin() + long(size_t(i + 1) * token_bytes));
+      const std::vector<uint8_t> row = expertOutput(config, rank, payload);
+      std::copy(row.begin(), row.end(), mine.begin() + long(size_t(i) * row_bytes));
+    }
+    std::vector<std::vector<std::vector<uint8_t>>> outputs(size_t(c.world));
+    for (int d = 0; d < c.world; ++d)
+      for (const reference::ReceivedToken& token : received[size_t(d)])
+        outputs[size_t(d)].push_back(expertOutput(config, d, token.payload));
+    const auto combined = reference::combine(config, received, outputs, inputs);
+    const int64_t n = inputs[size_t(rank)].tokens;
+
+    CombineResult result;
+    if (c.std_moe) {
+      StdMoeResult packed = op.std_moe_pack();
+      op.stream().synchronize();
+      // Check the layout, then run identity-scaled experts on it: expert e of
+      // this rank returns its rows times (1 + e / 8), summed per token by unpack.
+      const reference::StdMoeLayout layout = reference::std_moe_layout(config, rank, received[size_t(rank)]);
+      std::vector<int32_t> counts(size_t(c.experts_per_rank)), sources(size_t(c.experts_per_rank * moe_rows));
+      device.copy_to_host(counts.data(), packed.counts.data, counts.size() * 4);
+      device.copy_to_host(sources.data(), packed.sources.data, sources.size() * 4);
+      std::vector<uint16_t> moe(size_t(c.experts_per_rank * moe_rows * hidden));
+      device.copy_to_host(moe.data(), packed.tokens.data, moe.size() * 2);
+      std::vector<uint16_t> moe_out(moe.size(), 0);
+      for (int e = 0; e < c.experts_per_rank; ++e) {
+        if (counts[size_t(e)] != layout.counts[size_t(e)])
+          failures.add("call ", call, ": std-MoE count of local expert ", e, " is ", counts[size_t(e)], ", expected ",
+                       layout.counts[size_t(e)]);
+        std::vector<int> got_sources;
+        for (int p = 0; p < counts[size_t(e)] && p < moe_rows; ++p) {
+          const size_t packed_row = size_t(e * moe_rows + p);
+          const int source = sources[packed_row];
+          got_sources.push_back(expected_row_of.at(size_t(source)));
+          if (std::memcmp(&moe[packed_row * size_t(hidden)], &tokens[size_t(source) * token_bytes], token_bytes) != 0)
+            failures.add("call ", call, ": std-MoE row ", p, " of expert ", e, " is not receive row ", source);
+          for (int64_t h = 0; h < hidden; ++h)
+            moe_out[packed_row * size_t(hidden) + size_t(h)] =
+                encode_bf16(decode_bf16(moe[packed_row * size_t(hidden) + size_t(h)]) * (1.0f + float(e) / 8.0f));
+        }
+        std::vector<int> want_sources = layout.received_index[size_t(e)];
+        std::sort(got_sources.begin(), got_sources.end());
+        std::sort(want_sources.begin(), want_sources.end());
+        if (got_sources != want_sources) failures.add("call ", call, ": std-MoE sources of local expert ", e, " differ");
+      }
+      device.copy_to_device(d_moe_out, moe_out.data(), moe_out.size() * 2);
+      // What unpack must produce for each received row, and what combine then sums.
+      for (int d = 0; d < c.world; ++d) {
+        for (size_t i = 0; i < received[size_t(d)].size(); ++i) {
+          const reference::ReceivedToken& token = received[size_t(d)][i];
+          std::vector<float> sum;
+          for (int j = 0; j < k; ++j) {
+            const int32_t e = token.indices[size_t(j)];
+            if (e / c.experts_per_rank != d || std::find(token.indices.begin(), token.indices.begin() + j, e) !=
+                                                    token.indices.begin() + j)
+              continue;
+            std::vector<float> term(static_cast<size_t>(hidden));
+            for (int64_t h = 0; h < hidden; ++h) {
+              uint16_t bits;
+              std::memcpy(&bits, &token.payload[size_t(h) * 2], 2);
+              term[size_t(h)] = decode_bf16(encode_bf16(decode_bf16(bits) * (1.0f + float(e % c.experts_per_rank) / 8.0f)));
+            }
+            if (sum.empty()) sum = term;
+            else for (int64_t h = 0; h < hidden; ++h) sum[size_t(h)] += term[size_t(h)];
+          }
+          std::vector<uint8_t> row(row_bytes);
+          for (int64_t h = 0; h < hidden; ++h) {
+            const uint16_t bits = encode_bf16(sum[size_t(h)]);
+            std::memcpy(&row[size_t(h) * 2], &bits, 2);
+          }
+          outputs[size_t(d)][i] = row;
+        }
+      }
+      const auto moe_combined = reference::combine(config, received, outputs, inputs);
+      device.copy_to_device(d_expert_weights, recv_weights.data(), recv_weights.size() * 4);
+      result = op.std_moe_combine(tensor(d_moe_out, DType::BF16, {c.experts_per_rank, moe_rows, hidden}),
+                                  c.weights ? std::optional(tensor(d_expert_weights, DType::F32, {cap, k}))
+                                            : std::nullopt);
+      op.check();
+      std::vector<uint8_t> out(size_t(n) * row_bytes);
+      if (n) device.copy_to_host(out.data(), result.tokens.data, out.size());
+      if (out != moe_combined[size_t(rank)]) failures.add("call ", call, ": std-MoE combine output differs");
+    } else {
+      device.copy_to_device(d_expert, mine.data(), mine.size());
+      device.copy_to_device(d_expert_weights, recv_weights.data(), recv_weights.size() * 4);
+      const DType row_type = config.combine_type() == DataType::F32 ? DType::F32 : DType::BF16;
+      result = op.combine(tensor(d_expert, row_type, {cap, hidden}),
+                          c.weights ? std::optional(tensor(d_expert_weights, DType::F32, {cap, k})) : std::nullopt);
+      op.check();
+      std::vector<uint8_t> out(size_t(max_tokens) * row_bytes);
+      device.copy_to_host(out.data(), result.tokens.data, out.size());
+      const std::vector<uint8_t>& want = combined[size_t(rank)];
+      for (int64_t t = 0; t < n; ++t) {
+        if (std::memcmp(&out[size_t(t) * row_bytes], &want[size_t(t) * row_bytes], row_bytes) != 0) {
+          size_t h = 0;
+          const size_t element = row_bytes / size_t(hidden);
+          while (h < size_t(hidden) &&
+                 std::memcmp(&out[size_t(t) * row_bytes + h * element], &want[size_t(t) * row_bytes + h * element],
+                             element) == 0)
+            ++h;
+          failures.add("call ", call, ": combined token ", t, " differs first at element ", h);
+        }
+      }
+      if (have_pointers) {
+        for (size_t b = size_t(n) * row_bytes; b < out.size(); ++b)
+          if (out[b] != kPoison) {
+            failures.add("call ", call, ": combine wrote past its ", n, " tokens");
+            break;
+          }
+      }
+    }
+    // Combined weights: the sum of the token's weights over its destinations, in destination order.
+    if (c.weights && n) {
+      std::vector<float> got(size_t(n * k));
+      device.copy_to_host(got.data(), result.weights.data, got.size() * 4);
+      const reference::RankInput& in = inputs[size_t(rank)];
+      for (int64_t t = 0; t < n; ++t) {
+        const size_t u = reference::destinations(config, &in.indices[size_t(t) * size_t(k)]).size();
+        for (int j = 0; j < k; ++j) {
+          const float w = in.weights[size_t(t * k + j)];
+          float sum = w;
+          for (size_t d = 1; d < u; ++d) sum += w;
+          if (got[size_t(t * k + j)] != sum) {
+            failures.add("call ", call, ": combined weight [", t, ", ", j, "] = ", got[size_t(t * k + j)],
+                         ", expected ", sum);
+            break;
+          }
+        }
+      }
+    }
+    last_combine = result;
+  };
+
+  for (size_t call = 0; call < c.calls.size(); ++call) {
+    auto [inputs, received, expected_row_of, tokens, recv_weights, total] = oneDispatch(int(call), c.calls[call], false);
+    oneCombine(int(call), inputs, received, expected_row_of, tokens, recv_weights, total);
+    have_pointers = true;
+    if (c.replay) {
+      auto [r_inputs, r_received, r_rows, r_tokens, r_weights, r_total] = oneDispatch(int(call), c.calls[call], true);
+      oneCombine(int(call), r_inputs, r_received, r_rows, r_tokens, r_weights, r_total);
+    }
+    if (failures.any()) break;
+  }
+  op.close();
+  for (void* p : {d_payload, d_weights, d_scales, d_indices, d_expert, d_expert_weights, d_moe_out})
+    if (p) device.release(p);
+  return failures.text();
+}
+
+using RankBody = std::function<std::string(int rank, Communicator& comm, KernelCache& cache)>;
+
+// Runs `rank_body` on world ranks; returns every rank's failures. Thread
+// ranks share `cache`; process ranks each open their own on its directory.
+inline std::string runRanks(int world, Ranks mode, KernelCache& cache, const RankBody& rank_body) {
+  const UniqueId id = Communicator::get_unique_id();
+  const CommOptions options{60, std::nullopt};
+  std::string failures;
+  if (mode == Ranks::Threads) {
+    auto device = make_host_device();
+    std::vector<std::string> results(static_cast<size_t>(world));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          auto comm = Communicator::init(world, r, id, *device, options);
+          results[size_t(r)] = rank_body(r, *comm, cache);
+          comm->destroy();
+        } catch (const std::exception& error) {
+          results[size_t(r)] = "rank " + std::to_string(r) + " threw: " + error.what();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const std::string& r : results) failures += r;
+    return failures;
+  }
+  // Processes: every rank is a child; a pipe carries its failures back.
+  std::vector<std::pair<pid_t, int>> children;
+  for (int r = 0; r < world; ++r) {
+    int fds[2];
+    if (pipe(fds) != 0) return "pipe failed";
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      alarm(300);
+      std::string result;
+      try {
+        KernelCache own_cache(cache.options());
+        auto device = make_host_device();
+        auto comm = Communicator::init(world, r, id, *device, options);
+        result = rank_body(r, *comm, own_cache);
+        comm->destroy();
+      } catch (const std::exception& error) {
+        result = "rank " + std::to_string(r) + " threw: " + error.what();
+      }
+      if (!result.empty() && write(fds[1], result.data(), result.size()) < 0) _exit(3);
+      _exit(result.empty() ? 0 : 1);
+    }
+    close(fds[1]);
+    children.emplace_back(pid, fds[0]);
+  }
+  for (auto [pid, fd] : children) {
+    std::string text;
+    char buffer[4096];
+    ssize_t got;
+    while ((got = read(fd, buffer, sizeof buffer)) > 0) text.append(buffer, size_t(got));
+    close(fd);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    failures += text;
+    if (!WIFEXITED(status)) failures += "a rank process died (signal " + std::to_string(WTERMSIG(status)) + ")\n";
+    else if (WEXITSTATUS(status) != 0 && text.empty()) failures += "a rank process exited " + std::to_string(WEXITSTATUS(status)) + "\n";
+  }
+  return failures;
+}
+
+}  // namespace epjit::testing
