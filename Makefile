@@ -5,7 +5,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: run test build configure deps clean
+.PHONY: run test build configure deps clean sanitize-thread sanitize-address
 
 run: build
 	$(BUILD_DIR)/bin/epjit-info
@@ -14,6 +14,17 @@ run: build
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	$(MAKE) --no-print-directory sanitize-thread sanitize-address
+
+# The e2e subset under a sanitizer (runtime, test and host kernels instrumented;
+# kernel source from the regular build's compiler library).
+sanitize-thread sanitize-address: sanitize-%: build
+	@if [ ! -f $(BUILD_DIR)-$*/build.ninja ]; then \
+	  cmake -S . -B $(BUILD_DIR)-$* -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEPJIT_BUILD_COMPILER=OFF \
+	    -DEPJIT_SANITIZER=$* -DEPJIT_KERNEL_SOURCE_LIBRARY=$(abspath $(BUILD_DIR))/lib/libepjit_kernel_source.so; \
+	fi
+	cmake --build $(BUILD_DIR)-$* -j $(JOBS) --target ep_e2e_test
+	ctest --test-dir $(BUILD_DIR)-$* --output-on-failure -j $(JOBS) -R '^e2e\.'
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -28,4 +39,4 @@ deps:
 	scripts/install-deps.sh
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(BUILD_DIR)-thread $(BUILD_DIR)-address

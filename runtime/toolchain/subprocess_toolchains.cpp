@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include "../core/subprocess.h"
 #include "../source/embedded.h"
@@ -94,8 +95,14 @@ class HostCxxToolchain final : public SubprocessToolchain {
   HostCxxToolchain() : SubprocessToolchain(environment_or("EPJIT_HOST_CXX", "c++"), "EPJIT_HOST_CXX") {}
   std::string_view name() const override { return "host-c++"; }
   bool supports(const TargetInfo& target) const override { return target.is_host(); }
+  // EPJIT_HOST_CXXFLAGS adds flags (e.g. -fsanitize=thread, so sanitizer runs
+  // see inside the kernels); they are options, so they enter the cache key.
   std::vector<std::string> options(const CompileRequest& request) const override {
-    return {"-x", "c++", "-std=c++20", "-O" + std::to_string(std::min(request.opt_level, 3)), "-fPIC", "-shared"};
+    std::vector<std::string> flags = {"-x",     "c++", "-std=c++20", "-O" + std::to_string(std::min(request.opt_level, 3)),
+                                      "-fPIC", "-shared"};
+    std::istringstream extra(environment_or("EPJIT_HOST_CXXFLAGS", ""));
+    for (std::string flag; extra >> flag;) flags.push_back(flag);
+    return flags;
   }
 };
 

@@ -70,6 +70,24 @@ std::vector<EpCase> matrix() {
   add({.name = "local_w4", .world = 4, .routing = RoutingKind::Local});
   add({.name = "no_tokens_w2", .calls = {0, 0}});
   add({.name = "no_combine_weights_w2", .weights = false});
+  // 200 alternating dispatch/combine calls with changing token counts and no
+  // reset: the counters and flags must reset themselves every time.
+  std::mt19937 rng(2026);
+  std::vector<int64_t> counts(200);
+  for (int64_t& n : counts) n = std::uniform_int_distribution<int64_t>(0, 37)(rng);
+  add({.name = "alternating_200_gather_w4", .world = 4, .hidden = 128, .calls = counts});
+  add({.name = "alternating_200_scatter_quant_w2", .target = "host-gfx950", .hidden = 128, .mode = scatter,
+       .quant = QuantType::Fp8Blockwise, .calls = counts});
+#ifdef EPJIT_E2E_SANITIZER
+  // Under a sanitizer everything runs many times slower: a subset that covers
+  // every kernel and protocol, processes only where TSan allows forking.
+  std::vector<std::string> subset = {"bf16_gather_w4",          "bf16_scatter_w2",          "quant_blockwise_gfx950_w4",
+                                     "std_moe_scatter_w4",      "replay_scatter_quant_w4", "skewed_w4",
+                                     "fp4_gfx1250_scatter_w4", "alternating_200_gather_w4"};
+  if (std::string(EPJIT_E2E_SANITIZER) != "thread")
+    subset.insert(subset.end(), {"bf16_scatter_w4_processes", "quant_direct_fp8_dispatch_w4_processes"});
+  std::erase_if(cases, [&](const EpCase& c) { return std::find(subset.begin(), subset.end(), c.name) == subset.end(); });
+#endif
   return cases;
 }
 

@@ -484,9 +484,10 @@ using RankBody = std::function<std::string(int rank, Communicator& comm, KernelC
 
 // Runs `rank_body` on world ranks; returns every rank's failures. Thread
 // ranks share `cache`; process ranks each open their own on its directory.
-inline std::string runRanks(int world, Ranks mode, KernelCache& cache, const RankBody& rank_body) {
+inline std::string runRanks(int world, Ranks mode, KernelCache& cache, const RankBody& rank_body,
+                            std::optional<int> gpu_per_node = std::nullopt) {
   const UniqueId id = Communicator::get_unique_id();
-  const CommOptions options{60, std::nullopt};
+  const CommOptions options{60, gpu_per_node};
   std::string failures;
   if (mode == Ranks::Threads) {
     auto device = make_host_device();

@@ -85,6 +85,12 @@ const Rule kRules[] = {
        c.combine_data_type = DataType::FP4;
      },
      {"combine_data_type = fp4", "returns bf16 or f32 rows"}},
+    {"no_fp8_combine",
+     [](auto& c) {
+       c.dispatch_data_type = DataType::FP8;
+       c.combine_data_type = DataType::FP8;
+     },
+     {"combine_data_type = fp8", "returns bf16 or f32 rows", "quant_type compresses"}},
     {"fp4_needs_gfx950_or_gfx1250",
      [](auto& c) {
        c.target = "gfx942";

@@ -1,0 +1,260 @@
+// Every way to misuse the op fails with an epjit::Error that says what was
+// wrong, before any launch; kernel-side problems (overflow, a peer that never
+// comes) surface through check(), and reset() recovers.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "ep_harness.h"
+#include "epjit/error.h"
+
+namespace epjit::testing {
+namespace {
+
+KernelCache& testCache() {
+  static KernelCache cache([] {
+    CacheOptions options = CacheOptions::from_environment();
+    options.dir = std::string(EPJIT_TEST_WORK_DIR) + "/ep-kernel-cache";
+    options.opt_level = 1;
+    return options;
+  }());
+  return cache;
+}
+
+// Runs `body` and returns the message it threw ("" when it did not throw).
+template <typename Body>
+std::string thrown(Body&& body) {
+  try {
+    body();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+// "" when `message` holds every part, else what is missing.
+std::string expectParts(const std::string& what, const std::string& message, std::vector<std::string> parts) {
+  if (message.empty()) return what + ": did not throw\n";
+  for (const std::string& part : parts)
+    if (message.find(part) == std::string::npos) return what + ": '" + message + "' lacks '" + part + "'\n";
+  return "";
+}
+
+EpCase smallCase() {
+  EpCase c;
+  c.world = 1;
+  c.hidden = 64;
+  c.topk = 2;
+  c.experts_per_rank = 4;
+  c.max_tokens = 8;
+  return c;
+}
+
+// Device buffers big enough for any call of the small case.
+struct Buffers {
+  explicit Buffers(Device& device) : device(device) {
+    for (void*& p : pointers) p = device.allocate(1 << 16);
+    std::vector<uint8_t> zeros(1 << 16, 0);
+    for (void* p : pointers) device.copy_to_device(p, zeros.data(), zeros.size());
+  }
+  ~Buffers() {
+    for (void* p : pointers) device.release(p);
+  }
+  Device& device;
+  void* pointers[6]{};
+};
+
+TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
+  const EpCase c = smallCase();
+  const std::string failures = runRanks(1, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
+                                                                             KernelCache& cache) {
+    std::string f;
+    EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+    Buffers b(comm.device());
+    auto [x, w, idx, y, yw, s] = b.pointers;
+    const TensorRef input{x, DType::BF16, {3, 64}}, weights{w, DType::F32, {3, 2}}, indices{idx, DType::I32, {3, 2}};
+    f += expectParts("too many tokens",
+                     thrown([&] { op.dispatch({x, DType::BF16, {9, 64}}, {w, DType::F32, {9, 2}}, std::nullopt,
+                                              {idx, DType::I32, {9, 2}}); }),
+                     {"9 tokens", "max_num_inp_token_per_rank = 8"});
+    f += expectParts("input dtype", thrown([&] { op.dispatch({x, DType::F32, {3, 64}}, weights, std::nullopt, indices); }),
+                     {"input is f32", "bf16"});
+    f += expectParts("input hidden",
+                     thrown([&] { op.dispatch({x, DType::BF16, {3, 63}}, weights, std::nullopt, indices); }),
+                     {"input has shape [3, 63]", "[3, 64]"});
+    f += expectParts("weights rows",
+                     thrown([&] { op.dispatch(input, {w, DType::F32, {2, 2}}, std::nullopt, indices); }),
+                     {"weights has shape [2, 2]", "[3, 2]"});
+    f += expectParts("null indices",
+                     thrown([&] { op.dispatch(input, weights, std::nullopt, {nullptr, DType::I32, {3, 2}}); }),
+                     {"indices has no data pointer"});
+    f += expectParts("scales without scale_dim",
+                     thrown([&] { op.dispatch(input, weights, TensorRef{s, DType::F32, {3, 1}}, indices); }),
+                     {"scale_dim = 0"});
+    const int32_t bad[6] = {0, 1, 4, 2, 3, 0};
+    comm.device().copy_to_device(idx, bad, sizeof bad);
+    f += expectParts("expert out of range", thrown([&] { op.dispatch(input, weights, std::nullopt, indices); }),
+                     {"indices[1, 0] = 4", "[0, 4)"});
+    f += expectParts("combine first", thrown([&] { op.combine({y, DType::BF16, {8, 64}}); }), {"without a dispatch"});
+    f += expectParts("std-MoE off", thrown([&] { op.std_moe_pack(); }), {"enable_std_moe"});
+
+    const int32_t good[6] = {0, 1, 2, 3, 3, 0};
+    comm.device().copy_to_device(idx, good, sizeof good);
+    auto never_recorded = op.make_routing();
+    f += expectParts("replay unrecorded",
+                     thrown([&] { op.dispatch_replay(input, weights, std::nullopt, indices, *never_recorded); }),
+                     {"not recorded"});
+    auto routing = op.make_routing();
+    op.dispatch(input, weights, std::nullopt, indices, routing.get());
+    f += expectParts("dispatch twice", thrown([&] { op.dispatch(input, weights, std::nullopt, indices); }),
+                     {"awaits its combine", "call combine() first"});
+    f += expectParts("combine dtype", thrown([&] { op.combine({y, DType::F32, {8, 64}}); }), {"input is f32", "bf16"});
+    f += expectParts("combine rows", thrown([&] { op.combine({y, DType::BF16, {7, 64}}); }),
+                     {"input has shape [7, 64]", "at least [8, 64]"});
+    f += expectParts("combine weights", thrown([&] { op.combine({y, DType::BF16, {8, 64}}, TensorRef{yw, DType::F32, {8, 3}}); }),
+                     {"weights has shape [8, 3]"});
+    op.combine({y, DType::BF16, {8, 64}});
+    op.check();
+    f += expectParts("replay other count",
+                     thrown([&] { op.dispatch_replay({x, DType::BF16, {2, 64}}, {w, DType::F32, {2, 2}}, std::nullopt,
+                                                     {idx, DType::I32, {2, 2}}, *routing); }),
+                     {"2 tokens", "recorded with 3"});
+    op.close();
+    f += expectParts("closed", thrown([&] { op.dispatch(input, weights, std::nullopt, indices); }), {"closed"});
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST(EpOpErrors, Fp8OfTheWrongFlavorIsRefused) {
+  EpCase c = smallCase();
+  c.target = "host-gfx942";
+  c.data_type = DataType::FP8;
+  const std::string failures = runRanks(1, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
+                                                                             KernelCache& cache) {
+    EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+    Buffers b(comm.device());
+    return expectParts("fp8 flavor",
+                       thrown([&] { op.dispatch({b.pointers[0], DType::FP8_E4M3FN, {1, 64}},
+                                                {b.pointers[1], DType::F32, {1, 2}}, std::nullopt,
+                                                {b.pointers[2], DType::I32, {1, 2}}); }),
+                       {"float8_e4m3fn", "float8_e4m3fnuz"});
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST(EpOpErrors, ConstructionRejectsConfigsThatDoNotFitTheCommunicatorOrDevice) {
+  const EpCase c = smallCase();
+  const std::string failures = runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
+                                                                             KernelCache& cache) {
+    std::string f;
+    EpCase two = c;
+    two.world = 2;
+    EpDispatchCombineConfig config = configFor(two, rank);
+    config.rank = 1 - rank;
+    f += expectParts("rank mismatch", thrown([&] { EpDispatchCombineOp(config, comm, {&cache, nullptr}); }),
+                     {"do not match the communicator"});
+    config = configFor(two, rank);
+    config.target = "gfx942";
+    f += expectParts("GPU target on host", thrown([&] { EpDispatchCombineOp(config, comm, {&cache, nullptr}); }),
+                     {"does not run on the host device", "host-gfx942"});
+    config = configFor(two, rank);
+    config.gpu_per_node = 1;
+    f += expectParts("internode", thrown([&] { EpDispatchCombineOp(config, comm, {&cache, nullptr}); }),
+                     {"gpu_per_node = 1", "internode"});
+    config = configFor(two, rank);
+    config.hidden_dim = 60;  // 120 bytes
+    f += expectParts("validation", thrown([&] { EpDispatchCombineOp(config, comm, {&cache, nullptr}); }),
+                     {"hidden_dim = 60", "multiple of 16 bytes"});
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+}
+
+// The communicator groups one rank per node; a config that leaves gpu_per_node
+// unset (one node of world_size) does not match it.
+TEST(EpOpErrors, GpuPerNodeMustMatchTheCommunicatorsNodes) {
+  EpCase c = smallCase();
+  c.world = 2;
+  const std::string failures = runRanks(
+      2, Ranks::Threads, testCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) {
+        return expectParts("node grouping",
+                           thrown([&] { EpDispatchCombineOp(configFor(c, rank), comm, {&cache, nullptr}); }),
+                           {"gpu_per_node = 2", "node of 1 ranks"});
+      },
+      1);
+  EXPECT_EQ(failures, "");
+}
+
+// Dispatch on world 2 with every token of both ranks routed to rank 0 and a
+// receive capacity of 5: the senders report the overflow, reset() recovers,
+// and the next calls are right again.
+TEST(EpOpErrors, CapacityOverflowIsReportedAndResetRecovers) {
+  EpCase c = smallCase();
+  c.world = 2;
+  c.routing = RoutingKind::Skewed;
+  const std::string failures = runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
+                                                                             KernelCache& cache) {
+    std::string f;
+    EpDispatchCombineConfig config = configFor(c, rank);
+    config.max_total_recv_tokens = 5;
+    EpDispatchCombineOp op(config, comm, {&cache, nullptr});
+    Buffers b(comm.device());
+    const int32_t to_rank0[16] = {0, 1, 1, 2, 2, 3, 3, 0, 0, 2, 1, 3, 2, 0, 3, 1};
+    comm.device().copy_to_device(b.pointers[2], to_rank0, sizeof to_rank0);
+    op.dispatch({b.pointers[0], DType::BF16, {8, 64}}, {b.pointers[1], DType::F32, {8, 2}}, std::nullopt,
+                {b.pointers[2], DType::I32, {8, 2}});
+    op.combine({b.pointers[3], DType::BF16, {5, 64}});
+    // 16 tokens for 5 slots: at least one sender overflows; a receiver that had none sees nothing.
+    const std::string message = thrown([&] { op.check(); });
+    const auto reports = comm.allgather({uint8_t(!message.empty())});
+    if (reports[0][0] + reports[1][0] == 0) f += "no rank reported the overflow\n";
+    if (!message.empty()) f += expectParts("overflow", message, {"receive capacity of 5", "max_total_recv_tokens"});
+    op.reset();
+    const DispatchResult result = op.dispatch({b.pointers[0], DType::BF16, {2, 64}}, {b.pointers[1], DType::F32, {2, 2}},
+                                              std::nullopt, {b.pointers[2], DType::I32, {2, 2}});
+    op.combine({b.pointers[3], DType::BF16, {5, 64}});
+    f += expectParts("after reset", thrown([&] { op.check(); }).empty() ? "ok" : "failed", {"ok"});
+    int32_t total = -1;
+    comm.device().copy_to_host(&total, result.total_recv.data, 4);
+    if (total != (rank == 0 ? 4 : 0)) f += "after reset rank " + std::to_string(rank) + " received " + std::to_string(total) + "\n";
+    op.close();
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+}
+
+// Rank 1 never dispatches: rank 0's wait ends in the timeout error instead of a
+// hang; after reset() on both, they run together again.
+TEST(EpOpErrors, APeerThatNeverArrivesIsATimeoutNotAHang) {
+  EpCase c = smallCase();
+  c.world = 2;
+  const std::string failures = runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
+                                                                             KernelCache& cache) {
+    std::string f;
+    EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+    Buffers b(comm.device());
+    const int32_t experts[4] = {0, 5, 6, 1};
+    comm.device().copy_to_device(b.pointers[2], experts, sizeof experts);
+    const TensorRef input{b.pointers[0], DType::BF16, {2, 64}}, weights{b.pointers[1], DType::F32, {2, 2}},
+        indices{b.pointers[2], DType::I32, {2, 2}};
+    if (rank == 0) {
+      const auto start = std::chrono::steady_clock::now();
+      op.dispatch(input, weights, std::nullopt, indices);
+      f += expectParts("timeout", thrown([&] { op.check(); }), {"a peer never arrived", "reset()"});
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (seconds > 120) f += "the timeout took " + std::to_string(seconds) + " s\n";
+    }
+    op.reset();
+    op.dispatch(input, weights, std::nullopt, indices);
+    op.combine({b.pointers[3], DType::BF16, {16, 64}});
+    f += expectParts("after reset", thrown([&] { op.check(); }).empty() ? "ok" : "failed", {"ok"});
+    op.close();
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+}
+
+}  // namespace
+}  // namespace epjit::testing
