@@ -1,0 +1,73 @@
+// epjit-bench: what one rank does (build the op, identity-expert check, time
+// dispatch and combine over a token sweep) and what rank 0 reports.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "epjit/cache.h"
+#include "epjit/comm/communicator.h"
+#include "epjit/ep/config.h"
+
+namespace epjit::bench {
+
+enum class RoutingKind { Uniform, Skewed, Local };
+
+struct Options {
+  std::string target = "host";
+  std::string device = "host";  // host or cuda (one GPU per rank process)
+  int world = 4;
+  bool processes = false;
+  std::vector<int64_t> tokens = {1, 37, 128};
+  int64_t hidden = 7168;
+  int topk = 8;
+  int experts_per_rank = 64;
+  ep::DataType dtype = ep::DataType::BF16;
+  std::optional<ep::DataType> combine_dtype;
+  ep::QuantType quant = ep::QuantType::None;
+  ep::CombineMode combine_mode = ep::CombineMode::Gather;
+  bool std_moe = false;
+  bool replay = false;
+  RoutingKind routing = RoutingKind::Uniform;
+  uint32_t seed = 1;
+  std::optional<int> dispatch_blocks, dispatch_warps, combine_blocks, combine_warps;
+  bool check_only = false;
+  int warmup = 2;
+  int iterations = 10;
+  std::string json_path;
+  std::string cache_dir;
+
+  ep::EpDispatchCombineConfig config(int rank) const;
+};
+
+// One token count's measurements on one rank.
+struct RankPoint {
+  int64_t tokens = 0;
+  int64_t received = 0;
+  double dispatch_us = 0;
+  double combine_us = 0;
+  std::string check_failure;  // "" when the identity check passed
+};
+
+struct RankResult {
+  int rank = 0;
+  double construct_seconds = 0;
+  CacheStats cache;
+  std::vector<RankPoint> points;
+};
+
+// Runs every point on this rank; collective over `comm`.
+RankResult run_rank(const Options& options, Communicator& comm, KernelCache& cache);
+
+// Rank 0's table (stdout) and JSON record; returns the exit status.
+int report(const Options& options, const std::vector<RankResult>& ranks, const std::string& transport,
+           const std::string& device_name);
+
+std::vector<uint8_t> serialize(const RankResult& result);
+RankResult deserialize(const std::vector<uint8_t>& bytes);
+
+const char* name_of(RoutingKind routing);
+
+}  // namespace epjit::bench

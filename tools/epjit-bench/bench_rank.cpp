@@ -1,0 +1,302 @@
+// One rank of epjit-bench: every point first passes the identity-expert check
+// (experts return their input, so combine(dispatch(x))[t] is the sum of U[t]
+// copies of x[t], U[t] the distinct ranks token t went to, each copy through
+// the combine leg's numerics), then dispatch and combine are timed with events.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+
+#include "bench.h"
+#include "epjit/ep/op.h"
+#include "epjit/error.h"
+#include "epjit/numerics.h"
+
+namespace epjit::bench {
+
+using namespace epjit::ep;
+
+ep::EpDispatchCombineConfig Options::config(int rank) const {
+  EpDispatchCombineConfig c;
+  c.rank = rank;
+  c.world_size = world;
+  c.hidden_dim = hidden;
+  c.max_num_inp_token_per_rank = *std::max_element(tokens.begin(), tokens.end());
+  c.num_experts_per_rank = experts_per_rank;
+  c.num_experts_per_token = topk;
+  c.data_type = dtype;
+  if (combine_dtype) {
+    c.dispatch_data_type = dtype;
+    c.combine_data_type = combine_dtype;
+  }
+  c.combine_mode = combine_mode;
+  c.quant_type = quant;
+  c.enable_std_moe = std_moe;
+  c.dispatch_block_num = dispatch_blocks;
+  c.warp_num_per_block = dispatch_warps;
+  c.combine_block_num = combine_blocks;
+  c.combine_warp_num_per_block = combine_warps;
+  c.target = target;
+  return c;
+}
+
+namespace {
+
+struct Inputs {
+  std::vector<uint8_t> payload;
+  std::vector<float> weights;
+  std::vector<int32_t> indices;
+};
+
+Inputs make_inputs(const Options& o, const EpDispatchCombineConfig& config, int rank, int64_t n) {
+  std::mt19937 rng(o.seed * 2654435761u + uint32_t(rank) * 40503u + uint32_t(n));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Inputs in;
+  const size_t elements = size_t(n) * size_t(o.hidden);
+  in.payload.assign(size_t(n) * config.dispatch_token_bytes(), 0);
+  for (size_t i = 0; i < elements; ++i) {
+    const float v = normal(rng);
+    switch (config.dispatch_type()) {
+      case DataType::BF16: {
+        const uint16_t bits = encode_bf16(v);
+        std::memcpy(&in.payload[2 * i], &bits, 2);
+        break;
+      }
+      case DataType::F32: std::memcpy(&in.payload[4 * i], &v, 4); break;
+      case DataType::FP8: in.payload[i] = encode_fp8(v, config.target_info().fp8_e4m3, Overflow::Saturate); break;
+      case DataType::FP4: in.payload[i / 2] |= uint8_t(encode_fp4_e2m1(v) << (4 * (i % 2))); break;
+    }
+  }
+  in.weights.resize(size_t(n) * size_t(o.topk));
+  for (float& w : in.weights) w = std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
+  const int epr = o.experts_per_rank, experts = o.world * epr;
+  in.indices.resize(size_t(n) * size_t(o.topk));
+  std::vector<int> pool;
+  for (int64_t t = 0; t < n; ++t) {
+    pool.clear();
+    if (o.routing == RoutingKind::Uniform)
+      for (int e = 0; e < experts; ++e) pool.push_back(e);
+    else
+      for (int e = 0; e < epr; ++e) pool.push_back((o.routing == RoutingKind::Local ? rank : 0) * epr + e);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    for (int j = 0; j < o.topk; ++j) in.indices[size_t(t * o.topk + j)] = pool[size_t(j) % pool.size()];
+  }
+  return in;
+}
+
+float decode_element(const EpDispatchCombineConfig& config, const uint8_t* row, size_t i) {
+  switch (config.dispatch_type()) {
+    case DataType::BF16: {
+      uint16_t bits;
+      std::memcpy(&bits, row + 2 * i, 2);
+      return decode_bf16(bits);
+    }
+    case DataType::F32: {
+      float v;
+      std::memcpy(&v, row + 4 * i, 4);
+      return v;
+    }
+    case DataType::FP8: return decode_fp8(row[i], config.target_info().fp8_e4m3);
+    case DataType::FP4: return decode_fp4_e2m1(uint8_t((row[i / 2] >> (4 * (i % 2))) & 0xF));
+  }
+  return 0;
+}
+
+float round_to(DataType type, float v) { return type == DataType::F32 ? v : decode_bf16(encode_bf16(v)); }
+
+// The identity expert: a received row decoded, in the combine leg's type.
+std::vector<uint8_t> identity_expert(const EpDispatchCombineConfig& config, const uint8_t* row) {
+  const size_t hidden = size_t(config.hidden_dim);
+  std::vector<uint8_t> out(config.combine_token_bytes());
+  for (size_t i = 0; i < hidden; ++i) {
+    const float v = decode_element(config, row, i);
+    if (config.combine_type() == DataType::F32) {
+      std::memcpy(&out[4 * i], &v, 4);
+    } else {
+      const uint16_t bits = encode_bf16(v);
+      std::memcpy(&out[2 * i], &bits, 2);
+    }
+  }
+  return out;
+}
+
+// What the combine leg's transport does to one contribution row.
+void through_quant(const EpDispatchCombineConfig& config, std::vector<float>& row) {
+  const Fp8Format format = config.target_info().fp8_e4m3;
+  if (config.quant_type == QuantType::Fp8DirectCast) {
+    for (float& v : row) v = decode_fp8(encode_fp8(v, format, Overflow::Saturate), format);
+  } else if (config.quant_type == QuantType::Fp8Blockwise) {
+    for (size_t start = 0; start < row.size(); start += kFp8BlockwiseBlockSize) {
+      const size_t n = std::min<size_t>(kFp8BlockwiseBlockSize, row.size() - start);
+      uint8_t codes[kFp8BlockwiseBlockSize];
+      const float scale = quantize_fp8_block(&row[start], n, format, codes);
+      dequantize_fp8_block(codes, n, format, scale, &row[start]);
+    }
+  }
+}
+
+// The identity check of one point: "" or what differed.
+std::string identity_check(const Options& o, const EpDispatchCombineConfig& config, const Inputs& in, int64_t n,
+                           const std::vector<uint8_t>& out, const std::vector<float>& out_weights) {
+  const size_t hidden = size_t(o.hidden), k = size_t(o.topk), row_bytes = config.combine_token_bytes();
+  const DataType type = config.combine_type();
+  for (int64_t t = 0; t < n; ++t) {
+    const int32_t* experts = &in.indices[size_t(t) * k];
+    // Per destination rank in first-appearance order: how many distinct local experts.
+    std::vector<std::pair<int, int>> dests;
+    for (size_t j = 0; j < k; ++j) {
+      const int d = experts[j] / o.experts_per_rank;
+      if (std::find(experts, experts + j, experts[j]) != experts + j) continue;
+      auto it = std::find_if(dests.begin(), dests.end(), [&](const auto& p) { return p.first == d; });
+      if (it == dests.end()) dests.push_back({d, 1});
+      else it->second++;
+    }
+    const uint8_t* x = &in.payload[size_t(t) * config.dispatch_token_bytes()];
+    std::vector<float> acc;
+    for (const auto& [dest, local_experts] : dests) {
+      std::vector<float> row(hidden);
+      for (size_t i = 0; i < hidden; ++i) {
+        const float c = round_to(type, decode_element(config, x, i));
+        float s = c;  // std-MoE: the rank's experts' outputs summed, rounded once
+        if (o.std_moe)
+          for (int e = 1; e < local_experts; ++e) s += c;
+        row[i] = o.std_moe ? round_to(type, s) : c;
+      }
+      through_quant(config, row);
+      if (acc.empty()) acc = row;
+      else for (size_t i = 0; i < hidden; ++i) acc[i] += row[i];
+    }
+    for (size_t i = 0; i < hidden; ++i) {
+      const float want = round_to(type, acc[i]);
+      float got;
+      if (type == DataType::F32) {
+        std::memcpy(&got, &out[size_t(t) * row_bytes + 4 * i], 4);
+      } else {
+        uint16_t bits;
+        std::memcpy(&bits, &out[size_t(t) * row_bytes + 2 * i], 2);
+        got = decode_bf16(bits);
+      }
+      if (std::memcmp(&got, &want, 4) != 0)
+        return "token " + std::to_string(t) + " element " + std::to_string(i) + ": combine gave " +
+               std::to_string(got) + ", identity experts give " + std::to_string(want) + " (" +
+               std::to_string(dests.size()) + " destination ranks)";
+    }
+    for (size_t j = 0; j < k; ++j) {
+      float want = in.weights[size_t(t) * k + j];
+      const float w = want;
+      for (size_t d = 1; d < dests.size(); ++d) want += w;
+      if (out_weights[size_t(t) * k + j] != want)
+        return "token " + std::to_string(t) + " weight " + std::to_string(j) + ": combine gave " +
+               std::to_string(out_weights[size_t(t) * k + j]) + ", expected " + std::to_string(want);
+    }
+  }
+  return "";
+}
+
+DType payload_dtype(const EpDispatchCombineConfig& config) {
+  switch (config.dispatch_type()) {
+    case DataType::BF16: return DType::BF16;
+    case DataType::F32: return DType::F32;
+    case DataType::FP8:
+      return config.target_info().fp8_e4m3 == Fp8Format::E4M3FNUZ ? DType::FP8_E4M3FNUZ : DType::FP8_E4M3FN;
+    case DataType::FP4: return DType::FP4_E2M1;
+  }
+  return DType::BF16;
+}
+
+}  // namespace
+
+RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
+  Device& device = comm.device();
+  RankResult result;
+  result.rank = comm.rank();
+  const auto start = std::chrono::steady_clock::now();
+  EpDispatchCombineOp op(o.config(comm.rank()), comm, {&cache, nullptr});
+  result.construct_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const EpDispatchCombineConfig& config = op.config();
+  const int64_t cap = op.capacity(), max_n = config.max_num_inp_token_per_rank, k = o.topk;
+  const size_t token_bytes = config.dispatch_token_bytes(), row_bytes = config.combine_token_bytes();
+  const DType row_type = config.combine_type() == DataType::F32 ? DType::F32 : DType::BF16;
+
+  void* d_payload = device.allocate(std::max<size_t>(16, size_t(max_n) * token_bytes));
+  void* d_weights = device.allocate(std::max<size_t>(16, size_t(max_n * k) * 4));
+  void* d_indices = device.allocate(std::max<size_t>(16, size_t(max_n * k) * 4));
+  void* d_expert = device.allocate(size_t(cap) * row_bytes);
+  std::unique_ptr<Routing> routing = o.replay ? op.make_routing() : nullptr;
+  std::vector<std::unique_ptr<Event>> events;
+  for (int i = 0; i < 3 * std::max(o.iterations, 1); ++i) events.push_back(device.create_event());
+
+  for (int64_t n : o.tokens) {
+    RankPoint point;
+    point.tokens = n;
+    const Inputs in = make_inputs(o, config, comm.rank(), n);
+    if (n) {
+      device.copy_to_device(d_payload, in.payload.data(), in.payload.size());
+      device.copy_to_device(d_weights, in.weights.data(), in.weights.size() * 4);
+      device.copy_to_device(d_indices, in.indices.data(), in.indices.size() * 4);
+    }
+    const TensorRef input{d_payload, payload_dtype(config), {n, o.hidden}};
+    const TensorRef weights{d_weights, DType::F32, {n, k}}, indices{d_indices, DType::I32, {n, k}};
+    auto dispatch = [&](bool replay) {
+      return replay ? op.dispatch_replay(input, weights, std::nullopt, indices, *routing)
+                    : op.dispatch(input, weights, std::nullopt, indices, routing.get());
+    };
+    auto combine = [&](const DispatchResult& dispatched) {
+      if (o.std_moe) return op.std_moe_combine(op.std_moe_pack().tokens, dispatched.weights);
+      return op.combine({d_expert, row_type, {cap, o.hidden}}, dispatched.weights);
+    };
+
+    // Identity check (twice with replay: the recording dispatch and a replay).
+    for (int pass = 0; pass < (o.replay ? 2 : 1) && point.check_failure.empty(); ++pass) {
+      const DispatchResult dispatched = dispatch(pass == 1);
+      op.check();
+      int32_t total = 0;
+      device.copy_to_host(&total, dispatched.total_recv.data, 4);
+      point.received = total;
+      std::vector<uint8_t> rows(size_t(total) * token_bytes), expert(size_t(total) * row_bytes);
+      if (total) device.copy_to_host(rows.data(), dispatched.tokens.data, rows.size());
+      for (int32_t i = 0; i < total; ++i) {
+        const std::vector<uint8_t> row = identity_expert(config, &rows[size_t(i) * token_bytes]);
+        std::copy(row.begin(), row.end(), expert.begin() + long(size_t(i) * row_bytes));
+      }
+      if (total) device.copy_to_device(d_expert, expert.data(), expert.size());
+      const CombineResult combined = combine(dispatched);
+      op.check();
+      std::vector<uint8_t> out(size_t(n) * row_bytes);
+      std::vector<float> out_weights(size_t(n * k));
+      if (n) {
+        device.copy_to_host(out.data(), combined.tokens.data, out.size());
+        device.copy_to_host(out_weights.data(), combined.weights.data, out_weights.size() * 4);
+      }
+      point.check_failure = identity_check(o, config, in, n, out, out_weights);
+    }
+    // Every rank times the same iterations, so they stay in step.
+    const auto failures = comm.allgather({uint8_t(point.check_failure.empty() ? 0 : 1)});
+    const bool all_passed = std::all_of(failures.begin(), failures.end(), [](const auto& f) { return f[0] == 0; });
+    if (all_passed && !o.check_only) {
+      for (int i = 0; i < o.warmup; ++i) combine(dispatch(o.replay));
+      for (int i = 0; i < o.iterations; ++i) {
+        events[size_t(3 * i)]->record(op.stream());
+        const DispatchResult dispatched = dispatch(o.replay);
+        events[size_t(3 * i + 1)]->record(op.stream());
+        combine(dispatched);
+        events[size_t(3 * i + 2)]->record(op.stream());
+      }
+      op.check();
+      for (int i = 0; i < o.iterations; ++i) {
+        point.dispatch_us += 1000.0 * events[size_t(3 * i + 1)]->elapsed_ms(*events[size_t(3 * i)]);
+        point.combine_us += 1000.0 * events[size_t(3 * i + 2)]->elapsed_ms(*events[size_t(3 * i + 1)]);
+      }
+      point.dispatch_us /= o.iterations;
+      point.combine_us /= o.iterations;
+    }
+    result.points.push_back(point);
+    if (!all_passed) break;
+  }
+  result.cache = cache.stats();
+  op.close();
+  for (void* p : {d_payload, d_weights, d_indices, d_expert}) device.release(p);
+  return result;
+}
+
+}  // namespace epjit::bench

@@ -1,0 +1,209 @@
+// epjit-bench: builds an EpDispatchCombineOp per rank, runs the identity-expert
+// check at every point, then times dispatch and combine over a token sweep.
+//
+//   epjit-bench [--target host] [--world 4] [--ranks-as threads|processes]
+//               [--tokens 1,37,128] [--hidden 7168] [--topk 8] [--experts-per-rank 64]
+//               [--dtype bf16|f32|fp8|fp4] [--combine-dtype bf16|f32]
+//               [--quant none|fp8_direct_cast|fp8_blockwise] [--combine-mode gather|scatter]
+//               [--std-moe] [--replay] [--routing uniform|skewed|local] [--seed N]
+//               [--dispatch-blocks N] [--dispatch-warps N] [--combine-blocks N] [--combine-warps N]
+//               [--iters N] [--warmup N] [--check-only] [--json FILE] [--cache-dir DIR]
+//
+// Exit status: 0; 1 when an identity check failed; 2 for an invalid
+// configuration (the validation message); 3 when a run failed otherwise.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "bench.h"
+#include "epjit/error.h"
+#include "epjit/logging.h"
+
+namespace {
+
+using namespace epjit;
+using namespace epjit::bench;
+
+std::vector<int64_t> parse_tokens(const std::string& text) {
+  std::vector<int64_t> tokens;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    size_t used = 0;
+    int64_t value = -1;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != item.size() || value < 0)
+      throw Error("--tokens '" + text + "' has '" + item + "'", "comma-separated token counts >= 0", "e.g. --tokens 1,37,128");
+    tokens.push_back(value);
+  }
+  if (tokens.empty()) throw Error("--tokens is empty", "at least one token count", "e.g. --tokens 1,37,128");
+  return tokens;
+}
+
+RoutingKind parse_routing(const std::string& text) {
+  if (text == "uniform") return RoutingKind::Uniform;
+  if (text == "skewed") return RoutingKind::Skewed;
+  if (text == "local") return RoutingKind::Local;
+  throw Error("--routing '" + text + "' is not known", "uniform, skewed or local", "pick one of them");
+}
+
+std::string cpu_name() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "CPU";
+}
+
+KernelCache make_cache(const std::string& dir) {
+  CacheOptions options = CacheOptions::from_environment();
+  if (!dir.empty()) options.dir = dir;
+  return KernelCache(options);
+}
+
+std::unique_ptr<Device> make_device(const Options& o, int rank) {
+  if (o.device == "cuda") return make_cuda_device(rank);
+  return make_host_device();
+}
+
+// Rank 0 gathers every rank's result (the others send theirs and return empty).
+std::vector<RankResult> gather(Communicator& comm, const RankResult& mine) {
+  const auto all = comm.allgather(serialize(mine));
+  std::vector<RankResult> results;
+  if (comm.rank() == 0)
+    for (const auto& bytes : all) results.push_back(deserialize(bytes));
+  return results;
+}
+
+int run(const Options& o) {
+  const UniqueId id = Communicator::get_unique_id();
+  std::vector<RankResult> results;
+  std::string device_name = o.device == "cuda" ? "CUDA GPU" : "host: " + cpu_name();
+  const std::string transport = o.device == "cuda"   ? "CUDA IPC, one process per GPU"
+                                : o.processes        ? "host shared memory (memfd), one process per rank"
+                                                     : "host shared memory, one thread per rank";
+  if (!o.processes) {
+    KernelCache cache = make_cache(o.cache_dir);
+    auto device = make_device(o, 0);
+    std::vector<std::string> errors(static_cast<size_t>(o.world));
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < o.world; ++r) {
+      ranks.emplace_back([&, r] {
+        try {
+          auto comm = Communicator::init(o.world, r, id, *device);
+          auto gathered = gather(*comm, run_rank(o, *comm, cache));
+          if (r == 0) results = std::move(gathered);
+          comm->destroy();
+        } catch (const std::exception& error) {
+          errors[size_t(r)] = error.what();
+        }
+      });
+    }
+    for (std::thread& rank : ranks) rank.join();
+    for (int r = 0; r < o.world; ++r)
+      if (!errors[size_t(r)].empty())
+        throw Error("rank " + std::to_string(r) + " failed: " + errors[size_t(r)], "every rank to finish",
+                    "see the message above");
+  } else {
+    std::vector<pid_t> children;
+    for (int r = 1; r < o.world; ++r) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        try {
+          KernelCache cache = make_cache(o.cache_dir);
+          auto device = make_device(o, r);
+          auto comm = Communicator::init(o.world, r, id, *device);
+          gather(*comm, run_rank(o, *comm, cache));
+          comm->destroy();
+          _exit(0);
+        } catch (const std::exception& error) {
+          std::fprintf(stderr, "epjit-bench: rank %d: %s\n", r, error.what());
+          _exit(3);
+        }
+      }
+      children.push_back(pid);
+    }
+    KernelCache cache = make_cache(o.cache_dir);
+    auto device = make_device(o, 0);
+    auto comm = Communicator::init(o.world, 0, id, *device);
+    results = gather(*comm, run_rank(o, *comm, cache));
+    comm->destroy();
+    for (pid_t pid : children) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw Error("a rank process failed", "every rank to finish", "see its message above");
+    }
+  }
+  if (o.device == "cuda") device_name = "CUDA GPU (" + std::to_string(o.world) + " ranks)";
+  return report(o, results, transport, device_name);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"epjit-bench: EP dispatch/combine, identity-checked then timed"};
+  Options o;
+  std::string tokens = "1,37,128", ranks_as = "threads", dtype = "bf16", combine_dtype, quant = "none",
+              combine_mode = "gather", routing = "uniform";
+  app.add_option("--target", o.target, "target (host, host-gfx942, host-gfx950, host-gfx1250, sm90)");
+  app.add_option("--device", o.device, "host, or cuda (one GPU per rank; use --ranks-as processes)")
+      ->check(CLI::IsMember({"host", "cuda"}));
+  app.add_option("--world", o.world, "ranks")->check(CLI::Range(1, 64));
+  app.add_option("--ranks-as", ranks_as, "threads or processes")->check(CLI::IsMember({"threads", "processes"}));
+  app.add_option("--tokens", tokens, "token counts per rank, comma-separated");
+  app.add_option("--hidden", o.hidden, "token row length");
+  app.add_option("--topk", o.topk, "experts per token");
+  app.add_option("--experts-per-rank", o.experts_per_rank, "experts on each rank");
+  app.add_option("--dtype", dtype, "dispatch payload type: bf16, f32, fp8, fp4");
+  app.add_option("--combine-dtype", combine_dtype, "combine type when it differs (asymmetric legs): bf16, f32");
+  app.add_option("--quant", quant, "none, fp8_direct_cast, fp8_blockwise (scatter combine)");
+  app.add_option("--combine-mode", combine_mode, "gather or scatter");
+  app.add_flag("--std-moe", o.std_moe, "pack into the standard-MoE layout and back");
+  app.add_flag("--replay", o.replay, "time dispatches that replay a recorded routing");
+  app.add_option("--routing", routing, "uniform, skewed (all to rank 0) or local (own rank)");
+  app.add_option("--seed", o.seed, "input seed");
+  app.add_option("--dispatch-blocks", o.dispatch_blocks, "geometry override");
+  app.add_option("--dispatch-warps", o.dispatch_warps, "geometry override");
+  app.add_option("--combine-blocks", o.combine_blocks, "geometry override");
+  app.add_option("--combine-warps", o.combine_warps, "geometry override");
+  app.add_option("--iters", o.iterations, "timed iterations per point")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "untimed iterations per point")->check(CLI::NonNegativeNumber);
+  app.add_flag("--check-only", o.check_only, "identity checks only, no timing");
+  app.add_option("--json", o.json_path, "write the full record as JSON");
+  app.add_option("--cache-dir", o.cache_dir, "kernel cache directory (overrides EPJIT_CACHE_DIR)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    epjit::log();  // EPJIT_LOG_LEVEL errors surface here
+    o.tokens = parse_tokens(tokens);
+    o.processes = ranks_as == "processes";
+    o.dtype = ep::parse_data_type(dtype, "dtype");
+    if (!combine_dtype.empty()) o.combine_dtype = ep::parse_data_type(combine_dtype, "combine_data_type");
+    o.quant = ep::parse_quant_type(quant);
+    o.combine_mode = ep::parse_combine_mode(combine_mode);
+    o.routing = parse_routing(routing);
+    ep::EpDispatchCombineConfig config = o.config(0);  // every rank's config differs only in rank
+    config.validate();
+    if (o.routing == RoutingKind::Skewed || o.routing == RoutingKind::Local) {
+      if (o.topk > o.experts_per_rank)
+        throw Error("--routing " + routing + " with --topk " + std::to_string(o.topk) + " > --experts-per-rank " +
+                        std::to_string(o.experts_per_rank),
+                    "top-k distinct experts on one rank", "raise --experts-per-rank or lower --topk");
+    }
+  } catch (const epjit::Error& error) {
+    std::fprintf(stderr, "epjit-bench: error: %s\n", error.what());
+    return 2;
+  }
+  try {
+    return run(o);
+  } catch (const epjit::Error& error) {
+    std::fprintf(stderr, "epjit-bench: error: %s\n", error.what());
+    return 3;
+  }
+}

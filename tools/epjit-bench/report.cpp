@@ -1,0 +1,212 @@
+// Rank 0's report: a table per point and, with --json, the full record
+// (revision, target, device, transport, dtypes, quant, shape, graph mode).
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "bench.h"
+#include "epjit/error.h"
+#include "epjit/version.h"
+
+namespace epjit::bench {
+
+using nlohmann::json;
+
+const char* name_of(RoutingKind routing) {
+  switch (routing) {
+    case RoutingKind::Uniform: return "uniform";
+    case RoutingKind::Skewed: return "skewed";
+    case RoutingKind::Local: return "local";
+  }
+  return "?";
+}
+
+namespace {
+
+// A byte stream of plain values (rank results cross the bootstrap as bytes).
+class Writer {
+ public:
+  template <typename T>
+  void put(const T& value) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&value);
+    bytes.insert(bytes.end(), p, p + sizeof(T));
+  }
+  void put(const std::string& text) {
+    put(uint32_t(text.size()));
+    bytes.insert(bytes.end(), text.begin(), text.end());
+  }
+  std::vector<uint8_t> bytes;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::vector<uint8_t>& bytes) : bytes_(bytes) {}
+  template <typename T>
+  T get() {
+    need(sizeof(T));
+    T value;
+    std::memcpy(&value, bytes_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return value;
+  }
+  std::string text() {
+    const uint32_t n = get<uint32_t>();
+    need(n);
+    std::string value(bytes_.begin() + long(at_), bytes_.begin() + long(at_ + n));
+    at_ += n;
+    return value;
+  }
+
+ private:
+  void need(size_t n) const {
+    if (at_ + n > bytes_.size())
+      throw Error("a rank's bench result is truncated", "a complete result", "report this as a bug");
+  }
+  const std::vector<uint8_t>& bytes_;
+  size_t at_ = 0;
+};
+
+}  // namespace
+
+std::vector<uint8_t> serialize(const RankResult& r) {
+  Writer w;
+  w.put(r.rank);
+  w.put(r.construct_seconds);
+  w.put(r.cache);
+  w.put(uint32_t(r.points.size()));
+  for (const RankPoint& p : r.points) {
+    w.put(p.tokens);
+    w.put(p.received);
+    w.put(p.dispatch_us);
+    w.put(p.combine_us);
+    w.put(p.check_failure);
+  }
+  return w.bytes;
+}
+
+RankResult deserialize(const std::vector<uint8_t>& bytes) {
+  Reader in(bytes);
+  RankResult r;
+  r.rank = in.get<int>();
+  r.construct_seconds = in.get<double>();
+  r.cache = in.get<CacheStats>();
+  const uint32_t n = in.get<uint32_t>();
+  for (uint32_t i = 0; i < n; ++i) {
+    RankPoint p;
+    p.tokens = in.get<int64_t>();
+    p.received = in.get<int64_t>();
+    p.dispatch_us = in.get<double>();
+    p.combine_us = in.get<double>();
+    p.check_failure = in.text();
+    r.points.push_back(std::move(p));
+  }
+  return r;
+}
+
+int report(const Options& o, const std::vector<RankResult>& ranks, const std::string& transport,
+           const std::string& device_name) {
+  const ep::EpDispatchCombineConfig config = o.config(0);
+  const double token_bytes = double(config.dispatch_token_bytes()), row_bytes = double(config.combine_token_bytes());
+  std::printf("epjit-bench %s: target %s on %s, %d ranks (%s), hidden %lld, top-%d, %d experts (%d per rank)\n",
+              std::string(git_revision()).c_str(), config.target.c_str(), device_name.c_str(), o.world,
+              transport.c_str(), (long long)o.hidden, o.topk, o.world * o.experts_per_rank, o.experts_per_rank);
+  std::printf("dispatch %s, combine %s (%s), quant %s, routing %s%s%s, graph mode eager\n",
+              ep::name_of(config.dispatch_type()), ep::name_of(config.combine_type()), ep::name_of(o.combine_mode),
+              ep::name_of(o.quant), name_of(o.routing), o.std_moe ? ", std-MoE" : "", o.replay ? ", routing replay" : "");
+  double construct_max = 0;
+  CacheStats total{};
+  for (const RankResult& r : ranks) {
+    construct_max = std::max(construct_max, r.construct_seconds);
+    // Thread ranks share one cache: count it once.
+    if (!o.processes && r.rank != 0) continue;
+    total.memory_hits += r.cache.memory_hits;
+    total.disk_hits += r.cache.disk_hits + r.cache.readonly_hits;
+    total.compiles += r.cache.compiles;
+    total.compile_seconds += r.cache.compile_seconds;
+    total.lock_waits += r.cache.lock_waits;
+  }
+  std::printf("JIT: op construction %.3f s (slowest rank); kernel cache %s: %llu compiled (%.2f s), %llu disk hits, "
+              "%llu memory hits, %llu waits on another rank's compile\n",
+              construct_max, total.compiles ? "cold" : "warm", (unsigned long long)total.compiles,
+              total.compile_seconds, (unsigned long long)total.disk_hits, (unsigned long long)total.memory_hits,
+              (unsigned long long)total.lock_waits);
+  std::printf("\n%8s %10s %8s %13s %13s %14s %14s\n", "tokens", "recv/rank", "check", "dispatch us", "combine us",
+              "dispatch GB/s", "combine GB/s");
+
+  json points = json::array();
+  bool failed = false;
+  for (size_t i = 0; i < ranks.front().points.size(); ++i) {
+    double dispatch_us = 0, combine_us = 0, received = 0, dispatch_bw = 0, combine_bw = 0;
+    std::string failure;
+    for (const RankResult& r : ranks) {
+      if (i >= r.points.size()) continue;
+      const RankPoint& p = r.points[i];
+      dispatch_us = std::max(dispatch_us, p.dispatch_us);
+      combine_us = std::max(combine_us, p.combine_us);
+      received += double(p.received);
+      // Per-rank algorithm bandwidth: received bytes (local included) / time; scales not counted.
+      if (p.dispatch_us > 0) dispatch_bw += double(p.received) * token_bytes / (p.dispatch_us * 1e3);
+      if (p.combine_us > 0) combine_bw += double(p.received) * row_bytes / (p.combine_us * 1e3);
+      if (!p.check_failure.empty() && failure.empty()) failure = "rank " + std::to_string(r.rank) + ": " + p.check_failure;
+    }
+    const double n = double(ranks.size());
+    const int64_t tokens = ranks.front().points[i].tokens;
+    std::printf("%8lld %10.1f %8s", (long long)tokens, received / n, failure.empty() ? "passed" : "FAILED");
+    if (failure.empty() && !o.check_only)
+      std::printf(" %13.1f %13.1f %14.3f %14.3f\n", dispatch_us, combine_us, dispatch_bw / n, combine_bw / n);
+    else
+      std::printf("\n");
+    if (!failure.empty()) {
+      std::fprintf(stderr, "identity check failed at %lld tokens: %s\n", (long long)tokens, failure.c_str());
+      failed = true;
+    }
+    json point = {{"tokens_per_rank", tokens}, {"received_per_rank", received / n},
+                  {"identity_check", failure.empty() ? "passed" : failure}};
+    if (failure.empty() && !o.check_only) {
+      point["dispatch_us_max_rank"] = dispatch_us;
+      point["combine_us_max_rank"] = combine_us;
+      point["dispatch_algbw_GBps_per_rank"] = dispatch_bw / n;
+      point["combine_algbw_GBps_per_rank"] = combine_bw / n;
+    }
+    points.push_back(point);
+  }
+  std::printf("\nbandwidth: received token bytes per rank (local included, scales not counted) / the slowest rank's "
+              "mean time over %d iterations after %d warm-up\n",
+              o.iterations, o.warmup);
+
+  if (!o.json_path.empty()) {
+    json record = {{"tool", "epjit-bench"},
+                   {"revision", std::string(git_revision())},
+                   {"version", std::string(version())},
+                   {"target", config.target},
+                   {"device", device_name},
+                   {"transport", transport},
+                   {"world_size", o.world},
+                   {"dispatch_dtype", ep::name_of(config.dispatch_type())},
+                   {"combine_dtype", ep::name_of(config.combine_type())},
+                   {"quant", ep::name_of(o.quant)},
+                   {"combine_mode", ep::name_of(o.combine_mode)},
+                   {"std_moe", o.std_moe},
+                   {"routing_replay", o.replay},
+                   {"routing", name_of(o.routing)},
+                   {"shape", {{"hidden", o.hidden}, {"topk", o.topk}, {"experts", o.world * o.experts_per_rank},
+                              {"experts_per_rank", o.experts_per_rank}}},
+                   {"graph_mode", "eager"},
+                   {"iterations", o.iterations},
+                   {"warmup", o.warmup},
+                   {"seed", o.seed},
+                   {"jit", {{"op_construct_seconds_max_rank", construct_max}, {"compiles", total.compiles},
+                            {"compile_seconds", total.compile_seconds}, {"disk_hits", total.disk_hits},
+                            {"memory_hits", total.memory_hits}}},
+                   {"points", points}};
+    std::ofstream out(o.json_path);
+    if (!out) throw Error("cannot write " + o.json_path, "a writable path", "check --json");
+    out << record.dump(2) << "\n";
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace epjit::bench
