@@ -6,6 +6,10 @@
 set -euo pipefail
 build=${1:-build}
 out=.gpu
+# The benchmark's shape: DeepSeek-V3 on 2 GPUs (EP2), the token sweep of issue 6.
+bench_shape() {
+  echo --world 2 --hidden 7168 --topk 8 --experts-per-rank 128 --tokens 1,8,32,128,512,1024,2048,4096,8192
+}
 rm -rf "$out" && mkdir -p "$out"
 cat > "$out/manifest.json" <<'JSON'
 {"targets": ["sm90"],
@@ -19,11 +23,19 @@ cat > "$out/manifest.json" <<'JSON'
   {"template": "dequantize_fp8_blockwise", "params": {"hidden": 7168}},
   {"template": "dequantize_fp8_blockwise", "params": {"hidden": 333}}]}
 JSON
+"$build/bin/epjit-warm" "$out/manifest.json" --cache-dir "$out/warm" --json
+# The EP op's kernels: every configuration the GPU tests and the benchmark use.
+EPJIT_GPU_WARM_ONLY="$PWD/$out/warm" "$build/bin/gpu_ep_test" --gtest_filter='GpuEpWarm.*' > "$out/warm-tests.log"
+for dtype in bf16 fp8; do
+  "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes $(bench_shape) --dtype "$dtype" \
+    --cache-dir "$out/warm"
+done
 "$build/bin/epjit-warm" "$out/manifest.json" --cache-dir "$out/warm" --export "$out/sm90.bundle" --json
 rm -rf "$out/warm"
-for tool in gpu_templates_test epjit-warm epjit-cache; do
+for tool in gpu_templates_test gpu_ep_test epjit-bench epjit-warm epjit-cache; do
   cp "$build/bin/$tool" "$out/" && strip "$out/$tool"
 done
+bench_shape > "$out/bench-shape.txt"
 cat > "$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # On the GPU machine: import the warmed kernels, then run the GPU tests with
@@ -35,7 +47,15 @@ rm -rf "$cache"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
 ./epjit-warm --import sm90.bundle --cache-dir "$cache" --json | tee "$logs/import.json"
 ./epjit-cache --cache-dir "$cache" verify | tee "$logs/verify.txt"
-EPJIT_CACHE_DIR=$cache EPJIT_KERNEL_SOURCE_LIBRARY=/nonexistent ./gpu_templates_test 2>&1 | tee "$logs/gpu_templates_test.log"
+export EPJIT_CACHE_DIR=$cache EPJIT_KERNEL_SOURCE_LIBRARY=/nonexistent
+timeout 60 ./gpu_templates_test 2>&1 | tail -5 | tee "$logs/gpu_templates_test.log"
+timeout 330 ./gpu_ep_test ${GPU_EP_FILTER:+--gtest_filter=$GPU_EP_FILTER} > "$logs/gpu_ep_test.log" 2>&1
+echo "gpu_ep_test exit $?"; grep -E '^\[  (PASSED|FAILED|SKIPPED) |OK \]|FAILED \]|gave up' "$logs/gpu_ep_test.log" | tail -40
+shape=$(cat bench-shape.txt)
+for dtype in bf16 fp8; do
+  timeout 90 ./epjit-bench --target sm90 --device cuda --ranks-as processes $shape --dtype $dtype --graph \
+    --iters 20 --warmup 3 --json "$logs/bench-$dtype.json" 2>&1 | tee "$logs/bench-$dtype.txt"
+done
 RUN
 chmod +x "$out/run.sh"
 du -sh "$out"

@@ -344,7 +344,7 @@ std::shared_ptr<SymmetricBuffer> Communicator::allocate_symmetric(size_t bytes) 
   auto buffer = std::shared_ptr<SymmetricBuffer>(new SymmetricBuffer, [device = &device](SymmetricBuffer* b) {
     for (void* peer : b->peers)
       if (peer && peer != b->local) device->close_shareable(peer, b->bytes);
-    device->close_shareable(b->local, b->bytes);
+    device->free_shareable(b->local, b->bytes);
     delete b;
   });
   ShareableMemory mine = device.allocate_shareable(bytes);

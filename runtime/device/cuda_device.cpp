@@ -197,6 +197,7 @@ class CudaDevice final : public Device {
     current();
     cuda_driver().cuIpcCloseMemHandle(reinterpret_cast<CUdeviceptr>(pointer));
   }
+  void free_shareable(void* pointer, size_t) override { release(pointer); }
 
  private:
   void current() const { cuda_driver().cuCtxSetCurrent(context_); }

@@ -175,6 +175,7 @@ class HipDevice final : public Device {
     return pointer;
   }
   void close_shareable(void* pointer, size_t) override { hip_driver().hipIpcCloseMemHandle(pointer); }
+  void free_shareable(void* pointer, size_t) override { release(pointer); }
 };
 
 }  // namespace

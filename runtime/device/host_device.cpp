@@ -223,6 +223,7 @@ class HostDevice final : public Device {
   }
   void* open_shareable(const ShareableMemory& exported) override { return map(exported.fd, exported.bytes); }
   void close_shareable(void* pointer, size_t bytes) override { munmap(pointer, bytes); }
+  void free_shareable(void* pointer, size_t bytes) override { munmap(pointer, bytes); }  // the memfd goes with its last mapping
 
  private:
   static Error no_graphs() {

@@ -63,6 +63,30 @@ int32_t read_word(Device& device, const void* base, size_t byte_offset) {
 
 }  // namespace
 
+KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
+  if (config.target.empty())
+    throw Error("kernel_spec of a config without a target", "config.target set", "set the target to warm kernels for");
+  int warps_per_block = 1;
+  for (const ScheduleEntry& entry : config.resolved_schedule())
+    warps_per_block = std::max({warps_per_block, entry.dispatch_warps, entry.combine_warps});
+  const char* quant = config.quant_type == QuantType::None          ? "0"
+                      : config.quant_type == QuantType::Fp8DirectCast ? "1"
+                                                                      : "2";
+  return KernelSpec{"ep_dispatch_combine",
+                    {{"token_words", std::to_string(config.dispatch_token_bytes() / 4)},
+                     {"scale_bytes", std::to_string(config.scale_bytes_per_token())},
+                     {"hidden", std::to_string(config.hidden_dim)},
+                     {"topk", std::to_string(config.num_experts_per_token)},
+                     {"experts_per_rank", std::to_string(config.num_experts_per_rank)},
+                     {"world", std::to_string(config.world_size)},
+                     {"max_tokens", std::to_string(config.max_num_inp_token_per_rank)},
+                     {"capacity", std::to_string(config.total_recv_tokens())},
+                     {"quant", quant},
+                     {"combine_elem", config.combine_type() == DataType::F32 ? "f32" : "bf16"},
+                     {"warps_per_block", std::to_string(warps_per_block)}},
+                    config.target};
+}
+
 const char* name_of(DType type) {
   switch (type) {
     case DType::BF16: return "bf16";
@@ -105,7 +129,6 @@ struct EpDispatchCombineOp::Impl {
   WindowLayout layout;
   std::shared_ptr<SymmetricBuffer> arena;
   std::vector<ScheduleEntry> schedule;
-  int warps_per_block = 1;
 
   void* window_table = nullptr;  // epjit::Window, on the device
   void* route = nullptr;         // the op's own route map
@@ -134,8 +157,6 @@ struct EpDispatchCombineOp::Impl {
     }
     cache = options.cache ? options.cache : &process_cache();
     schedule = config.resolved_schedule();
-    for (const ScheduleEntry& entry : schedule)
-      warps_per_block = std::max({warps_per_block, entry.dispatch_warps, entry.combine_warps});
     fetch_kernels();
     allocate();
   }
@@ -174,31 +195,12 @@ struct EpDispatchCombineOp::Impl {
                   "pick a host target (the host-gfx* ones carry that GPU's numerics)");
   }
 
-  KernelSpec spec() const {
-    const char* quant = config.quant_type == QuantType::None          ? "0"
-                        : config.quant_type == QuantType::Fp8DirectCast ? "1"
-                                                                        : "2";
-    return KernelSpec{"ep_dispatch_combine",
-                      {{"token_words", std::to_string(config.dispatch_token_bytes() / 4)},
-                       {"scale_bytes", std::to_string(config.scale_bytes_per_token())},
-                       {"hidden", std::to_string(config.hidden_dim)},
-                       {"topk", std::to_string(config.num_experts_per_token)},
-                       {"experts_per_rank", std::to_string(config.num_experts_per_rank)},
-                       {"world", std::to_string(config.world_size)},
-                       {"max_tokens", std::to_string(config.max_num_inp_token_per_rank)},
-                       {"capacity", std::to_string(config.total_recv_tokens())},
-                       {"quant", quant},
-                       {"combine_elem", config.combine_type() == DataType::F32 ? "f32" : "bf16"},
-                       {"warps_per_block", std::to_string(warps_per_block)}},
-                      config.target};
-  }
-
   // One binary serves every schedule variant: the kernels stride over tokens
   // by the launched grid, and warps_per_block (the largest of the schedule)
   // only bounds the block size the GPU compilers plan registers for.
   void fetch_kernels() {
     const auto start = std::chrono::steady_clock::now();
-    std::shared_ptr<const KernelArtifact> artifact = cache->get(spec());
+    std::shared_ptr<const KernelArtifact> artifact = cache->get(kernel_spec(config));
     module = device.load_module(artifact->binary);
     dispatch_kernel = module->kernel("ep_dispatch");
     gather_kernel = module->kernel("ep_combine_gather");

@@ -3,7 +3,7 @@
 // skewed routing, threads and processes, worlds 1 to 8.
 #include <gtest/gtest.h>
 
-#include "ep_harness.h"
+#include "../common/ep_harness.h"
 
 namespace epjit::testing {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <chrono>
 
-#include "ep_harness.h"
+#include "../common/ep_harness.h"
 #include "epjit/error.h"
 
 namespace epjit::testing {

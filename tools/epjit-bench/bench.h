@@ -34,6 +34,8 @@ struct Options {
   uint32_t seed = 1;
   std::optional<int> dispatch_blocks, dispatch_warps, combine_blocks, combine_warps;
   bool check_only = false;
+  bool graph = false;      // time dispatch and combine as captured graphs (GPUs)
+  bool warm_only = false;  // build the op's kernels into the cache and stop
   int warmup = 2;
   int iterations = 10;
   std::string json_path;
@@ -48,6 +50,8 @@ struct RankPoint {
   int64_t received = 0;
   double dispatch_us = 0;
   double combine_us = 0;
+  double graph_dispatch_us = 0;  // --graph: the same calls replayed from captured graphs
+  double graph_combine_us = 0;
   std::string check_failure;  // "" when the identity check passed
 };
 

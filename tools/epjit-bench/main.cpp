@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "bench.h"
+#include "epjit/ep/op.h"
 #include "epjit/error.h"
 #include "epjit/logging.h"
 
@@ -176,6 +177,8 @@ int main(int argc, char** argv) {
   app.add_option("--iters", o.iterations, "timed iterations per point")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "untimed iterations per point")->check(CLI::NonNegativeNumber);
   app.add_flag("--check-only", o.check_only, "identity checks only, no timing");
+  app.add_flag("--graph", o.graph, "also time dispatch and combine replayed from captured graphs (GPUs)");
+  app.add_flag("--warm-only", o.warm_only, "build the op's kernels for --target into the cache, print their key, stop");
   app.add_option("--json", o.json_path, "write the full record as JSON");
   app.add_option("--cache-dir", o.cache_dir, "kernel cache directory (overrides EPJIT_CACHE_DIR)");
   CLI11_PARSE(app, argc, argv);
@@ -190,6 +193,12 @@ int main(int argc, char** argv) {
     o.routing = parse_routing(routing);
     ep::EpDispatchCombineConfig config = o.config(0);  // every rank's config differs only in rank
     config.validate();
+    if (o.device == "cuda" && !o.processes && o.world > 1)
+      throw Error("--device cuda with ranks as threads", "--ranks-as processes (one process per GPU: CUDA IPC maps "
+                  "another process's memory)", "add --ranks-as processes");
+    if (o.graph && o.device == "host")
+      throw Error("--graph on the host device", "a GPU device (graphs are CUDA/HIP stream capture)",
+                  "drop --graph, or run with --device cuda");
     if (o.routing == RoutingKind::Skewed || o.routing == RoutingKind::Local) {
       if (o.topk > o.experts_per_rank)
         throw Error("--routing " + routing + " with --topk " + std::to_string(o.topk) + " > --experts-per-rank " +
@@ -201,6 +210,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (o.warm_only) {
+      KernelCache cache = make_cache(o.cache_dir);
+      const KernelSpec spec = ep::kernel_spec(o.config(0));
+      cache.get(spec);
+      std::printf("%s %s\n", cache.key(spec).c_str(), spec.canonical().c_str());
+      return 0;
+    }
     return run(o);
   } catch (const epjit::Error& error) {
     std::fprintf(stderr, "epjit-bench: error: %s\n", error.what());

@@ -82,6 +82,8 @@ std::vector<uint8_t> serialize(const RankResult& r) {
     w.put(p.received);
     w.put(p.dispatch_us);
     w.put(p.combine_us);
+    w.put(p.graph_dispatch_us);
+    w.put(p.graph_combine_us);
     w.put(p.check_failure);
   }
   return w.bytes;
@@ -100,6 +102,8 @@ RankResult deserialize(const std::vector<uint8_t>& bytes) {
     p.received = in.get<int64_t>();
     p.dispatch_us = in.get<double>();
     p.combine_us = in.get<double>();
+    p.graph_dispatch_us = in.get<double>();
+    p.graph_combine_us = in.get<double>();
     p.check_failure = in.text();
     r.points.push_back(std::move(p));
   }
@@ -113,9 +117,10 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
   std::printf("epjit-bench %s: target %s on %s, %d ranks (%s), hidden %lld, top-%d, %d experts (%d per rank)\n",
               std::string(git_revision()).c_str(), config.target.c_str(), device_name.c_str(), o.world,
               transport.c_str(), (long long)o.hidden, o.topk, o.world * o.experts_per_rank, o.experts_per_rank);
-  std::printf("dispatch %s, combine %s (%s), quant %s, routing %s%s%s, graph mode eager\n",
+  std::printf("dispatch %s, combine %s (%s), quant %s, routing %s%s%s, graph mode %s\n",
               ep::name_of(config.dispatch_type()), ep::name_of(config.combine_type()), ep::name_of(o.combine_mode),
-              ep::name_of(o.quant), name_of(o.routing), o.std_moe ? ", std-MoE" : "", o.replay ? ", routing replay" : "");
+              ep::name_of(o.quant), name_of(o.routing), o.std_moe ? ", std-MoE" : "", o.replay ? ", routing replay" : "",
+              o.graph ? "eager and graph" : "eager");
   double construct_max = 0;
   CacheStats total{};
   for (const RankResult& r : ranks) {
@@ -133,13 +138,16 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
               construct_max, total.compiles ? "cold" : "warm", (unsigned long long)total.compiles,
               total.compile_seconds, (unsigned long long)total.disk_hits, (unsigned long long)total.memory_hits,
               (unsigned long long)total.lock_waits);
-  std::printf("\n%8s %10s %8s %13s %13s %14s %14s\n", "tokens", "recv/rank", "check", "dispatch us", "combine us",
+  std::printf("\n%8s %10s %8s %13s %13s %14s %14s", "tokens", "recv/rank", "check", "dispatch us", "combine us",
               "dispatch GB/s", "combine GB/s");
+  if (o.graph) std::printf(" %13s %13s %14s %14s", "graph disp us", "graph comb us", "graph disp GB/s", "graph comb GB/s");
+  std::printf("\n");
 
   json points = json::array();
   bool failed = false;
   for (size_t i = 0; i < ranks.front().points.size(); ++i) {
     double dispatch_us = 0, combine_us = 0, received = 0, dispatch_bw = 0, combine_bw = 0;
+    double graph_dispatch_us = 0, graph_combine_us = 0, graph_dispatch_bw = 0, graph_combine_bw = 0;
     std::string failure;
     for (const RankResult& r : ranks) {
       if (i >= r.points.size()) continue;
@@ -150,15 +158,22 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
       // Per-rank algorithm bandwidth: received bytes (local included) / time; scales not counted.
       if (p.dispatch_us > 0) dispatch_bw += double(p.received) * token_bytes / (p.dispatch_us * 1e3);
       if (p.combine_us > 0) combine_bw += double(p.received) * row_bytes / (p.combine_us * 1e3);
+      graph_dispatch_us = std::max(graph_dispatch_us, p.graph_dispatch_us);
+      graph_combine_us = std::max(graph_combine_us, p.graph_combine_us);
+      if (p.graph_dispatch_us > 0) graph_dispatch_bw += double(p.received) * token_bytes / (p.graph_dispatch_us * 1e3);
+      if (p.graph_combine_us > 0) graph_combine_bw += double(p.received) * row_bytes / (p.graph_combine_us * 1e3);
       if (!p.check_failure.empty() && failure.empty()) failure = "rank " + std::to_string(r.rank) + ": " + p.check_failure;
     }
     const double n = double(ranks.size());
     const int64_t tokens = ranks.front().points[i].tokens;
     std::printf("%8lld %10.1f %8s", (long long)tokens, received / n, failure.empty() ? "passed" : "FAILED");
-    if (failure.empty() && !o.check_only)
-      std::printf(" %13.1f %13.1f %14.3f %14.3f\n", dispatch_us, combine_us, dispatch_bw / n, combine_bw / n);
-    else
-      std::printf("\n");
+    if (failure.empty() && !o.check_only) {
+      std::printf(" %13.1f %13.1f %14.3f %14.3f", dispatch_us, combine_us, dispatch_bw / n, combine_bw / n);
+      if (o.graph)
+        std::printf(" %13.1f %13.1f %14.3f %14.3f", graph_dispatch_us, graph_combine_us, graph_dispatch_bw / n,
+                    graph_combine_bw / n);
+    }
+    std::printf("\n");
     if (!failure.empty()) {
       std::fprintf(stderr, "identity check failed at %lld tokens: %s\n", (long long)tokens, failure.c_str());
       failed = true;
@@ -170,6 +185,12 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
       point["combine_us_max_rank"] = combine_us;
       point["dispatch_algbw_GBps_per_rank"] = dispatch_bw / n;
       point["combine_algbw_GBps_per_rank"] = combine_bw / n;
+      if (o.graph) {
+        point["graph_dispatch_us_max_rank"] = graph_dispatch_us;
+        point["graph_combine_us_max_rank"] = graph_combine_us;
+        point["graph_dispatch_algbw_GBps_per_rank"] = graph_dispatch_bw / n;
+        point["graph_combine_algbw_GBps_per_rank"] = graph_combine_bw / n;
+      }
     }
     points.push_back(point);
   }
@@ -194,7 +215,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
                    {"routing", name_of(o.routing)},
                    {"shape", {{"hidden", o.hidden}, {"topk", o.topk}, {"experts", o.world * o.experts_per_rank},
                               {"experts_per_rank", o.experts_per_rank}}},
-                   {"graph_mode", "eager"},
+                   {"graph_mode", o.graph ? "eager and graph (dispatch and combine captured as one graph each)" : "eager"},
                    {"iterations", o.iterations},
                    {"warmup", o.warmup},
                    {"seed", o.seed},

@@ -139,7 +139,10 @@ class Device {
 
   virtual ShareableMemory allocate_shareable(size_t bytes) = 0;
   virtual void* open_shareable(const ShareableMemory& exported) = 0;
+  // Unmaps a peer's memory this process opened.
   virtual void close_shareable(void* pointer, size_t bytes) = 0;
+  // Frees memory this process allocated with allocate_shareable.
+  virtual void free_shareable(void* pointer, size_t bytes) = 0;
 };
 
 // Each throws epjit::Error naming what was looked for when the driver is absent.

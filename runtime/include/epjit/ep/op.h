@@ -61,6 +61,11 @@ struct StdMoeResult {
 
 class EpDispatchCombineOp;
 
+// The kernel specialization an op of this config (target set) uses: what to
+// warm ahead of time (epjit-bench --warm-only, or KernelCache::get directly).
+// One binary serves every schedule variant of the config.
+KernelSpec kernel_spec(const EpDispatchCombineConfig& config);
+
 // A dispatch's destination map (per source token, the slots it took on each
 // destination) and this rank's received count, kept on the device so a later
 // dispatch of the same routing can reuse it without allocating slots.

@@ -14,6 +14,13 @@
 #endif
 #define EPJIT_HD EPJIT_HOST_DEVICE inline
 
+// One explicit fused multiply-add (NVRTC has no __builtin_fmaf).
+#if defined(__NVCC__) || defined(__CUDACC_RTC__)
+#define EPJIT_FMAF(a, b, c) __fmaf_rn(a, b, c)
+#else
+#define EPJIT_FMAF(a, b, c) __builtin_fmaf(a, b, c)
+#endif
+
 namespace epjit {
 
 enum class Scope : int { Workgroup, Agent, System };

@@ -41,7 +41,7 @@ EPJIT_HD void copy_chunk(const Src* src, Dst* dst, size_t n) {
 // every target, so GPU contraction and host code cannot disagree.
 template <int Chunk, bool Aligned, typename Src>
 EPJIT_HD void accumulate_chunk(const Src* src, float* acc, size_t n, float weight) {
-  for (size_t i = 0; i < n; ++i) acc[i] = __builtin_fmaf(weight, load_value(src, i), acc[i]);
+  for (size_t i = 0; i < n; ++i) acc[i] = EPJIT_FMAF(weight, load_value(src, i), acc[i]);
 }
 
 // ---------------------------------------------------------------- MX scales

@@ -119,19 +119,38 @@ EPJIT_DEVICE T on_lane0(T* address, T value, Atomic atomic) {
 }
 }  // namespace nvptx
 
+namespace nvptx {
+// The atomics as function objects (NVRTC compiles no unannotated lambdas).
+template <Scope S>
+struct AtomicAdd {
+  template <typename P, typename V>
+  EPJIT_DEVICE V operator()(P* p, V v) const { return atomic_add<S>(p, v); }
+};
+template <Scope S>
+struct AtomicMax {
+  template <typename P, typename V>
+  EPJIT_DEVICE V operator()(P* p, V v) const { return atomic_max<S>(p, v); }
+};
+template <Scope S>
+struct AtomicExchange {
+  template <typename P, typename V>
+  EPJIT_DEVICE V operator()(P* p, V v) const { return atomic_exchange<S>(p, v); }
+};
+}  // namespace nvptx
+
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE T warp_atomic_add(T* address, T value) {
-  return nvptx::on_lane0<S, O>(address, value, [](auto* p, auto v) { return nvptx::atomic_add<S>(p, v); });
+  return nvptx::on_lane0<S, O>(address, value, nvptx::AtomicAdd<S>{});
 }
 
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE T warp_atomic_max(T* address, T value) {
-  return nvptx::on_lane0<S, O>(address, value, [](auto* p, auto v) { return nvptx::atomic_max<S>(p, v); });
+  return nvptx::on_lane0<S, O>(address, value, nvptx::AtomicMax<S>{});
 }
 
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE T warp_atomic_exchange(T* address, T value) {
-  return nvptx::on_lane0<S, O>(address, value, [](auto* p, auto v) { return nvptx::atomic_exchange<S>(p, v); });
+  return nvptx::on_lane0<S, O>(address, value, nvptx::AtomicExchange<S>{});
 }
 
 template <Scope S, Order O, typename T>

@@ -481,16 +481,19 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
 }
 
 using RankBody = std::function<std::string(int rank, Communicator& comm, KernelCache& cache)>;
+using DeviceFactory = std::function<std::unique_ptr<Device>(int rank)>;
 
 // Runs `rank_body` on world ranks; returns every rank's failures. Thread
-// ranks share `cache`; process ranks each open their own on its directory.
+// ranks share `cache` and one host device; process ranks each open their own
+// cache on its directory and their device from `make_device` (GPUs: one per rank).
 inline std::string runRanks(int world, Ranks mode, KernelCache& cache, const RankBody& rank_body,
-                            std::optional<int> gpu_per_node = std::nullopt) {
+                            std::optional<int> gpu_per_node = std::nullopt,
+                            const DeviceFactory& make_device = [](int) { return make_host_device(); }) {
   const UniqueId id = Communicator::get_unique_id();
   const CommOptions options{60, gpu_per_node};
   std::string failures;
   if (mode == Ranks::Threads) {
-    auto device = make_host_device();
+    auto device = make_device(0);
     std::vector<std::string> results(static_cast<size_t>(world));
     std::vector<std::thread> threads;
     for (int r = 0; r < world; ++r) {
@@ -516,11 +519,11 @@ inline std::string runRanks(int world, Ranks mode, KernelCache& cache, const Ran
     const pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
-      alarm(300);
+      alarm(900);
       std::string result;
       try {
         KernelCache own_cache(cache.options());
-        auto device = make_host_device();
+        auto device = make_device(r);
         auto comm = Communicator::init(world, r, id, *device, options);
         result = rank_body(r, *comm, own_cache);
         comm->destroy();

@@ -1,0 +1,316 @@
+// The EP op on CUDA GPUs (sm90), one process per GPU: the host e2e matrix
+// against the reference on world 1 and on every GPU present (2 on
+// nvidia-h200-x2), dispatch->combine captured in one CUDA graph and replayed
+// 50 times with fresh inputs, 10,000 alternating calls with random token
+// counts, and a peer that never arrives turning into the timeout error.
+// Skipped, with the reason, where no GPU is present. With
+// EPJIT_GPU_WARM_ONLY=DIR it instead builds every kernel these tests use into
+// the cache at DIR (NVRTC needs no GPU), for scripts/gpu-check.sh to ship.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "../common/ep_harness.h"
+#include "epjit/error.h"
+
+namespace epjit::testing {
+namespace {
+
+// How many CUDA GPUs a child process sees (CUDA must not be initialized in
+// this process before it forks the rank processes).
+struct Gpus {
+  int count = 0;
+  std::string why_not;
+};
+
+const Gpus& gpus() {
+  static const Gpus found = [] {
+    Gpus g;
+    int fds[2];
+    if (pipe(fds) != 0) return Gpus{0, "pipe failed"};
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      int count = 0;
+      std::string why;
+      for (int ordinal = 0; ordinal < 8; ++ordinal) {
+        try {
+          make_cuda_device(ordinal);
+          ++count;
+        } catch (const std::exception& error) {
+          if (count == 0) why = error.what();
+          break;
+        }
+      }
+      if (!why.empty() && write(fds[1], why.data(), why.size()) < 0) _exit(100);
+      _exit(count);
+    }
+    close(fds[1]);
+    char buffer[2048];
+    const ssize_t got = read(fds[0], buffer, sizeof buffer);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    g.count = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+    if (got > 0) g.why_not.assign(buffer, size_t(got));
+    if (g.count == 0 && g.why_not.empty()) g.why_not = "no CUDA device";
+    return g;
+  }();
+  return found;
+}
+
+KernelCache& gpuCache() {
+  static KernelCache cache;  // EPJIT_CACHE_DIR: the imported bundle on the GPU host
+  return cache;
+}
+
+DeviceFactory cudaRanks() {
+  return [](int rank) { return make_cuda_device(rank % std::max(1, gpus().count)); };
+}
+
+std::vector<EpCase> gpuCases(int world) {
+  using enum DataType;
+  const CombineMode scatter = CombineMode::Scatter;
+  const std::string w = "_w" + std::to_string(world);
+  std::vector<EpCase> cases;
+  auto add = [&](EpCase c) {
+    c.name += w;
+    c.world = world;
+    c.target = "sm90";
+    c.ranks = Ranks::Processes;
+    cases.push_back(std::move(c));
+  };
+  add({.name = "bf16_gather"});
+  add({.name = "bf16_scatter", .mode = scatter});
+  add({.name = "f32_gather", .data_type = F32});
+  add({.name = "fp8_gather", .data_type = FP8});
+  add({.name = "fp8_scales_scatter", .data_type = FP8, .mode = scatter, .scale_dim = 7, .scale_type_size = 4});
+  add({.name = "asym_fp8_bf16", .dispatch_type = FP8, .combine_type = BF16});
+  add({.name = "quant_direct", .mode = scatter, .quant = QuantType::Fp8DirectCast});
+  add({.name = "quant_blockwise", .mode = scatter, .quant = QuantType::Fp8Blockwise});
+  add({.name = "std_moe", .mode = scatter, .std_moe = true});
+  add({.name = "replay", .replay = true});
+  add({.name = "hidden7168_top8", .hidden = 7168, .topk = 8, .experts_per_rank = 8, .max_tokens = 64,
+       .calls = {64, 0, 1, 37}});
+  add({.name = "top1", .topk = 1});
+  add({.name = "skewed", .topk = 3, .routing = RoutingKind::Skewed});
+  std::mt19937 rng(2026);
+  std::vector<int64_t> counts(200);
+  for (int64_t& n : counts) n = std::uniform_int_distribution<int64_t>(0, 37)(rng);
+  add({.name = "alternating_200", .hidden = 128, .calls = counts});
+  return cases;
+}
+
+std::vector<EpCase> allGpuCases() {
+  std::vector<EpCase> cases = gpuCases(1);
+  for (EpCase& c : gpuCases(2)) cases.push_back(std::move(c));
+  return cases;
+}
+
+class GpuEp : public ::testing::TestWithParam<EpCase> {};
+
+TEST_P(GpuEp, MatchesTheReference) {
+  const EpCase& c = GetParam();
+  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
+  if (gpus().count < c.world) GTEST_SKIP() << c.world << " GPUs needed, " << gpus().count << " present";
+  const std::string failures =
+      runRanks(c.world, Ranks::Processes, gpuCache(),
+               [&](int rank, Communicator& comm, KernelCache& cache) { return runRank(c, rank, comm, cache); },
+               std::nullopt, cudaRanks());
+  EXPECT_EQ(failures, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90, GpuEp, ::testing::ValuesIn(allGpuCases()),
+                         [](const auto& info) { return info.param.name; });
+
+// dispatch -> combine (identity experts: combine reads the dispatched rows
+// themselves) captured once in a CUDA graph, checked eagerly first, then 50
+// replays with fresh inputs (payload, weights and routing) copied in.
+std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache& cache, int replays) {
+  Failures failures(rank);
+  EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+  const EpDispatchCombineConfig& config = op.config();
+  Device& device = comm.device();
+  const int64_t n = c.max_tokens, k = c.topk, hidden = c.hidden;
+  const size_t row_bytes = config.combine_token_bytes();
+  void* x = device.allocate(size_t(n) * config.dispatch_token_bytes());
+  void* w = device.allocate(size_t(n * k) * 4);
+  void* idx = device.allocate(size_t(n * k) * 4);
+  const TensorRef input{x, DType::BF16, {n, hidden}}, weights{w, DType::F32, {n, k}}, indices{idx, DType::I32, {n, k}};
+  auto load = [&](int call) {
+    std::vector<reference::RankInput> inputs;
+    for (int r = 0; r < c.world; ++r) inputs.push_back(makeInput(c, config, call, r, n));
+    device.copy_to_device(x, inputs[size_t(rank)].payload.data(), inputs[size_t(rank)].payload.size());
+    device.copy_to_device(w, inputs[size_t(rank)].weights.data(), inputs[size_t(rank)].weights.size() * 4);
+    device.copy_to_device(idx, inputs[size_t(rank)].indices.data(), inputs[size_t(rank)].indices.size() * 4);
+    return inputs;
+  };
+  auto verify = [&](int call, const std::vector<reference::RankInput>& inputs, const CombineResult& result) {
+    const auto received = reference::dispatch(config, inputs);
+    std::vector<std::vector<std::vector<uint8_t>>> outputs(size_t(c.world));
+    for (int d = 0; d < c.world; ++d)
+      for (const auto& token : received[size_t(d)]) outputs[size_t(d)].push_back(token.payload);
+    const auto want = reference::combine(config, received, outputs, inputs);
+    std::vector<uint8_t> got(size_t(n) * row_bytes);
+    device.copy_to_host(got.data(), result.tokens.data, got.size());
+    if (got != want[size_t(rank)]) failures.add("call ", call, ": combine(dispatch(x)) differs from the reference");
+  };
+  // Eager first.
+  auto inputs = load(0);
+  DispatchResult d = op.dispatch(input, weights, std::nullopt, indices);
+  CombineResult r = op.combine(d.tokens, d.weights);
+  op.check();
+  verify(0, inputs, r);
+  // Capture, then replay with fresh inputs.
+  device.begin_capture(op.stream());
+  d = op.dispatch(input, weights, std::nullopt, indices);
+  r = op.combine(d.tokens, d.weights);
+  std::unique_ptr<Graph> graph = device.end_capture(op.stream());
+  for (int replay = 1; replay <= replays && !failures.any(); ++replay) {
+    inputs = load(replay);
+    comm.barrier();  // nobody replays into a peer still reading the previous call
+    graph->launch(op.stream());
+    op.check();
+    verify(replay, inputs, r);
+  }
+  graph.reset();
+  op.close();
+  for (void* p : {x, w, idx}) device.release(p);
+  return failures.text();
+}
+
+TEST(GpuEpGraph, CapturedDispatchCombineReplaysWithFreshInputs) {
+  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
+  EpCase c{.name = "graph", .target = "sm90", .world = std::min(gpus().count, 2), .hidden = 7168, .topk = 8,
+           .experts_per_rank = 16, .max_tokens = 96};
+  const std::string failures = runRanks(
+      c.world, Ranks::Processes, gpuCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) { return graphRank(c, rank, comm, cache, 50); },
+      std::nullopt, cudaRanks());
+  EXPECT_EQ(failures, "");
+}
+
+// 10,000 dispatch/combine pairs with random token counts, no reset: every
+// call's identity combine checked against the reference.
+TEST(GpuEpStress, TenThousandAlternatingCalls) {
+  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
+  EpCase c{.name = "stress", .target = "sm90", .world = std::min(gpus().count, 2), .hidden = 256, .topk = 4,
+           .experts_per_rank = 4, .max_tokens = 64};
+  const std::string failures = runRanks(
+      c.world, Ranks::Processes, gpuCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) {
+        Failures f(rank);
+        EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+        const EpDispatchCombineConfig& config = op.config();
+        Device& device = comm.device();
+        const int64_t k = c.topk, hidden = c.hidden;
+        void* x = device.allocate(size_t(c.max_tokens * hidden) * 2);
+        void* w = device.allocate(size_t(c.max_tokens * k) * 4);
+        void* idx = device.allocate(size_t(c.max_tokens * k) * 4);
+        std::mt19937 rng(99);
+        for (int call = 0; call < 10000 && !f.any(); ++call) {
+          const int64_t n0 = std::uniform_int_distribution<int64_t>(0, c.max_tokens)(rng);
+          std::vector<reference::RankInput> inputs;
+          for (int r = 0; r < c.world; ++r) inputs.push_back(makeInput(c, config, call, r, tokensOn(c, n0, r)));
+          const auto& mine = inputs[size_t(rank)];
+          const int64_t n = mine.tokens;
+          if (n) {
+            device.copy_to_device(x, mine.payload.data(), mine.payload.size());
+            device.copy_to_device(w, mine.weights.data(), mine.weights.size() * 4);
+            device.copy_to_device(idx, mine.indices.data(), mine.indices.size() * 4);
+          }
+          const DispatchResult d = op.dispatch({x, DType::BF16, {n, hidden}}, {w, DType::F32, {n, k}}, std::nullopt,
+                                               {idx, DType::I32, {n, k}});
+          const CombineResult r = op.combine(d.tokens, d.weights);
+          op.check();
+          const auto received = reference::dispatch(config, inputs);
+          std::vector<std::vector<std::vector<uint8_t>>> outputs(size_t(c.world));
+          for (int dst = 0; dst < c.world; ++dst)
+            for (const auto& token : received[size_t(dst)]) outputs[size_t(dst)].push_back(token.payload);
+          const auto want = reference::combine(config, received, outputs, inputs);
+          std::vector<uint8_t> got(size_t(n * hidden) * 2);
+          if (n) device.copy_to_host(got.data(), r.tokens.data, got.size());
+          if (got != want[size_t(rank)]) f.add("call ", call, " (", n, " tokens): combine(dispatch(x)) differs");
+          comm.barrier();  // the next call's inputs are copied while no peer reads
+        }
+        op.close();
+        for (void* p : {x, w, idx}) device.release(p);
+        return f.text();
+      },
+      std::nullopt, cudaRanks());
+  EXPECT_EQ(failures, "");
+}
+
+// Rank 1 never dispatches: rank 0's dispatch wait ends in the timeout error,
+// not a hang; reset() on both recovers.
+TEST(GpuEpTimeout, APeerThatNeverArrivesIsATimeout) {
+  if (gpus().count < 2) GTEST_SKIP() << "2 GPUs needed (" << gpus().count << " present): " << gpus().why_not;
+  EpCase c{.name = "timeout", .target = "sm90", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4,
+           .max_tokens = 4};
+  const std::string failures = runRanks(
+      2, Ranks::Processes, gpuCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) {
+        std::string f;
+        EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+        Device& device = comm.device();
+        void* x = device.allocate(4096);
+        void* w = device.allocate(4096);
+        void* idx = device.allocate(4096);
+        const int32_t experts[4] = {0, 5, 6, 1};
+        device.copy_to_device(idx, experts, sizeof experts);
+        const TensorRef input{x, DType::BF16, {2, 128}}, weights{w, DType::F32, {2, 2}},
+            indices{idx, DType::I32, {2, 2}};
+        if (rank == 0) {
+          const auto start = std::chrono::steady_clock::now();
+          op.dispatch(input, weights, std::nullopt, indices);
+          std::string message;
+          try {
+            op.check();
+          } catch (const Error& error) {
+            message = error.what();
+          }
+          const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          if (message.find("a peer never arrived") == std::string::npos)
+            f += "rank 0: expected the timeout error, got '" + message + "'\n";
+          std::fprintf(stderr, "rank 0: the wait gave up after %.1f s\n", seconds);
+        }
+        op.reset();
+        const DispatchResult d = op.dispatch(input, weights, std::nullopt, indices);
+        op.combine(d.tokens, d.weights);
+        try {
+          op.check();
+        } catch (const Error& error) {
+          f += "rank " + std::to_string(rank) + " after reset: " + error.what() + "\n";
+        }
+        op.close();
+        for (void* p : {x, w, idx}) device.release(p);
+        return f;
+      },
+      std::nullopt, cudaRanks());
+  EXPECT_EQ(failures, "");
+}
+
+// Not a test of its own: with EPJIT_GPU_WARM_ONLY=DIR, builds every sm90
+// kernel the tests above use into DIR (run on the build machine).
+TEST(GpuEpWarm, BuildsTheKernelsForAGpuHost) {
+  const char* dir = std::getenv("EPJIT_GPU_WARM_ONLY");
+  if (!dir || !*dir) GTEST_SKIP() << "set EPJIT_GPU_WARM_ONLY=DIR to warm the sm90 kernels";
+  CacheOptions options = CacheOptions::from_environment();
+  options.dir = dir;
+  KernelCache cache(options);
+  std::vector<EpCase> cases = allGpuCases();
+  cases.push_back({.name = "graph", .target = "sm90", .world = 1, .hidden = 7168, .topk = 8, .experts_per_rank = 16, .max_tokens = 96});
+  cases.push_back({.name = "graph", .target = "sm90", .world = 2, .hidden = 7168, .topk = 8, .experts_per_rank = 16, .max_tokens = 96});
+  cases.push_back({.name = "stress", .target = "sm90", .world = 1, .hidden = 256, .topk = 4, .experts_per_rank = 4, .max_tokens = 64});
+  cases.push_back({.name = "stress", .target = "sm90", .world = 2, .hidden = 256, .topk = 4, .experts_per_rank = 4, .max_tokens = 64});
+  cases.push_back({.name = "timeout", .target = "sm90", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4, .max_tokens = 4});
+  for (const EpCase& c : cases) {
+    const KernelSpec spec = kernel_spec(configFor(c, 0));
+    EXPECT_NO_THROW(cache.get(spec)) << spec.canonical();
+  }
+}
+
+}  // namespace
+}  // namespace epjit::testing
