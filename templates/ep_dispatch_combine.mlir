@@ -10,8 +10,10 @@
 // Kernels (args in order):
 //   ep_dispatch(input words, weights f32, scales bytes, indices i32, route i32,
 //               tokens, rank, replay, window)
-//   ep_combine_gather / ep_combine_scatter(input rows, weights f32, out rows,
-//               out weights f32, route i32, tokens, rank, has_weights, window)
+//   ep_combine_gather(input rows, weights f32, out rows, out weights f32,
+//               route i32, tokens, rank, has_weights, staged, window)
+//   ep_combine_scatter(input rows, weights f32, out rows, out weights f32,
+//               route i32, tokens, rank, has_weights, window)
 //   ep_std_moe_pack(out bf16 [experts_per_rank, world * max_tokens, hidden],
 //               counts i32 [experts_per_rank], source i32 [same rows], rank, window)
 //   ep_std_moe_unpack(expert out bf16 [same layout], combine input bf16 [capacity, hidden],
@@ -29,6 +31,7 @@ ep.param @world : index {min = 1 : i64}
 ep.param @max_tokens : index {min = 1 : i64}        // per rank and call
 ep.param @capacity : index {min = 1 : i64}          // tokens one rank can receive
 ep.param @quant : index                             // scatter combine: 0 none, 1 fp8 direct, 2 fp8 blockwise
+ep.param @chunk : index {min = 128 : i64, multiple_of = 128 : i64}  // elements a warp sums at a time (whole fp8 blocks)
 ep.param @combine_elem : !ep.row_elem<"combine_elem">
 
 // The symmetric window; the runtime lays out the same regions in this order
@@ -45,8 +48,8 @@ ep.window_region @combine_weights  // f32 [capacity * topk]: gather staging
 ep.window_region @scatter_rows     // [max_tokens * topk * hidden] combine_elem, or fp8 bytes under quant
 ep.window_region @scatter_scales   // f32 [max_tokens * topk * ceil(hidden / 128)]
 ep.window_region @scatter_weights  // f32 [max_tokens * topk * topk]
-ep.window_region @accumulator      // f32 [max(max_tokens, capacity) * hidden], local
-ep.window_region @dequantized      // f32 [max_tokens * hidden], local
+ep.window_region @accumulator      // f32 [warps * chunk]: each warp's running sum, local
+ep.window_region @dequantized      // f32 [warps * chunk]: each warp's dequantized contribution, local
 ep.window_region @moe_counts       // i32 [experts_per_rank], local
 ep.window_region @moe_slots        // i32 [capacity * topk]: std-MoE position of (token, k)
 
@@ -265,12 +268,13 @@ func.func @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
 func.func @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,
                              %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                              %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
-                             %w: !ep.window) attributes {ep.kernel = {warps_per_block = 4 : i64}} {
+                             %staged: index, %w: !ep.window) attributes {ep.kernel = {warps_per_block = 4 : i64}} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
   %c4 = arith.constant 4 : index
   %c0_i32 = arith.constant 0 : i32
+  %chunk = ep.param_value @chunk : index
   %hidden = ep.param_value @hidden : index
   %topk = ep.param_value @topk : index
   %world = ep.param_value @world : index
@@ -284,12 +288,16 @@ func.func @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
   %first = ep.global_warp_index : index
   %stride = ep.global_warp_count : index
 
-  // Stage this rank's expert outputs where the origins can read them.
+  // Stage this rank's expert outputs where the origins can read them (unless
+  // they were written there: op.combine_input()).
+  %copy_rows = arith.cmpi eq, %staged, %c0 : index
   scf.for %i = %first to %total step %stride {
     %at = arith.muli %i, %hidden : index
-    %staged = ep.peer_ptr %w[%rank] @combine_rows[%at] : !ep.ptr<!ep.row_elem<"combine_elem">>
-    ep.warp.copy_row %input[%at], %staged[%c0], %hidden
-        : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<!ep.row_elem<"combine_elem">>
+    scf.if %copy_rows {
+      %rows = ep.peer_ptr %w[%rank] @combine_rows[%at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+      ep.warp.copy_row %input[%at], %rows[%c0], %hidden
+          : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<!ep.row_elem<"combine_elem">>
+    }
     scf.if %weighted {
       %weights_at = arith.muli %i, %topk : index
       %staged_weights = ep.peer_ptr %w[%rank] @combine_weights[%weights_at] : !ep.ptr<f32>
@@ -299,39 +307,61 @@ func.func @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
   %last = func.call @arrive(%w, %rank, %epoch, %c4, %world) : (!ep.window, index, i32, index, index) -> i1
   func.call @wait_for_all(%w, %rank, %epoch, %world) : (!ep.window, index, i32, index) -> ()
 
-  // Each origin token reads its contributions from its destinations.
+  // Each origin token reads its contributions from its destinations, a chunk
+  // of the row at a time summed in the warp's own f32 scratch (cache-resident).
+  %scratch_at = arith.muli %first, %chunk : index
+  %acc = ep.peer_ptr %w[%rank] @accumulator[%scratch_at] : !ep.ptr<f32>
   scf.for %token = %first to %tokens step %stride {
     %row = arith.muli %token, %topk : index
     %out_at = arith.muli %token, %hidden : index
-    %acc = ep.peer_ptr %w[%rank] @accumulator[%out_at] : !ep.ptr<f32>
-    scf.for %j = %c0 to %topk step %c1 {
-      %route_at = arith.addi %row, %j : index
-      %entry = ep.load %route[%route_at] : !ep.ptr<i32>
-      %valid = arith.cmpi sge, %entry, %c0_i32 : i32
-      scf.if %valid {
-        %dest_i32 = arith.divsi %entry, %capacity_i32 : i32
-        %slot_i32 = arith.remsi %entry, %capacity_i32 : i32
-        %dest = arith.index_cast %dest_i32 : i32 to index
-        %slot = arith.index_cast %slot_i32 : i32 to index
-        %src_at = arith.muli %slot, %hidden : index
-        %src = ep.peer_ptr %w[%dest] @combine_rows[%src_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
-        %src_weights_at = arith.muli %slot, %topk : index
-        %src_weights = ep.peer_ptr %w[%dest] @combine_weights[%src_weights_at] : !ep.ptr<f32>
-        %is_first = arith.cmpi eq, %j, %c0 : index
-        scf.if %is_first {
-          ep.warp.copy_row %src[%c0], %acc[%c0], %hidden : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<f32>
-          scf.if %weighted {
-            ep.warp.copy_row %src_weights[%c0], %out_weights[%row], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
+    scf.for %c = %c0 to %hidden step %chunk {
+      %left = arith.subi %hidden, %c : index
+      %short = arith.cmpi ult, %left, %chunk : index
+      %n = arith.select %short, %left, %chunk : index
+      scf.for %j = %c0 to %topk step %c1 {
+        %route_at = arith.addi %row, %j : index
+        %entry = ep.load %route[%route_at] : !ep.ptr<i32>
+        %valid = arith.cmpi sge, %entry, %c0_i32 : i32
+        scf.if %valid {
+          %dest_i32 = arith.divsi %entry, %capacity_i32 : i32
+          %slot_i32 = arith.remsi %entry, %capacity_i32 : i32
+          %dest = arith.index_cast %dest_i32 : i32 to index
+          %slot = arith.index_cast %slot_i32 : i32 to index
+          %src_row = arith.muli %slot, %hidden : index
+          %src_at = arith.addi %src_row, %c : index
+          %src = ep.peer_ptr %w[%dest] @combine_rows[%src_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+          %is_first = arith.cmpi eq, %j, %c0 : index
+          scf.if %is_first {
+            ep.warp.copy_row %src[%c0], %acc[%c0], %n : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<f32>
+          } else {
+            ep.warp.accumulate %src[%c0], %acc[%c0], %n : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<f32>
           }
-        } else {
-          ep.warp.accumulate %src[%c0], %acc[%c0], %hidden : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<f32>
-          scf.if %weighted {
+        }
+      }
+      %out_chunk = arith.addi %out_at, %c : index
+      ep.warp.copy_row %acc[%c0], %output[%out_chunk], %n : !ep.ptr<f32> -> !ep.ptr<!ep.row_elem<"combine_elem">>
+    }
+    scf.if %weighted {
+      scf.for %j = %c0 to %topk step %c1 {
+        %route_at = arith.addi %row, %j : index
+        %entry = ep.load %route[%route_at] : !ep.ptr<i32>
+        %valid = arith.cmpi sge, %entry, %c0_i32 : i32
+        scf.if %valid {
+          %dest_i32 = arith.divsi %entry, %capacity_i32 : i32
+          %slot_i32 = arith.remsi %entry, %capacity_i32 : i32
+          %dest = arith.index_cast %dest_i32 : i32 to index
+          %slot = arith.index_cast %slot_i32 : i32 to index
+          %src_weights_at = arith.muli %slot, %topk : index
+          %src_weights = ep.peer_ptr %w[%dest] @combine_weights[%src_weights_at] : !ep.ptr<f32>
+          %is_first = arith.cmpi eq, %j, %c0 : index
+          scf.if %is_first {
+            ep.warp.copy_row %src_weights[%c0], %out_weights[%row], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
+          } else {
             ep.warp.accumulate %src_weights[%c0], %out_weights[%row], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
           }
         }
       }
     }
-    ep.warp.copy_row %acc[%c0], %output[%out_at], %hidden : !ep.ptr<f32> -> !ep.ptr<!ep.row_elem<"combine_elem">>
   }
   return
 }
@@ -348,6 +378,7 @@ func.func @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
   %c4 = arith.constant 4 : index
+  %chunk = ep.param_value @chunk : index
   %c127 = arith.constant 127 : index
   %c128 = arith.constant 128 : index
   %c0_i32 = arith.constant 0 : i32
@@ -410,51 +441,71 @@ func.func @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
   %last = func.call @arrive(%w, %rank, %epoch, %c4, %world) : (!ep.window, index, i32, index, index) -> i1
   func.call @wait_for_all(%w, %rank, %epoch, %world) : (!ep.window, index, i32, index) -> ()
 
+  // Each token's inbox rows, a chunk at a time in the warp's own scratch.
+  %scratch_at = arith.muli %first, %chunk : index
+  %acc = ep.peer_ptr %w[%rank] @accumulator[%scratch_at] : !ep.ptr<f32>
+  %scratch = ep.peer_ptr %w[%rank] @dequantized[%scratch_at] : !ep.ptr<f32>
   scf.for %token = %first to %tokens step %stride {
     %row = arith.muli %token, %topk : index
     %out_at = arith.muli %token, %hidden : index
-    %acc = ep.peer_ptr %w[%rank] @accumulator[%out_at] : !ep.ptr<f32>
-    %scratch = ep.peer_ptr %w[%rank] @dequantized[%out_at] : !ep.ptr<f32>
-    scf.for %j = %c0 to %topk step %c1 {
-      %box = arith.addi %row, %j : index
-      %entry = ep.load %route[%box] : !ep.ptr<i32>
-      %valid = arith.cmpi sge, %entry, %c0_i32 : i32
-      scf.if %valid {
-        %is_first = arith.cmpi eq, %j, %c0 : index
-        %box_at = arith.muli %box, %hidden : index
-        scf.if %direct {
-          %codes = ep.peer_ptr %w[%rank] @scatter_rows[%box_at] : !ep.ptr<i8>
-          scf.if %is_first {
-            ep.warp.dequantize %codes[%c0], %acc[%c0], %hidden {format = #ep.fp8<target>} : !ep.ptr<i8> -> !ep.ptr<f32>
-          } else {
-            ep.warp.dequantize %codes[%c0], %scratch[%c0], %hidden {format = #ep.fp8<target>} : !ep.ptr<i8> -> !ep.ptr<f32>
-            ep.warp.accumulate %scratch[%c0], %acc[%c0], %hidden : !ep.ptr<f32> -> !ep.ptr<f32>
-          }
-        } else {
-          scf.if %blockwise {
+    scf.for %c = %c0 to %hidden step %chunk {
+      %left = arith.subi %hidden, %c : index
+      %short = arith.cmpi ult, %left, %chunk : index
+      %n = arith.select %short, %left, %chunk : index
+      %first_block = arith.divui %c, %c128 : index
+      scf.for %j = %c0 to %topk step %c1 {
+        %box = arith.addi %row, %j : index
+        %entry = ep.load %route[%box] : !ep.ptr<i32>
+        %valid = arith.cmpi sge, %entry, %c0_i32 : i32
+        scf.if %valid {
+          %is_first = arith.cmpi eq, %j, %c0 : index
+          %box_row = arith.muli %box, %hidden : index
+          %box_at = arith.addi %box_row, %c : index
+          scf.if %direct {
             %codes = ep.peer_ptr %w[%rank] @scatter_rows[%box_at] : !ep.ptr<i8>
-            %scales_at = arith.muli %box, %blocks : index
-            %scales = ep.peer_ptr %w[%rank] @scatter_scales[%scales_at] : !ep.ptr<f32>
             scf.if %is_first {
-              ep.warp.dequantize %codes[%c0], %acc[%c0], %hidden scales %scales[%c0]
-                  {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>}
-                  : !ep.ptr<i8> -> !ep.ptr<f32>, !ep.ptr<f32>
+              ep.warp.dequantize %codes[%c0], %acc[%c0], %n {format = #ep.fp8<target>} : !ep.ptr<i8> -> !ep.ptr<f32>
             } else {
-              ep.warp.dequantize %codes[%c0], %scratch[%c0], %hidden scales %scales[%c0]
-                  {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>}
-                  : !ep.ptr<i8> -> !ep.ptr<f32>, !ep.ptr<f32>
-              ep.warp.accumulate %scratch[%c0], %acc[%c0], %hidden : !ep.ptr<f32> -> !ep.ptr<f32>
+              ep.warp.dequantize %codes[%c0], %scratch[%c0], %n {format = #ep.fp8<target>} : !ep.ptr<i8> -> !ep.ptr<f32>
+              ep.warp.accumulate %scratch[%c0], %acc[%c0], %n : !ep.ptr<f32> -> !ep.ptr<f32>
             }
           } else {
-            %rows = ep.peer_ptr %w[%rank] @scatter_rows[%box_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
-            scf.if %is_first {
-              ep.warp.copy_row %rows[%c0], %acc[%c0], %hidden : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<f32>
+            scf.if %blockwise {
+              %codes = ep.peer_ptr %w[%rank] @scatter_rows[%box_at] : !ep.ptr<i8>
+              %scales_row = arith.muli %box, %blocks : index
+              %scales_at = arith.addi %scales_row, %first_block : index
+              %scales = ep.peer_ptr %w[%rank] @scatter_scales[%scales_at] : !ep.ptr<f32>
+              scf.if %is_first {
+                ep.warp.dequantize %codes[%c0], %acc[%c0], %n scales %scales[%c0]
+                    {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>}
+                    : !ep.ptr<i8> -> !ep.ptr<f32>, !ep.ptr<f32>
+              } else {
+                ep.warp.dequantize %codes[%c0], %scratch[%c0], %n scales %scales[%c0]
+                    {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>}
+                    : !ep.ptr<i8> -> !ep.ptr<f32>, !ep.ptr<f32>
+                ep.warp.accumulate %scratch[%c0], %acc[%c0], %n : !ep.ptr<f32> -> !ep.ptr<f32>
+              }
             } else {
-              ep.warp.accumulate %rows[%c0], %acc[%c0], %hidden : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<f32>
+              %rows = ep.peer_ptr %w[%rank] @scatter_rows[%box_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+              scf.if %is_first {
+                ep.warp.copy_row %rows[%c0], %acc[%c0], %n : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<f32>
+              } else {
+                ep.warp.accumulate %rows[%c0], %acc[%c0], %n : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<f32>
+              }
             }
           }
         }
-        scf.if %weighted {
+      }
+      %out_chunk = arith.addi %out_at, %c : index
+      ep.warp.copy_row %acc[%c0], %output[%out_chunk], %n : !ep.ptr<f32> -> !ep.ptr<!ep.row_elem<"combine_elem">>
+    }
+    scf.if %weighted {
+      scf.for %j = %c0 to %topk step %c1 {
+        %box = arith.addi %row, %j : index
+        %entry = ep.load %route[%box] : !ep.ptr<i32>
+        %valid = arith.cmpi sge, %entry, %c0_i32 : i32
+        scf.if %valid {
+          %is_first = arith.cmpi eq, %j, %c0 : index
           %box_weights_at = arith.muli %box, %topk : index
           %box_weights = ep.peer_ptr %w[%rank] @scatter_weights[%box_weights_at] : !ep.ptr<f32>
           scf.if %is_first {
@@ -465,7 +516,6 @@ func.func @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
         }
       }
     }
-    ep.warp.copy_row %acc[%c0], %output[%out_at], %hidden : !ep.ptr<f32> -> !ep.ptr<!ep.row_elem<"combine_elem">>
   }
   return
 }
@@ -565,40 +615,49 @@ func.func @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<bf
   %slots = ep.peer_ptr %w[%rank] @moe_slots[%c0] : !ep.ptr<i32>
   %first = ep.global_warp_index : index
   %stride = ep.global_warp_count : index
+  %chunk = ep.param_value @chunk : index
+  %scratch_at = arith.muli %first, %chunk : index
+  %acc = ep.peer_ptr %w[%rank] @accumulator[%scratch_at] : !ep.ptr<f32>
   scf.for %i = %first to %total step %stride {
     %row = arith.muli %i, %topk : index
     %out_at = arith.muli %i, %hidden : index
-    %acc = ep.peer_ptr %w[%rank] @accumulator[%out_at] : !ep.ptr<f32>
-    %seen = scf.for %j = %c0 to %topk step %c1 iter_args(%any = %false) -> (i1) {
-      %at = arith.addi %row, %j : index
-      %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
-      %expert = arith.index_cast %expert_i32 : i32 to index
-      %owner = arith.divui %expert, %epr : index
-      %here = arith.cmpi eq, %owner, %rank : index
-      %counted = scf.if %here -> (i1) {
-        %repeat = func.call @repeats_earlier(%indices, %row, %j, %true) : (!ep.ptr<i32>, index, index, i1) -> i1
-        %fresh = arith.xori %repeat, %true : i1
-        scf.if %fresh {
-          %local = arith.remui %expert, %epr : index
-          %position_i32 = ep.load %slots[%at] : !ep.ptr<i32>
-          %position = arith.index_cast %position_i32 : i32 to index
-          %packed_row_base = arith.muli %local, %rows_per_expert : index
-          %packed_row = arith.addi %packed_row_base, %position : index
-          %packed_at = arith.muli %packed_row, %hidden : index
-          scf.if %any {
-            ep.warp.accumulate %expert_out[%packed_at], %acc[%c0], %hidden : !ep.ptr<bf16> -> !ep.ptr<f32>
-          } else {
-            ep.warp.copy_row %expert_out[%packed_at], %acc[%c0], %hidden : !ep.ptr<bf16> -> !ep.ptr<f32>
+    scf.for %c = %c0 to %hidden step %chunk {
+      %left = arith.subi %hidden, %c : index
+      %short = arith.cmpi ult, %left, %chunk : index
+      %n = arith.select %short, %left, %chunk : index
+      %seen = scf.for %j = %c0 to %topk step %c1 iter_args(%any = %false) -> (i1) {
+        %at = arith.addi %row, %j : index
+        %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+        %expert = arith.index_cast %expert_i32 : i32 to index
+        %owner = arith.divui %expert, %epr : index
+        %here = arith.cmpi eq, %owner, %rank : index
+        %counted = scf.if %here -> (i1) {
+          %repeat = func.call @repeats_earlier(%indices, %row, %j, %true) : (!ep.ptr<i32>, index, index, i1) -> i1
+          %fresh = arith.xori %repeat, %true : i1
+          scf.if %fresh {
+            %local = arith.remui %expert, %epr : index
+            %position_i32 = ep.load %slots[%at] : !ep.ptr<i32>
+            %position = arith.index_cast %position_i32 : i32 to index
+            %packed_row_base = arith.muli %local, %rows_per_expert : index
+            %packed_row = arith.addi %packed_row_base, %position : index
+            %packed_row_at = arith.muli %packed_row, %hidden : index
+            %packed_at = arith.addi %packed_row_at, %c : index
+            scf.if %any {
+              ep.warp.accumulate %expert_out[%packed_at], %acc[%c0], %n : !ep.ptr<bf16> -> !ep.ptr<f32>
+            } else {
+              ep.warp.copy_row %expert_out[%packed_at], %acc[%c0], %n : !ep.ptr<bf16> -> !ep.ptr<f32>
+            }
           }
+          %now = arith.ori %any, %fresh : i1
+          scf.yield %now : i1
+        } else {
+          scf.yield %any : i1
         }
-        %now = arith.ori %any, %fresh : i1
-        scf.yield %now : i1
-      } else {
-        scf.yield %any : i1
+        scf.yield %counted : i1
       }
-      scf.yield %counted : i1
+      %out_chunk = arith.addi %out_at, %c : index
+      ep.warp.copy_row %acc[%c0], %combine_in[%out_chunk], %n : !ep.ptr<f32> -> !ep.ptr<bf16>
     }
-    ep.warp.copy_row %acc[%c0], %combine_in[%out_at], %hidden : !ep.ptr<f32> -> !ep.ptr<bf16>
   }
   return
 }

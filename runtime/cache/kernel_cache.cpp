@@ -138,6 +138,7 @@ class KernelCache::Impl {
     m.source_key = source_hash.hex();
     Sha256 key_hash;
     key_hash.update("epjit-kernel-v1\n").update(m.source_key).update("\n").update(headers_digest()).update("\n");
+    key_hash.update(compiler_digest()).update("\n");
     key_hash.update(m.target->arch).update("\n").update(m.toolchain->name()).update("\n");
     key_hash.update(m.toolchain->identity()).update("\n");
     for (const std::string& option : m.options) key_hash.update(option).update("\n");
@@ -286,6 +287,7 @@ class KernelCache::Impl {
     manifest["canonical"] = spec.canonical();
     manifest["template_digest"] = m.template_digest;
     manifest["headers_digest"] = headers_digest();
+    manifest["compiler_digest"] = std::string(compiler_digest());
     manifest["source_key"] = m.source_key;
     manifest["source_digest"] = sha256_hex(source);
     manifest["arch"] = std::string(m.target->arch);

@@ -82,6 +82,7 @@ KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
                      {"max_tokens", std::to_string(config.max_num_inp_token_per_rank)},
                      {"capacity", std::to_string(config.total_recv_tokens())},
                      {"quant", quant},
+                     {"chunk", std::to_string(kCombineChunk)},
                      {"combine_elem", config.combine_type() == DataType::F32 ? "f32" : "bf16"},
                      {"warps_per_block", std::to_string(warps_per_block)}},
                     config.target};
@@ -371,9 +372,11 @@ struct EpDispatchCombineOp::Impl {
         .add(route_in_use)
         .add(size_t(n))
         .add(size_t(config.rank))
-        .add(size_t(weighted ? 1 : 0))
-        .add(window_table);
-    const Kernel& kernel = config.combine_mode == CombineMode::Scatter ? scatter_kernel : gather_kernel;
+        .add(size_t(weighted ? 1 : 0));
+    const bool scatter = config.combine_mode == CombineMode::Scatter;
+    if (!scatter) args.add(size_t(input.data == region(Region::CombineRows) ? 1 : 0));  // already staged
+    args.add(window_table);
+    const Kernel& kernel = scatter ? scatter_kernel : gather_kernel;
     device.launch(kernel, {uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)}, args, *stream);
     dispatched_tokens = -1;
     CombineResult result;
@@ -485,6 +488,16 @@ std::vector<int> EpDispatchCombineOp::local_expert_counts() {
     }
   }
   return counts;
+}
+
+TensorRef EpDispatchCombineOp::combine_input() {
+  Impl& op = *impl_;
+  op.require_open("combine_input");
+  if (op.config.combine_mode != CombineMode::Gather)
+    throw Error("combine_input() on a scatter-combine op", "combine_mode = gather",
+                "pass any [capacity, hidden] buffer to combine(): scatter reads its input in place");
+  return {op.region(Region::CombineRows), tensor_type_of(op.config.combine_type(), op.config.target_info()),
+          {op.capacity(), op.config.hidden_dim}};
 }
 
 std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {

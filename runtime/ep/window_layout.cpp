@@ -42,9 +42,10 @@ WindowLayout WindowLayout::of(const EpDispatchCombineConfig& config) {
     if (config.quant_type == QuantType::Fp8Blockwise)
       set(Region::ScatterScales, boxes * ((hidden + kFp8BlockwiseBlockSize - 1) / kFp8BlockwiseBlockSize) * 4);
     set(Region::ScatterWeights, boxes * topk * 4);
-    if (quant) set(Region::Dequantized, max_tokens * hidden * 4);
+    if (quant) set(Region::Dequantized, size_t(max_combine_warps(config)) * size_t(kCombineChunk) * 4);
   }
-  set(Region::Accumulator, std::max(max_tokens, config.enable_std_moe ? capacity : 0) * hidden * 4);
+  const size_t scratch = size_t(max_combine_warps(config)) * size_t(kCombineChunk) * 4;
+  set(Region::Accumulator, scratch);
   if (config.enable_std_moe) {
     set(Region::MoeCounts, size_t(config.num_experts_per_rank) * 4);
     set(Region::MoeSlots, capacity * topk * 4);
@@ -57,6 +58,13 @@ WindowLayout WindowLayout::of(const EpDispatchCombineConfig& config) {
     layout.total += align_up(sizes[size_t(r)]);
   }
   return layout;
+}
+
+int64_t max_combine_warps(const EpDispatchCombineConfig& config) {
+  int64_t warps = 1;
+  for (const ScheduleEntry& entry : config.resolved_schedule())
+    warps = std::max(warps, int64_t(entry.combine_blocks) * entry.combine_warps);
+  return warps;
 }
 
 size_t route_words(const EpDispatchCombineConfig& config) {

@@ -47,6 +47,13 @@ enum StateWord : int {
   kStateWords = 16,
 };
 
+// Elements of a row a combine warp sums at a time in its f32 scratch (whole
+// fp8 blocks of 128; the template's `chunk`).
+inline constexpr int64_t kCombineChunk = 1024;
+
+// The most warps a combine-side launch of this config runs (its scratch rows).
+int64_t max_combine_warps(const EpDispatchCombineConfig& config);
+
 // What a kernel writes into kError.
 enum ErrorCode : int { kPeerTimeout = 1, kCapacityExceeded = 2, kExpertOutOfRange = 3 };
 

@@ -51,6 +51,7 @@ struct EpCase {
   bool std_moe = false;
   bool replay = false;  // each call also replays its routing with new payloads
   bool weights = true;  // combine weights
+  bool zero_copy = false;  // gather: experts write into op.combine_input()
   uint32_t seed = 1;
 };
 
@@ -414,10 +415,11 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
       if (n) device.copy_to_host(out.data(), result.tokens.data, out.size());
       if (out != moe_combined[size_t(rank)]) failures.add("call ", call, ": std-MoE combine output differs");
     } else {
-      device.copy_to_device(d_expert, mine.data(), mine.size());
-      device.copy_to_device(d_expert_weights, recv_weights.data(), recv_weights.size() * 4);
       const DType row_type = config.combine_type() == DataType::F32 ? DType::F32 : DType::BF16;
-      result = op.combine(tensor(d_expert, row_type, {cap, hidden}),
+      const TensorRef expert_in = c.zero_copy ? op.combine_input() : tensor(d_expert, row_type, {cap, hidden});
+      device.copy_to_device(expert_in.data, mine.data(), mine.size());
+      device.copy_to_device(d_expert_weights, recv_weights.data(), recv_weights.size() * 4);
+      result = op.combine(expert_in,
                           c.weights ? std::optional(tensor(d_expert_weights, DType::F32, {cap, k})) : std::nullopt);
       op.check();
       std::vector<uint8_t> out(size_t(max_tokens) * row_bytes);

@@ -70,6 +70,8 @@ std::vector<EpCase> matrix() {
   add({.name = "local_w4", .world = 4, .routing = RoutingKind::Local});
   add({.name = "no_tokens_w2", .calls = {0, 0}});
   add({.name = "no_combine_weights_w2", .weights = false});
+  add({.name = "zero_copy_gather_w4", .world = 4, .zero_copy = true});
+  add({.name = "zero_copy_f32_w2_processes", .ranks = Ranks::Processes, .data_type = F32, .zero_copy = true});
   // 200 alternating dispatch/combine calls with changing token counts and no
   // reset: the counters and flags must reset themselves every time.
   std::mt19937 rng(2026);

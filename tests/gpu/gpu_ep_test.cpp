@@ -95,6 +95,7 @@ std::vector<EpCase> gpuCases(int world) {
   add({.name = "hidden7168_top8", .hidden = 7168, .topk = 8, .experts_per_rank = 8, .max_tokens = 64,
        .calls = {64, 0, 1, 37}});
   add({.name = "top1", .topk = 1});
+  add({.name = "zero_copy", .zero_copy = true});
   add({.name = "skewed", .topk = 3, .routing = RoutingKind::Skewed});
   std::mt19937 rng(2026);
   std::vector<int64_t> counts(200);

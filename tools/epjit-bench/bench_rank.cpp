@@ -253,6 +253,10 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
   void* d_weights = device.allocate(std::max<size_t>(16, size_t(max_n * k) * 4));
   void* d_indices = device.allocate(std::max<size_t>(16, size_t(max_n * k) * 4));
   void* d_expert = device.allocate(size_t(cap) * row_bytes);
+  // Gather combine: experts write straight into the op's window (no staging copy).
+  const TensorRef expert_in = config.combine_mode == CombineMode::Gather
+                                  ? op.combine_input()
+                                  : TensorRef{d_expert, row_type, {cap, o.hidden}};
   std::unique_ptr<Routing> routing = o.replay ? op.make_routing() : nullptr;
   std::vector<std::unique_ptr<Event>> events;
   for (int i = 0; i < 3 * std::max(o.iterations, 1); ++i) events.push_back(device.create_event());
@@ -274,7 +278,7 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
     };
     auto combine = [&](const DispatchResult& dispatched) {
       if (o.std_moe) return op.std_moe_combine(op.std_moe_pack().tokens, dispatched.weights);
-      return op.combine({d_expert, row_type, {cap, o.hidden}}, dispatched.weights);
+      return op.combine(expert_in, dispatched.weights);
     };
 
     // Identity check (twice with replay: the recording dispatch and a replay).
@@ -290,7 +294,7 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
         const std::vector<uint8_t> row = identity_expert(config, &rows[size_t(i) * token_bytes]);
         std::copy(row.begin(), row.end(), expert.begin() + long(size_t(i) * row_bytes));
       }
-      if (total) device.copy_to_device(d_expert, expert.data(), expert.size());
+      if (total) device.copy_to_device(expert_in.data, expert.data(), expert.size());
       const CombineResult combined = combine(dispatched);
       op.check();
       std::vector<uint8_t> out(size_t(n) * row_bytes);

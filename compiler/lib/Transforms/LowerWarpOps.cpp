@@ -42,6 +42,9 @@ bool isKnownMultipleOf(Value value, int64_t m) {
     return isKnownMultipleOf(mul.getLhs(), m) || isKnownMultipleOf(mul.getRhs(), m);
   if (auto add = value.getDefiningOp<arith::AddIOp>())
     return isKnownMultipleOf(add.getLhs(), m) && isKnownMultipleOf(add.getRhs(), m);
+  // The induction variable of a loop whose start and step are multiples.
+  if (auto loop = scf::getForInductionVarOwner(value))
+    return isKnownMultipleOf(loop.getLowerBound(), m) && isKnownMultipleOf(loop.getStep(), m);
   return false;
 }
 

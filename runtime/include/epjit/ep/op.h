@@ -114,6 +114,10 @@ class EpDispatchCombineOp {
   // input [>= capacity, hidden] of the combine type (rows past total_recv
   // are not read), weights [>= capacity, top-k] f32 or none.
   CombineResult combine(const TensorRef& input, const std::optional<TensorRef>& weights = std::nullopt);
+  // Gather combine: where expert outputs can be written so combine() need
+  // not stage them (pass this tensor as combine's input). [capacity, hidden];
+  // valid between a dispatch and its combine (peers read it during combine).
+  TensorRef combine_input();
 
   // Standard MoE (enable_std_moe): the last dispatch's tokens packed per local
   // expert, and back: expert outputs in that layout summed per received token
