@@ -49,11 +49,11 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gp
 ./epjit-cache --cache-dir "$cache" verify | tee "$logs/verify.txt"
 export EPJIT_CACHE_DIR=$cache EPJIT_KERNEL_SOURCE_LIBRARY=/nonexistent
 timeout 60 ./gpu_templates_test 2>&1 | tail -5 | tee "$logs/gpu_templates_test.log"
-timeout 330 ./gpu_ep_test ${GPU_EP_FILTER:+--gtest_filter=$GPU_EP_FILTER} > "$logs/gpu_ep_test.log" 2>&1
+timeout 300 ./gpu_ep_test ${GPU_EP_FILTER:+--gtest_filter=$GPU_EP_FILTER} > "$logs/gpu_ep_test.log" 2>&1
 echo "gpu_ep_test exit $?"; grep -E '^\[  (PASSED|FAILED|SKIPPED) |OK \]|FAILED \]|gave up' "$logs/gpu_ep_test.log" | tail -40
 shape=$(cat bench-shape.txt)
 for dtype in bf16 fp8; do
-  timeout 90 ./epjit-bench --target sm90 --device cuda --ranks-as processes $shape --dtype $dtype --graph \
+  timeout 100 ./epjit-bench --target sm90 --device cuda --ranks-as processes $shape --dtype $dtype --graph --baselines \
     --iters 20 --warmup 3 --json "$logs/bench-$dtype.json" 2>&1 | tee "$logs/bench-$dtype.txt"
 done
 RUN

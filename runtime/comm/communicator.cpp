@@ -348,10 +348,7 @@ std::shared_ptr<SymmetricBuffer> Communicator::allocate_symmetric(size_t bytes) 
     delete b;
   });
   ShareableMemory mine = device.allocate_shareable(bytes);
-  if (device.kind() != "host") {  // memfds start zeroed; device memory does not
-    const std::vector<uint8_t> zeros(bytes, 0);
-    device.copy_to_device(mine.pointer, zeros.data(), bytes);
-  }
+  if (device.kind() != "host") device.fill_zero(mine.pointer, bytes);  // memfds start zeroed; device memory does not
   buffer->local = mine.pointer;
   buffer->bytes = bytes;
   buffer->peers.assign(size_t(impl_->world), nullptr);

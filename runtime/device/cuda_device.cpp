@@ -29,6 +29,7 @@ class CudaStream final : public Stream {
   ~CudaStream() override { cuda_driver().cuStreamDestroy_v2(stream_); }
   void synchronize() override { check(cuda_driver().cuStreamSynchronize(stream_), "stream synchronize"); }
   CUstream handle() const { return stream_; }
+  void* native_handle() const override { return stream_; }
 
  private:
   CUcontext context_;
@@ -135,6 +136,17 @@ class CudaDevice final : public Device {
     current();
     check(cuda_driver().cuCtxSynchronize(), "copy to host (pending work)");
     check(cuda_driver().cuMemcpyDtoH_v2(host, reinterpret_cast<CUdeviceptr>(device), bytes), "copy to host");
+  }
+  void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) override {
+    current();
+    check(cuda_driver().cuMemcpyDtoDAsync_v2(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src),
+                                             bytes, static_cast<CudaStream&>(stream).handle()),
+          "device copy");
+  }
+  void fill_zero(void* device, size_t bytes) override {
+    current();
+    check(cuda_driver().cuMemsetD8_v2(reinterpret_cast<CUdeviceptr>(device), 0, bytes), "memset");
+    check(cuda_driver().cuCtxSynchronize(), "memset (completion)");
   }
   std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {
     current();

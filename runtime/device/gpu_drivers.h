@@ -40,6 +40,8 @@ struct CUipcMemHandle {
   X(cuMemFree_v2, CUresult, CUdeviceptr)                                                                      \
   X(cuMemcpyHtoD_v2, CUresult, CUdeviceptr, const void*, size_t)                                              \
   X(cuMemcpyDtoH_v2, CUresult, void*, CUdeviceptr, size_t)                                                    \
+  X(cuMemcpyDtoDAsync_v2, CUresult, CUdeviceptr, CUdeviceptr, size_t, CUstream)                               \
+  X(cuMemsetD8_v2, CUresult, CUdeviceptr, unsigned char, size_t)                                              \
   X(cuModuleLoadData, CUresult, CUmodule*, const void*)                                                       \
   X(cuModuleUnload, CUresult, CUmodule)                                                                       \
   X(cuModuleGetFunction, CUresult, CUfunction*, CUmodule, const char*)                                        \
@@ -84,6 +86,8 @@ struct hipIpcMemHandle_t {
   X(hipMalloc, hipError_t, void**, size_t)                                                                    \
   X(hipFree, hipError_t, void*)                                                                               \
   X(hipMemcpy, hipError_t, void*, const void*, size_t, int)                                                   \
+  X(hipMemcpyAsync, hipError_t, void*, const void*, size_t, int, hipStream_t)                                 \
+  X(hipMemset, hipError_t, void*, int, size_t)                                                                \
   X(hipModuleLoadData, hipError_t, hipModule_t*, const void*)                                                 \
   X(hipModuleUnload, hipError_t, hipModule_t)                                                                 \
   X(hipModuleGetFunction, hipError_t, hipFunction_t*, hipModule_t, const char*)                               \

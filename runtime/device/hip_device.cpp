@@ -13,6 +13,7 @@ using namespace drivers;
 
 constexpr int kHipMemcpyHostToDevice = 1;
 constexpr int kHipMemcpyDeviceToHost = 2;
+constexpr int kHipMemcpyDeviceToDevice = 3;
 
 void check(hipError_t status, const char* what) {
   if (status == 0) return;
@@ -28,6 +29,7 @@ class HipStream final : public Stream {
   ~HipStream() override { hip_driver().hipStreamDestroy(stream_); }
   void synchronize() override { check(hip_driver().hipStreamSynchronize(stream_), "stream synchronize"); }
   hipStream_t handle() const { return stream_; }
+  void* native_handle() const override { return stream_; }
 
  private:
   hipStream_t stream_ = nullptr;
@@ -127,6 +129,14 @@ class HipDevice final : public Device {
   void copy_to_host(void* host, const void* device, size_t bytes) override {
     check(hip_driver().hipDeviceSynchronize(), "copy to host (pending work)");
     check(hip_driver().hipMemcpy(host, device, bytes, kHipMemcpyDeviceToHost), "copy to host");
+  }
+  void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) override {
+    check(hip_driver().hipMemcpyAsync(dst, src, bytes, kHipMemcpyDeviceToDevice, static_cast<HipStream&>(stream).handle()),
+          "device copy");
+  }
+  void fill_zero(void* device, size_t bytes) override {
+    check(hip_driver().hipMemset(device, 0, bytes), "memset");
+    check(hip_driver().hipDeviceSynchronize(), "memset (completion)");
   }
   std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {
     return std::make_unique<HipModule>(binary);

@@ -187,6 +187,10 @@ class HostDevice final : public Device {
   void release(void* pointer) override { std::free(pointer); }
   void copy_to_device(void* device, const void* host, size_t bytes) override { std::memcpy(device, host, bytes); }
   void copy_to_host(void* host, const void* device, size_t bytes) override { std::memcpy(host, device, bytes); }
+  void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) override {
+    static_cast<HostStream&>(stream).enqueue([=] { std::memcpy(dst, src, bytes); });
+  }
+  void fill_zero(void* device, size_t bytes) override { std::memset(device, 0, bytes); }
 
   std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {
     return std::make_unique<HostModule>(binary);

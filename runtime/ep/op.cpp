@@ -213,8 +213,7 @@ struct EpDispatchCombineOp::Impl {
 
   void* allocate_zeroed(size_t bytes) {
     void* pointer = device.allocate(std::max<size_t>(bytes, 16));
-    std::vector<uint8_t> zeros(std::max<size_t>(bytes, 16), 0);
-    device.copy_to_device(pointer, zeros.data(), zeros.size());
+    device.fill_zero(pointer, std::max<size_t>(bytes, 16));
     return pointer;
   }
 
@@ -536,10 +535,8 @@ void EpDispatchCombineOp::reset() {
   op.require_open("reset");
   op.stream->synchronize();
   op.comm.barrier();
-  for (Region r : {Region::State, Region::Signals, Region::MoeCounts}) {
-    std::vector<uint8_t> zeros(op.layout.bytes[size_t(r)], 0);
-    if (!zeros.empty()) op.device.copy_to_device(op.region(r), zeros.data(), zeros.size());
-  }
+  for (Region r : {Region::State, Region::Signals, Region::MoeCounts})
+    if (op.layout.bytes[size_t(r)]) op.device.fill_zero(op.region(r), op.layout.bytes[size_t(r)]);
   op.dispatched_tokens = -1;
   op.comm.barrier();
 }

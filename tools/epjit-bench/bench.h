@@ -36,6 +36,7 @@ struct Options {
   bool check_only = false;
   bool graph = false;      // time dispatch and combine as captured graphs (GPUs)
   bool warm_only = false;  // build the op's kernels into the cache and stop
+  bool baselines = false;  // also NCCL and the peer-copy ceilings (GPUs)
   int warmup = 2;
   int iterations = 10;
   std::string json_path;
@@ -52,13 +53,19 @@ struct RankPoint {
   double combine_us = 0;
   double graph_dispatch_us = 0;  // --graph: the same calls replayed from captured graphs
   double graph_combine_us = 0;
+  double remote_received = 0;  // rows that came from other ranks (over NVLink)
+  double nccl_dispatch_us = 0;  // --baselines: NCCL moving the same bytes
+  double nccl_combine_us = 0;
   std::string check_failure;  // "" when the identity check passed
 };
 
 struct RankResult {
   int rank = 0;
   double construct_seconds = 0;
+  double fetch_seconds = 0;  // of which: kernels from the cache (a compile when cold) and module load
   CacheStats cache;
+  double ceiling_copy_engine_GBps = 0;  // --baselines
+  double ceiling_sm_writes_GBps = 0;
   std::vector<RankPoint> points;
 };
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "baselines.h"
 #include "bench.h"
 #include "epjit/ep/op.h"
 #include "epjit/error.h"
@@ -244,6 +245,7 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
   const auto start = std::chrono::steady_clock::now();
   EpDispatchCombineOp op(o.config(comm.rank()), comm, {&cache, nullptr});
   result.construct_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.fetch_seconds = op.kernel_fetch_seconds();
   const EpDispatchCombineConfig& config = op.config();
   const int64_t cap = op.capacity(), max_n = config.max_num_inp_token_per_rank, k = o.topk;
   const size_t token_bytes = config.dispatch_token_bytes(), row_bytes = config.combine_token_bytes();
@@ -258,6 +260,15 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
                                   ? op.combine_input()
                                   : TensorRef{d_expert, row_type, {cap, o.hidden}};
   std::unique_ptr<Routing> routing = o.replay ? op.make_routing() : nullptr;
+  std::unique_ptr<Baselines> baselines;
+  if (o.baselines) {
+    const size_t widest = std::max(token_bytes, row_bytes);
+    baselines = std::make_unique<Baselines>(comm, size_t(o.world) * size_t(max_n) * widest);
+    const Ceilings ceilings = measure_ceilings(comm, cache, config.target, size_t(max_n) * token_bytes * 2,
+                                               o.warmup, o.iterations);
+    result.ceiling_copy_engine_GBps = ceilings.copy_engine_GBps;
+    result.ceiling_sm_writes_GBps = ceilings.sm_writes_GBps;
+  }
   std::vector<std::unique_ptr<Event>> events;
   for (int i = 0; i < 3 * std::max(o.iterations, 1); ++i) events.push_back(device.create_event());
 
@@ -325,6 +336,31 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
       point.dispatch_us /= o.iterations;
       point.combine_us /= o.iterations;
       if (o.graph) time_graphs(o, op, device, events, dispatch, combine, point);
+    }
+    // Where this rank's tokens go, and from where it receives (every rank's view).
+    std::vector<int64_t> to_rank(size_t(o.world), 0);
+    for (int64_t t = 0; t < n; ++t) {
+      std::vector<int> seen;
+      for (int64_t j = 0; j < k; ++j) {
+        const int d = in.indices[size_t(t * k + j)] / o.experts_per_rank;
+        if (std::find(seen.begin(), seen.end(), d) == seen.end()) seen.push_back(d), to_rank[size_t(d)]++;
+      }
+    }
+    std::vector<uint8_t> mine(size_t(o.world) * 8);
+    std::memcpy(mine.data(), to_rank.data(), mine.size());
+    const auto everyone = comm.allgather(mine);
+    std::vector<int64_t> from_rank(static_cast<size_t>(o.world));
+    for (int s = 0; s < o.world; ++s) std::memcpy(&from_rank[size_t(s)], everyone[size_t(s)].data() + 8 * comm.rank(), 8);
+    for (int s = 0; s < o.world; ++s)
+      if (s != comm.rank()) point.remote_received += double(from_rank[size_t(s)]);
+    if (baselines && all_passed && !o.check_only) {
+      std::vector<size_t> dispatch_bytes(static_cast<size_t>(o.world)), combine_bytes(static_cast<size_t>(o.world));
+      for (int p = 0; p < o.world; ++p) {
+        dispatch_bytes[size_t(p)] = size_t(to_rank[size_t(p)]) * token_bytes;
+        combine_bytes[size_t(p)] = size_t(from_rank[size_t(p)]) * row_bytes;  // each row back to its origin
+      }
+      point.nccl_dispatch_us = baselines->nccl_exchange_us(dispatch_bytes, o.warmup, o.iterations);
+      point.nccl_combine_us = baselines->nccl_exchange_us(combine_bytes, o.warmup, o.iterations);
     }
     result.points.push_back(point);
     if (!all_passed) break;

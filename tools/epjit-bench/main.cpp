@@ -178,6 +178,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "untimed iterations per point")->check(CLI::NonNegativeNumber);
   app.add_flag("--check-only", o.check_only, "identity checks only, no timing");
   app.add_flag("--graph", o.graph, "also time dispatch and combine replayed from captured graphs (GPUs)");
+  app.add_flag("--baselines", o.baselines,
+               "also measure NCCL moving the same bytes and the peer-copy ceilings (GPUs; EPJIT_NCCL_LIBRARY)");
   app.add_flag("--warm-only", o.warm_only, "build the op's kernels for --target into the cache, print their key, stop");
   app.add_option("--json", o.json_path, "write the full record as JSON");
   app.add_option("--cache-dir", o.cache_dir, "kernel cache directory (overrides EPJIT_CACHE_DIR)");
@@ -196,6 +198,9 @@ int main(int argc, char** argv) {
     if (o.device == "cuda" && !o.processes && o.world > 1)
       throw Error("--device cuda with ranks as threads", "--ranks-as processes (one process per GPU: CUDA IPC maps "
                   "another process's memory)", "add --ranks-as processes");
+    if (o.baselines && o.device == "host")
+      throw Error("--baselines on the host device", "a GPU device (NCCL and peer copies run on GPUs)",
+                  "drop --baselines, or run with --device cuda");
     if (o.graph && o.device == "host")
       throw Error("--graph on the host device", "a GPU device (graphs are CUDA/HIP stream capture)",
                   "drop --graph, or run with --device cuda");
@@ -215,6 +220,10 @@ int main(int argc, char** argv) {
       const KernelSpec spec = ep::kernel_spec(o.config(0));
       cache.get(spec);
       std::printf("%s %s\n", cache.key(spec).c_str(), spec.canonical().c_str());
+      // The peer-copy ceiling kernel --baselines uses.
+      const KernelSpec peer_copy{"ep_peer_copy", {{"row_words", "3584"}}, o.target};
+      cache.get(peer_copy);
+      std::printf("%s %s\n", cache.key(peer_copy).c_str(), peer_copy.canonical().c_str());
       return 0;
     }
     return run(o);

@@ -75,7 +75,10 @@ std::vector<uint8_t> serialize(const RankResult& r) {
   Writer w;
   w.put(r.rank);
   w.put(r.construct_seconds);
+  w.put(r.fetch_seconds);
   w.put(r.cache);
+  w.put(r.ceiling_copy_engine_GBps);
+  w.put(r.ceiling_sm_writes_GBps);
   w.put(uint32_t(r.points.size()));
   for (const RankPoint& p : r.points) {
     w.put(p.tokens);
@@ -84,6 +87,9 @@ std::vector<uint8_t> serialize(const RankResult& r) {
     w.put(p.combine_us);
     w.put(p.graph_dispatch_us);
     w.put(p.graph_combine_us);
+    w.put(p.remote_received);
+    w.put(p.nccl_dispatch_us);
+    w.put(p.nccl_combine_us);
     w.put(p.check_failure);
   }
   return w.bytes;
@@ -94,7 +100,10 @@ RankResult deserialize(const std::vector<uint8_t>& bytes) {
   RankResult r;
   r.rank = in.get<int>();
   r.construct_seconds = in.get<double>();
+  r.fetch_seconds = in.get<double>();
   r.cache = in.get<CacheStats>();
+  r.ceiling_copy_engine_GBps = in.get<double>();
+  r.ceiling_sm_writes_GBps = in.get<double>();
   const uint32_t n = in.get<uint32_t>();
   for (uint32_t i = 0; i < n; ++i) {
     RankPoint p;
@@ -104,6 +113,9 @@ RankResult deserialize(const std::vector<uint8_t>& bytes) {
     p.combine_us = in.get<double>();
     p.graph_dispatch_us = in.get<double>();
     p.graph_combine_us = in.get<double>();
+    p.remote_received = in.get<double>();
+    p.nccl_dispatch_us = in.get<double>();
+    p.nccl_combine_us = in.get<double>();
     p.check_failure = in.text();
     r.points.push_back(std::move(p));
   }
@@ -121,10 +133,11 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
               ep::name_of(config.dispatch_type()), ep::name_of(config.combine_type()), ep::name_of(o.combine_mode),
               ep::name_of(o.quant), name_of(o.routing), o.std_moe ? ", std-MoE" : "", o.replay ? ", routing replay" : "",
               o.graph ? "eager and graph" : "eager");
-  double construct_max = 0;
+  double construct_max = 0, fetch_max = 0;
   CacheStats total{};
   for (const RankResult& r : ranks) {
     construct_max = std::max(construct_max, r.construct_seconds);
+    fetch_max = std::max(fetch_max, r.fetch_seconds);
     // Thread ranks share one cache: count it once.
     if (!o.processes && r.rank != 0) continue;
     total.memory_hits += r.cache.memory_hits;
@@ -133,9 +146,9 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
     total.compile_seconds += r.cache.compile_seconds;
     total.lock_waits += r.cache.lock_waits;
   }
-  std::printf("JIT: op construction %.3f s (slowest rank); kernel cache %s: %llu compiled (%.2f s), %llu disk hits, "
-              "%llu memory hits, %llu waits on another rank's compile\n",
-              construct_max, total.compiles ? "cold" : "warm", (unsigned long long)total.compiles,
+  std::printf("JIT: op construction %.3f s (slowest rank; kernels fetched and loaded in %.3f s); kernel cache %s: "
+              "%llu compiled (%.2f s), %llu disk hits, %llu memory hits, %llu waits on another rank's compile\n",
+              construct_max, fetch_max, total.compiles ? "cold" : "warm", (unsigned long long)total.compiles,
               total.compile_seconds, (unsigned long long)total.disk_hits, (unsigned long long)total.memory_hits,
               (unsigned long long)total.lock_waits);
   std::printf("\n%8s %10s %8s %13s %13s %14s %14s", "tokens", "recv/rank", "check", "dispatch us", "combine us",
@@ -144,6 +157,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
   std::printf("\n");
 
   json points = json::array();
+  json baseline_record;
   bool failed = false;
   for (size_t i = 0; i < ranks.front().points.size(); ++i) {
     double dispatch_us = 0, combine_us = 0, received = 0, dispatch_bw = 0, combine_bw = 0;
@@ -194,6 +208,48 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
     }
     points.push_back(point);
   }
+  if (o.baselines && !o.check_only) {
+    double ce = 1e300, sm = 1e300;
+    for (const RankResult& r : ranks) ce = std::min(ce, r.ceiling_copy_engine_GBps), sm = std::min(sm, r.ceiling_sm_writes_GBps);
+    std::printf("\nbaselines on the same GPUs: peer-write ceiling %.1f GB/s (copy engine), %.1f GB/s (SM writes, "
+                "ep_peer_copy); NCCL grouped send/recv of the same bytes\n",
+                ce, sm);
+    std::printf("%8s %8s %12s %12s %10s %10s %13s %9s %9s\n", "tokens", "NVLink", "nccl disp us", "nccl comb us",
+                "disp/nccl", "comb/nccl", "disp NVL GB/s", "vs CE", "vs SM");
+    json ceilings = {{"copy_engine_GBps", ce}, {"sm_writes_GBps", sm}};
+    for (size_t i = 0; i < ranks.front().points.size(); ++i) {
+      double remote = 0, received = 0, nccl_d = 0, nccl_c = 0, epjit_d = 0, epjit_c = 0;
+      for (const RankResult& r : ranks) {
+        if (i >= r.points.size()) continue;
+        const RankPoint& p = r.points[i];
+        remote += p.remote_received;
+        received += double(p.received);
+        nccl_d = std::max(nccl_d, p.nccl_dispatch_us);
+        nccl_c = std::max(nccl_c, p.nccl_combine_us);
+        epjit_d = std::max(epjit_d, p.dispatch_us);
+        epjit_c = std::max(epjit_c, p.combine_us);
+      }
+      if (epjit_d <= 0) continue;
+      const double n = double(ranks.size());
+      const double share = received > 0 ? remote / received : 0;
+      const double nvlink_GBps = remote / n * token_bytes / (epjit_d * 1e3);
+      std::printf("%8lld %7.0f%% %12.1f %12.1f %9.2fx %9.2fx %13.1f %8.0f%% %8.0f%%\n",
+                  (long long)ranks.front().points[i].tokens, 100 * share, nccl_d, nccl_c, nccl_d / epjit_d,
+                  nccl_c / epjit_c, nvlink_GBps, 100 * nvlink_GBps / ce, 100 * nvlink_GBps / sm);
+      json& point = points[i];
+      point["nvlink_share_of_received"] = share;
+      point["nccl_dispatch_us_max_rank"] = nccl_d;
+      point["nccl_combine_us_max_rank"] = nccl_c;
+      point["dispatch_speedup_vs_nccl"] = nccl_d / epjit_d;
+      point["combine_speedup_vs_nccl"] = nccl_c / epjit_c;
+      point["dispatch_nvlink_GBps_per_rank"] = nvlink_GBps;
+      point["dispatch_vs_copy_engine_ceiling"] = nvlink_GBps / ce;
+      point["dispatch_vs_sm_write_ceiling"] = nvlink_GBps / sm;
+    }
+    baseline_record = {{"ceilings", ceilings},
+                       {"nccl", "grouped ncclSend/ncclRecv of each rank's dispatch (combine) bytes per peer, "
+                                "local included"}};
+  }
   std::printf("\nbandwidth: received token bytes per rank (local included, scales not counted) / the slowest rank's "
               "mean time over %d iterations after %d warm-up\n",
               o.iterations, o.warmup);
@@ -219,10 +275,12 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
                    {"iterations", o.iterations},
                    {"warmup", o.warmup},
                    {"seed", o.seed},
-                   {"jit", {{"op_construct_seconds_max_rank", construct_max}, {"compiles", total.compiles},
+                   {"jit", {{"op_construct_seconds_max_rank", construct_max},
+                            {"kernel_fetch_and_load_seconds_max_rank", fetch_max}, {"compiles", total.compiles},
                             {"compile_seconds", total.compile_seconds}, {"disk_hits", total.disk_hits},
                             {"memory_hits", total.memory_hits}}},
                    {"points", points}};
+    if (!baseline_record.is_null()) record["baselines"] = baseline_record;
     std::ofstream out(o.json_path);
     if (!out) throw Error("cannot write " + o.json_path, "a writable path", "check --json");
     out << record.dump(2) << "\n";

@@ -21,6 +21,8 @@ class Stream {
  public:
   virtual ~Stream() = default;
   virtual void synchronize() = 0;
+  // CUstream / hipStream_t, for libraries that take one (NCCL); null on the host.
+  virtual void* native_handle() const { return nullptr; }
 };
 
 class Event {
@@ -123,6 +125,10 @@ class Device {
   // Blocking copies: complete (and ordered after all earlier work) on return.
   virtual void copy_to_device(void* device, const void* host, size_t bytes) = 0;
   virtual void copy_to_host(void* host, const void* device, size_t bytes) = 0;
+  // Device to device, including a peer's memory mapped here; ordered on `stream`.
+  virtual void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) = 0;
+  // Blocking, like the copies.
+  virtual void fill_zero(void* device, size_t bytes) = 0;
 
   virtual std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) = 0;
   virtual std::unique_ptr<Stream> create_stream() = 0;

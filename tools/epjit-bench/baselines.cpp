@@ -1,0 +1,191 @@
+// The baselines epjit-bench measures on the same GPUs in the same run:
+// NCCL moving the same bytes between the same ranks (grouped ncclSend/ncclRecv,
+// the all-to-all MoE frameworks fall back to), and the peer-copy ceilings
+// (copy engine, and SM-driven writes by the ep_peer_copy template).
+#include "baselines.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "epjit/error.h"
+#include "epjit/targets/common/base.h"
+
+namespace epjit::bench {
+
+namespace {
+
+using ncclResult_t = int;
+using ncclComm_t = struct ncclComm*;
+struct ncclUniqueId {
+  char internal[128];
+};
+constexpr int kNcclInt8 = 0;
+
+// NCCL's entry points, from the library torch or the CUDA toolkit ships.
+struct Nccl {
+  ncclResult_t (*GetUniqueId)(ncclUniqueId*) = nullptr;
+  ncclResult_t (*CommInitRank)(ncclComm_t*, int, ncclUniqueId, int) = nullptr;
+  ncclResult_t (*CommDestroy)(ncclComm_t) = nullptr;
+  ncclResult_t (*GroupStart)() = nullptr;
+  ncclResult_t (*GroupEnd)() = nullptr;
+  ncclResult_t (*Send)(const void*, size_t, int, int, ncclComm_t, void*) = nullptr;
+  ncclResult_t (*Recv)(void*, size_t, int, int, ncclComm_t, void*) = nullptr;
+  const char* (*GetErrorString)(ncclResult_t) = nullptr;
+  std::string library;
+
+  static const Nccl& get() {
+    static const Nccl nccl = load();
+    return nccl;
+  }
+
+  void check(ncclResult_t result, const char* what) const {
+    if (result != 0)
+      throw Error(std::string("NCCL ") + what + " failed: " + GetErrorString(result), "success",
+                  "check the NCCL library (" + library + ") and the GPUs");
+  }
+
+ private:
+  static Nccl load() {
+    const char* explicit_path = std::getenv("EPJIT_NCCL_LIBRARY");
+    const std::string path = explicit_path && *explicit_path ? explicit_path : "libnccl.so.2";
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle)
+      throw Error("cannot load NCCL (" + path + "): " + dlerror(), "libnccl.so.2 on the library path",
+                  "install NCCL or set EPJIT_NCCL_LIBRARY to torch's libnccl.so.2");
+    Nccl n;
+    n.library = path;
+    auto bind = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, name));
+      if (!fn) throw Error(std::string("NCCL has no ") + name, "NCCL 2.x", "use a complete libnccl.so.2");
+    };
+    bind(n.GetUniqueId, "ncclGetUniqueId");
+    bind(n.CommInitRank, "ncclCommInitRank");
+    bind(n.CommDestroy, "ncclCommDestroy");
+    bind(n.GroupStart, "ncclGroupStart");
+    bind(n.GroupEnd, "ncclGroupEnd");
+    bind(n.Send, "ncclSend");
+    bind(n.Recv, "ncclRecv");
+    bind(n.GetErrorString, "ncclGetErrorString");
+    return n;
+  }
+};
+
+template <typename Body>
+double time_us(Device& device, Stream& stream, int warmup, int iterations, Body&& body) {
+  for (int i = 0; i < warmup; ++i) body();
+  auto start = device.create_event(), stop = device.create_event();
+  start->record(stream);
+  for (int i = 0; i < iterations; ++i) body();
+  stop->record(stream);
+  stop->synchronize();
+  return 1000.0 * stop->elapsed_ms(*start) / iterations;
+}
+
+}  // namespace
+
+struct Baselines::Impl {
+  Communicator& comm;
+  Device& device;
+  std::unique_ptr<Stream> stream;
+  ncclComm_t nccl = nullptr;
+  void* send = nullptr;
+  void* recv = nullptr;
+  size_t buffer_bytes = 0;
+
+  Impl(Communicator& c, size_t max_bytes) : comm(c), device(c.device()), stream(device.create_stream()) {
+    const Nccl& n = Nccl::get();
+    ncclUniqueId id{};
+    if (comm.rank() == 0) n.check(n.GetUniqueId(&id), "unique id");
+    const auto ids = comm.allgather(std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id),
+                                                         reinterpret_cast<uint8_t*>(&id) + sizeof id));
+    std::memcpy(&id, ids[0].data(), sizeof id);
+    n.check(n.CommInitRank(&nccl, comm.world_size(), id, comm.rank()), "communicator init");
+    buffer_bytes = std::max<size_t>(max_bytes, 256);
+    send = device.allocate(buffer_bytes);
+    recv = device.allocate(buffer_bytes);
+  }
+  ~Impl() {
+    if (nccl) Nccl::get().CommDestroy(nccl);
+    device.release(send);
+    device.release(recv);
+  }
+};
+
+Baselines::Baselines(Communicator& comm, size_t max_bytes) : impl_(std::make_unique<Impl>(comm, max_bytes)) {}
+Baselines::~Baselines() = default;
+
+double Baselines::nccl_exchange_us(const std::vector<size_t>& send_bytes, int warmup, int iterations) {
+  Impl& b = *impl_;
+  const Nccl& n = Nccl::get();
+  const int world = b.comm.world_size(), rank = b.comm.rank();
+  // Every rank learns what it receives from each peer.
+  std::vector<uint8_t> mine(size_t(world) * 8);
+  std::memcpy(mine.data(), send_bytes.data(), mine.size());
+  const auto all = b.comm.allgather(mine);
+  std::vector<size_t> recv_bytes(static_cast<size_t>(world));
+  for (int s = 0; s < world; ++s) std::memcpy(&recv_bytes[size_t(s)], all[size_t(s)].data() + 8 * rank, 8);
+  size_t send_total = 0, recv_total = 0;
+  for (int p = 0; p < world; ++p) send_total += send_bytes[size_t(p)], recv_total += recv_bytes[size_t(p)];
+  if (send_total > b.buffer_bytes || recv_total > b.buffer_bytes)
+    throw Error("the NCCL baseline needs " + std::to_string(std::max(send_total, recv_total)) + " bytes",
+                "at most the buffer of " + std::to_string(b.buffer_bytes), "report this as a bug");
+  void* stream = b.stream->native_handle();
+  b.comm.barrier();
+  return time_us(b.device, *b.stream, warmup, iterations, [&] {
+    n.check(n.GroupStart(), "group start");
+    size_t send_at = 0, recv_at = 0;
+    for (int p = 0; p < world; ++p) {
+      if (send_bytes[size_t(p)])
+        n.check(n.Send(static_cast<char*>(b.send) + send_at, send_bytes[size_t(p)], kNcclInt8, p, b.nccl, stream),
+                "send");
+      if (recv_bytes[size_t(p)])
+        n.check(n.Recv(static_cast<char*>(b.recv) + recv_at, recv_bytes[size_t(p)], kNcclInt8, p, b.nccl, stream),
+                "recv");
+      send_at += send_bytes[size_t(p)];
+      recv_at += recv_bytes[size_t(p)];
+    }
+    n.check(n.GroupEnd(), "group end");
+  });
+}
+
+Ceilings measure_ceilings(Communicator& comm, KernelCache& cache, const std::string& target, size_t bytes,
+                          int warmup, int iterations) {
+  Device& device = comm.device();
+  auto stream = device.create_stream();
+  const int world = comm.world_size(), rank = comm.rank(), peer = (rank + 1) % world;
+  const size_t row_words = 3584;  // one 14,336-byte row: a bf16 token of hidden 7168
+  const size_t rows = std::max<size_t>(1, bytes / (row_words * 4));
+  bytes = rows * row_words * 4;
+  auto window_memory = comm.allocate_symmetric(bytes);
+  void* source = device.allocate(bytes);
+  device.fill_zero(source, bytes);
+  Window window{};
+  for (int p = 0; p < world; ++p) window.peer_base[p] = static_cast<char*>(window_memory->peers.at(size_t(p)));
+  void* table = device.allocate(sizeof(Window));
+  device.copy_to_device(table, &window, sizeof(Window));
+  auto module = device.load_module(
+      cache.get({"ep_peer_copy", {{"row_words", std::to_string(row_words)}}, target})->binary);
+  const Kernel kernel = module->kernel("ep_peer_copy");
+  void* target_memory = window_memory->peers.at(size_t(peer));
+
+  Ceilings ceilings;
+  comm.barrier();
+  const double ce_us = time_us(device, *stream, warmup, iterations,
+                               [&] { device.copy_async(target_memory, source, bytes, *stream); });
+  comm.barrier();
+  KernelArgs args;
+  args.add(source).add(rows).add(size_t(peer)).add(table);
+  const double sm_us = time_us(device, *stream, warmup, iterations,
+                               [&] { device.launch(kernel, {132, 16}, args, *stream); });
+  comm.barrier();  // no peer writes into this window any more
+  ceilings.copy_engine_GBps = double(bytes) / (ce_us * 1e3);
+  ceilings.sm_writes_GBps = double(bytes) / (sm_us * 1e3);
+  ceilings.bytes = bytes;
+  device.release(source);
+  device.release(table);
+  return ceilings;
+}
+
+}  // namespace epjit::bench
