@@ -311,10 +311,17 @@ func.func @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
   // of the row at a time summed in the warp's own f32 scratch (cache-resident).
   %scratch_at = arith.muli %first, %chunk : index
   %acc = ep.peer_ptr %w[%rank] @accumulator[%scratch_at] : !ep.ptr<f32>
-  scf.for %token = %first to %tokens step %stride {
+  // Work items are (token, chunk) pairs, so a few tokens still spread over many warps.
+  %chunk_span = arith.addi %hidden, %chunk : index
+  %chunk_span_1 = arith.subi %chunk_span, %c1 : index
+  %chunks = arith.divui %chunk_span_1, %chunk : index
+  %items = arith.muli %tokens, %chunks : index
+  scf.for %item = %first to %items step %stride {
+    %token = arith.divui %item, %chunks : index
+    %chunk_index = arith.remui %item, %chunks : index
+    %c = arith.muli %chunk_index, %chunk : index
     %row = arith.muli %token, %topk : index
     %out_at = arith.muli %token, %hidden : index
-    scf.for %c = %c0 to %hidden step %chunk {
       %left = arith.subi %hidden, %c : index
       %short = arith.cmpi ult, %left, %chunk : index
       %n = arith.select %short, %left, %chunk : index
@@ -340,8 +347,9 @@ func.func @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
       }
       %out_chunk = arith.addi %out_at, %c : index
       ep.warp.copy_row %acc[%c0], %output[%out_chunk], %n : !ep.ptr<f32> -> !ep.ptr<!ep.row_elem<"combine_elem">>
-    }
-    scf.if %weighted {
+    %first_chunk = arith.cmpi eq, %chunk_index, %c0 : index
+    %weights_here = arith.andi %weighted, %first_chunk : i1
+    scf.if %weights_here {
       scf.for %j = %c0 to %topk step %c1 {
         %route_at = arith.addi %row, %j : index
         %entry = ep.load %route[%route_at] : !ep.ptr<i32>
@@ -445,10 +453,17 @@ func.func @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
   %scratch_at = arith.muli %first, %chunk : index
   %acc = ep.peer_ptr %w[%rank] @accumulator[%scratch_at] : !ep.ptr<f32>
   %scratch = ep.peer_ptr %w[%rank] @dequantized[%scratch_at] : !ep.ptr<f32>
-  scf.for %token = %first to %tokens step %stride {
+  // Work items are (token, chunk) pairs, so a few tokens still spread over many warps.
+  %chunk_span = arith.addi %hidden, %chunk : index
+  %chunk_span_1 = arith.subi %chunk_span, %c1 : index
+  %chunks = arith.divui %chunk_span_1, %chunk : index
+  %items = arith.muli %tokens, %chunks : index
+  scf.for %item = %first to %items step %stride {
+    %token = arith.divui %item, %chunks : index
+    %chunk_index = arith.remui %item, %chunks : index
+    %c = arith.muli %chunk_index, %chunk : index
     %row = arith.muli %token, %topk : index
     %out_at = arith.muli %token, %hidden : index
-    scf.for %c = %c0 to %hidden step %chunk {
       %left = arith.subi %hidden, %c : index
       %short = arith.cmpi ult, %left, %chunk : index
       %n = arith.select %short, %left, %chunk : index
@@ -498,8 +513,9 @@ func.func @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
       }
       %out_chunk = arith.addi %out_at, %c : index
       ep.warp.copy_row %acc[%c0], %output[%out_chunk], %n : !ep.ptr<f32> -> !ep.ptr<!ep.row_elem<"combine_elem">>
-    }
-    scf.if %weighted {
+    %first_chunk = arith.cmpi eq, %chunk_index, %c0 : index
+    %weights_here = arith.andi %weighted, %first_chunk : i1
+    scf.if %weights_here {
       scf.for %j = %c0 to %topk step %c1 {
         %box = arith.addi %row, %j : index
         %entry = ep.load %route[%box] : !ep.ptr<i32>
