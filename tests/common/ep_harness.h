@@ -491,10 +491,10 @@ using DeviceFactory = std::function<std::unique_ptr<Device>(int rank)>;
 inline std::string runRanks(int world, Ranks mode, KernelCache& cache, const RankBody& rank_body,
                             std::optional<int> gpu_per_node = std::nullopt,
                             const DeviceFactory& make_device = [](int) { return make_host_device(); }) {
-  const UniqueId id = Communicator::get_unique_id();
   const CommOptions options{60, gpu_per_node};
   std::string failures;
   if (mode == Ranks::Threads) {
+    const UniqueId id = Communicator::get_unique_id();
     auto device = make_device(0);
     std::vector<std::string> results(static_cast<size_t>(world));
     std::vector<std::thread> threads;
@@ -513,17 +513,25 @@ inline std::string runRanks(int world, Ranks mode, KernelCache& cache, const Ran
     for (const std::string& r : results) failures += r;
     return failures;
   }
-  // Processes: every rank is a child; a pipe carries its failures back.
+  // Processes: every rank is a child, forked before this process starts any
+  // thread (the bootstrap's): a fork copies only the forking thread, and a lock
+  // another thread held (the allocator's, under a sanitizer) would stay held in
+  // the child. The unique id follows through a pipe; another pipe carries the
+  // rank's failures back.
   std::vector<std::pair<pid_t, int>> children;
+  std::vector<int> id_pipes;
   for (int r = 0; r < world; ++r) {
-    int fds[2];
-    if (pipe(fds) != 0) return "pipe failed";
+    int fds[2], id_fds[2];
+    if (pipe(fds) != 0 || pipe(id_fds) != 0) return "pipe failed";
     const pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
+      close(id_fds[1]);
       alarm(900);
       std::string result;
       try {
+        UniqueId id;
+        if (read(id_fds[0], id.bytes.data(), id.bytes.size()) != ssize_t(id.bytes.size())) _exit(4);
         KernelCache own_cache(cache.options());
         auto device = make_device(r);
         auto comm = Communicator::init(world, r, id, *device, options);
@@ -536,7 +544,14 @@ inline std::string runRanks(int world, Ranks mode, KernelCache& cache, const Ran
       _exit(result.empty() ? 0 : 1);
     }
     close(fds[1]);
+    close(id_fds[0]);
     children.emplace_back(pid, fds[0]);
+    id_pipes.push_back(id_fds[1]);
+  }
+  const UniqueId id = Communicator::get_unique_id();
+  for (int fd : id_pipes) {
+    if (write(fd, id.bytes.data(), id.bytes.size()) != ssize_t(id.bytes.size())) failures += "cannot pass the unique id\n";
+    close(fd);
   }
   for (auto [pid, fd] : children) {
     std::string text;

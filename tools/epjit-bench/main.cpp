@@ -84,13 +84,13 @@ std::vector<RankResult> gather(Communicator& comm, const RankResult& mine) {
 }
 
 int run(const Options& o) {
-  const UniqueId id = Communicator::get_unique_id();
   std::vector<RankResult> results;
   std::string device_name = o.device == "cuda" ? "CUDA GPU" : "host: " + cpu_name();
   const std::string transport = o.device == "cuda"   ? "CUDA IPC, one process per GPU"
                                 : o.processes        ? "host shared memory (memfd), one process per rank"
                                                      : "host shared memory, one thread per rank";
   if (!o.processes) {
+    const UniqueId id = Communicator::get_unique_id();
     KernelCache cache = make_cache(o.cache_dir);
     auto device = make_device(o, 0);
     std::vector<std::string> errors(static_cast<size_t>(o.world));
@@ -113,11 +113,19 @@ int run(const Options& o) {
         throw Error("rank " + std::to_string(r) + " failed: " + errors[size_t(r)], "every rank to finish",
                     "see the message above");
   } else {
+    // Ranks 1.. are forked before this process starts the bootstrap's thread
+    // (a fork copies only the forking thread); the unique id follows by pipe.
     std::vector<pid_t> children;
+    std::vector<int> id_pipes;
     for (int r = 1; r < o.world; ++r) {
+      int fds[2];
+      if (pipe(fds) != 0) throw Error("pipe failed", "a pipe per rank process", "raise the open-file limit");
       const pid_t pid = fork();
       if (pid == 0) {
+        close(fds[1]);
         try {
+          UniqueId id;
+          if (read(fds[0], id.bytes.data(), id.bytes.size()) != ssize_t(id.bytes.size())) _exit(4);
           KernelCache cache = make_cache(o.cache_dir);
           auto device = make_device(o, r);
           auto comm = Communicator::init(o.world, r, id, *device);
@@ -129,7 +137,15 @@ int run(const Options& o) {
           _exit(3);
         }
       }
+      close(fds[0]);
       children.push_back(pid);
+      id_pipes.push_back(fds[1]);
+    }
+    const UniqueId id = Communicator::get_unique_id();
+    for (int fd : id_pipes) {
+      if (write(fd, id.bytes.data(), id.bytes.size()) != ssize_t(id.bytes.size()))
+        throw Error("cannot pass the unique id to a rank process", "a live child", "see its message above");
+      close(fd);
     }
     KernelCache cache = make_cache(o.cache_dir);
     auto device = make_device(o, 0);
