@@ -19,6 +19,7 @@ run: build
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 	$(MAKE) --no-print-directory sanitize-thread sanitize-address
+	scripts/python-check.sh $(BUILD_DIR)
 
 # The e2e subset under a sanitizer (runtime, test and host kernels instrumented;
 # kernel source from the regular build's compiler library).

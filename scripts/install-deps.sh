@@ -25,7 +25,8 @@ debian_packages=(
   # python test venv
   python3-venv python3-dev
 )
-python_packages=(numpy ml_dtypes pytest)
+# nanobind and scikit-build-core build the Python module (python/, pyproject.toml)
+python_packages=(numpy ml_dtypes pytest nanobind scikit-build-core)
 
 log() { printf 'install-deps: %s\n' "$*"; }
 
@@ -61,7 +62,7 @@ venv_is_complete() {
   "$venv_dir/bin/python" - "${python_packages[@]}" <<'PY' 2>/dev/null
 import importlib, sys
 for name in sys.argv[1:]:
-    importlib.import_module(name)
+    importlib.import_module(name.replace("-", "_"))
 PY
 }
 

@@ -28,6 +28,8 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return text + "]";
 }
 
+}  // namespace
+
 DType tensor_type_of(DataType type, const TargetInfo& target) {
   switch (type) {
     case DataType::BF16: return DType::BF16;
@@ -37,6 +39,8 @@ DType tensor_type_of(DataType type, const TargetInfo& target) {
   }
   return DType::BF16;
 }
+
+namespace {
 
 // Checks one tensor argument; `rows` < 0 accepts any first dimension >= -rows - 1.
 void expect_tensor(const char* call, const char* what, const TensorRef& tensor, DType dtype,

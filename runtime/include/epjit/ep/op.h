@@ -25,6 +25,8 @@ enum class DType : uint8_t { BF16, F32, I32, U8, FP8_E4M3FN, FP8_E4M3FNUZ, FP4_E
 const char* name_of(DType type);
 // Bits per element (FP4: 4, packed two per byte, element 2i in the low nibble).
 int bits_of(DType type);
+// The tensor dtype of a payload type on a target (fp8: the target's flavor).
+DType tensor_type_of(DataType type, const TargetInfo& target);
 
 // A dense row-major tensor in device memory (host memory on the host device).
 // Shapes count logical elements (an FP4 row of hidden elements is hidden / 2 bytes).

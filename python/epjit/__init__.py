@@ -1,0 +1,206 @@
+"""epjit: expert-parallel dispatch/combine with JIT-generated kernels.
+
+MORI EPv2's API (mori.ops.dispatch_combine_v2) over DLPack tensors:
+
+    import epjit
+    uid = epjit.Communicator.get_unique_id()          # on one rank; send the bytes to all
+    comm = epjit.Communicator.init(world_size, rank, uid)
+    config = epjit.EpDispatchCombineConfig(rank=rank, world_size=world_size, hidden_dim=7168,
+                                           max_num_inp_token_per_rank=128, num_experts_per_rank=64,
+                                           num_experts_per_token=8, data_type="bf16")
+    with epjit.EpDispatchCombineOp(config, comm) as op:
+        tokens, weights, scales, indices, total_recv = op.dispatch(x, w, None, idx)
+        out, out_weights = op.combine(expert_out, weights)
+
+Tensors are numpy arrays or torch tensors (anything with __dlpack__), C-contiguous, on
+the op's device. bf16 from numpy: ml_dtypes.bfloat16 or uint16 bits. Outputs are views
+of the op's memory (valid until the next call) in the input's framework.
+"""
+import os
+
+_library = os.path.join(os.path.dirname(__file__), "lib", "libepjit_kernel_source.so")
+if os.path.exists(_library):  # the compiler provider installed with the wheel
+    os.environ.setdefault("EPJIT_KERNEL_SOURCE_LIBRARY", _library)
+
+from . import _epjit  # noqa: E402
+from ._epjit import Error, Routing, git_revision, __version__  # noqa: E402,F401
+from . import cache  # noqa: E402,F401
+
+try:
+    import numpy as _np
+except ImportError:  # pragma: no cover
+    _np = None
+
+_DTYPE_NAMES = {
+    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
+    "f32": "f32", "fp32": "f32", "float32": "f32", "torch.float32": "f32", "float": "f32",
+    "fp8": "fp8", "float8_e4m3fn": "fp8", "float8_e4m3fnuz": "fp8", "torch.float8_e4m3fn": "fp8",
+    "torch.float8_e4m3fnuz": "fp8",
+    "fp4": "fp4", "float4_e2m1fn_x2": "fp4", "torch.float4_e2m1fn_x2": "fp4",
+}
+
+
+def _dtype_name(value, field):
+    if value is None:
+        return None
+    name = _DTYPE_NAMES.get(str(value)) or _DTYPE_NAMES.get(getattr(value, "name", ""))
+    if name is None:
+        raise ValueError(f"{field}={value!r} is not a dtype epjit knows: bf16, f32, fp8 or fp4 "
+                         "(as strings, numpy/ml_dtypes or torch dtypes)")
+    return name
+
+
+class Communicator:
+    """A rank of an epjit communicator (TCP bootstrap, symmetric memory)."""
+
+    get_unique_id = staticmethod(_epjit.Communicator.get_unique_id)
+
+    def __init__(self, native, target):
+        self._native = native
+        self.target = target
+
+    @staticmethod
+    def init(world_size, rank, unique_id, target=None, device=None, device_ordinal=-1, timeout_seconds=0.0):
+        """Joins the communicator; returns when all ranks have. `target` is the ops'
+        default target (host, host-gfx942/950/1250, sm90); `device` defaults to cuda
+        for GPU targets and host otherwise."""
+        if device is None:
+            device = "cuda" if target and not str(target).startswith("host") else "host"
+        native = _epjit.Communicator.init(world_size, rank, bytes(unique_id), device, device_ordinal, timeout_seconds)
+        return Communicator(native, target)
+
+    rank = property(lambda self: self._native.rank)
+    world_size = property(lambda self: self._native.world_size)
+    device = property(lambda self: self._native.device)
+
+    def barrier(self):
+        self._native.barrier()
+
+    def destroy(self):
+        self._native.destroy()
+
+
+class EpDispatchCombineConfig:
+    """MORI EPv2's config, keyword fields as in mori (data_type etc. as strings or dtypes)."""
+
+    _PLAIN = ("rank", "world_size", "hidden_dim", "max_num_inp_token_per_rank", "num_experts_per_rank",
+              "num_experts_per_token", "scale_dim", "scale_type_size", "enable_std_moe", "max_total_recv_tokens",
+              "kernel_backend", "gpu_per_node", "internode_auto_ll_max_tokens", "target", "dispatch_block_num",
+              "combine_block_num", "warp_num_per_block", "combine_warp_num_per_block")
+
+    def __init__(self, *, rank, world_size, hidden_dim, max_num_inp_token_per_rank, num_experts_per_rank,
+                 num_experts_per_token, data_type="bf16", dispatch_data_type=None, combine_data_type=None,
+                 combine_mode="gather", quant_type="none", internode_kernel="auto", **fields):
+        self._native = _epjit._Config()
+        values = dict(rank=rank, world_size=world_size, hidden_dim=hidden_dim,
+                      max_num_inp_token_per_rank=max_num_inp_token_per_rank,
+                      num_experts_per_rank=num_experts_per_rank, num_experts_per_token=num_experts_per_token, **fields)
+        for name, value in values.items():
+            if name not in self._PLAIN:
+                raise TypeError(f"EpDispatchCombineConfig has no field {name!r}")
+            if value is not None:
+                setattr(self._native, name, value)
+        self._native.set_data_type(_dtype_name(data_type, "data_type"))
+        if (dispatch_data_type is None) != (combine_data_type is None):
+            raise ValueError("dispatch_data_type and combine_data_type are set together or not at all")
+        if dispatch_data_type is not None:
+            self._native.set_leg_types(_dtype_name(dispatch_data_type, "dispatch_data_type"),
+                                       _dtype_name(combine_data_type, "combine_data_type"))
+        self._native.set_combine_mode(str(combine_mode))
+        self._native.set_quant_type(str(quant_type))
+        self._native.set_internode_kernel(str(internode_kernel))
+
+    def __getattr__(self, name):
+        return getattr(self._native, name)
+
+    def validate(self):
+        self._native.validate()
+
+
+def _is_torch(value):
+    return type(value).__module__.startswith("torch")
+
+
+def _to_native(value):
+    """numpy bf16 (ml_dtypes) as uint16 bits; everything else as is (DLPack)."""
+    if _np is not None and isinstance(value, _np.ndarray) and value.dtype.name == "bfloat16":
+        return value.view(_np.uint16)
+    return value
+
+
+class EpDispatchCombineOp:
+    """Dispatch and combine bound to a communicator; kernels are built (or loaded
+    from the cache) at construction, calls only launch."""
+
+    def __init__(self, config, comm):
+        native_config = config._native
+        if not native_config.target and comm.target:
+            native_config.target = comm.target
+        self._op = _epjit._Op(native_config, comm._native)
+        self._config = native_config
+        self._comm = comm
+        self._bf16_numpy = False
+        self._torch = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def _wrap(self, value, bits_are_bf16=False):
+        if value is None:
+            return None
+        if self._torch:
+            import torch
+            tensor = torch.from_numpy(value) if isinstance(value, _np.ndarray) else torch.from_dlpack(value)
+            return tensor.view(torch.bfloat16) if bits_are_bf16 else tensor
+        if bits_are_bf16 and self._bf16_numpy:
+            import ml_dtypes
+            return value.view(ml_dtypes.bfloat16)
+        return value
+
+    def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False):
+        """Returns (tokens, weights, scales, indices, total_recv[, routing]); total_recv
+        is a 1-element device array (read it after synchronizing)."""
+        self._torch = _is_torch(input)
+        self._bf16_numpy = _np is not None and isinstance(input, _np.ndarray) and input.dtype.name == "bfloat16"
+        record = self._op.make_routing() if return_routing else None
+        out = self._op.dispatch(_to_native(input), weights, _to_native(scales), indices, record, routing)
+        bf16 = self.config_dispatch_type == "bf16"
+        result = (self._wrap(out[0], bf16), self._wrap(out[1]), self._wrap(out[2]), self._wrap(out[3]),
+                  self._wrap(out[4]))
+        return result + (record,) if return_routing else result
+
+    def combine(self, input, weights=None, indices=None, *, routing=None):
+        """Returns (out [tokens, hidden], out_weights or None). `indices` and `routing`
+        are accepted for MORI compatibility: combine always answers the last dispatch."""
+        out = self._op.combine(_to_native(input), weights)
+        bf16 = self.config_combine_type == "bf16"
+        return self._wrap(out[0], bf16), self._wrap(out[1])
+
+    def combine_input(self):
+        """Gather combine: write expert outputs here to skip combine's staging copy."""
+        return self._wrap(self._op.combine_input(), self.config_combine_type == "bf16")
+
+    config_dispatch_type = property(lambda self: self._config.dispatch_type)
+    config_combine_type = property(lambda self: self._config.combine_type)
+
+    def local_expert_counts(self):
+        return self._op.local_expert_counts()
+
+    def synchronize(self):
+        self._op.synchronize()
+
+    def check(self):
+        self._op.check()
+
+    def reset(self):
+        self._op.reset()
+
+    def close(self):
+        self._op.close()
+
+    capacity = property(lambda self: self._op.capacity)
+    target = property(lambda self: self._op.target)

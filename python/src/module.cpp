@@ -1,0 +1,280 @@
+// _epjit: the nanobind extension behind `import epjit`. Tensors cross as
+// DLPack (nb::ndarray): any producer (numpy, torch, ...) in, views of the op's
+// memory out. C++ work runs with the GIL released, so ranks can be Python
+// threads. python/epjit/__init__.py adds the framework conveniences
+// (bf16 from numpy, torch outputs, keyword configs).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include "epjit/cache.h"
+#include "epjit/comm/communicator.h"
+#include "epjit/device.h"
+#include "epjit/ep/op.h"
+#include "epjit/error.h"
+#include "epjit/version.h"
+
+#include <cstring>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using namespace epjit;
+using namespace epjit::ep;
+
+namespace {
+
+KernelCache& module_cache() {
+  static KernelCache cache;
+  return cache;
+}
+
+// A rank: its device and communicator, owned together (the device outlives the communicator).
+struct PyCommunicator {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Communicator> comm;
+  std::string device_kind;
+};
+
+// The element type of an ndarray argument, for the op's dtype checks.
+DType dtype_of(const nb::ndarray<>& array, const char* argument, std::optional<DType> expected) {
+  const nb::dlpack::dtype t = array.dtype();
+  const auto code = nb::dlpack::dtype_code(t.code);
+  if (code == nb::dlpack::dtype_code::Float && t.bits == 32) return DType::F32;
+  if (code == nb::dlpack::dtype_code::Int && t.bits == 32) return DType::I32;
+  if (code == nb::dlpack::dtype_code::Bfloat && t.bits == 16) return DType::BF16;
+  if (code == nb::dlpack::dtype_code::Float8_E4M3FN) return DType::FP8_E4M3FN;
+  if (code == nb::dlpack::dtype_code::Float8_E4M3FNUZ) return DType::FP8_E4M3FNUZ;
+  if (code == nb::dlpack::dtype_code::Float4_E2M1FN) return DType::FP4_E2M1;
+  // Raw bit containers stand for what the op expects: uint16 for bf16, uint8 for fp8 (or scales).
+  if (code == nb::dlpack::dtype_code::UInt && expected && bits_of(*expected) == t.bits) return *expected;
+  if ((code == nb::dlpack::dtype_code::UInt || code == nb::dlpack::dtype_code::Int) && t.bits == 8) return DType::U8;
+  throw Error(std::string(argument) + " has a DLPack dtype (code " + std::to_string(t.code) + ", " +
+                  std::to_string(t.bits) + " bits) the op does not take",
+              expected ? name_of(*expected) : "a supported dtype", "convert " + std::string(argument) + " first");
+}
+
+void check_device(const nb::ndarray<>& array, const char* argument, const PyCommunicator& comm) {
+  const int type = array.device_type();
+  const bool host = comm.device_kind == "host";
+  const bool ok = host ? (type == nb::device::cpu::value) : (type == nb::device::cuda::value);
+  if (!ok)
+    throw Error(std::string(argument) + " lives on DLPack device type " + std::to_string(type),
+                host ? "a CPU tensor (the op runs on the host device)" : "a CUDA tensor on this rank's GPU",
+                "move " + std::string(argument) + " to the op's device");
+}
+
+// A TensorRef over a C-contiguous ndarray (an FP4 array counts packed bytes as two elements).
+TensorRef tensor_of(const nb::ndarray<>& array, const char* argument, const PyCommunicator& comm,
+                    std::optional<DType> expected) {
+  check_device(array, argument, comm);
+  TensorRef ref;
+  ref.dtype = dtype_of(array, argument, expected);
+  int64_t stride = 1;
+  const bool empty = array.size() == 0;  // an empty tensor is contiguous whatever its strides
+  for (size_t d = array.ndim(); !empty && d-- > 0;) {
+    if (array.shape(d) > 1 && array.stride(d) != stride)
+      throw Error(std::string(argument) + " is not contiguous (stride " + std::to_string(array.stride(d)) +
+                      " in dimension " + std::to_string(d) + ")",
+                  "a C-contiguous tensor", "pass " + std::string(argument) + ".contiguous() / np.ascontiguousarray");
+    stride *= int64_t(array.shape(d));
+  }
+  for (size_t d = 0; d < array.ndim(); ++d) ref.shape.push_back(int64_t(array.shape(d)));
+  ref.data = array.data();
+  return ref;
+}
+
+// A view of op memory handed back to Python: numpy on the host, a DLPack
+// capsule-backed array on GPUs (epjit/__init__.py turns it into torch).
+nb::object view(const TensorRef& t, const PyCommunicator& comm, nb::handle owner) {
+  if (!t.data) return nb::none();
+  std::vector<size_t> shape(t.shape.begin(), t.shape.end());
+  nb::dlpack::dtype dtype;
+  switch (t.dtype) {
+    case DType::BF16: dtype = nb::dtype<uint16_t>(); break;  // bits; __init__.py views them as bfloat16
+    case DType::F32: dtype = nb::dtype<float>(); break;
+    case DType::I32: dtype = nb::dtype<int32_t>(); break;
+    case DType::FP4_E2M1:
+      dtype = nb::dtype<uint8_t>();
+      if (!shape.empty()) shape.back() /= 2;
+      break;
+    default: dtype = nb::dtype<uint8_t>(); break;
+  }
+  const int device_type = comm.device_kind == "host" ? nb::device::cpu::value : nb::device::cuda::value;
+  if (comm.device_kind == "host")
+    return nb::cast(nb::ndarray<nb::numpy>(t.data, shape.size(), shape.data(), owner, nullptr, dtype, device_type, 0));
+  // GPUs: a DLPack-exporting array; epjit/__init__.py hands it to torch.
+  return nb::cast(nb::ndarray<>(t.data, shape.size(), shape.data(), owner, nullptr, dtype, device_type, 0));
+}
+
+}  // namespace
+
+NB_MODULE(_epjit, m) {
+  m.doc() = "epjit: JIT-generated expert-parallel dispatch/combine kernels";
+  m.attr("__version__") = std::string(version());
+  m.def("git_revision", [] { return std::string(git_revision()); });
+
+  nb::exception<Error>(m, "Error", PyExc_RuntimeError);
+
+  nb::class_<PyCommunicator>(m, "Communicator")
+      .def_static("get_unique_id", [] {
+        const UniqueId id = Communicator::get_unique_id();
+        return nb::bytes(reinterpret_cast<const char*>(id.bytes.data()), id.bytes.size());
+      })
+      .def_static(
+          "init",
+          [](int world_size, int rank, nb::bytes unique_id, const std::string& device, int device_ordinal,
+             double timeout_seconds) {
+            UniqueId id;
+            if (unique_id.size() != id.bytes.size())
+              throw Error("unique_id has " + std::to_string(unique_id.size()) + " bytes",
+                          std::to_string(id.bytes.size()) + " bytes from Communicator.get_unique_id()",
+                          "pass the bytes get_unique_id() returned, unchanged");
+            std::memcpy(id.bytes.data(), unique_id.c_str(), id.bytes.size());
+            auto result = std::make_unique<PyCommunicator>();
+            result->device_kind = device;
+            nb::gil_scoped_release release;
+            if (device == "host") result->device = make_host_device();
+            else if (device == "cuda") result->device = make_cuda_device(device_ordinal < 0 ? rank : device_ordinal);
+            else throw Error("device '" + device + "' is not known", "host or cuda", "pass device='host' or 'cuda'");
+            CommOptions options;
+            options.timeout_seconds = timeout_seconds;
+            result->comm = Communicator::init(world_size, rank, id, *result->device, options);
+            return result;
+          },
+          "world_size"_a, "rank"_a, "unique_id"_a, "device"_a = "host", "device_ordinal"_a = -1,
+          "timeout_seconds"_a = 0.0)
+      .def_prop_ro("rank", [](PyCommunicator& c) { return c.comm->rank(); })
+      .def_prop_ro("world_size", [](PyCommunicator& c) { return c.comm->world_size(); })
+      .def_prop_ro("device", [](PyCommunicator& c) { return c.device_kind; })
+      .def_prop_ro("default_target", [](PyCommunicator& c) { return c.device->default_target(); })
+      .def("barrier", [](PyCommunicator& c) { c.comm->barrier(); }, nb::call_guard<nb::gil_scoped_release>())
+      .def("destroy", [](PyCommunicator& c) { c.comm->destroy(); }, nb::call_guard<nb::gil_scoped_release>());
+
+  nb::class_<EpDispatchCombineConfig>(m, "_Config")
+      .def(nb::init<>())
+      .def_rw("rank", &EpDispatchCombineConfig::rank)
+      .def_rw("world_size", &EpDispatchCombineConfig::world_size)
+      .def_rw("hidden_dim", &EpDispatchCombineConfig::hidden_dim)
+      .def_rw("max_num_inp_token_per_rank", &EpDispatchCombineConfig::max_num_inp_token_per_rank)
+      .def_rw("num_experts_per_rank", &EpDispatchCombineConfig::num_experts_per_rank)
+      .def_rw("num_experts_per_token", &EpDispatchCombineConfig::num_experts_per_token)
+      .def_rw("scale_dim", &EpDispatchCombineConfig::scale_dim)
+      .def_rw("scale_type_size", &EpDispatchCombineConfig::scale_type_size)
+      .def_rw("enable_std_moe", &EpDispatchCombineConfig::enable_std_moe)
+      .def_rw("max_total_recv_tokens", &EpDispatchCombineConfig::max_total_recv_tokens)
+      .def_rw("kernel_backend", &EpDispatchCombineConfig::kernel_backend)
+      .def_rw("gpu_per_node", &EpDispatchCombineConfig::gpu_per_node)
+      .def_rw("internode_auto_ll_max_tokens", &EpDispatchCombineConfig::internode_auto_ll_max_tokens)
+      .def_rw("target", &EpDispatchCombineConfig::target)
+      .def_rw("dispatch_block_num", &EpDispatchCombineConfig::dispatch_block_num)
+      .def_rw("combine_block_num", &EpDispatchCombineConfig::combine_block_num)
+      .def_rw("warp_num_per_block", &EpDispatchCombineConfig::warp_num_per_block)
+      .def_rw("combine_warp_num_per_block", &EpDispatchCombineConfig::combine_warp_num_per_block)
+      .def("set_data_type", [](EpDispatchCombineConfig& c, const std::string& v) { c.data_type = parse_data_type(v); })
+      .def("set_leg_types",
+           [](EpDispatchCombineConfig& c, const std::string& dispatch, const std::string& combine) {
+             c.dispatch_data_type = parse_data_type(dispatch, "dispatch_data_type");
+             c.combine_data_type = parse_data_type(combine, "combine_data_type");
+           })
+      .def("set_combine_mode", [](EpDispatchCombineConfig& c, const std::string& v) { c.combine_mode = parse_combine_mode(v); })
+      .def("set_quant_type", [](EpDispatchCombineConfig& c, const std::string& v) { c.quant_type = parse_quant_type(v); })
+      .def("set_internode_kernel",
+           [](EpDispatchCombineConfig& c, const std::string& v) { c.internode_kernel = parse_internode_kernel(v); })
+      .def_prop_ro("data_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.data_type)); })
+      .def_prop_ro("dispatch_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.dispatch_type())); })
+      .def_prop_ro("combine_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.combine_type())); })
+      .def_prop_ro("combine_mode", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.combine_mode)); })
+      .def_prop_ro("quant_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.quant_type)); })
+      .def("validate", &EpDispatchCombineConfig::validate);
+
+  nb::class_<Routing>(m, "Routing").def_prop_ro("tokens", &Routing::tokens);
+
+  struct PyOp {
+    std::unique_ptr<EpDispatchCombineOp> op;
+    PyCommunicator* comm;
+  };
+  nb::class_<PyOp>(m, "_Op")
+      .def("__init__",
+           [](PyOp* self, const EpDispatchCombineConfig& config, PyCommunicator& comm) {
+             new (self) PyOp{nullptr, &comm};
+             nb::gil_scoped_release release;
+             self->op = std::make_unique<EpDispatchCombineOp>(config, *comm.comm, OpOptions{&module_cache(), nullptr});
+           },
+           "config"_a, "comm"_a, nb::keep_alive<1, 3>())
+      .def(
+          "dispatch",
+          [](nb::handle self_handle, nb::ndarray<> input, nb::ndarray<> weights, std::optional<nb::ndarray<>> scales,
+             nb::ndarray<> indices, Routing* record, const Routing* replay) {
+            PyOp& self = nb::cast<PyOp&>(self_handle);
+            const EpDispatchCombineConfig& config = self.op->config();
+            const TensorRef in = tensor_of(input, "input", *self.comm,
+                                           tensor_type_of(config.dispatch_type(), config.target_info()));
+            const TensorRef w = tensor_of(weights, "weights", *self.comm, DType::F32);
+            const TensorRef idx = tensor_of(indices, "indices", *self.comm, DType::I32);
+            std::optional<TensorRef> s;
+            if (scales) s = tensor_of(*scales, "scales", *self.comm, DType::U8);
+            DispatchResult r;
+            {
+              nb::gil_scoped_release release;
+              r = replay ? self.op->dispatch_replay(in, w, s, idx, *replay) : self.op->dispatch(in, w, s, idx, record);
+            }
+            return nb::make_tuple(view(r.tokens, *self.comm, self_handle), view(r.weights, *self.comm, self_handle),
+                                  view(r.scales, *self.comm, self_handle), view(r.indices, *self.comm, self_handle),
+                                  view(r.total_recv, *self.comm, self_handle), view(r.origins, *self.comm, self_handle));
+          },
+          "input"_a, "weights"_a, "scales"_a.none(), "indices"_a, "record"_a.none() = nb::none(),
+          "replay"_a.none() = nb::none())
+      .def(
+          "combine",
+          [](nb::handle self_handle, nb::ndarray<> input, std::optional<nb::ndarray<>> weights) {
+            PyOp& self = nb::cast<PyOp&>(self_handle);
+            const EpDispatchCombineConfig& config = self.op->config();
+            const TensorRef in = tensor_of(input, "input", *self.comm,
+                                           tensor_type_of(config.combine_type(), config.target_info()));
+            std::optional<TensorRef> w;
+            if (weights) w = tensor_of(*weights, "weights", *self.comm, DType::F32);
+            CombineResult r;
+            {
+              nb::gil_scoped_release release;
+              r = self.op->combine(in, w);
+            }
+            return nb::make_tuple(view(r.tokens, *self.comm, self_handle), view(r.weights, *self.comm, self_handle));
+          },
+          "input"_a, "weights"_a.none() = nb::none())
+      .def("combine_input", [](nb::handle self_handle) {
+        PyOp& self = nb::cast<PyOp&>(self_handle);
+        return view(self.op->combine_input(), *self.comm, self_handle);
+      })
+      .def("make_routing", [](PyOp& self) { return self.op->make_routing(); })
+      .def("local_expert_counts", [](PyOp& self) { return self.op->local_expert_counts(); },
+           nb::call_guard<nb::gil_scoped_release>())
+      .def("check", [](PyOp& self) { self.op->check(); }, nb::call_guard<nb::gil_scoped_release>())
+      .def("reset", [](PyOp& self) { self.op->reset(); }, nb::call_guard<nb::gil_scoped_release>())
+      .def("close", [](PyOp& self) { self.op->close(); }, nb::call_guard<nb::gil_scoped_release>())
+      .def("synchronize", [](PyOp& self) { self.op->stream().synchronize(); }, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("capacity", [](PyOp& self) { return self.op->capacity(); })
+      .def_prop_ro("target", [](PyOp& self) { return self.op->config().target; });
+
+  m.def("cache_stats", [] {
+    const CacheStats s = module_cache().stats();
+    return std::map<std::string, double>{{"memory_hits", double(s.memory_hits)}, {"disk_hits", double(s.disk_hits)},
+                                         {"readonly_hits", double(s.readonly_hits)}, {"misses", double(s.misses)},
+                                         {"compiles", double(s.compiles)}, {"compile_seconds", s.compile_seconds},
+                                         {"sources_generated", double(s.sources_generated)}};
+  });
+  m.def(
+      "cache_get",
+      [](const std::string& template_name, const std::map<std::string, std::string>& params, const std::string& target) {
+        KernelSpec spec{template_name, params, target};
+        nb::gil_scoped_release release;
+        module_cache().get(spec);
+        return module_cache().key(spec);
+      },
+      "template"_a, "params"_a, "target"_a);
+  m.def("cache_dir", [] { return module_cache().options().dir; });
+}

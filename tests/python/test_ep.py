@@ -1,0 +1,170 @@
+"""The Python op on host ranks (Python threads, and processes): the
+identity-expert check across dtypes and modes, bad inputs, the cache."""
+import multiprocessing
+import os
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import epjit
+
+HIDDEN, TOPK, EPR, MAX_TOKENS = 256, 3, 4, 19
+
+
+def make_inputs(rank, world, tokens, dtype, seed=7):
+    rng = np.random.default_rng(seed * 1000 + rank)
+    x = rng.normal(0, 1, (tokens, HIDDEN)).astype(np.float32)
+    if dtype == "bf16":
+        x = x.astype(ml_dtypes.bfloat16)
+    weights = rng.random((tokens, TOPK), dtype=np.float32)
+    rows = [rng.choice(world * EPR, TOPK, replace=False) for _ in range(tokens)]
+    indices = np.array(rows, dtype=np.int32).reshape(tokens, TOPK)
+    return x, weights, indices
+
+
+def identity_expected(x, indices, quant, target_fp8):
+    """U copies of x summed in f32 in destination order (through fp8 under quant), rounded."""
+    out = np.empty(x.shape, dtype=np.float32)
+    for t in range(x.shape[0]):
+        ranks = []
+        for e in indices[t]:
+            if e // EPR not in ranks:
+                ranks.append(e // EPR)
+        c = x[t].astype(np.float32)
+        if quant == "fp8_direct_cast":
+            c = c.astype(target_fp8).astype(np.float32)
+        acc = c.copy()
+        for _ in ranks[1:]:
+            acc = (acc + c).astype(np.float32)
+        out[t] = acc
+    return out.astype(x.dtype)
+
+
+def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results):
+    try:
+        comm = epjit.Communicator.init(world, rank, uid, target=target)
+        config = epjit.EpDispatchCombineConfig(
+            rank=rank, world_size=world, hidden_dim=HIDDEN, max_num_inp_token_per_rank=MAX_TOKENS,
+            num_experts_per_rank=EPR, num_experts_per_token=TOPK, data_type=dtype, combine_mode=mode,
+            quant_type=quant)
+        with epjit.EpDispatchCombineOp(config, comm) as op:
+            for call, tokens in enumerate(calls):
+                n = max(0, tokens - rank % 2)
+                x, w, idx = make_inputs(rank, world, n, dtype, seed=call)
+                tokens_out, w_out, _, idx_out, total = op.dispatch(x, w, None, idx)
+                op.synchronize()
+                received = int(total[0])
+                expert = op.combine_input() if mode == "gather" else np.zeros_like(tokens_out)
+                expert[:received] = tokens_out[:received]  # identity experts
+                out, out_w = op.combine(expert, w_out)
+                op.check()
+                fp8 = ml_dtypes.float8_e4m3fnuz if target == "host-gfx942" else ml_dtypes.float8_e4m3fn
+                want = identity_expected(x, idx, quant, fp8)
+                assert out.shape == (n, HIDDEN)
+                np.testing.assert_array_equal(np.asarray(out).view(np.uint8), want.view(np.uint8))
+        comm.destroy()
+        results[rank] = None
+    except Exception as error:  # reported by the test
+        results[rank] = f"rank {rank}: {type(error).__name__}: {error}"
+
+
+def run_threads(world, **kwargs):
+    uid = epjit.Communicator.get_unique_id()
+    results = [None] * world
+    threads = [threading.Thread(target=run_rank, args=(world, r, uid), kwargs=dict(results=results, **kwargs))
+               for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert [r for r in results if r] == []
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize("dtype,mode,quant,target", [
+    ("bf16", "gather", "none", "host"),
+    ("f32", "gather", "none", "host"),
+    ("bf16", "scatter", "none", "host"),
+    ("bf16", "scatter", "fp8_direct_cast", "host-gfx942"),
+])
+def test_identity_experts_on_python_threads(world, dtype, mode, quant, target):
+    run_threads(world, dtype=dtype, mode=mode, quant=quant, target=target, calls=[19, 0, 5])
+
+
+def _process_rank(world, rank, uid, queue):
+    results = [None] * world
+    run_rank(world, rank, uid, "bf16", "gather", "none", "host", [7, 3], results)
+    queue.put(results[rank])
+
+
+def test_identity_experts_on_processes():
+    context = multiprocessing.get_context("spawn")
+    uid = epjit.Communicator.get_unique_id()
+    queue = context.Queue()
+    ranks = [context.Process(target=_process_rank, args=(2, r, uid, queue)) for r in range(2)]
+    for p in ranks:
+        p.start()
+    failures = [queue.get(timeout=300) for _ in ranks]
+    for p in ranks:
+        p.join(timeout=60)
+    assert [f for f in failures if f] == []
+
+
+def single_rank_op(**fields):
+    comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target="host")
+    config = epjit.EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim=HIDDEN, max_num_inp_token_per_rank=8,
+                                           num_experts_per_rank=EPR, num_experts_per_token=TOPK, **fields)
+    return comm, epjit.EpDispatchCombineOp(config, comm)
+
+
+def test_bad_inputs_raise_naming_the_argument():
+    comm, op = single_rank_op()
+    x = np.zeros((3, HIDDEN), dtype=ml_dtypes.bfloat16)
+    w = np.zeros((3, TOPK), dtype=np.float32)
+    idx = np.zeros((3, TOPK), dtype=np.int32)
+    with pytest.raises(epjit.Error, match="input is f32"):
+        op.dispatch(x.astype(np.float32), w, None, idx)
+    with pytest.raises(epjit.Error, match="weights has shape"):
+        op.dispatch(x, w[:2], None, idx)
+    with pytest.raises(epjit.Error, match="not contiguous"):
+        op.dispatch(np.zeros((HIDDEN, 3), dtype=ml_dtypes.bfloat16).T, w, None, idx)
+    with pytest.raises(epjit.Error, match="9 tokens"):
+        op.dispatch(np.zeros((9, HIDDEN), dtype=ml_dtypes.bfloat16), np.zeros((9, TOPK), np.float32), None,
+                    np.zeros((9, TOPK), np.int32))
+    with pytest.raises(epjit.Error, match=r"indices\[0, 0\] = 99"):
+        op.dispatch(x, w, None, np.full((3, TOPK), 99, dtype=np.int32))
+    with pytest.raises(epjit.Error, match="without a dispatch"):
+        op.combine(np.zeros((op.capacity, HIDDEN), dtype=ml_dtypes.bfloat16))
+    with pytest.raises(ValueError, match="dtype epjit knows"):
+        epjit.EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim=8, max_num_inp_token_per_rank=1,
+                                      num_experts_per_rank=1, num_experts_per_token=1, data_type="int4")
+    op.close()
+    comm.destroy()
+
+
+def test_invalid_config_names_the_rule():
+    comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target="host")
+    config = epjit.EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim=60, max_num_inp_token_per_rank=8,
+                                           num_experts_per_rank=EPR, num_experts_per_token=TOPK)
+    with pytest.raises(epjit.Error, match="hidden_dim = 60"):
+        epjit.EpDispatchCombineOp(config, comm)
+    comm.destroy()
+
+
+def test_cache_stats_move(tmp_path):
+    before = epjit.cache.stats()
+    comm, op = single_rank_op(data_type="f32")  # a kernel this process has not fetched yet
+    middle = epjit.cache.stats()
+    assert middle["memory_hits"] + middle["disk_hits"] + middle["misses"] > \
+        before["memory_hits"] + before["disk_hits"] + before["misses"]
+    op.close()
+    comm2, op2 = single_rank_op(data_type="f32")  # the same kernel again: a memory hit
+    assert epjit.cache.stats()["memory_hits"] == middle["memory_hits"] + 1
+    op2.close()
+    comm.destroy()
+    comm2.destroy()
+    manifest = {"targets": ["host"], "kernels": [{"template": "quantize_fp8_direct", "params": {"hidden": 64}}]}
+    keys = epjit.cache.warm(manifest)
+    assert len(keys) == 1 and len(keys[0]) == 64
