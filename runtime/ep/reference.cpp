@@ -29,7 +29,8 @@ void store(DataType type, uint8_t* row, size_t i, float value) {
   }
 }
 
-// What scatter combine does to a contribution under quantization.
+}  // namespace
+
 std::vector<float> through_quantization(const EpDispatchCombineConfig& config, std::vector<float> row) {
   const Fp8Format format = config.target_info().fp8_e4m3;
   if (config.quant_type == QuantType::Fp8DirectCast) {
@@ -44,8 +45,6 @@ std::vector<float> through_quantization(const EpDispatchCombineConfig& config, s
   }
   return row;
 }
-
-}  // namespace
 
 std::vector<int> destinations(const EpDispatchCombineConfig& config, const int32_t* experts) {
   std::vector<int> ranks;

@@ -191,6 +191,18 @@ class Failures {
   std::string text_;
 };
 
+// The kernel cache the e2e tests of one binary share, under its work directory
+// (kept between runs: keys cover templates, headers, compiler and toolchain).
+inline KernelCache& e2eCache(const std::string& work_dir) {
+  static KernelCache cache([&] {
+    CacheOptions options = CacheOptions::from_environment();
+    options.dir = work_dir + "/ep-kernel-cache";
+    options.opt_level = 1;
+    return options;
+  }());
+  return cache;
+}
+
 constexpr uint8_t kPoison = 0xA5;
 
 inline float bitsAsFloat(uint32_t bits) {

@@ -8,15 +8,7 @@
 namespace epjit::testing {
 namespace {
 
-KernelCache& testCache() {
-  static KernelCache cache([] {
-    CacheOptions options = CacheOptions::from_environment();
-    options.dir = std::string(EPJIT_TEST_WORK_DIR) + "/ep-kernel-cache";
-    options.opt_level = 1;
-    return options;
-  }());
-  return cache;
-}
+KernelCache& testCache() { return e2eCache(EPJIT_TEST_WORK_DIR); }
 
 std::vector<EpCase> matrix() {
   std::vector<EpCase> cases;

@@ -10,6 +10,7 @@
 #include "baselines.h"
 #include "bench.h"
 #include "epjit/ep/op.h"
+#include "epjit/ep/reference.h"
 #include "epjit/error.h"
 #include "epjit/numerics.h"
 
@@ -121,21 +122,6 @@ std::vector<uint8_t> identity_expert(const EpDispatchCombineConfig& config, cons
   return out;
 }
 
-// What the combine leg's transport does to one contribution row.
-void through_quant(const EpDispatchCombineConfig& config, std::vector<float>& row) {
-  const Fp8Format format = config.target_info().fp8_e4m3;
-  if (config.quant_type == QuantType::Fp8DirectCast) {
-    for (float& v : row) v = decode_fp8(encode_fp8(v, format, Overflow::Saturate), format);
-  } else if (config.quant_type == QuantType::Fp8Blockwise) {
-    for (size_t start = 0; start < row.size(); start += kFp8BlockwiseBlockSize) {
-      const size_t n = std::min<size_t>(kFp8BlockwiseBlockSize, row.size() - start);
-      uint8_t codes[kFp8BlockwiseBlockSize];
-      const float scale = quantize_fp8_block(&row[start], n, format, codes);
-      dequantize_fp8_block(codes, n, format, scale, &row[start]);
-    }
-  }
-}
-
 // The identity check of one point: "" or what differed.
 std::string identity_check(const Options& o, const EpDispatchCombineConfig& config, const Inputs& in, int64_t n,
                            const std::vector<uint8_t>& out, const std::vector<float>& out_weights) {
@@ -163,7 +149,7 @@ std::string identity_check(const Options& o, const EpDispatchCombineConfig& conf
           for (int e = 1; e < local_experts; ++e) s += c;
         row[i] = o.std_moe ? round_to(type, s) : c;
       }
-      through_quant(config, row);
+      row = reference::through_quantization(config, std::move(row));
       if (acc.empty()) acc = row;
       else for (size_t i = 0; i < hidden; ++i) acc[i] += row[i];
     }

@@ -31,6 +31,10 @@ struct ReceivedToken {
   std::vector<int32_t> indices;
 };
 
+// What the combine leg's transport does to one contribution row under
+// config.quant_type: the target's fp8, direct cast or blockwise 128 (identity for none).
+std::vector<float> through_quantization(const EpDispatchCombineConfig& config, std::vector<float> row);
+
 // The ranks a token goes to: its experts' ranks, each once, in order of first appearance.
 std::vector<int> destinations(const EpDispatchCombineConfig& config, const int32_t* experts);
 
