@@ -30,12 +30,19 @@ for dtype in bf16 fp8; do
   "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes $(bench_shape) --dtype "$dtype" \
     --cache-dir "$out/warm"
 done
+# The Python GPU test's kernels.
+EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/$build/lib/libepjit_kernel_source.so" PYTHONPATH="$build/python" \
+  .venv/bin/python tests/python/test_gpu.py --warm "$PWD/$out/warm" > "$out/warm-python.log"
 "$build/bin/epjit-warm" "$out/manifest.json" --cache-dir "$out/warm" --export "$out/sm90.bundle" --json
 rm -rf "$out/warm"
 for tool in gpu_templates_test gpu_ep_test epjit-bench epjit-warm epjit-cache; do
   cp "$build/bin/$tool" "$out/" && strip "$out/$tool"
 done
 bench_shape > "$out/bench-shape.txt"
+# Header-only dependencies the GPU host lacks, to build the Python module there
+# (its Python differs from this machine's).
+mkdir -p "$out/deps/include"
+for dir in spdlog fmt nlohmann CLI; do cp -r "/usr/include/$dir" "$out/deps/include/"; done
 cat > "$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # On the GPU machine: import the warmed kernels, then run the GPU tests with
@@ -58,6 +65,16 @@ for run in cold warm; do
     --cache-dir "$jit" --json "$logs/jit-$run.json" 2>&1 | grep -E 'JIT|passed|FAILED|error' | head -3 | tee "$logs/jit-$run.txt"
 done
 [[ ${JIT_ONLY:-0} == 1 ]] && exit 0
+# The Python module, built here for this host's Python, then its GPU tests with torch.
+if [[ ${PY:-1} == 1 ]]; then
+  py=$(command -v python3)
+  (cd .. && cmake -S . -B /tmp/epjit-py -G Ninja -DCMAKE_BUILD_TYPE=Release -DEPJIT_BUILD_COMPILER=OFF \
+     -DEPJIT_BUILD_TESTS=OFF -DEPJIT_HEADER_DEPS_DIR="$PWD/.gpu/deps" -DPython_EXECUTABLE="$py" \
+     -DEPJIT_TEST_PYTHON="$py" > "$logs/py-configure.log" 2>&1 && ninja -C /tmp/epjit-py _epjit > "$logs/py-build.log" 2>&1)
+  echo "python module build exit $?"; tail -3 "$logs/py-build.log"
+  (cd ../tests/python && PYTHONPATH=/tmp/epjit-py/python timeout 300 "$py" -m pytest -q -p no:cacheprovider test_gpu.py 2>&1 | tail -15 | tee "$logs/pytest-gpu.log")
+fi
+[[ ${PY_ONLY:-0} == 1 ]] && exit 0
 timeout 60 ./gpu_templates_test 2>&1 | tail -5 | tee "$logs/gpu_templates_test.log"
 timeout 300 ./gpu_ep_test ${GPU_EP_FILTER:+--gtest_filter=$GPU_EP_FILTER} > "$logs/gpu_ep_test.log" 2>&1
 echo "gpu_ep_test exit $?"; grep -E '^\[  (PASSED|FAILED|SKIPPED) |OK \]|FAILED \]|gave up' "$logs/gpu_ep_test.log" | tail -40

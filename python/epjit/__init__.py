@@ -155,16 +155,28 @@ class EpDispatchCombineOp:
         if self._torch:
             import torch
             tensor = torch.from_numpy(value) if isinstance(value, _np.ndarray) else torch.from_dlpack(value)
+            if bits_are_bf16 and tensor.dtype == torch.bfloat16:
+                return tensor
             return tensor.view(torch.bfloat16) if bits_are_bf16 else tensor
         if bits_are_bf16 and self._bf16_numpy:
             import ml_dtypes
             return value.view(ml_dtypes.bfloat16)
         return value
 
-    def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False):
+    def _follow_stream(self, tensor, stream):
+        """GPU calls run on the caller's stream: `stream` (a CUDA stream pointer or a
+        torch stream), else torch's current stream for torch CUDA tensors."""
+        if stream is None and self._torch and getattr(tensor, "is_cuda", False):
+            import torch
+            stream = torch.cuda.current_stream(tensor.device)
+        if stream is not None:
+            self._op.use_stream(int(getattr(stream, "cuda_stream", stream)))
+
+    def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False, stream=None):
         """Returns (tokens, weights, scales, indices, total_recv[, routing]); total_recv
         is a 1-element device array (read it after synchronizing)."""
         self._torch = _is_torch(input)
+        self._follow_stream(input, stream)
         self._bf16_numpy = _np is not None and isinstance(input, _np.ndarray) and input.dtype.name == "bfloat16"
         record = self._op.make_routing() if return_routing else None
         out = self._op.dispatch(_to_native(input), weights, _to_native(scales), indices, record, routing)
@@ -173,9 +185,10 @@ class EpDispatchCombineOp:
                   self._wrap(out[4]))
         return result + (record,) if return_routing else result
 
-    def combine(self, input, weights=None, indices=None, *, routing=None):
+    def combine(self, input, weights=None, indices=None, *, routing=None, stream=None):
         """Returns (out [tokens, hidden], out_weights or None). `indices` and `routing`
         are accepted for MORI compatibility: combine always answers the last dispatch."""
+        self._follow_stream(input, stream)
         out = self._op.combine(_to_native(input), weights)
         bf16 = self.config_combine_type == "bf16"
         return self._wrap(out[0], bf16), self._wrap(out[1])

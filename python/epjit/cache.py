@@ -25,3 +25,9 @@ def warm(manifest):
         for target in kernel.get("targets", manifest.get("targets", [])):
             keys.append(_epjit.cache_get(kernel["template"], params, target))
     return keys
+
+
+def warm_op(config):
+    """Builds the kernels an EpDispatchCombineOp of `config` (target set) uses, as
+    a fleet's cache warmer would; returns the key."""
+    return _epjit.warm_op(config._native)

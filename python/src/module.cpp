@@ -38,6 +38,7 @@ struct PyCommunicator {
   std::unique_ptr<Device> device;
   std::unique_ptr<Communicator> comm;
   std::string device_kind;
+  int device_ordinal = 0;  // the GPU (DLPack device id of the arrays handed back)
 };
 
 // The element type of an ndarray argument, for the op's dtype checks.
@@ -61,10 +62,13 @@ DType dtype_of(const nb::ndarray<>& array, const char* argument, std::optional<D
 void check_device(const nb::ndarray<>& array, const char* argument, const PyCommunicator& comm) {
   const int type = array.device_type();
   const bool host = comm.device_kind == "host";
-  const bool ok = host ? (type == nb::device::cpu::value) : (type == nb::device::cuda::value);
+  const bool ok = host ? (type == nb::device::cpu::value)
+                       : (type == nb::device::cuda::value && array.device_id() == comm.device_ordinal);
   if (!ok)
-    throw Error(std::string(argument) + " lives on DLPack device type " + std::to_string(type),
-                host ? "a CPU tensor (the op runs on the host device)" : "a CUDA tensor on this rank's GPU",
+    throw Error(std::string(argument) + " lives on DLPack device type " + std::to_string(type) + ", device " +
+                    std::to_string(array.device_id()),
+                host ? "a CPU tensor (the op runs on the host device)"
+                     : "a CUDA tensor on this rank's GPU (cuda:" + std::to_string(comm.device_ordinal) + ")",
                 "move " + std::string(argument) + " to the op's device");
 }
 
@@ -108,7 +112,8 @@ nb::object view(const TensorRef& t, const PyCommunicator& comm, nb::handle owner
   if (comm.device_kind == "host")
     return nb::cast(nb::ndarray<nb::numpy>(t.data, shape.size(), shape.data(), owner, nullptr, dtype, device_type, 0));
   // GPUs: a DLPack-exporting array; epjit/__init__.py hands it to torch.
-  return nb::cast(nb::ndarray<>(t.data, shape.size(), shape.data(), owner, nullptr, dtype, device_type, 0));
+  return nb::cast(
+      nb::ndarray<>(t.data, shape.size(), shape.data(), owner, nullptr, dtype, device_type, comm.device_ordinal));
 }
 
 }  // namespace
@@ -138,8 +143,9 @@ NB_MODULE(_epjit, m) {
             auto result = std::make_unique<PyCommunicator>();
             result->device_kind = device;
             nb::gil_scoped_release release;
+            result->device_ordinal = device == "cuda" ? (device_ordinal < 0 ? rank : device_ordinal) : 0;
             if (device == "host") result->device = make_host_device();
-            else if (device == "cuda") result->device = make_cuda_device(device_ordinal < 0 ? rank : device_ordinal);
+            else if (device == "cuda") result->device = make_cuda_device(result->device_ordinal);
             else throw Error("device '" + device + "' is not known", "host or cuda", "pass device='host' or 'cuda'");
             CommOptions options;
             options.timeout_seconds = timeout_seconds;
@@ -197,6 +203,7 @@ NB_MODULE(_epjit, m) {
   struct PyOp {
     std::unique_ptr<EpDispatchCombineOp> op;
     PyCommunicator* comm;
+    std::map<uintptr_t, std::unique_ptr<Stream>> foreign_streams;  // wrapped framework streams
   };
   nb::class_<PyOp>(m, "_Op")
       .def("__init__",
@@ -250,6 +257,16 @@ NB_MODULE(_epjit, m) {
         PyOp& self = nb::cast<PyOp&>(self_handle);
         return view(self.op->combine_input(), *self.comm, self_handle);
       })
+      // A framework stream by its handle; 0 is the legacy default stream (torch's
+      // default), which orders with everything else on the device.
+      .def("use_stream",
+           [](PyOp& self, uintptr_t handle) {
+             auto& stream = self.foreign_streams[handle];
+             if (!stream) stream = self.comm->device->wrap_stream(reinterpret_cast<void*>(handle));
+             self.op->set_stream(stream.get());
+           },
+           "handle"_a)
+      .def("use_own_stream", [](PyOp& self) { self.op->set_stream(nullptr); })
       .def("make_routing", [](PyOp& self) { return self.op->make_routing(); })
       .def("local_expert_counts", [](PyOp& self) { return self.op->local_expert_counts(); },
            nb::call_guard<nb::gil_scoped_release>())
@@ -277,4 +294,13 @@ NB_MODULE(_epjit, m) {
       },
       "template"_a, "params"_a, "target"_a);
   m.def("cache_dir", [] { return module_cache().options().dir; });
+  m.def(
+      "warm_op",
+      [](const EpDispatchCombineConfig& config) {
+        const KernelSpec spec = kernel_spec(config);
+        nb::gil_scoped_release release;
+        module_cache().get(spec);
+        return module_cache().key(spec);
+      },
+      "config"_a);
 }

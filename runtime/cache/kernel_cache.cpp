@@ -50,7 +50,11 @@ uint64_t parse_bytes(const std::string& text, const char* variable) {
   return value * scale;
 }
 
-std::string build_identity() { return std::string(version()) + " (" + std::string(git_revision()) + ")"; }
+// What makes two builds produce the same kernels: the version and a digest of
+// the compiler's sources (templates and headers are digested per entry), not
+// git metadata, so a copy built where the checkout has no .git (a GPU host)
+// finds the entries a warmed bundle brought.
+std::string build_identity() { return std::string(version()) + " (compiler " + std::string(compiler_digest()).substr(0, 16) + ")"; }
 
 // The variables that change generated binaries: recorded in manifests and keys.
 constexpr const char* kCodegenVariables[] = {"EPJIT_OPT_LEVEL"};
@@ -294,6 +298,7 @@ class KernelCache::Impl {
     manifest["toolchain"] = {{"name", std::string(m.toolchain->name())}, {"identity", m.toolchain->identity()}};
     manifest["options"] = m.options;
     manifest["epjit_version"] = build_identity();
+    manifest["epjit_revision"] = std::string(git_revision());
     manifest["environment"] = codegen_environment();
     manifest["artifact"] = {{"sha256", digest}, {"bytes", binary.bytes.size()}};
     manifest["compile_seconds"] = binary.seconds;

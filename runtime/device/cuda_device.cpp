@@ -26,7 +26,10 @@ class CudaStream final : public Stream {
     cuda_driver().cuCtxSetCurrent(context_);
     check(cuda_driver().cuStreamCreate(&stream_, 1 /*non-blocking*/), "stream creation");
   }
-  ~CudaStream() override { cuda_driver().cuStreamDestroy_v2(stream_); }
+  CudaStream(CUcontext context, CUstream foreign) : context_(context), stream_(foreign), owned_(false) {}
+  ~CudaStream() override {
+    if (owned_) cuda_driver().cuStreamDestroy_v2(stream_);
+  }
   void synchronize() override { check(cuda_driver().cuStreamSynchronize(stream_), "stream synchronize"); }
   CUstream handle() const { return stream_; }
   void* native_handle() const override { return stream_; }
@@ -34,6 +37,7 @@ class CudaStream final : public Stream {
  private:
   CUcontext context_;
   CUstream stream_ = nullptr;
+  bool owned_ = true;
 };
 
 class CudaEvent final : public Event {
@@ -153,6 +157,9 @@ class CudaDevice final : public Device {
     return std::make_unique<CudaModule>(binary);
   }
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<CudaStream>(context_); }
+  std::unique_ptr<Stream> wrap_stream(void* native) override {
+    return std::make_unique<CudaStream>(context_, static_cast<CUstream>(native));
+  }
   std::unique_ptr<Event> create_event() override {
     current();
     return std::make_unique<CudaEvent>();

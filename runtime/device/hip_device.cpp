@@ -26,13 +26,17 @@ void check(hipError_t status, const char* what) {
 class HipStream final : public Stream {
  public:
   HipStream() { check(hip_driver().hipStreamCreate(&stream_), "stream creation"); }
-  ~HipStream() override { hip_driver().hipStreamDestroy(stream_); }
+  explicit HipStream(hipStream_t foreign) : stream_(foreign), owned_(false) {}
+  ~HipStream() override {
+    if (owned_) hip_driver().hipStreamDestroy(stream_);
+  }
   void synchronize() override { check(hip_driver().hipStreamSynchronize(stream_), "stream synchronize"); }
   hipStream_t handle() const { return stream_; }
   void* native_handle() const override { return stream_; }
 
  private:
   hipStream_t stream_ = nullptr;
+  bool owned_ = true;
 };
 
 class HipEvent final : public Event {
@@ -142,6 +146,9 @@ class HipDevice final : public Device {
     return std::make_unique<HipModule>(binary);
   }
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<HipStream>(); }
+  std::unique_ptr<Stream> wrap_stream(void* native) override {
+    return std::make_unique<HipStream>(static_cast<hipStream_t>(native));
+  }
   std::unique_ptr<Event> create_event() override { return std::make_unique<HipEvent>(); }
   void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) override {
     std::vector<void*> values = args.pointers();

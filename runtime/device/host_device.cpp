@@ -196,6 +196,10 @@ class HostDevice final : public Device {
     return std::make_unique<HostModule>(binary);
   }
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<HostStream>(); }
+  std::unique_ptr<Stream> wrap_stream(void*) override {
+    throw Error("wrap_stream on the host device", "a GPU device (host streams are epjit's own)",
+                "let the op use its own stream on the host");
+  }
   std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
 
   void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) override {

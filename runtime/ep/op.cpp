@@ -129,7 +129,8 @@ struct EpDispatchCombineOp::Impl {
   Device& device;
   const uint64_t id = next_op_id++;
   std::unique_ptr<Stream> own_stream;
-  Stream* stream = nullptr;
+  Stream* default_stream = nullptr;  // the options' stream, else own_stream
+  Stream* stream = nullptr;          // where calls launch now (set_stream)
   KernelCache* cache = nullptr;
   WindowLayout layout;
   std::shared_ptr<SymmetricBuffer> arena;
@@ -160,6 +161,7 @@ struct EpDispatchCombineOp::Impl {
       own_stream = device.create_stream();
       stream = own_stream.get();
     }
+    default_stream = stream;
     cache = options.cache ? options.cache : &process_cache();
     schedule = config.resolved_schedule();
     fetch_kernels();
@@ -555,6 +557,9 @@ void EpDispatchCombineOp::close() {
 
 const EpDispatchCombineConfig& EpDispatchCombineOp::config() const { return impl_->config; }
 Stream& EpDispatchCombineOp::stream() { return *impl_->stream; }
+void EpDispatchCombineOp::set_stream(Stream* stream) {
+  impl_->stream = stream ? stream : impl_->default_stream;
+}
 int64_t EpDispatchCombineOp::capacity() const { return impl_->capacity(); }
 double EpDispatchCombineOp::kernel_fetch_seconds() const { return impl_->fetch_seconds; }
 

@@ -132,6 +132,9 @@ class Device {
 
   virtual std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) = 0;
   virtual std::unique_ptr<Stream> create_stream() = 0;
+  // A stream someone else owns (a framework's CUstream / hipStream_t), not
+  // destroyed with the returned object. Throws on the host device.
+  virtual std::unique_ptr<Stream> wrap_stream(void* native) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
   // Enqueues a launch with a copy of the argument values.
   virtual void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) = 0;

@@ -142,6 +142,9 @@ class EpDispatchCombineOp {
 
   const EpDispatchCombineConfig& config() const;
   Stream& stream();
+  // Later calls launch on `stream` (a framework's, to capture or order with
+  // its work); null: the op's own. Not owned; it must outlive its use.
+  void set_stream(Stream* stream);
   // Tokens the arena can receive per rank (max_total_recv_tokens resolved).
   int64_t capacity() const;
   // Seconds construction spent fetching and loading the kernels (a compile on a cache miss).

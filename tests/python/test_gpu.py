@@ -1,0 +1,115 @@
+"""The Python op with torch CUDA tensors, one process per GPU (world = the GPUs
+present, at most 2): the identity-expert check for gather and scatter on
+torch's current stream, and dispatch->combine captured in one
+torch.cuda.CUDAGraph, replayed with fresh inputs. Skipped without torch or a
+GPU. `python test_gpu.py --warm DIR` builds the sm90 kernels these tests use
+into DIR (on a machine without a GPU; NVRTC needs none).
+"""
+import os
+import sys
+
+import pytest
+
+import epjit
+
+HIDDEN, TOPK, EPR, MAX_TOKENS = 1024, 4, 8, 64
+
+
+def make_config(world, rank, mode):
+    return epjit.EpDispatchCombineConfig(rank=rank, world_size=world, hidden_dim=HIDDEN,
+                                         max_num_inp_token_per_rank=MAX_TOKENS, num_experts_per_rank=EPR,
+                                         num_experts_per_token=TOPK, data_type="bf16", combine_mode=mode,
+                                         target="sm90")
+
+
+def inputs(torch, world, rank, tokens, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed * 131 + rank)
+    x = torch.randn(tokens, HIDDEN, generator=g).to(torch.bfloat16)
+    weights = torch.rand(tokens, TOPK, generator=g)
+    indices = torch.stack([torch.randperm(world * EPR, generator=g)[:TOPK] for _ in range(tokens)]).to(torch.int32)
+    return x.cuda(), weights.cuda(), indices.reshape(tokens, TOPK).cuda()
+
+
+def identity_expected(torch, x, indices):
+    """U copies of x summed in f32 (exact for U <= 8 and bf16 x), rounded to bf16."""
+    ranks = (indices // EPR).long()
+    distinct = torch.tensor([len(set(row.tolist())) for row in ranks], device=x.device, dtype=torch.float32)
+    return (x.float() * distinct[:, None]).to(torch.bfloat16)
+
+
+def rank_main(world, rank, uid, failures):
+    import torch
+    try:
+        torch.cuda.set_device(rank)
+        comm = epjit.Communicator.init(world, rank, uid, target="sm90", device_ordinal=rank)
+        for mode in ("gather", "scatter"):
+            with epjit.EpDispatchCombineOp(make_config(world, rank, mode), comm) as op:
+                for call, tokens in enumerate([MAX_TOKENS, 1, 37 - rank]):
+                    x, w, idx = inputs(torch, world, rank, tokens, call)
+                    recv, recv_w, _, _, total = op.dispatch(x, w, None, idx)
+                    n = int(total.item())  # .item() synchronizes torch's stream, where the op ran
+                    expert = op.combine_input() if mode == "gather" else torch.empty_like(recv)
+                    expert[:n] = recv[:n]
+                    out, out_w = op.combine(expert, recv_w)
+                    torch.cuda.synchronize()
+                    want = identity_expected(torch, x, idx)
+                    if not torch.equal(out.view(torch.int16), want.view(torch.int16)):
+                        raise AssertionError(f"{mode} call {call}: combine(dispatch(x)) != U * x")
+                    comm.barrier()
+        # One CUDA graph: dispatch, then combine of the dispatched rows (identity experts).
+        with epjit.EpDispatchCombineOp(make_config(world, rank, "gather"), comm) as op:
+            x, w, idx = inputs(torch, world, rank, MAX_TOKENS, 100)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # eager once on the capture stream, as torch advises
+                recv, recv_w, _, _, _ = op.dispatch(x, w, None, idx)
+                op.combine(recv, recv_w)
+            torch.cuda.synchronize()
+            comm.barrier()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                recv, recv_w, _, _, _ = op.dispatch(x, w, None, idx)
+                out, _ = op.combine(recv, recv_w)
+            for replay in range(20):
+                fresh_x, fresh_w, fresh_idx = inputs(torch, world, rank, MAX_TOKENS, 200 + replay)
+                x.copy_(fresh_x)
+                w.copy_(fresh_w)
+                idx.copy_(fresh_idx)
+                torch.cuda.synchronize()
+                comm.barrier()
+                graph.replay()
+                torch.cuda.synchronize()
+                if not torch.equal(out.view(torch.int16), identity_expected(torch, x, idx).view(torch.int16)):
+                    raise AssertionError(f"graph replay {replay}: combine(dispatch(x)) != U * x")
+                comm.barrier()
+            del graph
+        comm.destroy()
+    except Exception as error:  # reported by the test
+        failures.put(f"rank {rank}: {type(error).__name__}: {error}")
+        return
+    failures.put("")
+
+
+def test_torch_cuda_identity_and_graph():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    import multiprocessing
+    world = min(torch.cuda.device_count(), 2)
+    context = multiprocessing.get_context("spawn")
+    uid = epjit.Communicator.get_unique_id()
+    failures = context.Queue()
+    ranks = [context.Process(target=rank_main, args=(world, r, uid, failures)) for r in range(world)]
+    for p in ranks:
+        p.start()
+    results = [failures.get(timeout=600) for _ in ranks]
+    for p in ranks:
+        p.join(timeout=60)
+    assert [r for r in results if r] == []
+
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--warm":
+    os.environ["EPJIT_CACHE_DIR"] = sys.argv[2]
+    for world in (1, 2):
+        for mode in ("gather", "scatter"):
+            print(epjit.cache.warm_op(make_config(world, 0, mode)))
