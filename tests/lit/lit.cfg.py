@@ -21,4 +21,4 @@ config.substitutions.append(("%epjit_src", config.epjit_src_root))
 # 128 tokens per rank, bf16 combine, fp8 blockwise quant).
 config.substitutions.append(("%{ep}", " ".join("--set " + p for p in [
     "token_words=1792", "scale_bytes=0", "hidden=7168", "topk=8", "experts_per_rank=32", "world=8",
-    "max_tokens=128", "capacity=1024", "quant=2", "combine_elem=bf16"])))
+    "max_tokens=128", "capacity=1024", "quant=2", "combine_elem=bf16", "chunk=1024"])))
