@@ -125,11 +125,14 @@ std::vector<ScheduleEntry> EpDispatchCombineConfig::resolved_schedule() const {
   return table;
 }
 
-ScheduleEntry EpDispatchCombineConfig::geometry_for(int64_t tokens) const {
-  const std::vector<ScheduleEntry> entries = resolved_schedule();
-  for (const ScheduleEntry& entry : entries)
+const ScheduleEntry& schedule_entry_for(const std::vector<ScheduleEntry>& schedule, int64_t tokens) {
+  for (const ScheduleEntry& entry : schedule)
     if (!entry.max_tokens || tokens <= *entry.max_tokens) return entry;
-  return entries.back();
+  return schedule.back();
+}
+
+ScheduleEntry EpDispatchCombineConfig::geometry_for(int64_t tokens) const {
+  return schedule_entry_for(resolved_schedule(), tokens);
 }
 
 void EpDispatchCombineConfig::validate() const {

@@ -150,7 +150,7 @@ struct EpDispatchCombineOp::Impl {
   double fetch_seconds = 0;
 
   int64_t dispatched_tokens = -1;  // tokens of the dispatch awaiting combine; -1 none
-  int64_t last_tokens = 0;
+  void* route_in_use = nullptr;    // the route map of the pending dispatch
   bool closed = false;
 
   Impl(EpDispatchCombineConfig c, Communicator& communicator, OpOptions options)
@@ -266,12 +266,8 @@ struct EpDispatchCombineOp::Impl {
                   "construct a new op (close() freed the arena)");
   }
 
-  // The schedule variant of a call of n tokens (config.geometry_for without its allocations).
-  const ScheduleEntry& geometry_for(int64_t n) const {
-    for (const ScheduleEntry& entry : schedule)
-      if (!entry.max_tokens || n <= *entry.max_tokens) return entry;
-    return schedule.back();
-  }
+  // The schedule variant of a call of n tokens, from the schedule resolved once at construction.
+  const ScheduleEntry& geometry_for(int64_t n) const { return schedule_entry_for(schedule, n); }
 
   char* region(Region r) const { return static_cast<char*>(arena->local) + layout.at(r); }
   int64_t capacity() const { return config.total_recv_tokens(); }
@@ -342,7 +338,6 @@ struct EpDispatchCombineOp::Impl {
     device.launch(dispatch_kernel, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)}, args,
                   *stream);
     dispatched_tokens = n;
-    last_tokens = n;
 
     const int64_t cap = capacity(), k = config.num_experts_per_token;
     DispatchResult result;
@@ -390,7 +385,6 @@ struct EpDispatchCombineOp::Impl {
     return result;
   }
 
-  void* route_in_use = nullptr;  // the route map of the pending dispatch
 
   void require_std_moe(const char* call) const {
     if (!config.enable_std_moe)

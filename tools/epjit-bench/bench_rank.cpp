@@ -240,11 +240,11 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
   void* d_payload = device.allocate(std::max<size_t>(16, size_t(max_n) * token_bytes));
   void* d_weights = device.allocate(std::max<size_t>(16, size_t(max_n * k) * 4));
   void* d_indices = device.allocate(std::max<size_t>(16, size_t(max_n * k) * 4));
-  void* d_expert = device.allocate(size_t(cap) * row_bytes);
-  // Gather combine: experts write straight into the op's window (no staging copy).
-  const TensorRef expert_in = config.combine_mode == CombineMode::Gather
-                                  ? op.combine_input()
-                                  : TensorRef{d_expert, row_type, {cap, o.hidden}};
+  // Gather combine: experts write straight into the op's window (no staging
+  // copy); scatter reads its input in place from a buffer of the bench's.
+  const bool gather = config.combine_mode == CombineMode::Gather;
+  void* d_expert = gather ? nullptr : device.allocate(size_t(cap) * row_bytes);
+  const TensorRef expert_in = gather ? op.combine_input() : TensorRef{d_expert, row_type, {cap, o.hidden}};
   std::unique_ptr<Routing> routing = o.replay ? op.make_routing() : nullptr;
   std::unique_ptr<Baselines> baselines;
   if (o.baselines) {
@@ -353,7 +353,8 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
   }
   result.cache = cache.stats();
   op.close();
-  for (void* p : {d_payload, d_weights, d_indices, d_expert}) device.release(p);
+  for (void* p : {d_payload, d_weights, d_indices, d_expert})
+    if (p) device.release(p);
   return result;
 }
 

@@ -105,6 +105,10 @@ struct EpDispatchCombineConfig {
   std::string backend() const;
 };
 
+// The variant of `schedule` (smallest threshold first, the last unbounded) a
+// call of `tokens` tokens uses.
+const ScheduleEntry& schedule_entry_for(const std::vector<ScheduleEntry>& schedule, int64_t tokens);
+
 // The target's tuning table: geometry by token count (issue 6 tunes it).
 std::vector<ScheduleEntry> default_schedule(const TargetInfo& target);
 
