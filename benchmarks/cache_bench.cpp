@@ -62,7 +62,7 @@ void BM_ColdCompile(benchmark::State& state, std::unique_ptr<Toolchain> (*make)(
   auto source = load_compiler_source();
   if (!source) return state.SkipWithError("no compiler provider");
   const TargetInfo* target = find_target(target_name);
-  const std::string text = source->generate({template_name, {{"hidden", "7168"}}, target_name});
+  const std::string text = source->generate({template_name, {{"hidden", "7168"}}, target_name}).source;
   std::unique_ptr<Toolchain> toolchain;
   try {
     toolchain = make();

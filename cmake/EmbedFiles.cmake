@@ -1,7 +1,7 @@
 # cmake -P script: writes OUTPUT, a C++ fragment of {"name", R"(...)"} entries,
 # one per file matching PATTERNS (|-separated globs) under ROOTS (|-separated
 # directories). The name is the path relative to its root; with
-# STRIP_EXTENSION=ON, just the file's stem.
+# STRIP_EXTENSION=ON, that path without its extension.
 include(${CMAKE_CURRENT_LIST_DIR}/WriteIfChanged.cmake)
 string(REPLACE "|" ";" roots "${ROOTS}")
 string(REPLACE "|" ";" patterns "${PATTERNS}")
@@ -16,7 +16,14 @@ foreach(root ${roots})
   foreach(relative ${files})
     set(name ${relative})
     if(STRIP_EXTENSION)
-      get_filename_component(name ${relative} NAME_WE)
+      # "ep/dispatch.mlir" -> "ep/dispatch": parts of a template keep their directory.
+      get_filename_component(stem ${relative} NAME_WE)
+      get_filename_component(dir ${relative} DIRECTORY)
+      if(dir)
+        set(name ${dir}/${stem})
+      else()
+        set(name ${stem})
+      endif()
     endif()
     file(READ ${root}/${relative} text)
     string(APPEND content "{\"${name}\", R\"epjit_embedded(${text})epjit_embedded\"},\n")

@@ -13,7 +13,16 @@ declare -A hidden=([quantize_fp8_direct]=7168 [dequantize_fp8_direct]=7168 [quan
                    [dequantize_fp8_blockwise]=7168 [quantize_mxfp4]=7168 [dequantize_mxfp4]=7168)
 templates=(quantize_fp8_direct dequantize_fp8_direct quantize_fp8_blockwise dequantize_fp8_blockwise
            quantize_mxfp4 dequantize_mxfp4)
-targets=(gfx942 gfx950 gfx1250 sm90 host)
+# Every GPU target TargetInfo knows, and the plain host target, with their vendors.
+declare -A vendor
+targets=()
+while IFS= read -r line; do
+  name=${line%%:*}
+  kind=$(sed -n 's/.*vendor \([a-z]*\),.*/\1/p' <<<"$line")
+  [[ $kind == cpu && $name != host ]] && continue
+  targets+=("$name")
+  vendor[$name]=$kind
+done < <("$compile" --list-targets)
 
 echo "| template | target | registers (VGPR/SGPR or regs) | scratch / spill | code bytes | --emit bin seconds |"
 echo "|---|---|---|---|---|---|"
@@ -29,10 +38,10 @@ for t in "${templates[@]}"; do
     seconds=$(awk -v ns="$(( $(date +%s%N) - start ))" 'BEGIN { printf "%.2f", ns / 1e9 }')
     resources=$("$compile" "${args[@]}" --emit asm | grep '^; resources' || true)
     field() { sed -n "s/.* $1 \(-\?[0-9]*\).*/\1/p" <<<"$resources"; }
-    case $target in
-      gfx*) regs="$(field vgpr) / $(field sgpr)"; scratch=$(field scratch); code=$(field code) ;;
-      sm90) regs="$(field registers)"; scratch=$(field spill); code=$(field code) ;;
-      host) regs="-"; scratch="-"; code=$(stat -c %s "$work/kernel.bin")" (.so)" ;;
+    case ${vendor[$target]} in
+      amd) regs="$(field vgpr) / $(field sgpr)"; scratch=$(field scratch); code=$(field code) ;;
+      nvidia) regs="$(field registers)"; scratch=$(field spill); code=$(field code) ;;
+      cpu) regs="-"; scratch="-"; code=$(stat -c %s "$work/kernel.bin")" (.so)" ;;
     esac
     printf '| %s | %s | %s | %s | %s | %s |\n' "$t" "$target" "$regs" "$scratch" "$code" "$seconds"
   done

@@ -7,37 +7,157 @@ namespace {
 
 constexpr int64_t KiB = 1024;
 
-// The facts, one row per target. LDS is what one block may allocate: 64 KiB
-// on gfx942, 160 KiB on gfx950, 320 KiB on gfx1250, 227 KiB of shared memory
-// per block on sm90; the host has no such limit worth stating (1 GiB).
-constexpr std::array kTargets = {
-    TargetInfo{"gfx942", "gfx942", "epjit/targets/gfx942/prelude.h", Vendor::Amd, LaneExecution::Simt, 64,
-               Fp8Format::E4M3FNUZ, Fp8Format::E5M2FNUZ, Fp8Conversion::AmdgcnPk, Fp4Support::None, false,
-               64 * KiB, 16, DefaultToolchain::HipRtcOrClang, "gfx942"},
-    TargetInfo{"gfx950", "gfx950", "epjit/targets/gfx950/prelude.h", Vendor::Amd, LaneExecution::Simt, 64,
-               Fp8Format::E4M3FN, Fp8Format::E5M2, Fp8Conversion::AmdgcnPk, Fp4Support::Pack2, false,
-               160 * KiB, 16, DefaultToolchain::HipRtcOrClang, "gfx950"},
-    TargetInfo{"gfx1250", "gfx1250", "epjit/targets/gfx1250/prelude.h", Vendor::Amd, LaneExecution::Simt, 32,
-               Fp8Format::E4M3FN, Fp8Format::E5M2, Fp8Conversion::AmdgcnPk, Fp4Support::Pack8, false,
-               320 * KiB, 16, DefaultToolchain::HipRtcOrClang, "gfx1250"},
-    TargetInfo{"sm90", "sm_90", "epjit/targets/sm90/prelude.h", Vendor::Nvidia, LaneExecution::Simt, 32,
-               Fp8Format::E4M3FN, Fp8Format::E5M2, Fp8Conversion::PtxSatfinite, Fp4Support::None, true,
-               227 * KiB, 16, DefaultToolchain::Nvrtc, "sm90"},
-    TargetInfo{"host", "native", "epjit/targets/host/prelude.h", Vendor::Cpu, LaneExecution::Lanes, 32,
-               Fp8Format::E4M3FN, Fp8Format::E5M2, Fp8Conversion::Software, Fp4Support::Software, false,
-               1024 * 1024 * KiB, 16, DefaultToolchain::HostCxx, "host"},
-    TargetInfo{"host-gfx942", "native", "epjit/targets/host/prelude.h", Vendor::Cpu, LaneExecution::Lanes, 64,
-               Fp8Format::E4M3FNUZ, Fp8Format::E5M2FNUZ, Fp8Conversion::Software, Fp4Support::None, false,
-               1024 * 1024 * KiB, 16, DefaultToolchain::HostCxx, "gfx942"},
-    TargetInfo{"host-gfx950", "native", "epjit/targets/host/prelude.h", Vendor::Cpu, LaneExecution::Lanes, 64,
-               Fp8Format::E4M3FN, Fp8Format::E5M2, Fp8Conversion::Software, Fp4Support::Software, false,
-               1024 * 1024 * KiB, 16, DefaultToolchain::HostCxx, "gfx950"},
-    TargetInfo{"host-gfx1250", "native", "epjit/targets/host/prelude.h", Vendor::Cpu, LaneExecution::Lanes, 32,
-               Fp8Format::E4M3FN, Fp8Format::E5M2, Fp8Conversion::Software, Fp4Support::Software, false,
-               1024 * 1024 * KiB, 16, DefaultToolchain::HostCxx, "gfx1250"},
+// Tuning tables: small batches want few blocks (latency), large ones fill the
+// GPU; wave64 targets carry twice the lanes per warp, so half the warps.
+constexpr ScheduleRow kWave64Schedule[] = {{128, 32, 8, 32, 8}, {1024, 64, 8, 64, 8}, {0, 128, 8, 128, 8}};
+constexpr ScheduleRow kWave32Schedule[] = {{128, 32, 16, 32, 16}, {1024, 64, 16, 64, 16}, {0, 128, 16, 128, 16}};
+// The host runs a warp per CPU thread: a few of them per rank.
+constexpr ScheduleRow kHostSchedule[] = {{64, 1, 4, 1, 4}, {0, 2, 4, 2, 4}};
+
+// LDS is what one block may allocate: 64 KiB on gfx942 and gfx1200, 160 KiB
+// on gfx950, 320 KiB on gfx1250, 227 KiB of shared memory per block on sm90.
+constexpr TargetInfo kGfx942{
+    .name = "gfx942",
+    .arch = "gfx942",
+    .prelude = "epjit/targets/gfx942/prelude.h",
+    .vendor = Vendor::Amd,
+    .lanes = LaneExecution::Simt,
+    .wave_size = 64,
+    .fp8_e4m3 = Fp8Format::E4M3FNUZ,
+    .fp8_e5m2 = Fp8Format::E5M2FNUZ,
+    .fp8_conversion = Fp8Conversion::AmdgcnPk,
+    .fp4 = Fp4Support::None,
+    .lds_bytes = 64 * KiB,
+    .toolchain = DefaultToolchain::HipRtcOrClang,
+    .numerics_of = "gfx942",
+    .schedule = kWave64Schedule,
 };
 
+constexpr TargetInfo kGfx950{
+    .name = "gfx950",
+    .arch = "gfx950",
+    .prelude = "epjit/targets/gfx950/prelude.h",
+    .vendor = Vendor::Amd,
+    .lanes = LaneExecution::Simt,
+    .wave_size = 64,
+    .fp8_conversion = Fp8Conversion::AmdgcnPk,
+    .fp4 = Fp4Support::Pack2,
+    .lds_bytes = 160 * KiB,
+    .toolchain = DefaultToolchain::HipRtcOrClang,
+    .numerics_of = "gfx950",
+    .schedule = kWave64Schedule,
+};
+
+constexpr TargetInfo kGfx1250{
+    .name = "gfx1250",
+    .arch = "gfx1250",
+    .prelude = "epjit/targets/gfx1250/prelude.h",
+    .vendor = Vendor::Amd,
+    .lanes = LaneExecution::Simt,
+    .wave_size = 32,
+    .fp8_conversion = Fp8Conversion::AmdgcnPk,
+    .fp4 = Fp4Support::Pack8,
+    .lds_bytes = 320 * KiB,
+    .toolchain = DefaultToolchain::HipRtcOrClang,
+    .numerics_of = "gfx1250",
+    .schedule = kWave32Schedule,
+};
+
+constexpr TargetInfo kSm90{
+    .name = "sm90",
+    .arch = "sm_90",
+    .prelude = "epjit/targets/sm90/prelude.h",
+    .vendor = Vendor::Nvidia,
+    .lanes = LaneExecution::Simt,
+    .wave_size = 32,
+    .fp8_conversion = Fp8Conversion::PtxSatfinite,
+    .fp4 = Fp4Support::None,
+    .fp4_software_fallback = true,
+    .lds_bytes = 227 * KiB,
+    .toolchain = DefaultToolchain::Nvrtc,
+    .numerics_of = "sm90",
+    .cuda_capability = 90,
+    .schedule = kWave32Schedule,
+};
+
+constexpr TargetInfo kHost{
+    .name = "host",
+    .arch = "native",
+    .prelude = "epjit/targets/host/prelude.h",
+    .vendor = Vendor::Cpu,
+    .lanes = LaneExecution::Lanes,
+    .wave_size = 32,
+    .fp8_conversion = Fp8Conversion::Software,
+    .fp4 = Fp4Support::Software,
+    .lds_bytes = 1024 * 1024 * KiB,
+    .toolchain = DefaultToolchain::HostCxx,
+    .numerics_of = "host",
+    .schedule = kHostSchedule,
+};
+
+// A host target carrying a GPU's numerics: the host's execution with the
+// GPU's wave width and fp8 formats, and FP4 in software where the GPU has it.
+constexpr TargetInfo host_variant_of(const TargetInfo& gpu, std::string_view name) {
+  TargetInfo host = kHost;
+  host.name = name;
+  host.wave_size = gpu.wave_size;
+  host.fp8_e4m3 = gpu.fp8_e4m3;
+  host.fp8_e5m2 = gpu.fp8_e5m2;
+  host.fp4 = gpu.has_fp4() ? Fp4Support::Software : Fp4Support::None;
+  host.numerics_of = gpu.name;
+  return host;
+}
+
+constexpr std::array kTargets = {
+    kGfx942,
+    kGfx950,
+    kGfx1250,
+    kSm90,
+    kHost,
+    host_variant_of(kGfx942, "host-gfx942"),
+    host_variant_of(kGfx950, "host-gfx950"),
+    host_variant_of(kGfx1250, "host-gfx1250"),
+};
+
+std::string opt_flag(const char* prefix, int opt_level) {
+  return prefix + std::to_string(opt_level < 0 ? 0 : opt_level > 3 ? 3 : opt_level);
+}
+
 }  // namespace
+
+std::string_view TargetInfo::vendor_name() const { return epjit::vendor_name(vendor); }
+
+std::string_view vendor_name(Vendor vendor) {
+  switch (vendor) {
+    case Vendor::Amd: return "amd";
+    case Vendor::Nvidia: return "nvidia";
+    case Vendor::Cpu: return "cpu";
+  }
+  return "cpu";
+}
+
+std::string_view TargetInfo::source_extension() const {
+  switch (vendor) {
+    case Vendor::Amd: return ".hip";
+    case Vendor::Nvidia: return ".cu";
+    case Vendor::Cpu: return ".cpp";
+  }
+  return ".cpp";
+}
+
+std::string_view TargetInfo::binary_extension() const {
+  switch (vendor) {
+    case Vendor::Amd: return ".co";
+    case Vendor::Nvidia: return ".cubin";
+    case Vendor::Cpu: return ".so";
+  }
+  return ".bin";
+}
+
+std::vector<std::string> TargetInfo::kernel_specifiers(int64_t threads) const {
+  if (is_host()) return {};
+  return {"__global__", "__launch_bounds__(" + std::to_string(threads) + ")"};
+}
 
 std::span<const TargetInfo> all_targets() { return kTargets; }
 
@@ -50,6 +170,47 @@ const TargetInfo* find_target(std::string_view name) {
 
 std::string target_names() {
   return target_names_where([](const TargetInfo&) { return true; });
+}
+
+const TargetInfo* target_for_cuda_capability(int major, int minor) {
+  for (const TargetInfo& target : kTargets)
+    if (target.is_nvidia() && target.cuda_capability == major * 10 + minor) return &target;
+  return nullptr;
+}
+
+const TargetInfo* target_for_amd_arch(std::string_view gcn_arch_name) {
+  const std::string_view processor = gcn_arch_name.substr(0, gcn_arch_name.find(':'));
+  for (const TargetInfo& target : kTargets)
+    if (target.is_amd() && target.arch == processor) return &target;
+  return nullptr;
+}
+
+std::string device_targets_of(Vendor vendor) {
+  std::string names;
+  for (const TargetInfo& target : kTargets) {
+    if (target.vendor != vendor) continue;
+    if (!names.empty()) names += ", ";
+    names += target.name;
+    if (target.is_nvidia())
+      names += " (compute capability " + std::to_string(target.cuda_capability / 10) + "." +
+               std::to_string(target.cuda_capability % 10) + ")";
+  }
+  return names;
+}
+
+std::vector<std::string> compile_flags(const TargetInfo& target, Compiler compiler, int opt_level) {
+  const std::string arch(target.arch);
+  switch (compiler) {
+    case Compiler::Clang:
+      return {"-x", "hip", "-std=c++20", "--offload-arch=" + arch, "-nogpuinc", "-nogpulib", "--cuda-device-only",
+              "--no-gpu-bundle-output", opt_flag("-O", opt_level)};
+    case Compiler::HipRtc: return {"--gpu-architecture=" + arch, "-std=c++20", opt_flag("-O", opt_level)};
+    case Compiler::Nvrtc: return {"--gpu-architecture=" + arch, "-std=c++20", opt_flag("-Xptxas=-O", opt_level)};
+    case Compiler::Nvcc:
+      return {"-x", "cu", "--gpu-architecture=" + arch, "-std=c++20", opt_flag("-Xptxas=-O", opt_level)};
+    case Compiler::HostCxx: return {"-x", "c++", "-std=c++20", opt_flag("-O", opt_level), "-fPIC", "-shared"};
+  }
+  return {};
 }
 
 }  // namespace epjit

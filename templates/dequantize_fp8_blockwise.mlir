@@ -3,8 +3,8 @@
 //         output [tokens, hidden] bf16, tokens
 ep.param @hidden : index {min = 1 : i64}
 
-func.func @dequantize_fp8_blockwise(%input: !ep.ptr<i8>, %scales: !ep.ptr<f32>, %output: !ep.ptr<bf16>,
-                                    %tokens: index) attributes {ep.kernel = {warps_per_block = 4 : i64}} {
+ep.kernel @dequantize_fp8_blockwise(%input: !ep.ptr<i8>, %scales: !ep.ptr<f32>, %output: !ep.ptr<bf16>,
+                                    %tokens: index) warps_per_block(4) {
   %hidden = ep.param_value @hidden : index
   %c127 = arith.constant 127 : index
   %c128 = arith.constant 128 : index
@@ -19,5 +19,4 @@ func.func @dequantize_fp8_blockwise(%input: !ep.ptr<i8>, %scales: !ep.ptr<f32>, 
         {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>}
         : !ep.ptr<i8> -> !ep.ptr<bf16>, !ep.ptr<f32>
   }
-  return
 }

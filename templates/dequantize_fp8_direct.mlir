@@ -2,8 +2,7 @@
 //   args: input [tokens, hidden] fp8 bytes, output [tokens, hidden] bf16, tokens
 ep.param @hidden : index {min = 1 : i64}
 
-func.func @dequantize_fp8_direct(%input: !ep.ptr<i8>, %output: !ep.ptr<bf16>, %tokens: index)
-    attributes {ep.kernel = {warps_per_block = 4 : i64}} {
+ep.kernel @dequantize_fp8_direct(%input: !ep.ptr<i8>, %output: !ep.ptr<bf16>, %tokens: index) warps_per_block(4) {
   %hidden = ep.param_value @hidden : index
   %first = ep.global_warp_index : index
   %stride = ep.global_warp_count : index
@@ -12,5 +11,4 @@ func.func @dequantize_fp8_direct(%input: !ep.ptr<i8>, %output: !ep.ptr<bf16>, %t
     ep.warp.dequantize %input[%row], %output[%row], %hidden {format = #ep.fp8<target>}
         : !ep.ptr<i8> -> !ep.ptr<bf16>
   }
-  return
 }

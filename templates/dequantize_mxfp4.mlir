@@ -3,8 +3,7 @@
 //         output [tokens, hidden] bf16, tokens
 ep.param @hidden : index {min = 2 : i64, multiple_of = 2 : i64}
 
-func.func @dequantize_mxfp4(%input: !ep.ptr<i8>, %scales: !ep.ptr<i8>, %output: !ep.ptr<bf16>, %tokens: index)
-    attributes {ep.kernel = {warps_per_block = 4 : i64}} {
+ep.kernel @dequantize_mxfp4(%input: !ep.ptr<i8>, %scales: !ep.ptr<i8>, %output: !ep.ptr<bf16>, %tokens: index) warps_per_block(4) {
   %hidden = ep.param_value @hidden : index
   %c2 = arith.constant 2 : index
   %c31 = arith.constant 31 : index
@@ -22,5 +21,4 @@ func.func @dequantize_mxfp4(%input: !ep.ptr<i8>, %scales: !ep.ptr<i8>, %output: 
         {format = #ep.fp4<e2m1>, block = 32, scale = #ep.scale<e8m0>}
         : !ep.ptr<i8> -> !ep.ptr<bf16>, !ep.ptr<i8>
   }
-  return
 }

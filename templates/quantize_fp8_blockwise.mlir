@@ -5,8 +5,8 @@
 //         scales [tokens, ceil(hidden / 128)] f32, tokens
 ep.param @hidden : index {min = 1 : i64}
 
-func.func @quantize_fp8_blockwise(%input: !ep.ptr<bf16>, %output: !ep.ptr<i8>, %scales: !ep.ptr<f32>,
-                                  %tokens: index) attributes {ep.kernel = {warps_per_block = 4 : i64}} {
+ep.kernel @quantize_fp8_blockwise(%input: !ep.ptr<bf16>, %output: !ep.ptr<i8>, %scales: !ep.ptr<f32>,
+                                  %tokens: index) warps_per_block(4) {
   %hidden = ep.param_value @hidden : index
   %c127 = arith.constant 127 : index
   %c128 = arith.constant 128 : index
@@ -21,5 +21,4 @@ func.func @quantize_fp8_blockwise(%input: !ep.ptr<bf16>, %output: !ep.ptr<i8>, %
         {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>}
         : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<f32>
   }
-  return
 }

@@ -5,8 +5,7 @@
 //         scales [tokens, ceil(hidden / 32)] e8m0 bytes, tokens
 ep.param @hidden : index {min = 2 : i64, multiple_of = 2 : i64}
 
-func.func @quantize_mxfp4(%input: !ep.ptr<bf16>, %output: !ep.ptr<i8>, %scales: !ep.ptr<i8>, %tokens: index)
-    attributes {ep.kernel = {warps_per_block = 4 : i64}} {
+ep.kernel @quantize_mxfp4(%input: !ep.ptr<bf16>, %output: !ep.ptr<i8>, %scales: !ep.ptr<i8>, %tokens: index) warps_per_block(4) {
   %hidden = ep.param_value @hidden : index
   %c2 = arith.constant 2 : index
   %c31 = arith.constant 31 : index
@@ -24,5 +23,4 @@ func.func @quantize_mxfp4(%input: !ep.ptr<bf16>, %output: !ep.ptr<i8>, %scales: 
         {format = #ep.fp4<e2m1>, block = 32, scale = #ep.scale<e8m0>}
         : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<i8>
   }
-  return
 }

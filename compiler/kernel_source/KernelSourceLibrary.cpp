@@ -19,9 +19,12 @@ char* copy(const std::string& text) {
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) int epjit_kernel_source_generate_v1(
-    const char* template_name, const char* bindings, const char* target, char** source, char** diagnostics) {
+// Version 2: the source and the module's interface record (JSON).
+extern "C" __attribute__((visibility("default"))) int epjit_kernel_source_generate_v2(
+    const char* template_name, const char* bindings, const char* target, char** source, char** interface,
+    char** diagnostics) {
   *source = nullptr;
+  *interface = nullptr;
   *diagnostics = nullptr;
   const epjit::compiler::Template* entry = epjit::compiler::findTemplate(template_name);
   if (!entry) {
@@ -42,7 +45,8 @@ extern "C" __attribute__((visibility("default"))) int epjit_kernel_source_genera
     return 1;
   }
   *source = copy(output.source);
-  return 0;
+  *interface = copy(output.interface);
+  return *source && *interface ? 0 : 1;
 }
 
-extern "C" __attribute__((visibility("default"))) void epjit_kernel_source_free_v1(char* text) { std::free(text); }
+extern "C" __attribute__((visibility("default"))) void epjit_kernel_source_free_v2(char* text) { std::free(text); }

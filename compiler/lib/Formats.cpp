@@ -24,9 +24,4 @@ ep::Fp8Kind fp8KindOf(Fp8Format format) {
   return ep::Fp8Kind::e4m3fn;
 }
 
-bool convertsFp8InHardware(const TargetInfo& target, Fp8Format format) {
-  if (target.fp8_conversion == Fp8Conversion::Software) return false;
-  return target.fp8_e4m3 == format || target.fp8_e5m2 == format;
-}
-
 }  // namespace epjit

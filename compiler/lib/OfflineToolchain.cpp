@@ -1,5 +1,6 @@
 #include "epjit/Compiler/OfflineToolchain.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -25,7 +26,7 @@ std::string nvcc() { return toolPath("EPJIT_NVCC", EPJIT_NVCC_PATH); }
 std::string hostCxx() { return toolPath("EPJIT_HOST_CXX", "c++"); }
 
 std::vector<std::string> includeFlags() {
-  return {"-I", EPJIT_TARGETS_INCLUDE_DIR, "-I", EPJIT_RUNTIME_INCLUDE_DIR};
+  return {"-I", EPJIT_TARGETS_INCLUDE_DIR, "-I", EPJIT_NUMERICS_INCLUDE_DIR};
 }
 
 // Runs argv; stdout goes to `out` (when given), stderr to the log.
@@ -62,28 +63,38 @@ ToolResult run(std::vector<std::string> argv, std::string* out = nullptr) {
   return result;
 }
 
+// The optimization level of the runtime's default (EPJIT_OPT_LEVEL unset), so
+// the ISA the tools show is the ISA the runtime builds.
+constexpr int kOptLevel = 3;
+
+// tool + TargetInfo's flags for `compiler` + extra + includes + -o output source.
+std::vector<std::string> command(std::string tool, const TargetInfo& target, Compiler compiler,
+                                 std::vector<std::string> extra, llvm::StringRef source, llvm::StringRef output) {
+  std::vector<std::string> argv = {std::move(tool)};
+  for (std::string& flag : compile_flags(target, compiler, kOptLevel)) argv.push_back(std::move(flag));
+  for (std::string& flag : extra) argv.push_back(std::move(flag));
+  for (std::string& flag : includeFlags()) argv.push_back(std::move(flag));
+  argv.insert(argv.end(), {"-o", output.str(), source.str()});
+  return argv;
+}
+
 std::vector<std::string> amdCompileCommand(const TargetInfo& target, llvm::StringRef source, llvm::StringRef output) {
-  std::vector<std::string> argv = {clang(), "-x", "hip", "-std=c++20", "--offload-arch=" + std::string(target.arch),
-                                   "-nogpuinc", "-nogpulib", "--cuda-device-only", "--no-gpu-bundle-output", "-O3"};
-  for (std::string& flag : includeFlags()) argv.push_back(std::move(flag));
-  argv.insert(argv.end(), {"-o", output.str(), source.str()});
-  return argv;
+  return command(clang(), target, Compiler::Clang, {}, source, output);
 }
 
-std::vector<std::string> nvccCommand(llvm::StringRef mode, llvm::StringRef source, llvm::StringRef output) {
-  std::vector<std::string> argv = {nvcc(), "-x", "cu", "-std=c++20", "-arch=sm_90", mode.str(), "-O3"};
-  if (mode == "-cubin") argv.push_back("-Xptxas=-v");
-  for (std::string& flag : includeFlags()) argv.push_back(std::move(flag));
-  argv.insert(argv.end(), {"-o", output.str(), source.str()});
-  return argv;
+// mode: -cubin (with ptxas's resource report) or -ptx.
+std::vector<std::string> nvccCommand(const TargetInfo& target, llvm::StringRef mode, llvm::StringRef source,
+                                     llvm::StringRef output) {
+  std::vector<std::string> extra = {mode.str()};
+  if (mode == "-cubin") extra.push_back("-Xptxas=-v");
+  return command(nvcc(), target, Compiler::Nvcc, std::move(extra), source, output);
 }
 
-std::vector<std::string> hostCommand(llvm::StringRef mode, llvm::StringRef source, llvm::StringRef output) {
-  std::vector<std::string> argv = {hostCxx(), "-x", "c++", "-std=c++20", "-O2", "-fPIC"};
-  if (mode == "-shared") argv.push_back("-shared");
-  else argv.push_back("-S");
-  for (std::string& flag : includeFlags()) argv.push_back(std::move(flag));
-  argv.insert(argv.end(), {"-o", output.str(), source.str()});
+// A shared object as the runtime builds it, or (asm) the same compile stopped at assembly.
+std::vector<std::string> hostCommand(const TargetInfo& target, bool assembly, llvm::StringRef source,
+                                     llvm::StringRef output) {
+  std::vector<std::string> argv = command(hostCxx(), target, Compiler::HostCxx, {}, source, output);
+  if (assembly) std::replace(argv.begin(), argv.end(), std::string("-shared"), std::string("-S"));
   return argv;
 }
 
@@ -142,9 +153,9 @@ ToolResult readAmdResources(llvm::StringRef binary, std::vector<KernelResources>
 
 // ptxas -v: "Compiling entry function 'k' for 'sm_90'", then "Used N registers"
 // and "S bytes stack frame, A bytes spill stores, B bytes spill loads".
-ToolResult readNvidiaResources(llvm::StringRef source, llvm::StringRef binary,
+ToolResult readNvidiaResources(const TargetInfo& target, llvm::StringRef source, llvm::StringRef binary,
                                std::vector<KernelResources>& resources) {
-  ToolResult result = run(nvccCommand("-cubin", source, binary));
+  ToolResult result = run(nvccCommand(target, "-cubin", source, binary));
   if (!result.ok) return result;
   llvm::SmallVector<llvm::StringRef> lines;
   llvm::StringRef(result.log).split(lines, '\n');
@@ -173,8 +184,8 @@ ToolResult readNvidiaResources(llvm::StringRef source, llvm::StringRef binary,
 ToolResult buildBinary(const TargetInfo& target, llvm::StringRef sourcePath, llvm::StringRef outputPath) {
   switch (target.vendor) {
     case Vendor::Amd: return run(amdCompileCommand(target, sourcePath, outputPath));
-    case Vendor::Nvidia: return run(nvccCommand("-cubin", sourcePath, outputPath));
-    case Vendor::Cpu: return run(hostCommand("-shared", sourcePath, outputPath));
+    case Vendor::Nvidia: return run(nvccCommand(target, "-cubin", sourcePath, outputPath));
+    case Vendor::Cpu: return run(hostCommand(target, false, sourcePath, outputPath));
   }
   return {};
 }
@@ -186,7 +197,7 @@ ToolResult disassemble(const TargetInfo& target, llvm::StringRef sourcePath, llv
     case Vendor::Nvidia: {
       llvm::SmallString<128> ptx;
       llvm::sys::fs::createTemporaryFile("epjit-kernel", "ptx", ptx);
-      ToolResult result = run(nvccCommand("-ptx", sourcePath, ptx));
+      ToolResult result = run(nvccCommand(target, "-ptx", sourcePath, ptx));
       if (auto buffer = llvm::MemoryBuffer::getFile(ptx); result.ok && buffer) text = (*buffer)->getBuffer().str();
       llvm::sys::fs::remove(ptx);
       return result;
@@ -194,7 +205,7 @@ ToolResult disassemble(const TargetInfo& target, llvm::StringRef sourcePath, llv
     case Vendor::Cpu: {
       llvm::SmallString<128> assembly;
       llvm::sys::fs::createTemporaryFile("epjit-kernel", "s", assembly);
-      ToolResult result = run(hostCommand("-S", sourcePath, assembly));
+      ToolResult result = run(hostCommand(target, true, sourcePath, assembly));
       if (auto buffer = llvm::MemoryBuffer::getFile(assembly); result.ok && buffer) text = (*buffer)->getBuffer().str();
       llvm::sys::fs::remove(assembly);
       return result;
@@ -207,7 +218,7 @@ ToolResult readResources(const TargetInfo& target, llvm::StringRef sourcePath, l
                          std::vector<KernelResources>& resources) {
   switch (target.vendor) {
     case Vendor::Amd: return readAmdResources(binaryPath, resources);
-    case Vendor::Nvidia: return readNvidiaResources(sourcePath, binaryPath, resources);
+    case Vendor::Nvidia: return readNvidiaResources(target, sourcePath, binaryPath, resources);
     case Vendor::Cpu: {
       ToolResult result;
       result.ok = true;
@@ -222,7 +233,7 @@ std::string formatResources(const TargetInfo& target, const std::vector<KernelRe
   llvm::raw_string_ostream os(text);
   for (const KernelResources& kernel : resources) {
     os << "; resources " << kernel.kernel << ":";
-    if (target.vendor == Vendor::Amd) {
+    if (target.is_amd()) {
       os << " wave " << kernel.waveSize << " vgpr " << kernel.vgprs << " sgpr " << kernel.sgprs << " agpr " << kernel.agprs << " lds "
          << kernel.ldsBytes << " scratch " << kernel.scratchBytes;
     } else {

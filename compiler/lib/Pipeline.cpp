@@ -14,6 +14,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include "epjit/Compiler/Interface.h"
 #include "epjit/Compiler/Passes.h"
 #include "epjit/Dialect/Ep/EpOps.h"
 #include "epjit/targets/TargetInfo.h"
@@ -24,7 +25,7 @@ namespace {
 using namespace mlir;
 
 constexpr std::pair<Stage, llvm::StringLiteral> kStageNames[] = {
-    {Stage::Template, "template"},         {Stage::Specialize, "specialize"},
+    {Stage::Template, "template"},         {Stage::Link, "link"},           {Stage::Specialize, "specialize"},
     {Stage::CheckTarget, "check-target"},  {Stage::LowerNumerics, "lower-numerics"},
     {Stage::LowerWarpOps, "lower-warp-ops"}, {Stage::ToEmitC, "to-emitc"},
     {Stage::Emit, "emit"},
@@ -93,6 +94,12 @@ bool dump(const CompileOptions& options, Stage stage, llvm::StringRef extension,
 
 void addStagePasses(PassManager& pm, Stage stage, const CompileOptions& options) {
   switch (stage) {
+    case Stage::Link: {
+      EpLinkOptions link;
+      link.searchDirs.assign(options.includeDirs.begin(), options.includeDirs.end());
+      pm.addPass(createEpLink(link));
+      break;
+    }
     case Stage::Specialize: {
       EpSpecializeOptions specialize;
       specialize.bindings.assign(options.bindings.begin(), options.bindings.end());
@@ -114,12 +121,23 @@ void addStagePasses(PassManager& pm, Stage stage, const CompileOptions& options)
 
 std::vector<KernelInfo> kernelsOf(ModuleOp module) {
   std::vector<KernelInfo> kernels;
-  for (auto func : module.getOps<func::FuncOp>()) {
-    auto kernel = func->getAttrOfType<DictionaryAttr>(ep::EpDialect::kKernelAttrName);
-    if (!kernel) continue;
-    kernels.push_back({func.getSymName().str(), kernel.getAs<IntegerAttr>("warps_per_block").getInt()});
-  }
+  for (auto kernel : module.getOps<ep::KernelOp>())
+    kernels.push_back({kernel.getSymName().str(), kernel.getWarpsPerBlock()});
   return kernels;
+}
+
+// Parses a template without verifying it: a file that includes others refers
+// to symbols they declare, so it verifies only once linked (ep-link).
+OwningOpRef<ModuleOp> parseTemplate(MLIRContext& context, llvm::StringRef text, llvm::StringRef name) {
+  return parseSourceString<ModuleOp>(text, ParserConfig(&context, /*verifyAfterParse=*/false), name);
+}
+
+// "ep/dispatch.mlir" -> "ep/dispatch"; a path keeps only its file's stem.
+std::string templateNameOf(llvm::StringRef sourceName) {
+  llvm::StringRef name = sourceName;
+  name.consume_back(".mlir");
+  if (findTemplate(name)) return name.str();
+  return llvm::sys::path::stem(sourceName).str();
 }
 
 }  // namespace
@@ -142,8 +160,7 @@ bool parseStage(llvm::StringRef name, Stage& stage) {
 
 llvm::StringRef sourceExtension(llvm::StringRef target) {
   const TargetInfo* info = find_target(target);
-  if (!info || info->vendor == Vendor::Cpu) return ".cpp";
-  return info->vendor == Vendor::Nvidia ? ".cu" : ".hip";
+  return info ? info->source_extension() : ".cpp";
 }
 
 bool compile(llvm::StringRef sourceText, llvm::StringRef sourceName, const CompileOptions& options,
@@ -153,14 +170,14 @@ bool compile(llvm::StringRef sourceText, llvm::StringRef sourceName, const Compi
   context.printOpOnDiagnostic(false);
   DiagnosticCollector diagnostics(context);
 
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(sourceText, ParserConfig(&context), sourceName);
+  OwningOpRef<ModuleOp> module = parseTemplate(context, sourceText, sourceName);
   if (!module) {
     error = diagnostics.text;
     return false;
   }
   if (!dump(options, Stage::Template, ".mlir", printModule(*module), error)) return false;
 
-  for (Stage stage : {Stage::Specialize, Stage::CheckTarget, Stage::LowerNumerics, Stage::LowerWarpOps,
+  for (Stage stage : {Stage::Link, Stage::Specialize, Stage::CheckTarget, Stage::LowerNumerics, Stage::LowerWarpOps,
                       Stage::ToEmitC}) {
     if (int(stage) > int(options.stopAfter)) break;
     if (stage == Stage::ToEmitC) output.kernels = kernelsOf(*module);
@@ -168,6 +185,11 @@ bool compile(llvm::StringRef sourceText, llvm::StringRef sourceName, const Compi
     addStagePasses(pm, stage, options);
     if (failed(pm.run(*module))) {
       error = diagnostics.text.empty() ? "stage " + stageName(stage).str() + " failed" : diagnostics.text;
+      return false;
+    }
+    if (stage == Stage::CheckTarget &&
+        failed(buildInterface(*module, *find_target(options.target), templateNameOf(sourceName), output.interface))) {
+      error = diagnostics.text;
       return false;
     }
     output.mlir = printModule(*module);
@@ -184,12 +206,15 @@ bool compile(llvm::StringRef sourceText, llvm::StringRef sourceName, const Compi
   return dump(options, Stage::Emit, sourceExtension(options.target), output.source, error);
 }
 
-bool describeParameters(llvm::StringRef sourceText, std::string& description, std::string& error) {
+bool describeParameters(llvm::StringRef sourceText, llvm::StringRef sourceName, std::string& description,
+                        std::string& error) {
   MLIRContext context(MLIRContext::Threading::DISABLED);
   loadDialects(context);
   DiagnosticCollector diagnostics(context);
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(sourceText, ParserConfig(&context));
-  if (!module) {
+  OwningOpRef<ModuleOp> module = parseTemplate(context, sourceText, sourceName);
+  PassManager pm(&context);
+  pm.addPass(createEpLink());
+  if (!module || failed(pm.run(*module))) {
     error = diagnostics.text;
     return false;
   }
@@ -206,6 +231,8 @@ bool describeParameters(llvm::StringRef sourceText, std::string& description, st
     }
     if (auto min = param.getMin()) notes.push_back("min " + std::to_string(*min));
     if (auto multiple = param.getMultipleOf()) notes.push_back("multiple_of " + std::to_string(*multiple));
+    if (auto names = param.getNames())
+      notes.push_back("names " + llvm::join(names->getAsValueRange<StringAttr>(), "|"));
     if (!notes.empty()) os << " (" << llvm::join(notes, ", ") << ")";
     os << "\n";
   }

@@ -50,6 +50,23 @@ def _dtype_name(value, field):
     return name
 
 
+def targets():
+    """TargetInfo's table: one dict per target (name, vendor, arch, wave_size, numerics_of)."""
+    return [dict(row, wave_size=int(row["wave_size"])) for row in _epjit.targets()]
+
+
+_DEVICE_OF_VENDOR = {"amd": "hip", "nvidia": "cuda", "cpu": "host"}
+
+
+def device_for_target(target):
+    """The device kind that runs `target`: "hip" (AMD), "cuda" (NVIDIA) or "host"."""
+    for row in _epjit.targets():
+        if row["name"] == target:
+            return _DEVICE_OF_VENDOR[row["vendor"]]
+    names = ", ".join(row["name"] for row in _epjit.targets())
+    raise Error(f"target '{target}' is not known (expected one of {names}); fix: pass one of those")
+
+
 class Communicator:
     """A rank of an epjit communicator (TCP bootstrap, symmetric memory)."""
 
@@ -62,10 +79,12 @@ class Communicator:
     @staticmethod
     def init(world_size, rank, unique_id, target=None, device=None, device_ordinal=-1, timeout_seconds=0.0):
         """Joins the communicator; returns when all ranks have. `target` is the ops'
-        default target (host, host-gfx942/950/1250, sm90); `device` defaults to cuda
-        for GPU targets and host otherwise."""
+        default target (epjit.targets() lists them: host, host-gfx942, gfx942, sm90, ...);
+        `device` ("host", "cuda" or "hip") defaults to the one that runs the target:
+        hip for AMD targets, cuda for NVIDIA ones, host for host targets and when no
+        target is given."""
         if device is None:
-            device = "cuda" if target and not str(target).startswith("host") else "host"
+            device = device_for_target(target) if target else "host"
         native = _epjit.Communicator.init(world_size, rank, bytes(unique_id), device, device_ordinal, timeout_seconds)
         return Communicator(native, target)
 

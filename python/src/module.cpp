@@ -41,6 +41,16 @@ struct PyCommunicator {
   int device_ordinal = 0;  // the GPU (DLPack device id of the arrays handed back)
 };
 
+// The DLPack device type of a device's memory: CPU, CUDA or ROCm.
+int dlpack_device_type(const Device& device) {
+  switch (device.vendor()) {
+    case Vendor::Cpu: return nb::device::cpu::value;
+    case Vendor::Nvidia: return nb::device::cuda::value;
+    case Vendor::Amd: return nb::device::rocm::value;
+  }
+  return nb::device::cpu::value;
+}
+
 // The element type of an ndarray argument, for the op's dtype checks.
 DType dtype_of(const nb::ndarray<>& array, const char* argument, std::optional<DType> expected) {
   const nb::dlpack::dtype t = array.dtype();
@@ -61,14 +71,14 @@ DType dtype_of(const nb::ndarray<>& array, const char* argument, std::optional<D
 
 void check_device(const nb::ndarray<>& array, const char* argument, const PyCommunicator& comm) {
   const int type = array.device_type();
-  const bool host = comm.device_kind == "host";
-  const bool ok = host ? (type == nb::device::cpu::value)
-                       : (type == nb::device::cuda::value && array.device_id() == comm.device_ordinal);
+  const bool host = comm.device->vendor() == Vendor::Cpu;
+  const bool ok = type == dlpack_device_type(*comm.device) && (host || array.device_id() == comm.device_ordinal);
   if (!ok)
     throw Error(std::string(argument) + " lives on DLPack device type " + std::to_string(type) + ", device " +
                     std::to_string(array.device_id()),
                 host ? "a CPU tensor (the op runs on the host device)"
-                     : "a CUDA tensor on this rank's GPU (cuda:" + std::to_string(comm.device_ordinal) + ")",
+                     : "a tensor on this rank's GPU (" + comm.device_kind + ":" + std::to_string(comm.device_ordinal) +
+                           ")",
                 "move " + std::string(argument) + " to the op's device");
 }
 
@@ -108,8 +118,8 @@ nb::object view(const TensorRef& t, const PyCommunicator& comm, nb::handle owner
       break;
     default: dtype = nb::dtype<uint8_t>(); break;
   }
-  const int device_type = comm.device_kind == "host" ? nb::device::cpu::value : nb::device::cuda::value;
-  if (comm.device_kind == "host")
+  const int device_type = dlpack_device_type(*comm.device);
+  if (comm.device->host_addressable())
     return nb::cast(nb::ndarray<nb::numpy>(t.data, shape.size(), shape.data(), owner, nullptr, dtype, device_type, 0));
   // GPUs: a DLPack-exporting array; epjit/__init__.py hands it to torch.
   return nb::cast(
@@ -143,10 +153,8 @@ NB_MODULE(_epjit, m) {
             auto result = std::make_unique<PyCommunicator>();
             result->device_kind = device;
             nb::gil_scoped_release release;
-            result->device_ordinal = device == "cuda" ? (device_ordinal < 0 ? rank : device_ordinal) : 0;
-            if (device == "host") result->device = make_host_device();
-            else if (device == "cuda") result->device = make_cuda_device(result->device_ordinal);
-            else throw Error("device '" + device + "' is not known", "host or cuda", "pass device='host' or 'cuda'");
+            result->device_ordinal = device == "host" ? 0 : (device_ordinal < 0 ? rank : device_ordinal);
+            result->device = make_device(device, result->device_ordinal);
             CommOptions options;
             options.timeout_seconds = timeout_seconds;
             result->comm = Communicator::init(world_size, rank, id, *result->device, options);
@@ -294,6 +302,17 @@ NB_MODULE(_epjit, m) {
       },
       "template"_a, "params"_a, "target"_a);
   m.def("cache_dir", [] { return module_cache().options().dir; });
+  m.def("targets", [] {
+    // TargetInfo's table: what Python needs to choose a device for a target.
+    std::vector<std::map<std::string, std::string>> rows;
+    for (const TargetInfo& target : all_targets())
+      rows.push_back({{"name", std::string(target.name)},
+                      {"vendor", std::string(target.vendor_name())},
+                      {"arch", std::string(target.arch)},
+                      {"wave_size", std::to_string(target.wave_size)},
+                      {"numerics_of", std::string(target.numerics_of)}});
+    return rows;
+  });
   m.def(
       "warm_op",
       [](const EpDispatchCombineConfig& config) {

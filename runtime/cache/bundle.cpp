@@ -32,7 +32,8 @@ size_t export_entries(const DiskTier& tier, const std::string& path) {
     auto entry = tier.load(key, nullptr, problem);
     if (!entry) continue;  // bad entries stay behind (epjit-cache verify reports them)
     const nlohmann::json manifest = nlohmann::json::parse(entry->manifest);
-    const std::string source = tier.load_source(manifest.value("source_key", "")).value_or("");
+    const std::string source =
+        tier.load_source(manifest.value("source_key", "")).value_or(GeneratedSource{}).source;
     out << "entry " << key << " " << entry->manifest.size() << " " << entry->binary.size() << " " << source.size()
         << "\n";
     out << entry->manifest;
@@ -90,6 +91,15 @@ KernelCache::ImportResult import_entries(const DiskTier& tier, const std::string
       problem = "its artifact does not match the manifest's checksum";
     else if (!source.empty() && manifest.value("source_digest", "") != sha256_hex(source))
       problem = "its source does not match the manifest's digest";
+    else if (!manifest.contains("interface") || !manifest["interface"].is_object())
+      problem = "its manifest has no interface record (exported by an older epjit)";
+    else {
+      try {
+        ModuleInterface::parse(manifest["interface"].dump(), "bundle entry " + key);
+      } catch (const Error& error) {
+        problem = error.problem();
+      }
+    }
     if (!problem.empty()) {
       result.rejected++;
       result.problems.push_back(key + ": " + problem);
@@ -101,7 +111,7 @@ KernelCache::ImportResult import_entries(const DiskTier& tier, const std::string
       continue;
     }
     if (!existing_problem.empty()) tier.quarantine(key);
-    if (!source.empty()) tier.store_source(manifest.value("source_key", ""), source);
+    if (!source.empty()) tier.store_source(manifest.value("source_key", ""), {source, manifest["interface"].dump(2)});
     tier.publish(key, manifest_text, binary, manifest["artifact"].value("sha256", ""), nullptr);
     result.imported++;
   }

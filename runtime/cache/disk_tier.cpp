@@ -95,7 +95,11 @@ std::optional<LoadedEntry> DiskTier::load(const std::string& key, const Expectat
   if (!ok) return problem = "manifest.json missing", std::nullopt;
   nlohmann::json manifest = nlohmann::json::parse(entry.manifest, nullptr, /*allow_exceptions=*/false);
   if (manifest.is_discarded() || !manifest.is_object()) return problem = "manifest.json does not parse", std::nullopt;
-  if (manifest.value("format", 0) != 1) return problem = "unknown manifest format", std::nullopt;
+  const nlohmann::json& format = manifest["format"];
+  if (!format.is_number_integer() || format.get<int64_t>() != kManifestFormat)
+    return problem = "manifest format " + format.dump() + " is not " + std::to_string(kManifestFormat) +
+                     " (an entry without an interface record, from an older epjit)",
+           std::nullopt;
   if (manifest.value("key", "") != key) return problem = "manifest names another key", std::nullopt;
   if (expect) {
     if (manifest["toolchain"].value("identity", "") != expect->toolchain_identity)
@@ -112,6 +116,15 @@ std::optional<LoadedEntry> DiskTier::load(const std::string& key, const Expectat
     return problem = "artifact size differs from its manifest (truncated?)", std::nullopt;
   if (file_sha256(entry.binary) != entry.artifact_digest)
     return problem = "artifact checksum mismatch (corrupted)", std::nullopt;
+  const auto record = manifest.find("interface");
+  if (record == manifest.end() || !record->is_object())
+    return problem = "manifest has no interface record", std::nullopt;
+  try {
+    entry.interface =
+        std::make_shared<const ModuleInterface>(ModuleInterface::parse(record->dump(2), "cache entry " + key));
+  } catch (const Error& error) {
+    return problem = error.problem(), std::nullopt;
+  }
   return entry;
 }
 
@@ -169,19 +182,28 @@ std::string DiskTier::quarantine(const std::string& key) const {
   return target.string();
 }
 
-std::optional<std::string> DiskTier::load_source(const std::string& source_key) const {
-  bool ok = false;
-  std::string text = read_text(root_ / "sources" / (source_key + ".src"), ok);
-  if (!ok) return std::nullopt;
-  return text;
+std::optional<GeneratedSource> DiskTier::load_source(const std::string& source_key) const {
+  bool source_ok = false, interface_ok = false;
+  GeneratedSource generated;
+  generated.source = read_text(root_ / "sources" / (source_key + ".src"), source_ok);
+  generated.interface = read_text(root_ / "sources" / (source_key + ".interface.json"), interface_ok);
+  if (!source_ok || !interface_ok) return std::nullopt;
+  return generated;
 }
 
-void DiskTier::store_source(const std::string& source_key, const std::string& source) const {
-  const fs::path temp = root_ / "sources" / (source_key + ".src." + unique_suffix());
-  if (!write_synced(temp, source.data(), source.size())) return;  // sources are an optimization
-  std::error_code ec;
-  fs::rename(temp, root_ / "sources" / (source_key + ".src"), ec);
-  if (ec) fs::remove(temp, ec);
+void DiskTier::store_source(const std::string& source_key, const GeneratedSource& generated) const {
+  // The interface first: a source is only used with its interface beside it.
+  for (const auto& [suffix, text] : {std::pair<const char*, const std::string*>{".interface.json", &generated.interface},
+                                     {".src", &generated.source}}) {
+    const fs::path temp = root_ / "sources" / (source_key + suffix + "." + unique_suffix());
+    if (!write_synced(temp, text->data(), text->size())) return;  // sources are an optimization
+    std::error_code ec;
+    fs::rename(temp, root_ / "sources" / (source_key + suffix), ec);
+    if (ec) {
+      fs::remove(temp, ec);
+      return;
+    }
+  }
 }
 
 size_t DiskTier::remove_dead_staging() const {

@@ -1,6 +1,7 @@
 // One cache directory on disk:
 //   entries/<key>/manifest.json, entries/<key>/<sha256>.bin, entries/<key>/last_use
-//   sources/<source-key>.src     generated source, reusable by any toolchain
+//   sources/<source-key>.src     generated source, reusable by any toolchain,
+//   sources/<source-key>.interface.json   and the module's interface record
 //   staging/<key>.<pid>.<n>/     an entry being written (renamed into entries/)
 //   quarantine/<key>.<time>.<pid>/  entries that failed verification
 //   locks/<key>.lock             per-key OFD locks (single flight)
@@ -14,8 +15,14 @@
 #include <vector>
 
 #include "epjit/cache.h"
+#include "epjit/kernel_interface.h"
+#include "epjit/kernel_source.h"
 
 namespace epjit::cache {
+
+// The manifest layout this runtime writes and reads: 2 carries the module's
+// interface record ("interface"); entries of format 1 predate it and are rebuilt.
+inline constexpr int kManifestFormat = 2;
 
 namespace fs = std::filesystem;
 
@@ -30,6 +37,7 @@ struct LoadedEntry {
   std::vector<uint8_t> binary;
   std::string manifest;  // JSON text
   std::string artifact_digest;
+  std::shared_ptr<const ModuleInterface> interface;  // from the manifest
 };
 
 class DiskTier {
@@ -49,8 +57,9 @@ class DiskTier {
   void touch(const std::string& key) const;
   // Moves a bad entry aside; returns where it went.
   std::string quarantine(const std::string& key) const;
-  std::optional<std::string> load_source(const std::string& source_key) const;
-  void store_source(const std::string& source_key, const std::string& source) const;
+  // A generated source with its interface record; nullopt unless both are there.
+  std::optional<GeneratedSource> load_source(const std::string& source_key) const;
+  void store_source(const std::string& source_key, const GeneratedSource& generated) const;
   // Removes staging directories whose writer process is gone.
   size_t remove_dead_staging() const;
   // Evicts least-recently-used entries until the entries take at most max_bytes

@@ -137,11 +137,11 @@ class KernelCache::Impl {
     m.toolchain = &toolchain_for(*m.target);
     m.options = m.toolchain->options(request_for(spec, *m.target, ""));
     Sha256 source_hash;
-    source_hash.update("epjit-source-v1\n").update(build_identity()).update("\n").update(spec.canonical()).update("\n");
+    source_hash.update("epjit-source-v2\n").update(build_identity()).update("\n").update(spec.canonical()).update("\n");
     source_hash.update(m.template_digest);
     m.source_key = source_hash.hex();
     Sha256 key_hash;
-    key_hash.update("epjit-kernel-v1\n").update(m.source_key).update("\n").update(headers_digest()).update("\n");
+    key_hash.update("epjit-kernel-v2\n").update(m.source_key).update("\n").update(headers_digest()).update("\n");
     key_hash.update(compiler_digest()).update("\n");
     key_hash.update(m.target->arch).update("\n").update(m.toolchain->name()).update("\n");
     key_hash.update(m.toolchain->identity()).update("\n");
@@ -161,7 +161,7 @@ class KernelCache::Impl {
   CompileRequest request_for(const KernelSpec& spec, const TargetInfo& target, std::string source) const {
     CompileRequest request;
     request.source = std::move(source);
-    request.name = spec.template_name + (target.is_host() ? ".cpp" : target.vendor == Vendor::Nvidia ? ".cu" : ".hip");
+    request.name = spec.template_name + std::string(target.source_extension());
     request.target = &target;
     request.opt_level = options_.opt_level;
     return request;
@@ -240,13 +240,14 @@ class KernelCache::Impl {
   }
 
   std::shared_ptr<const KernelArtifact> compile(const KernelSpec& spec, const Material& m) {
-    const std::string source = source_for(spec, m);
-    CompiledBinary binary = m.toolchain->compile(request_for(spec, *m.target, source));
+    auto [generated, interface] = source_for(spec, m);
+    CompiledBinary binary = m.toolchain->compile(request_for(spec, *m.target, generated.source));
     compiles_++;
     compile_seconds_.fetch_add(binary.seconds);
     cache::LoadedEntry entry;
     entry.artifact_digest = cache::file_sha256(binary.bytes);
-    entry.manifest = manifest_for(spec, m, source, entry.artifact_digest, binary).dump(2);
+    entry.manifest = manifest_for(spec, m, generated, entry.artifact_digest, binary).dump(2);
+    entry.interface = std::move(interface);
     entry.binary = std::move(binary.bytes);
     if (writable_) {
       writable_->publish(m.key, entry.manifest, entry.binary, entry.artifact_digest, hook_);
@@ -256,15 +257,32 @@ class KernelCache::Impl {
     return make_artifact(spec, m.key, std::move(entry));
   }
 
-  std::string source_for(const KernelSpec& spec, const Material& m) {
-    if (writable_)
-      if (auto source = writable_->load_source(m.source_key)) return *source;
-    for (const DiskTier& tier : readonly_)
-      if (auto source = tier.load_source(m.source_key)) return *source;
-    std::string source = kernel_source(spec).generate(spec);
+  // The generated source and its parsed interface: from a tier when a source
+  // stored there comes with a valid interface record, else from the compiler.
+  std::pair<GeneratedSource, std::shared_ptr<const ModuleInterface>> source_for(const KernelSpec& spec,
+                                                                               const Material& m) {
+    std::vector<const DiskTier*> tiers;
+    if (writable_) tiers.push_back(&*writable_);
+    for (const DiskTier& tier : readonly_) tiers.push_back(&tier);
+    for (const DiskTier* tier : tiers) {
+      std::optional<GeneratedSource> stored = tier->load_source(m.source_key);
+      if (!stored) continue;
+      try {
+        auto interface = std::make_shared<const ModuleInterface>(
+            ModuleInterface::parse(stored->interface, "the stored source of " + spec.canonical()));
+        return {std::move(*stored), std::move(interface)};
+      } catch (const Error& error) {
+        log().warn("ignoring the stored source of {} in {}: {}", spec.canonical(), tier->root().string(),
+                   error.problem());
+      }
+    }
+    GeneratedSource generated = kernel_source(spec).generate(spec);
     sources_generated_++;
-    if (writable_) writable_->store_source(m.source_key, source);
-    return source;
+    // A record this runtime cannot read is the compiler's fault, never cached.
+    auto interface = std::make_shared<const ModuleInterface>(
+        ModuleInterface::parse(generated.interface, "the compiler's output for " + spec.canonical()));
+    if (writable_) writable_->store_source(m.source_key, generated);
+    return {std::move(generated), std::move(interface)};
   }
 
   const KernelSource& kernel_source(const KernelSpec& spec) {
@@ -282,10 +300,10 @@ class KernelCache::Impl {
     return *source_;
   }
 
-  nlohmann::json manifest_for(const KernelSpec& spec, const Material& m, const std::string& source,
+  nlohmann::json manifest_for(const KernelSpec& spec, const Material& m, const GeneratedSource& generated,
                               const std::string& digest, const CompiledBinary& binary) const {
     nlohmann::json manifest;
-    manifest["format"] = 1;
+    manifest["format"] = cache::kManifestFormat;
     manifest["key"] = m.key;
     manifest["spec"] = {{"template", spec.template_name}, {"params", spec.params}, {"target", spec.target}};
     manifest["canonical"] = spec.canonical();
@@ -293,7 +311,8 @@ class KernelCache::Impl {
     manifest["headers_digest"] = headers_digest();
     manifest["compiler_digest"] = std::string(compiler_digest());
     manifest["source_key"] = m.source_key;
-    manifest["source_digest"] = sha256_hex(source);
+    manifest["source_digest"] = sha256_hex(generated.source);
+    manifest["interface"] = nlohmann::json::parse(generated.interface);
     manifest["arch"] = std::string(m.target->arch);
     manifest["toolchain"] = {{"name", std::string(m.toolchain->name())}, {"identity", m.toolchain->identity()}};
     manifest["options"] = m.options;
@@ -314,6 +333,7 @@ class KernelCache::Impl {
     artifact->binary = std::move(entry.binary);
     artifact->artifact_digest = std::move(entry.artifact_digest);
     artifact->manifest = std::move(entry.manifest);
+    artifact->interface = std::move(entry.interface);
     return artifact;
   }
 

@@ -347,8 +347,7 @@ std::shared_ptr<SymmetricBuffer> Communicator::allocate_symmetric(size_t bytes) 
     device->free_shareable(b->local, b->bytes);
     delete b;
   });
-  ShareableMemory mine = device.allocate_shareable(bytes);
-  if (device.kind() != "host") device.fill_zero(mine.pointer, bytes);  // memfds start zeroed; device memory does not
+  ShareableMemory mine = device.allocate_shareable(bytes);  // zero-filled
   buffer->local = mine.pointer;
   buffer->bytes = bytes;
   buffer->peers.assign(size_t(impl_->world), nullptr);
@@ -359,14 +358,14 @@ std::shared_ptr<SymmetricBuffer> Communicator::allocate_symmetric(size_t bytes) 
     Reader r{all[size_t(peer)]};
     if (r.u32() != uint32_t(bytes))
       throw Error("ranks asked for different symmetric sizes", "the same size on every rank", "allocate collectively");
-    if (peer == impl_->rank || device.kind() == "host") continue;
+    if (peer == impl_->rank || device.sharing() != SharingMethod::IpcHandle) continue;
     ShareableMemory theirs;
     theirs.bytes = bytes;
     theirs.ipc_handle = r.bytes();
     buffer->peers[size_t(peer)] = device.open_shareable(theirs);
   }
-  if (device.kind() == "host") {
-    // memfds travel over each node peer's Unix socket (SCM_RIGHTS).
+  if (device.sharing() == SharingMethod::FileDescriptor) {
+    // fds (memfds) travel over each node peer's Unix socket (SCM_RIGHTS).
     for (int peer : impl_->node_team.ranks) {
       if (peer == impl_->rank) continue;
       Socket channel = Socket::connect_unix(impl_->local_names[size_t(peer)], deadline);

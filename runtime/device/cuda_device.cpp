@@ -110,12 +110,22 @@ class CudaDevice final : public Device {
     check(cu.cuCtxSetCurrent(context_), "context activation");
     check(cu.cuDeviceGetAttribute(&major_, 75 /*COMPUTE_CAPABILITY_MAJOR*/, device_), "attribute query");
     check(cu.cuDeviceGetAttribute(&minor_, 76 /*COMPUTE_CAPABILITY_MINOR*/, device_), "attribute query");
+    check(cu.cuDeviceGetAttribute(&warp_size_, 10 /*WARP_SIZE*/, device_), "attribute query");
   }
   ~CudaDevice() override { cuda_driver().cuDevicePrimaryCtxRelease_v2(device_); }
 
   std::string_view kind() const override { return "cuda"; }
-  std::string default_target() const override { return "sm" + std::to_string(major_) + std::to_string(minor_); }
-  int wave_size() const override { return 32; }
+  Vendor vendor() const override { return Vendor::Nvidia; }
+  std::string default_target() const override {
+    if (const TargetInfo* target = target_for_cuda_capability(major_, minor_)) return std::string(target->name);
+    throw Error("this CUDA GPU has compute capability " + std::to_string(major_) + "." + std::to_string(minor_) +
+                    ", for which epjit has no target",
+                "a GPU epjit has a target for: " + device_targets_of(Vendor::Nvidia),
+                "run on such a GPU (CUDA_VISIBLE_DEVICES selects one), or use the host device");
+  }
+  int wave_size() const override { return warp_size_; }
+  bool host_addressable() const override { return false; }
+  SharingMethod sharing() const override { return SharingMethod::IpcHandle; }
 
   void* allocate(size_t bytes) override {
     current();
@@ -165,10 +175,11 @@ class CudaDevice final : public Device {
     return std::make_unique<CudaEvent>();
   }
   void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) override {
+    check_launch(kernel, geometry, args);
     current();
     std::vector<void*> values = args.pointers();
     check(cuda_driver().cuLaunchKernel(static_cast<CUfunction>(kernel.handle), geometry.blocks, 1, 1,
-                                       geometry.warps_per_block * 32, 1, 1, 0,
+                                       block_threads(kernel, geometry, warp_size_), 1, 1, 0,
                                        static_cast<CudaStream&>(stream).handle(), values.data(), nullptr),
           "kernel launch");
   }
@@ -196,6 +207,7 @@ class CudaDevice final : public Device {
     ShareableMemory memory;
     memory.bytes = bytes;
     memory.pointer = allocate(bytes);
+    fill_zero(memory.pointer, bytes);
     CUipcMemHandle handle;
     check(cuda_driver().cuIpcGetMemHandle(&handle, reinterpret_cast<CUdeviceptr>(memory.pointer)), "IPC handle export");
     memory.ipc_handle.assign(reinterpret_cast<uint8_t*>(&handle), reinterpret_cast<uint8_t*>(&handle) + sizeof handle);
@@ -222,7 +234,7 @@ class CudaDevice final : public Device {
   void current() const { cuda_driver().cuCtxSetCurrent(context_); }
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
-  int major_ = 0, minor_ = 0;
+  int major_ = 0, minor_ = 0, warp_size_ = 32;
 };
 
 }  // namespace

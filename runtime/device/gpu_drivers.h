@@ -123,6 +123,10 @@ struct HipDriver {
   DynamicLibrary library;
   EPJIT_HIP_SYMBOLS(EPJIT_DECLARE_SYMBOL)
   static constexpr size_t kSymbolCount = 29;
+  // hipGetDevicePropertiesR0600 where HIP has it (ROCm 6+), else the R0000
+  // hipGetDeviceProperties; the layout follows (hip_properties.h).
+  hipError_t (*hipGetDeviceProperties)(void*, int) = nullptr;
+  bool properties_r0600 = false;
 };
 
 // Loads the library and resolves every symbol; throws epjit::Error naming the

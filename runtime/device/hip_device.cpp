@@ -1,10 +1,12 @@
 // The HIP device, on the HIP runtime API through the dlopen'd symbol table.
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "epjit/device.h"
 #include "epjit/error.h"
 #include "gpu_drivers.h"
+#include "hip_properties.h"
 
 namespace epjit {
 namespace {
@@ -93,6 +95,36 @@ class HipGraph final : public Graph {
   hipGraphExec_t exec_;
 };
 
+// The device's gcnArchName and warp size, read through whichever properties
+// layout the loaded HIP exports. A name that is not "gfx..." or a warp size
+// that is not 32 or 64 means the layout was misread: an error, never a guess.
+HipArchitecture read_architecture(int ordinal) {
+  const HipDriver& hip = hip_driver();
+  // Larger than either layout (hip_properties.h): HIP writes its whole struct.
+  std::vector<std::max_align_t> buffer(16384 / sizeof(std::max_align_t));
+  check(hip.hipGetDeviceProperties(buffer.data(), ordinal), "device properties");
+  HipArchitecture architecture{};
+  const char* name = nullptr;
+  if (hip.properties_r0600) {
+    const auto* props = reinterpret_cast<const HipDevicePropR0600*>(buffer.data());
+    name = props->gcnArchName;
+    architecture.warp_size = props->warpSize;
+  } else {
+    const auto* props = reinterpret_cast<const HipDevicePropR0000*>(buffer.data());
+    name = props->gcnArchName;
+    architecture.warp_size = props->warpSize;
+  }
+  const size_t length = strnlen(name, sizeof architecture.gcn_arch_name);
+  const bool plausible = length > 3 && length < sizeof architecture.gcn_arch_name && std::strncmp(name, "gfx", 3) == 0 &&
+                         (architecture.warp_size == 32 || architecture.warp_size == 64);
+  if (!plausible)
+    throw Error("the HIP runtime's device properties do not hold a gfx architecture and a warp size of 32 or 64",
+                "a HIP runtime whose hipDeviceProp_t epjit knows (ROCm 5 or 6 layouts)",
+                "set EPJIT_TARGET to the GPU's architecture (rocminfo shows it), or report the ROCm version");
+  std::memcpy(architecture.gcn_arch_name, name, length);
+  return architecture;
+}
+
 class HipDevice final : public Device {
  public:
   explicit HipDevice(int ordinal) {
@@ -105,18 +137,20 @@ class HipDevice final : public Device {
                   "an ordinal in [0, " + std::to_string(count) + ")", "pick a visible device or set HIP_VISIBLE_DEVICES");
     }
     check(hip.hipSetDevice(ordinal), "device selection");
+    architecture_ = read_architecture(ordinal);
   }
 
   std::string_view kind() const override { return "hip"; }
-  // The arch is in hipDeviceProp_t, whose layout changes between ROCm
-  // releases; the target is therefore named explicitly.
+  Vendor vendor() const override { return Vendor::Amd; }
   std::string default_target() const override {
-    const char* target = std::getenv("EPJIT_TARGET");
-    if (target && *target) return target;
-    throw Error("the HIP device's target is not known", "EPJIT_TARGET=gfx942, gfx950 or gfx1250",
-                "set EPJIT_TARGET to the GPU's architecture (rocminfo shows it)");
+    if (const TargetInfo* target = target_for_amd_arch(architecture_.gcn_arch_name)) return std::string(target->name);
+    throw Error("this AMD GPU is " + std::string(architecture_.gcn_arch_name) + ", for which epjit has no target",
+                "a GPU epjit has a target for: " + device_targets_of(Vendor::Amd),
+                "run on such a GPU (HIP_VISIBLE_DEVICES selects one), or use the host device");
   }
-  int wave_size() const override { return 64; }
+  int wave_size() const override { return architecture_.warp_size; }
+  bool host_addressable() const override { return false; }
+  SharingMethod sharing() const override { return SharingMethod::IpcHandle; }
 
   void* allocate(size_t bytes) override {
     void* pointer = nullptr;
@@ -151,9 +185,10 @@ class HipDevice final : public Device {
   }
   std::unique_ptr<Event> create_event() override { return std::make_unique<HipEvent>(); }
   void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) override {
+    check_launch(kernel, geometry, args);
     std::vector<void*> values = args.pointers();
     check(hip_driver().hipModuleLaunchKernel(static_cast<hipFunction_t>(kernel.handle), geometry.blocks, 1, 1,
-                                             geometry.warps_per_block * uint32_t(wave_size()), 1, 1, 0,
+                                             block_threads(kernel, geometry, wave_size()), 1, 1, 0,
                                              static_cast<HipStream&>(stream).handle(), values.data(), nullptr),
           "kernel launch");
   }
@@ -176,6 +211,7 @@ class HipDevice final : public Device {
     ShareableMemory memory;
     memory.bytes = bytes;
     memory.pointer = allocate(bytes);
+    fill_zero(memory.pointer, bytes);
     hipIpcMemHandle_t handle;
     check(hip_driver().hipIpcGetMemHandle(&handle, memory.pointer), "IPC handle export");
     memory.ipc_handle.assign(reinterpret_cast<uint8_t*>(&handle), reinterpret_cast<uint8_t*>(&handle) + sizeof handle);
@@ -193,6 +229,9 @@ class HipDevice final : public Device {
   }
   void close_shareable(void* pointer, size_t) override { hip_driver().hipIpcCloseMemHandle(pointer); }
   void free_shareable(void* pointer, size_t) override { release(pointer); }
+
+ private:
+  HipArchitecture architecture_{};
 };
 
 }  // namespace

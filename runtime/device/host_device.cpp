@@ -176,8 +176,12 @@ class HostEvent final : public Event {
 class HostDevice final : public Device {
  public:
   std::string_view kind() const override { return "host"; }
+  Vendor vendor() const override { return Vendor::Cpu; }
   std::string default_target() const override { return "host"; }
-  int wave_size() const override { return 32; }
+  // A warp is a CPU thread running lane loops of any width: the default target's.
+  int wave_size() const override { return find_target("host")->wave_size; }
+  bool host_addressable() const override { return true; }
+  SharingMethod sharing() const override { return SharingMethod::FileDescriptor; }
 
   void* allocate(size_t bytes) override {
     void* pointer = std::aligned_alloc(64, ((bytes + 63) / 64) * 64 + 64);
@@ -203,8 +207,7 @@ class HostDevice final : public Device {
   std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
 
   void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) override {
-    if (geometry.blocks == 0 || geometry.warps_per_block == 0)
-      throw Error("launch of " + kernel.name + " with an empty grid", "at least one block of one warp", "fix the geometry");
+    check_launch(kernel, geometry, args);
     const auto entry = reinterpret_cast<HostEntry>(kernel.handle);
     static_cast<HostStream&>(stream).enqueue([entry, geometry, args] {
       std::vector<void*> values = args.pointers();
@@ -218,6 +221,7 @@ class HostDevice final : public Device {
   void begin_capture(Stream&) override { throw no_graphs(); }
   std::unique_ptr<Graph> end_capture(Stream&) override { throw no_graphs(); }
 
+  // memfds start zero-filled.
   ShareableMemory allocate_shareable(size_t bytes) override {
     ShareableMemory memory;
     memory.bytes = bytes;

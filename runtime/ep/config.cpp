@@ -104,12 +104,11 @@ int64_t EpDispatchCombineConfig::max_tokens_per_rank_padded() const {
 }
 
 std::vector<ScheduleEntry> default_schedule(const TargetInfo& target) {
-  // The host runs a warp per CPU thread: a few of them per rank.
-  if (target.is_host()) return {{64, 1, 4, 1, 4}, {std::nullopt, 2, 4, 2, 4}};
-  // Initial values: small batches want few blocks (latency), large ones fill
-  // the GPU; wave64 targets carry twice the lanes per warp.
-  const int warps = target.wave_size == 64 ? 8 : 16;
-  return {{128, 32, warps, 32, warps}, {1024, 64, warps, 64, warps}, {std::nullopt, 128, warps, 128, warps}};
+  std::vector<ScheduleEntry> table;
+  for (const ScheduleRow& row : target.schedule)
+    table.push_back({row.max_tokens > 0 ? std::optional<int64_t>(row.max_tokens) : std::nullopt, row.dispatch_blocks,
+                     row.dispatch_warps, row.combine_blocks, row.combine_warps});
+  return table;
 }
 
 std::vector<ScheduleEntry> EpDispatchCombineConfig::resolved_schedule() const {
@@ -166,7 +165,8 @@ void EpDispatchCombineConfig::validate() const {
            "FP4 needs a target with FP4 conversions (" +
                target_names_where([](const TargetInfo& t) { return t.has_fp4(); }) + "); " + std::string(info.name) +
                " has none",
-           "use fp8 on " + std::string(info.name) + ", or run on gfx950 or gfx1250");
+           "use fp8 on " + std::string(info.name) + ", or run on one of " +
+               target_names_where([](const TargetInfo& t) { return t.converts_fp4_in_hardware(); }));
   if (asymmetric()) {
     if (combine_mode != CombineMode::Gather)
       reject("combine_mode", name_of(combine_mode), "asymmetric dispatch/combine dtypes need gather combine",

@@ -7,9 +7,10 @@
 #include <cstring>
 
 #include "epjit/error.h"
+#include "epjit/kernel_module.h"
 #include "epjit/logging.h"
-#include "epjit/targets/common/base.h"
-#include "window_layout.h"
+#include "epjit/window_layout.h"
+#include "op_kernels.h"
 
 namespace epjit::ep {
 
@@ -59,6 +60,12 @@ void expect_tensor(const char* call, const char* what, const TensorRef& tensor, 
                 "pass an allocated tensor");
 }
 
+// Words of a route map: max tokens * top-k entries, then the received count
+// (what ep_dispatch writes; templates/ep/dispatch.mlir).
+size_t route_words(const EpDispatchCombineConfig& config) {
+  return size_t(config.max_num_inp_token_per_rank) * size_t(config.num_experts_per_token) + 1;
+}
+
 int32_t read_word(Device& device, const void* base, size_t byte_offset) {
   int32_t value = 0;
   device.copy_to_host(&value, static_cast<const char*>(base) + byte_offset, 4);
@@ -67,29 +74,43 @@ int32_t read_word(Device& device, const void* base, size_t byte_offset) {
 
 }  // namespace
 
+namespace {
+
+// Elements of a row a combine warp sums at a time in its f32 scratch (whole
+// fp8 blocks of 128; the template's `chunk`).
+constexpr int64_t kCombineChunk = 1024;
+
+}  // namespace
+
 KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
   if (config.target.empty())
     throw Error("kernel_spec of a config without a target", "config.target set", "set the target to warm kernels for");
+  // One binary serves every schedule variant: the kernels stride over tokens
+  // by the launched grid; the largest block bounds what the compilers plan
+  // registers for, and the largest combine grid sizes the per-warp scratch.
   int warps_per_block = 1;
-  for (const ScheduleEntry& entry : config.resolved_schedule())
+  int64_t scratch_warps = 1;
+  for (const ScheduleEntry& entry : config.resolved_schedule()) {
     warps_per_block = std::max({warps_per_block, entry.dispatch_warps, entry.combine_warps});
-  const char* quant = config.quant_type == QuantType::None          ? "0"
-                      : config.quant_type == QuantType::Fp8DirectCast ? "1"
-                                                                      : "2";
-  return KernelSpec{"ep_dispatch_combine",
-                    {{"token_words", std::to_string(config.dispatch_token_bytes() / 4)},
-                     {"scale_bytes", std::to_string(config.scale_bytes_per_token())},
-                     {"hidden", std::to_string(config.hidden_dim)},
-                     {"topk", std::to_string(config.num_experts_per_token)},
-                     {"experts_per_rank", std::to_string(config.num_experts_per_rank)},
-                     {"world", std::to_string(config.world_size)},
-                     {"max_tokens", std::to_string(config.max_num_inp_token_per_rank)},
-                     {"capacity", std::to_string(config.total_recv_tokens())},
-                     {"quant", quant},
-                     {"chunk", std::to_string(kCombineChunk)},
-                     {"combine_elem", config.combine_type() == DataType::F32 ? "f32" : "bf16"},
-                     {"warps_per_block", std::to_string(warps_per_block)}},
-                    config.target};
+    scratch_warps = std::max(scratch_warps, int64_t(entry.combine_blocks) * entry.combine_warps);
+  }
+  KernelSpec spec{kEpTemplate, {}, config.target};
+  spec.set("token_words", int64_t(config.dispatch_token_bytes() / 4))
+      .set("scale_bytes", int64_t(config.scale_bytes_per_token()))
+      .set("hidden", config.hidden_dim)
+      .set("topk", config.num_experts_per_token)
+      .set("experts_per_rank", config.num_experts_per_rank)
+      .set("world", config.world_size)
+      .set("max_tokens", config.max_num_inp_token_per_rank)
+      .set("capacity", config.total_recv_tokens())
+      .set("combine_mode", name_of(config.combine_mode))
+      .set("quant", name_of(config.quant_type))
+      .set("std_moe", config.enable_std_moe)
+      .set("chunk", kCombineChunk)
+      .set("scratch_warps", scratch_warps)
+      .set("combine_elem", name_of(config.combine_type()))
+      .set("warps_per_block", warps_per_block);
+  return spec;
 }
 
 const char* name_of(DType type) {
@@ -132,9 +153,12 @@ struct EpDispatchCombineOp::Impl {
   Stream* default_stream = nullptr;  // the options' stream, else own_stream
   Stream* stream = nullptr;          // where calls launch now (set_stream)
   KernelCache* cache = nullptr;
-  WindowLayout layout;
-  std::shared_ptr<SymmetricBuffer> arena;
   std::vector<ScheduleEntry> schedule;
+  std::unique_ptr<KernelModule> module;
+  EpKernels kernels;
+  WindowLayout layout;  // from the module's interface record
+  EpWindowMap window;
+  std::shared_ptr<SymmetricBuffer> arena;
 
   void* window_table = nullptr;  // epjit::Window, on the device
   void* route = nullptr;         // the op's own route map
@@ -145,8 +169,6 @@ struct EpDispatchCombineOp::Impl {
   void* moe_sources = nullptr;
   void* moe_combine_in = nullptr;
 
-  std::unique_ptr<Module> module;
-  Kernel dispatch_kernel, gather_kernel, scatter_kernel, pack_kernel, unpack_kernel;
   double fetch_seconds = 0;
 
   int64_t dispatched_tokens = -1;  // tokens of the dispatch awaiting combine; -1 none
@@ -192,29 +214,53 @@ struct EpDispatchCombineOp::Impl {
                   "gpu_per_node equal to the ranks the communicator groups on one node",
                   "set gpu_per_node to the communicator's node size, or leave both unset");
     const TargetInfo& target = config.target_info();
-    if (target.wave_size != device.wave_size() && device.kind() != "host")
+    if (target.vendor != device.vendor()) {
+      const Vendor vendor = device.vendor();
+      throw Error("target " + std::string(target.name) + " does not run on the " + std::string(device.kind()) +
+                      " device",
+                  "a target of the device's kind: " +
+                      target_names_where([vendor](const TargetInfo& t) { return t.vendor == vendor; }),
+                  vendor == Vendor::Cpu ? "pick a host target (the host-gfx* ones carry that GPU's numerics)"
+                                        : "leave config.target unset (the device's own), or set it to one of those");
+    }
+    // A GPU runs warps of its own width; the host runs any width as lane loops.
+    if (target.is_simt() && target.wave_size != device.wave_size())
       throw Error("target " + std::string(target.name) + " has wave size " + std::to_string(target.wave_size) +
                       " but the " + std::string(device.kind()) + " device runs " + std::to_string(device.wave_size()),
                   "the device's own target", "leave config.target unset, or set it to " + device.default_target());
-    if (device.kind() == "host" && !target.is_host())
-      throw Error("target " + std::string(target.name) + " does not run on the host device",
-                  "host, host-gfx942, host-gfx950 or host-gfx1250",
-                  "pick a host target (the host-gfx* ones carry that GPU's numerics)");
   }
 
-  // One binary serves every schedule variant: the kernels stride over tokens
-  // by the launched grid, and warps_per_block (the largest of the schedule)
-  // only bounds the block size the GPU compilers plan registers for.
+  // Fetches the op's module and binds it: its kernels, and where its
+  // regions, state words and error codes are, all from its interface record.
   void fetch_kernels() {
     const auto start = std::chrono::steady_clock::now();
-    std::shared_ptr<const KernelArtifact> artifact = cache->get(kernel_spec(config));
-    module = device.load_module(artifact->binary);
-    dispatch_kernel = module->kernel("ep_dispatch");
-    gather_kernel = module->kernel("ep_combine_gather");
-    scatter_kernel = module->kernel("ep_combine_scatter");
-    pack_kernel = module->kernel("ep_std_moe_pack");
-    unpack_kernel = module->kernel("ep_std_moe_unpack");
+    module = std::make_unique<KernelModule>(device, cache->get(kernel_spec(config)));
     fetch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const ModuleInterface& record = module->interface();
+    if (record.target.wave_size != config.target_info().wave_size)
+      throw Error(record.template_name + " was built for wave size " + std::to_string(record.target.wave_size) +
+                      ", but target " + config.target + " runs " + std::to_string(config.target_info().wave_size),
+                  "a module built for the config's target", "remove the stale cache entry (epjit-cache rm)");
+    kernels = EpKernels::bind(*module);
+    layout = WindowLayout::of(record);
+    window = EpWindowMap::of(record, layout);
+    require_region_bytes("recv_tokens", size_t(capacity()) * config.dispatch_token_bytes());
+    require_region_bytes("recv_weights", size_t(capacity()) * size_t(config.num_experts_per_token) * 4);
+    require_region_bytes("recv_scales", size_t(capacity()) * config.scale_bytes_per_token());
+    require_region_bytes("recv_indices", size_t(capacity()) * size_t(config.num_experts_per_token) * 4);
+    require_region_bytes("recv_origin", size_t(capacity()) * 2 * 4);
+    if (config.combine_mode == CombineMode::Gather)
+      require_region_bytes("combine_rows", size_t(capacity()) * config.combine_token_bytes());
+  }
+
+  // The op hands out views into regions; each must hold what its view spans.
+  void require_region_bytes(const char* name, size_t needed) const {
+    const size_t held = layout.bytes[module->interface().region_index(name)];
+    if (held < needed)
+      throw Error("window region " + std::string(name) + " of " + module->interface().template_name + " holds " +
+                      std::to_string(held) + " bytes for " + config.target,
+                  std::to_string(needed) + " bytes (what the op's results span for this config)",
+                  "the template and the op disagree: report this as a bug");
   }
 
   void* allocate_zeroed(size_t bytes) {
@@ -224,13 +270,10 @@ struct EpDispatchCombineOp::Impl {
   }
 
   void allocate() {
-    layout = WindowLayout::of(config);
     arena = comm.allocate_symmetric(layout.total);
-    Window window{};
-    for (int r = 0; r < kRegionCount; ++r) window.region_offset[r] = layout.offset[size_t(r)];
-    for (int p = 0; p < config.world_size; ++p) window.peer_base[p] = static_cast<char*>(arena->peers.at(size_t(p)));
+    const Window table = layout.table(arena->peers);
     window_table = device.allocate(sizeof(Window));
-    device.copy_to_device(window_table, &window, sizeof(Window));
+    device.copy_to_device(window_table, &table, sizeof(Window));
     route = allocate_zeroed(route_words(config) * 4);
     const size_t max_tokens = size_t(config.max_num_inp_token_per_rank);
     out_tokens = allocate_zeroed(max_tokens * config.combine_token_bytes());
@@ -269,12 +312,12 @@ struct EpDispatchCombineOp::Impl {
   // The schedule variant of a call of n tokens, from the schedule resolved once at construction.
   const ScheduleEntry& geometry_for(int64_t n) const { return schedule_entry_for(schedule, n); }
 
-  char* region(Region r) const { return static_cast<char*>(arena->local) + layout.at(r); }
+  // The local window at a region's byte offset (an EpWindowMap field).
+  char* local(size_t offset) const { return static_cast<char*>(arena->local) + offset; }
+  char* state_word(int64_t word) const { return local(window.state) + 4 * word; }
   int64_t capacity() const { return config.total_recv_tokens(); }
 
-  TensorRef total_recv_tensor() const {
-    return {region(Region::State) + 4 * kTotalRecv, DType::I32, {1}};
-  }
+  TensorRef total_recv_tensor() const { return {state_word(window.total_recv_word), DType::I32, {1}}; }
 
   void check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
                              const std::optional<TensorRef>& scales, const TensorRef& indices) {
@@ -308,8 +351,8 @@ struct EpDispatchCombineOp::Impl {
       throw Error(std::string(call) + ": scales given to an op built with scale_dim = 0", "no scales",
                   "drop the scales, or build the op with scale_dim and scale_type_size");
     }
-    // Host memory can be read now; GPU kernels flag bad experts (check()).
-    if (device.kind() == "host") {
+    // Memory the host addresses can be read now; GPU kernels flag bad experts (check()).
+    if (device.host_addressable()) {
       const auto* experts = static_cast<const int32_t*>(indices.data);
       for (int64_t i = 0; i < n * k; ++i) {
         if (experts[i] < 0 || experts[i] >= config.num_experts())
@@ -325,29 +368,31 @@ struct EpDispatchCombineOp::Impl {
                                  bool replay) {
     const int64_t n = input.shape[0];
     const ScheduleEntry& geometry = geometry_for(n);
-    KernelArgs args;
-    args.add(input.data)
-        .add(weights.data)
-        .add(scales ? scales->data : nullptr)
-        .add(indices.data)
-        .add(route_map)
-        .add(size_t(n))
-        .add(size_t(config.rank))
-        .add(size_t(replay ? 1 : 0))
-        .add(window_table);
-    device.launch(dispatch_kernel, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)}, args,
+    const Kernel& kernel = *kernels.dispatch;
+    device.launch(kernel, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
+                  LaunchArgs(kernel)
+                      .set("input", input.data)
+                      .set("weights", weights.data)
+                      .set("scales", scales ? scales->data : nullptr)
+                      .set("indices", indices.data)
+                      .set("route", route_map)
+                      .set("tokens", n)
+                      .set("rank", config.rank)
+                      .set("replay", replay)
+                      .set("w", window_table)
+                      .build(),
                   *stream);
     dispatched_tokens = n;
 
     const int64_t cap = capacity(), k = config.num_experts_per_token;
     DispatchResult result;
-    result.tokens = {region(Region::RecvTokens), tensor_type_of(config.dispatch_type(), config.target_info()),
+    result.tokens = {local(window.recv_tokens), tensor_type_of(config.dispatch_type(), config.target_info()),
                      {cap, config.hidden_dim}};
-    result.weights = {region(Region::RecvWeights), DType::F32, {cap, k}};
+    result.weights = {local(window.recv_weights), DType::F32, {cap, k}};
     if (config.scale_dim > 0)
-      result.scales = {region(Region::RecvScales), scales->dtype, {cap, config.scale_dim}};
-    result.indices = {region(Region::RecvIndices), DType::I32, {cap, k}};
-    result.origins = {region(Region::RecvOrigin), DType::I32, {cap, 2}};
+      result.scales = {local(window.recv_scales), scales->dtype, {cap, config.scale_dim}};
+    result.indices = {local(window.recv_indices), DType::I32, {cap, k}};
+    result.origins = {local(window.recv_origin), DType::I32, {cap, 2}};
     result.total_recv = total_recv_tensor();
     return result;
   }
@@ -364,20 +409,21 @@ struct EpDispatchCombineOp::Impl {
     if (weighted) expect_tensor(call, "weights", *weights, DType::F32, {cap, k}, true);
     const int64_t n = dispatched_tokens;
     const ScheduleEntry& geometry = geometry_for(n);
-    KernelArgs args;
-    args.add(input.data)
-        .add(weighted ? weights->data : nullptr)
-        .add(out_tokens)
-        .add(out_weights)
-        .add(route_in_use)
-        .add(size_t(n))
-        .add(size_t(config.rank))
-        .add(size_t(weighted ? 1 : 0));
     const bool scatter = config.combine_mode == CombineMode::Scatter;
-    if (!scatter) args.add(size_t(input.data == region(Region::CombineRows) ? 1 : 0));  // already staged
-    args.add(window_table);
-    const Kernel& kernel = scatter ? scatter_kernel : gather_kernel;
-    device.launch(kernel, {uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)}, args, *stream);
+    const Kernel& kernel = scatter ? *kernels.combine_scatter : *kernels.combine_gather;
+    LaunchArgs args(kernel);
+    args.set("input", input.data)
+        .set("in_weights", weighted ? weights->data : nullptr)
+        .set("output", out_tokens)
+        .set("out_weights", out_weights)
+        .set("route", route_in_use)
+        .set("tokens", n)
+        .set("rank", config.rank)
+        .set("has_weights", weighted)
+        .set("w", window_table);
+    if (!scatter) args.set("staged", input.data == local(window.combine_rows));  // written in place: combine_input()
+    device.launch(kernel, {uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)}, args.build(),
+                  *stream);
     dispatched_tokens = -1;
     CombineResult result;
     result.tokens = {out_tokens, row_type, {n, config.hidden_dim}};
@@ -440,9 +486,15 @@ StdMoeResult EpDispatchCombineOp::std_moe_pack() {
     throw Error("std_moe_pack without a dispatch awaiting combine", "dispatch, std_moe_pack, std_moe_combine",
                 "call dispatch() first");
   const ScheduleEntry geometry = op.geometry_for(op.dispatched_tokens);
-  KernelArgs args;
-  args.add(op.moe_tokens).add(op.moe_counts).add(op.moe_sources).add(size_t(op.config.rank)).add(op.window_table);
-  op.device.launch(op.pack_kernel, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)}, args,
+  const Kernel& kernel = *op.kernels.std_moe_pack;
+  op.device.launch(kernel, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
+                   LaunchArgs(kernel)
+                       .set("packed", op.moe_tokens)
+                       .set("counts", op.moe_counts)
+                       .set("sources", op.moe_sources)
+                       .set("rank", op.config.rank)
+                       .set("w", op.window_table)
+                       .build(),
                    *op.stream);
   const int64_t experts = op.config.num_experts_per_rank;
   const int64_t rows = int64_t(op.config.world_size) * op.config.max_num_inp_token_per_rank;
@@ -462,9 +514,14 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
     throw Error("std_moe_combine without a dispatch before it", "dispatch, std_moe_pack, std_moe_combine",
                 "call dispatch() and std_moe_pack() first");
   const ScheduleEntry geometry = op.geometry_for(op.dispatched_tokens);
-  KernelArgs args;
-  args.add(expert_out.data).add(op.moe_combine_in).add(size_t(op.config.rank)).add(op.window_table);
-  op.device.launch(op.unpack_kernel, {uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)}, args,
+  const Kernel& kernel = *op.kernels.std_moe_unpack;
+  op.device.launch(kernel, {uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)},
+                   LaunchArgs(kernel)
+                       .set("expert_out", expert_out.data)
+                       .set("combine_in", op.moe_combine_in)
+                       .set("rank", op.config.rank)
+                       .set("w", op.window_table)
+                       .build(),
                    *op.stream);
   return op.launch_combine("std_moe_combine",
                            {op.moe_combine_in, DType::BF16, {op.capacity(), op.config.hidden_dim}}, weights);
@@ -474,10 +531,10 @@ std::vector<int> EpDispatchCombineOp::local_expert_counts() {
   Impl& op = *impl_;
   op.require_open("local_expert_counts");
   op.stream->synchronize();
-  const int total = read_word(op.device, op.region(Region::State), 4 * kTotalRecv);
+  const int total = read_word(op.device, op.state_word(op.window.total_recv_word), 0);
   const int k = op.config.num_experts_per_token, epr = op.config.num_experts_per_rank;
   std::vector<int32_t> indices(size_t(total) * size_t(k));
-  if (!indices.empty()) op.device.copy_to_host(indices.data(), op.region(Region::RecvIndices), indices.size() * 4);
+  if (!indices.empty()) op.device.copy_to_host(indices.data(), op.local(op.window.recv_indices), indices.size() * 4);
   std::vector<int> counts(size_t(epr), 0);
   for (int i = 0; i < total; ++i) {
     const int32_t* row = &indices[size_t(i) * size_t(k)];
@@ -495,7 +552,7 @@ TensorRef EpDispatchCombineOp::combine_input() {
   if (op.config.combine_mode != CombineMode::Gather)
     throw Error("combine_input() on a scatter-combine op", "combine_mode = gather",
                 "pass any [capacity, hidden] buffer to combine(): scatter reads its input in place");
-  return {op.region(Region::CombineRows), tensor_type_of(op.config.combine_type(), op.config.target_info()),
+  return {op.local(op.window.combine_rows), tensor_type_of(op.config.combine_type(), op.config.target_info()),
           {op.capacity(), op.config.hidden_dim}};
 }
 
@@ -508,26 +565,23 @@ void EpDispatchCombineOp::check() {
   Impl& op = *impl_;
   op.require_open("check");
   op.stream->synchronize();
-  const int32_t code = read_word(op.device, op.region(Region::State), 4 * kError);
+  const int32_t code = read_word(op.device, op.state_word(op.window.error_word), 0);
   if (code == 0) return;
   const int32_t zero = 0;
-  op.device.copy_to_device(op.region(Region::State) + 4 * kError, &zero, 4);
+  op.device.copy_to_device(op.state_word(op.window.error_word), &zero, 4);
   const std::string where = "rank " + std::to_string(op.config.rank) + ": ";
-  switch (code) {
-    case kPeerTimeout:
-      throw Error(where + "a peer never arrived at a dispatch/combine meeting (the wait timed out)",
-                  "every rank calls dispatch and combine the same number of times",
-                  "check that no rank skipped or failed a call; reset() on every rank before going on");
-    case kCapacityExceeded:
-      throw Error(where + "more tokens arrived than the receive capacity of " + std::to_string(op.capacity()),
-                  "at most max_total_recv_tokens tokens per rank and call",
-                  "raise max_total_recv_tokens (0 = world_size * max_num_inp_token_per_rank)");
-    case kExpertOutOfRange:
-      throw Error(where + "a dispatch met an expert index outside [0, " + std::to_string(op.config.num_experts()) + ")",
-                  "indices in [0, world_size * num_experts_per_rank)", "fix the router's indices");
-    default:
-      throw Error(where + "a kernel reported error code " + std::to_string(code), "0", "report this as a bug");
-  }
+  if (code == op.window.error_peer_timeout)
+    throw Error(where + "a peer never arrived at a dispatch/combine meeting (the wait timed out)",
+                "every rank calls dispatch and combine the same number of times",
+                "check that no rank skipped or failed a call; reset() on every rank before going on");
+  if (code == op.window.error_capacity_exceeded)
+    throw Error(where + "more tokens arrived than the receive capacity of " + std::to_string(op.capacity()),
+                "at most max_total_recv_tokens tokens per rank and call",
+                "raise max_total_recv_tokens (0 = world_size * max_num_inp_token_per_rank)");
+  if (code == op.window.error_expert_out_of_range)
+    throw Error(where + "a dispatch met an expert index outside [0, " + std::to_string(op.config.num_experts()) + ")",
+                "indices in [0, world_size * num_experts_per_rank)", "fix the router's indices");
+  throw Error(where + "a kernel reported error code " + std::to_string(code), "0", "report this as a bug");
 }
 
 void EpDispatchCombineOp::reset() {
@@ -535,8 +589,10 @@ void EpDispatchCombineOp::reset() {
   op.require_open("reset");
   op.stream->synchronize();
   op.comm.barrier();
-  for (Region r : {Region::State, Region::Signals, Region::MoeCounts})
-    if (op.layout.bytes[size_t(r)]) op.device.fill_zero(op.region(r), op.layout.bytes[size_t(r)]);
+  for (auto [offset, bytes] : {std::pair{op.window.state, op.window.state_bytes},
+                                {op.window.signals, op.window.signals_bytes},
+                                {op.window.moe_counts, op.window.moe_counts_bytes}})
+    if (bytes) op.device.fill_zero(op.local(offset), bytes);
   op.dispatched_tokens = -1;
   op.comm.barrier();
 }

@@ -15,33 +15,47 @@
 namespace epjit {
 namespace {
 
-// The provider's C ABI (compiler/lib/KernelSourceLibrary.cpp).
+// The provider's C ABI (compiler/kernel_source/KernelSourceLibrary.cpp),
+// version 2: the source and the module's interface record.
 using GenerateFn = int (*)(const char* template_name, const char* bindings, const char* target, char** source,
-                           char** diagnostics);
+                           char** interface, char** diagnostics);
 using FreeFn = void (*)(char*);
+constexpr const char* kGenerateSymbol = "epjit_kernel_source_generate_v2";
+constexpr const char* kFreeSymbol = "epjit_kernel_source_free_v2";
 
 class CompilerSource final : public KernelSource {
  public:
   explicit CompilerSource(DynamicLibrary library) : library_(std::move(library)) {
-    library_.bind(generate_, "epjit_kernel_source_generate_v1");
-    library_.bind(free_, "epjit_kernel_source_free_v1");
+    if (!library_.find(kGenerateSymbol))
+      throw Error(library_.path() + " is a compiler provider without " + std::string(kGenerateSymbol) +
+                      " (an older epjit's: it cannot state the modules' interfaces)",
+                  "libepjit_kernel_source.so of this epjit version", "install or point EPJIT_KERNEL_SOURCE_LIBRARY at "
+                                                                     "the provider this epjit built");
+    library_.bind(generate_, kGenerateSymbol);
+    library_.bind(free_, kFreeSymbol);
   }
 
-  std::string generate(const KernelSpec& spec) const override {
+  GeneratedSource generate(const KernelSpec& spec) const override {
     std::string bindings;
     for (const auto& [key, value] : spec.params) bindings += key + "=" + value + "\n";
     char* source = nullptr;
+    char* interface = nullptr;
     char* diagnostics = nullptr;
     std::lock_guard lock(mutex_);  // one MLIR context at a time keeps memory flat
     const int status = generate_(spec.template_name.c_str(), bindings.c_str(), spec.target.c_str(), &source,
-                                 &diagnostics);
-    std::unique_ptr<char, FreeFn> owned_source(source, free_), owned_diagnostics(diagnostics, free_);
+                                 &interface, &diagnostics);
+    std::unique_ptr<char, FreeFn> owned_source(source, free_), owned_interface(interface, free_),
+        owned_diagnostics(diagnostics, free_);
     if (status != 0) {
       throw Error("generating " + spec.canonical() + " failed:\n" + (diagnostics ? diagnostics : "(no diagnostics)"),
                   "a template, bindings and target the compiler accepts",
                   "fix the parameters named above (epjit-compile --template list shows them)");
     }
-    return source ? source : "";
+    if (!source || !interface)
+      throw Error("the compiler provider " + library_.path() + " returned no " + (source ? "interface" : "source") +
+                      " for " + spec.canonical(),
+                  "both the source and the interface record", "report this as a bug");
+    return {source, interface};
   }
 
   std::string describe() const override { return library_.path(); }

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -35,10 +37,50 @@ const std::string& headers_digest() {
   return digest;
 }
 
-std::string template_digest(std::string_view name) {
+namespace {
+
+const EmbeddedFile* find_template(std::string_view name) {
   for (const EmbeddedFile& file : kTemplates)
-    if (file.name == name) return sha256_hex(file.text);
-  return {};
+    if (file.name == name) return &file;
+  return nullptr;
+}
+
+// The names a template includes: each `ep.include "NAME"` at a line's start.
+std::vector<std::string_view> includes_of(std::string_view text) {
+  constexpr std::string_view kInclude = "ep.include \"";
+  std::vector<std::string_view> names;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    std::string_view line = text.substr(at, end - at);
+    line.remove_prefix(std::min(line.find_first_not_of(" \t"), line.size()));
+    if (line.starts_with(kInclude)) {
+      line.remove_prefix(kInclude.size());
+      names.push_back(line.substr(0, line.find('"')));
+    }
+    at = end + 1;
+  }
+  return names;
+}
+
+}  // namespace
+
+std::string template_digest(std::string_view name) {
+  if (!find_template(name)) return {};
+  // Every file the template links, each once, in a fixed order.
+  std::vector<std::string_view> closure = {name};
+  for (size_t i = 0; i < closure.size(); ++i) {
+    const EmbeddedFile* file = find_template(closure[i]);
+    if (!file) continue;  // the compiler reports an include that names nothing
+    for (std::string_view included : includes_of(file->text))
+      if (std::find(closure.begin(), closure.end(), included) == closure.end()) closure.push_back(included);
+  }
+  std::sort(closure.begin(), closure.end());
+  Sha256 hash;
+  for (std::string_view part : closure) {
+    const EmbeddedFile* file = find_template(part);
+    hash.update(part).update("\0", 1).update(file ? file->text : std::string_view()).update("\0", 1);
+  }
+  return hash.hex();
 }
 
 const std::string& materialized_header_dir() {

@@ -19,7 +19,8 @@ std::span<const EmbeddedFile> embedded_templates();
 
 // SHA-256 of every embedded header: changes when any prelude changes.
 const std::string& headers_digest();
-// SHA-256 of a template's text; empty when there is no such template.
+// SHA-256 of a template's text and of every template it includes (ep.include,
+// transitively); empty when there is no such template.
 std::string template_digest(std::string_view name);
 
 // A directory holding the embedded headers (include root), written once per

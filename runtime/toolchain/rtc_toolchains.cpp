@@ -130,10 +130,9 @@ class NvrtcToolchain final : public RtcToolchain {
                                                  "/usr/local/cuda/lib64/libnvrtc.so"},
                                                 "NVRTC", "install the CUDA toolkit's NVRTC or add it to LD_LIBRARY_PATH"),
                      kNvrtc) {}
-  bool supports(const TargetInfo& target) const override { return target.vendor == Vendor::Nvidia; }
+  bool supports(const TargetInfo& target) const override { return target.is_nvidia(); }
   std::vector<std::string> options(const CompileRequest& request) const override {
-    return {"--gpu-architecture=" + std::string(request.target->arch), "-std=c++20",
-            "-Xptxas=-O" + std::to_string(std::min(request.opt_level, 3))};
+    return compile_flags(*request.target, Compiler::Nvrtc, request.opt_level);
   }
 };
 
@@ -182,10 +181,9 @@ class HiprtcToolchain final : public RtcToolchain {
                                                  "libamdhip64.so.6", "libamdhip64.so.5"},
                                                 "hipRTC", "install ROCm's hipRTC (libhiprtc.so or libamdhip64.so)"),
                      kHiprtc) {}
-  bool supports(const TargetInfo& target) const override { return target.vendor == Vendor::Amd; }
+  bool supports(const TargetInfo& target) const override { return target.is_amd(); }
   std::vector<std::string> options(const CompileRequest& request) const override {
-    return {"--gpu-architecture=" + std::string(request.target->arch), "-std=c++20",
-            "-O" + std::to_string(request.opt_level)};
+    return compile_flags(*request.target, Compiler::HipRtc, request.opt_level);
   }
 };
 

@@ -98,8 +98,7 @@ class HostCxxToolchain final : public SubprocessToolchain {
   // EPJIT_HOST_CXXFLAGS adds flags (e.g. -fsanitize=thread, so sanitizer runs
   // see inside the kernels); they are options, so they enter the cache key.
   std::vector<std::string> options(const CompileRequest& request) const override {
-    std::vector<std::string> flags = {"-x",     "c++", "-std=c++20", "-O" + std::to_string(std::min(request.opt_level, 3)),
-                                      "-fPIC", "-shared"};
+    std::vector<std::string> flags = compile_flags(*request.target, Compiler::HostCxx, request.opt_level);
     std::istringstream extra(environment_or("EPJIT_HOST_CXXFLAGS", ""));
     for (std::string flag; extra >> flag;) flags.push_back(flag);
     return flags;
@@ -110,10 +109,9 @@ class ClangToolchain final : public SubprocessToolchain {
  public:
   ClangToolchain() : SubprocessToolchain(environment_or("EPJIT_CLANG", "clang++-22"), "EPJIT_CLANG") {}
   std::string_view name() const override { return "clang"; }
-  bool supports(const TargetInfo& target) const override { return target.vendor == Vendor::Amd; }
+  bool supports(const TargetInfo& target) const override { return target.is_amd(); }
   std::vector<std::string> options(const CompileRequest& request) const override {
-    return {"-x", "hip", "-std=c++20", "--offload-arch=" + std::string(request.target->arch), "-nogpuinc",
-            "-nogpulib", "--cuda-device-only", "--no-gpu-bundle-output", "-O" + std::to_string(request.opt_level)};
+    return compile_flags(*request.target, Compiler::Clang, request.opt_level);
   }
 };
 

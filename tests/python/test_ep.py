@@ -168,3 +168,26 @@ def test_cache_stats_move(tmp_path):
     manifest = {"targets": ["host"], "kernels": [{"template": "quantize_fp8_direct", "params": {"hidden": 64}}]}
     keys = epjit.cache.warm(manifest)
     assert len(keys) == 1 and len(keys[0]) == 64
+
+
+def test_targets_choose_their_device_and_the_amd_path_is_reachable():
+    names = {row["name"]: row for row in epjit.targets()}
+    assert names["gfx942"]["vendor"] == "amd" and names["gfx942"]["wave_size"] == 64
+    assert names["gfx1250"]["wave_size"] == 32
+    assert epjit.device_for_target("gfx950") == "hip"
+    assert epjit.device_for_target("sm90") == "cuda"
+    assert epjit.device_for_target("host-gfx942") == "host"
+    with pytest.raises(epjit.Error, match="target 'gfx90a' is not known"):
+        epjit.device_for_target("gfx90a")
+    # An AMD target selects the HIP device. Without an AMD GPU (or without HIP's
+    # runtime) that fails with an error saying what is missing, never a crash.
+    for kwargs in ({"target": "gfx942"}, {"device": "hip"}):
+        try:
+            comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), **kwargs)
+        except epjit.Error as error:
+            assert "HIP" in str(error) or "libamdhip64" in str(error), str(error)
+        else:
+            assert comm.device == "hip"
+            comm.destroy()
+    with pytest.raises(epjit.Error, match="host, cuda or hip"):
+        epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), device="rocm")

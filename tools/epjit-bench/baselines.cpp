@@ -10,7 +10,8 @@
 #include <cstring>
 
 #include "epjit/error.h"
-#include "epjit/targets/common/base.h"
+#include "epjit/kernel_module.h"
+#include "epjit/window_layout.h"
 
 namespace epjit::bench {
 
@@ -150,33 +151,45 @@ double Baselines::nccl_exchange_us(const std::vector<size_t>& send_bytes, int wa
   });
 }
 
-Ceilings measure_ceilings(Communicator& comm, KernelCache& cache, const std::string& target, size_t bytes,
-                          int warmup, int iterations) {
+namespace {
+
+constexpr size_t kCeilingRowWords = 3584;  // one 14,336-byte row: a bf16 token of hidden 7168
+constexpr size_t kCeilingRows = (size_t(64) << 20) / (kCeilingRowWords * 4);
+
+}  // namespace
+
+KernelSpec peer_copy_spec(const std::string& target) {
+  KernelSpec spec{"ep_peer_copy", {}, target};
+  spec.set("row_words", int64_t(kCeilingRowWords)).set("window_rows", int64_t(kCeilingRows));
+  return spec;
+}
+
+Ceilings measure_ceilings(Communicator& comm, KernelCache& cache, const std::string& target, int warmup,
+                          int iterations) {
   Device& device = comm.device();
   auto stream = device.create_stream();
   const int world = comm.world_size(), rank = comm.rank(), peer = (rank + 1) % world;
-  const size_t row_words = 3584;  // one 14,336-byte row: a bf16 token of hidden 7168
-  const size_t rows = std::max<size_t>(1, bytes / (row_words * 4));
-  bytes = rows * row_words * 4;
-  auto window_memory = comm.allocate_symmetric(bytes);
+  const size_t rows = kCeilingRows;
+  const size_t bytes = rows * kCeilingRowWords * 4;
+  const KernelModule module(device, cache.get(peer_copy_spec(target)));
+  const Kernel& kernel = module.kernel("ep_peer_copy");
+  const WindowLayout layout = WindowLayout::of(module.interface());
+  auto window_memory = comm.allocate_symmetric(layout.total);
   void* source = device.allocate(bytes);
   device.fill_zero(source, bytes);
-  Window window{};
-  for (int p = 0; p < world; ++p) window.peer_base[p] = static_cast<char*>(window_memory->peers.at(size_t(p)));
+  const Window window = layout.table(window_memory->peers);
   void* table = device.allocate(sizeof(Window));
   device.copy_to_device(table, &window, sizeof(Window));
-  auto module = device.load_module(
-      cache.get({"ep_peer_copy", {{"row_words", std::to_string(row_words)}}, target})->binary);
-  const Kernel kernel = module->kernel("ep_peer_copy");
-  void* target_memory = window_memory->peers.at(size_t(peer));
+  void* target_memory = static_cast<char*>(window_memory->peers.at(size_t(peer))) +
+                        layout.offsets[module.interface().region_index("buffer")];
 
   Ceilings ceilings;
   comm.barrier();
   const double ce_us = time_us(device, *stream, warmup, iterations,
                                [&] { device.copy_async(target_memory, source, bytes, *stream); });
   comm.barrier();
-  KernelArgs args;
-  args.add(source).add(rows).add(size_t(peer)).add(table);
+  const KernelArgs args =
+      LaunchArgs(kernel).set("source", source).set("rows", rows).set("peer", peer).set("w", table).build();
   const double sm_us = time_us(device, *stream, warmup, iterations,
                                [&] { device.launch(kernel, {132, 16}, args, *stream); });
   comm.barrier();  // no peer writes into this window any more

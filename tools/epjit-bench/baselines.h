@@ -26,13 +26,16 @@ class Baselines {
   std::unique_ptr<Impl> impl_;
 };
 
-// Each rank writes `bytes` into the next rank's memory at once.
+// Each rank writes 64 MiB of 14,336-byte rows (bf16 tokens of hidden 7168)
+// into the next rank's memory at once: enough to saturate a link.
 struct Ceilings {
   double copy_engine_GBps = 0;  // cuMemcpyDtoDAsync into the peer's mapping
   double sm_writes_GBps = 0;    // the ep_peer_copy kernel, 132 blocks x 16 warps
   size_t bytes = 0;
 };
-Ceilings measure_ceilings(Communicator& comm, KernelCache& cache, const std::string& target, size_t bytes,
-                          int warmup, int iterations);
+Ceilings measure_ceilings(Communicator& comm, KernelCache& cache, const std::string& target, int warmup,
+                          int iterations);
+// The ep_peer_copy specialization measure_ceilings runs (what --warm-only builds).
+KernelSpec peer_copy_spec(const std::string& target);
 
 }  // namespace epjit::bench

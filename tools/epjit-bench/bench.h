@@ -17,7 +17,7 @@ enum class RoutingKind { Uniform, Skewed, Local };
 
 struct Options {
   std::string target = "host";
-  std::string device = "host";  // host or cuda (one GPU per rank process)
+  std::string device = "host";  // host, cuda or hip (one GPU per rank process)
   int world = 4;
   bool processes = false;
   std::vector<int64_t> tokens = {1, 37, 128};

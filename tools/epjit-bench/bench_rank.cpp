@@ -250,8 +250,7 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
   if (o.baselines) {
     const size_t widest = std::max(token_bytes, row_bytes);
     baselines = std::make_unique<Baselines>(comm, size_t(o.world) * size_t(max_n) * widest);
-    const Ceilings ceilings = measure_ceilings(comm, cache, config.target, size_t(max_n) * token_bytes * 2,
-                                               o.warmup, o.iterations);
+    const Ceilings ceilings = measure_ceilings(comm, cache, config.target, o.warmup, o.iterations);
     result.ceiling_copy_engine_GBps = ceilings.copy_engine_GBps;
     result.ceiling_sm_writes_GBps = ceilings.sm_writes_GBps;
   }

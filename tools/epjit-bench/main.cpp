@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "baselines.h"
 #include "bench.h"
 #include "epjit/ep/op.h"
 #include "epjit/error.h"
@@ -69,10 +70,10 @@ KernelCache make_cache(const std::string& dir) {
   return KernelCache(options);
 }
 
-std::unique_ptr<Device> make_device(const Options& o, int rank) {
-  if (o.device == "cuda") return make_cuda_device(rank);
-  return make_host_device();
-}
+// One GPU per rank (the rank's ordinal), or the host.
+std::unique_ptr<Device> device_of_rank(const Options& o, int rank) { return make_device(o.device, o.device == "host" ? 0 : rank); }
+
+std::string gpu_name(const std::string& device) { return device == "hip" ? "AMD GPU (HIP)" : "CUDA GPU"; }
 
 // Rank 0 gathers every rank's result (the others send theirs and return empty).
 std::vector<RankResult> gather(Communicator& comm, const RankResult& mine) {
@@ -85,14 +86,15 @@ std::vector<RankResult> gather(Communicator& comm, const RankResult& mine) {
 
 int run(const Options& o) {
   std::vector<RankResult> results;
-  std::string device_name = o.device == "cuda" ? "CUDA GPU" : "host: " + cpu_name();
-  const std::string transport = o.device == "cuda"   ? "CUDA IPC, one process per GPU"
-                                : o.processes        ? "host shared memory (memfd), one process per rank"
-                                                     : "host shared memory, one thread per rank";
+  std::string device_name = o.device == "host" ? "host: " + cpu_name() : gpu_name(o.device);
+  const std::string transport = o.device == "cuda"  ? "CUDA IPC, one process per GPU"
+                                : o.device == "hip" ? "HIP IPC, one process per GPU"
+                                : o.processes       ? "host shared memory (memfd), one process per rank"
+                                                    : "host shared memory, one thread per rank";
   if (!o.processes) {
     const UniqueId id = Communicator::get_unique_id();
     KernelCache cache = make_cache(o.cache_dir);
-    auto device = make_device(o, 0);
+    auto device = device_of_rank(o, 0);
     std::vector<std::string> errors(static_cast<size_t>(o.world));
     std::vector<std::thread> ranks;
     for (int r = 0; r < o.world; ++r) {
@@ -127,7 +129,7 @@ int run(const Options& o) {
           UniqueId id;
           if (read(fds[0], id.bytes.data(), id.bytes.size()) != ssize_t(id.bytes.size())) _exit(4);
           KernelCache cache = make_cache(o.cache_dir);
-          auto device = make_device(o, r);
+          auto device = device_of_rank(o, r);
           auto comm = Communicator::init(o.world, r, id, *device);
           gather(*comm, run_rank(o, *comm, cache));
           comm->destroy();
@@ -148,7 +150,7 @@ int run(const Options& o) {
       close(fd);
     }
     KernelCache cache = make_cache(o.cache_dir);
-    auto device = make_device(o, 0);
+    auto device = device_of_rank(o, 0);
     auto comm = Communicator::init(o.world, 0, id, *device);
     results = gather(*comm, run_rank(o, *comm, cache));
     comm->destroy();
@@ -158,7 +160,7 @@ int run(const Options& o) {
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw Error("a rank process failed", "every rank to finish", "see its message above");
     }
   }
-  if (o.device == "cuda") device_name = "CUDA GPU (" + std::to_string(o.world) + " ranks)";
+  if (o.device != "host") device_name = gpu_name(o.device) + " (" + std::to_string(o.world) + " ranks)";
   return report(o, results, transport, device_name);
 }
 
@@ -169,9 +171,10 @@ int main(int argc, char** argv) {
   Options o;
   std::string tokens = "1,37,128", ranks_as = "threads", dtype = "bf16", combine_dtype, quant = "none",
               combine_mode = "gather", routing = "uniform";
-  app.add_option("--target", o.target, "target (host, host-gfx942, host-gfx950, host-gfx1250, sm90)");
-  app.add_option("--device", o.device, "host, or cuda (one GPU per rank; use --ranks-as processes)")
-      ->check(CLI::IsMember({"host", "cuda"}));
+  app.add_option("--target", o.target, "target (" + target_names() + "; default: the device's own)");
+  app.add_option("--device", o.device,
+                 "host, cuda (NVIDIA) or hip (AMD); one GPU per rank: use --ranks-as processes")
+      ->check(CLI::IsMember({"host", "cuda", "hip"}));
   app.add_option("--world", o.world, "ranks")->check(CLI::Range(1, 64));
   app.add_option("--ranks-as", ranks_as, "threads or processes")->check(CLI::IsMember({"threads", "processes"}));
   app.add_option("--tokens", tokens, "token counts per rank, comma-separated");
@@ -209,17 +212,24 @@ int main(int argc, char** argv) {
     o.quant = ep::parse_quant_type(quant);
     o.combine_mode = ep::parse_combine_mode(combine_mode);
     o.routing = parse_routing(routing);
+    const Vendor vendor = o.device == "hip" ? Vendor::Amd : o.device == "cuda" ? Vendor::Nvidia : Vendor::Cpu;
+    if (const TargetInfo* target = find_target(o.target); target && target->vendor != vendor)
+      throw Error("--target " + o.target + " on --device " + o.device,
+                  "a target the device runs: " +
+                      target_names_where([vendor](const TargetInfo& t) { return t.vendor == vendor; }),
+                  "pass --target with one of those");
     ep::EpDispatchCombineConfig config = o.config(0);  // every rank's config differs only in rank
     config.validate();
-    if (o.device == "cuda" && !o.processes && o.world > 1)
-      throw Error("--device cuda with ranks as threads", "--ranks-as processes (one process per GPU: CUDA IPC maps "
-                  "another process's memory)", "add --ranks-as processes");
+    if (o.device != "host" && !o.processes && o.world > 1)
+      throw Error("--device " + o.device + " with ranks as threads",
+                  "--ranks-as processes (one process per GPU: CUDA/HIP IPC maps another process's memory)",
+                  "add --ranks-as processes");
     if (o.baselines && o.device == "host")
       throw Error("--baselines on the host device", "a GPU device (NCCL and peer copies run on GPUs)",
-                  "drop --baselines, or run with --device cuda");
+                  "drop --baselines, or run with --device cuda or hip");
     if (o.graph && o.device == "host")
       throw Error("--graph on the host device", "a GPU device (graphs are CUDA/HIP stream capture)",
-                  "drop --graph, or run with --device cuda");
+                  "drop --graph, or run with --device cuda or hip");
     if (o.routing == RoutingKind::Skewed || o.routing == RoutingKind::Local) {
       if (o.topk > o.experts_per_rank)
         throw Error("--routing " + routing + " with --topk " + std::to_string(o.topk) + " > --experts-per-rank " +
@@ -237,7 +247,7 @@ int main(int argc, char** argv) {
       cache.get(spec);
       std::printf("%s %s\n", cache.key(spec).c_str(), spec.canonical().c_str());
       // The peer-copy ceiling kernel --baselines uses.
-      const KernelSpec peer_copy{"ep_peer_copy", {{"row_words", "3584"}}, o.target};
+      const KernelSpec peer_copy = bench::peer_copy_spec(o.target);
       cache.get(peer_copy);
       std::printf("%s %s\n", cache.key(peer_copy).c_str(), peer_copy.canonical().c_str());
       return 0;

@@ -1,8 +1,9 @@
 // epjit-compile: the compiler's command line.
 //
 //   epjit-compile (--template NAME | --input FILE.mlir) [--set KEY=VALUE]...
-//                 --target T --emit mlir|hip|bin|asm [-o FILE] [--dump-stages DIR]
+//                 --target T --emit mlir|hip|interface|bin|asm [-o FILE] [--dump-stages DIR]
 //   epjit-compile --template list
+//   epjit-compile --list-targets
 #include <cstdlib>
 
 #include "llvm/ADT/SmallString.h"
@@ -29,10 +30,18 @@ cl::opt<std::string> inputFile("input", cl::desc("a template file to compile"), 
                                cl::cat(category));
 cl::list<std::string> bindings("set", cl::desc("bind a template parameter"), cl::value_desc("KEY=VALUE"),
                                cl::cat(category));
-cl::opt<std::string> target("target", cl::desc("target (gfx942, gfx950, gfx1250, sm90, host, host-gfx942, ...)"),
-                            cl::value_desc("T"), cl::cat(category));
-cl::opt<std::string> emit("emit", cl::desc("what to write: mlir, hip (the emitted C++), bin, asm"),
+cl::opt<std::string> target("target", cl::desc("target (--list-targets shows them)"), cl::value_desc("T"),
+                            cl::cat(category));
+cl::opt<bool> listTargets("list-targets", cl::desc("print the targets and their facts, then exit"),
+                          cl::cat(category));
+cl::opt<std::string> emit("emit",
+                          cl::desc("what to write: mlir, hip (the emitted C++), interface (the interface record, "
+                                   "JSON), bin, asm"),
                           cl::value_desc("KIND"), cl::init("hip"), cl::cat(category));
+cl::list<std::string> includeDirs("include-dir",
+                                  cl::desc("a directory ep.include searches (NAME.mlir) before the built-in "
+                                           "templates; --input's own directory is searched first"),
+                                  cl::value_desc("DIR"), cl::cat(category));
 cl::opt<std::string> outputFile("o", cl::desc("output file (default: stdout; bin: NAME.co/.cubin/.so)"),
                                 cl::value_desc("FILE"), cl::cat(category));
 cl::opt<std::string> dumpDir("dump-stages", cl::desc("write every pipeline stage into DIR"),
@@ -45,25 +54,37 @@ cl::opt<std::string> stopAfter("stop-after-stage", cl::desc("with --emit mlir: t
   std::exit(1);
 }
 
-std::string binaryExtension(const TargetInfo& info) {
-  switch (info.vendor) {
-    case Vendor::Amd: return ".co";
-    case Vendor::Nvidia: return ".cubin";
-    case Vendor::Cpu: return ".so";
-  }
-  return ".bin";
-}
-
 void listTemplates() {
   for (const compiler::Template& entry : compiler::builtinTemplates()) {
     std::string description, error;
-    if (!compiler::describeParameters(llvm::StringRef(entry.source.data(), entry.source.size()), description, error))
+    if (!compiler::describeParameters(llvm::StringRef(entry.source.data(), entry.source.size()),
+                                      std::string(entry.name) + ".mlir", description, error))
       fail("built-in template " + std::string(entry.name) + " does not parse: " + error);
     llvm::outs() << entry.name << "\n";
     llvm::SmallVector<llvm::StringRef> lines;
     llvm::StringRef(description).split(lines, '\n', -1, false);
     for (llvm::StringRef line : lines) llvm::outs() << "  " << line << "\n";
   }
+}
+
+// One line per target: name, vendor, arch, wave size, fp8, fp4.
+void printTargets() {
+  for (const TargetInfo& info : all_targets()) {
+    llvm::outs() << info.name << ": vendor " << info.vendor_name() << ", arch " << info.arch << ", wave "
+                 << info.wave_size << ", fp8 " << fp8_format_name(info.fp8_e4m3) << ", fp4 "
+                 << (info.converts_fp4_in_hardware() ? "hardware"
+                     : info.has_fp4()                ? "software"
+                                                     : "none")
+                 << ", numerics of " << info.numerics_of << "\n";
+  }
+}
+
+std::string stageNames() {
+  std::string names;
+  for (compiler::Stage stage : {compiler::Stage::Link, compiler::Stage::Specialize, compiler::Stage::CheckTarget,
+                                compiler::Stage::LowerNumerics, compiler::Stage::LowerWarpOps, compiler::Stage::ToEmitC})
+    names += (names.empty() ? "" : ", ") + compiler::stageName(stage).str();
+  return names;
 }
 
 void writeText(llvm::StringRef text) {
@@ -103,12 +124,16 @@ int main(int argc, char** argv) {
     listTemplates();
     return 0;
   }
+  if (listTargets) {
+    printTargets();
+    return 0;
+  }
   if (templateName.empty() == inputFile.empty()) fail("give exactly one of --template NAME and --input FILE.mlir");
   if (target.empty()) fail("--target is required; targets: " + target_names());
   const TargetInfo* info = find_target(target);
   if (!info) fail("unknown target '" + target + "'; targets: " + target_names());
-  if (emit != "mlir" && emit != "hip" && emit != "bin" && emit != "asm")
-    fail("--emit takes mlir, hip, bin or asm; got '" + emit + "'");
+  if (emit != "mlir" && emit != "hip" && emit != "interface" && emit != "bin" && emit != "asm")
+    fail("--emit takes mlir, hip, interface, bin or asm; got '" + emit + "'");
 
   std::string sourceText, sourceName;
   if (!templateName.empty()) {
@@ -130,10 +155,15 @@ int main(int argc, char** argv) {
   compiler::CompileOptions options;
   options.target = target;
   options.bindings.assign(bindings.begin(), bindings.end());
+  if (!inputFile.empty()) {
+    const llvm::StringRef dir = llvm::sys::path::parent_path(inputFile);
+    options.includeDirs.push_back(dir.empty() ? "." : dir.str());
+  }
+  options.includeDirs.insert(options.includeDirs.end(), includeDirs.begin(), includeDirs.end());
   options.dumpDir = dumpDir;
   if (emit == "mlir" && !compiler::parseStage(stopAfter, options.stopAfter))
-    fail("--stop-after-stage takes a stage name (specialize, check-target, lower-numerics, lower-warp-ops, to-emitc); got '" +
-         stopAfter + "'");
+    fail("--stop-after-stage takes a stage name (" + stageNames() + "); got '" + stopAfter + "'");
+  if (emit == "interface") options.stopAfter = compiler::Stage::CheckTarget;
 
   compiler::CompileOutput output;
   std::string error;
@@ -149,13 +179,17 @@ int main(int argc, char** argv) {
     writeText(output.source);
     return 0;
   }
+  if (emit == "interface") {
+    writeText(output.interface);
+    return 0;
+  }
 
   const std::string stem = llvm::sys::path::stem(sourceName).str();
   const std::string sourcePath = temporaryPath("epjit-" + stem, compiler::sourceExtension(target));
   writeFile(sourcePath, output.source);
   const bool keepBinary = emit == "bin";
-  const std::string binaryPath = keepBinary ? (outputFile.empty() ? stem + binaryExtension(*info) : std::string(outputFile))
-                                            : temporaryPath("epjit-" + stem, binaryExtension(*info));
+  const std::string binaryPath = keepBinary ? (outputFile.empty() ? stem + std::string(info->binary_extension()) : std::string(outputFile))
+                                            : temporaryPath("epjit-" + stem, std::string(info->binary_extension()));
   compiler::ToolResult built = compiler::buildBinary(*info, sourcePath, binaryPath);
   if (!built.ok) {
     llvm::errs() << built.log;

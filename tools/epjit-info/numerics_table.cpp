@@ -63,7 +63,7 @@ std::string code_ranges(const FormatView& f, const std::function<bool(float, uin
 void print_numerics_table(std::ostream& out) {
   using numerics_detail::bits_of;
   const std::vector<FormatView> views = formats();
-  out << "Formats (facts computed by runtime/include/epjit/numerics.h)\n";
+  out << "Formats (facts computed by numerics/include/epjit/numerics.h)\n";
   out << fmt::format("{:<9} {:>4} {:>12} {:>8}  {:<28} {:<11} {}\n", "format", "bias", "max finite",
                      "max code", "NaN codes", "Inf", "-0");
   for (const FormatView& f : views) {

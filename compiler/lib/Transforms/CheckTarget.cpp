@@ -17,8 +17,8 @@ using namespace mlir;
 LogicalResult checkFp4(Operation* op, const TargetInfo& target, bool softwareFallback) {
   if (target.has_fp4()) return success();
   if (softwareFallback && target.fp4_software_fallback) return success();
-  const std::string withHardware = target_names_where(
-      [](const TargetInfo& t) { return t.fp4 == Fp4Support::Pack2 || t.fp4 == Fp4Support::Pack8; });
+  const std::string withHardware =
+      target_names_where([](const TargetInfo& t) { return t.converts_fp4_in_hardware(); });
   auto diagnostic = op->emitError() << "target " << target.name
                                     << " has no FP4 (E2M1) conversion instructions; targets with them: "
                                     << withHardware;
@@ -30,9 +30,9 @@ LogicalResult checkFp4(Operation* op, const TargetInfo& target, bool softwareFal
 
 LogicalResult checkFp8(Operation* op, const TargetInfo& target, ep::Fp8Kind kind, bool softwareFallback) {
   const Fp8Format format = resolveFp8(kind, target);
-  if (target.is_host() || convertsFp8InHardware(target, format) || softwareFallback) return success();
+  if (target.is_host() || target.converts_fp8_in_hardware(format) || softwareFallback) return success();
   const std::string withFormat =
-      target_names_where([&](const TargetInfo& t) { return convertsFp8InHardware(t, format); });
+      target_names_where([&](const TargetInfo& t) { return t.converts_fp8_in_hardware(format); });
   return op->emitError() << "target " << target.name << " converts " << fp8_format_name(target.fp8_e4m3) << " and "
                          << fp8_format_name(target.fp8_e5m2) << " in hardware, not " << fp8_format_name(format)
                          << "; targets that do: " << withFormat

@@ -26,7 +26,7 @@ ep::ConversionMethod fp4Method(const TargetInfo& target) {
 }
 
 ep::ConversionMethod fp8Method(const TargetInfo& target, Fp8Format format) {
-  if (!convertsFp8InHardware(target, format)) return ep::ConversionMethod::software;
+  if (!target.converts_fp8_in_hardware(format)) return ep::ConversionMethod::software;
   switch (target.fp8_conversion) {
     case Fp8Conversion::AmdgcnPk: return ep::ConversionMethod::amdgcn_pk_fp8;
     case Fp8Conversion::PtxSatfinite: return ep::ConversionMethod::ptx_cvt_satfinite;

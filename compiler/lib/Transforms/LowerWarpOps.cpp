@@ -53,7 +53,7 @@ struct Lowering {
   ImplicitLocOpBuilder& b;
   const TargetInfo& target;
 
-  bool simt() const { return target.lanes == LaneExecution::Simt; }
+  bool simt() const { return target.is_simt(); }
   Value index(int64_t v) { return arith::ConstantIndexOp::create(b, v); }
   Value f32(float v) { return arith::ConstantOp::create(b, b.getF32FloatAttr(v)); }
   Value add(Value x, Value y) { return arith::AddIOp::create(b, x, y); }
@@ -390,7 +390,7 @@ struct EpLowerWarpOps : impl::EpLowerWarpOpsBase<EpLowerWarpOps> {
       op->erase();
     }
     module->setAttr(ep::EpDialect::kLoweringAttrName,
-                    StringAttr::get(&getContext(), target->lanes == LaneExecution::Simt ? "simt" : "lanes"));
+                    StringAttr::get(&getContext(), target->is_simt() ? "simt" : "lanes"));
   }
 };
 

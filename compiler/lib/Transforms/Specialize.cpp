@@ -1,6 +1,5 @@
 // ep-specialize: bind template parameters to constants, then fold.
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AttrTypeSubElements.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -36,11 +35,15 @@ std::string parameterList(ModuleOp module) {
   return names.empty() ? std::string("none") : names;
 }
 
-// Parses `text` as a value of the parameter's type; emits an error naming the
-// parameter and the expected form when it is not one.
+// Parses `text` as a value of the parameter's type (or one of its names);
+// emits an error naming the parameter and the expected form when it is not one.
 FailureOr<TypedAttr> parseBinding(ep::ParamOp param, StringRef text) {
   Builder builder(param.getContext());
   Type type = param.getType();
+  if (auto names = param.getNames()) {
+    for (auto [index, name] : llvm::enumerate(names->getAsValueRange<StringAttr>()))
+      if (name == text) return TypedAttr(builder.getIntegerAttr(type, int64_t(index)));
+  }
   if (type.isInteger(1)) {
     if (text == "true" || text == "1") return TypedAttr(builder.getBoolAttr(true));
     if (text == "false" || text == "0") return TypedAttr(builder.getBoolAttr(false));
@@ -49,8 +52,14 @@ FailureOr<TypedAttr> parseBinding(ep::ParamOp param, StringRef text) {
   }
   int64_t value = 0;
   if (text.getAsInteger(0, value)) {
-    return param.emitError() << "parameter '" << param.getSymName() << "' takes an integer ("
-                             << typeName(type) << "); got '" << text << "'";
+    auto diagnostic = param.emitError() << "parameter '" << param.getSymName() << "' takes an integer ("
+                                        << typeName(type) << ")";
+    if (auto names = param.getNames()) {
+      diagnostic << " or one of its names (";
+      llvm::interleaveComma(names->getAsValueRange<StringAttr>(), diagnostic);
+      diagnostic << ")";
+    }
+    return diagnostic << "; got '" << text << "'";
   }
   if (type.isInteger(32) && (value < INT32_MIN || value > INT32_MAX))
     return param.emitError() << "parameter '" << param.getSymName() << "' is an i32; " << value
@@ -83,6 +92,9 @@ LogicalResult checkConstraints(ep::ParamOp param, TypedAttr value) {
   auto integer = dyn_cast<IntegerAttr>(value);
   if (!integer || param.getType().isInteger(1)) return success();
   const int64_t v = integer.getValue().getSExtValue();
+  if (auto names = param.getNames(); names && (v < 0 || v >= int64_t(names->size())))
+    return param.emitError() << "parameter '" << param.getSymName() << "' = " << v << " names nothing; it takes 0 to "
+                             << names->size() - 1 << " or a name";
   if (auto min = param.getMin(); min && v < int64_t(*min))
     return param.emitError() << "parameter '" << param.getSymName() << "' = " << v << " is below its minimum "
                              << *min;
@@ -106,6 +118,10 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (auto includes = module.getOps<ep::IncludeOp>(); !includes.empty()) {
+      (*includes.begin()).emitError() << "ep.include \"" << (*includes.begin()).getFile() << "\" is not linked: run ep-link first";
+      return signalPassFailure();
+    }
     llvm::StringMap<std::string> requested;
     for (const std::string& binding : bindings) {
       auto [key, value] = StringRef(binding).split('=');
@@ -163,6 +179,8 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
       read.erase();
     });
 
+    bindConstants(module);
+
     SmallVector<NamedAttribute> record;
     for (auto param : llvm::make_early_inc_range(module.getOps<ep::ParamOp>())) {
       if (auto type = types.find(param.getSymName()); type != types.end())
@@ -176,6 +194,25 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
     foldModule(module);
   }
 
+  // Every ep.constant_value becomes its constant; the constants are recorded
+  // on the module (for the interface) and their declarations removed.
+  void bindConstants(ModuleOp module) {
+    llvm::StringMap<TypedAttr> constants;
+    SmallVector<NamedAttribute> record;
+    for (auto constant : llvm::make_early_inc_range(module.getOps<ep::ConstantOp>())) {
+      constants[constant.getSymName()] = constant.getValue();
+      record.emplace_back(constant.getSymNameAttr(), constant.getValue());
+      constant.erase();
+    }
+    module.walk([&](ep::ConstantValueOp read) {
+      OpBuilder builder(read);
+      auto value = arith::ConstantOp::create(builder, read.getLoc(), constants[read.getConstant()]);
+      read.replaceAllUsesWith(value.getResult());
+      read.erase();
+    });
+    if (!record.empty()) module->setAttr(ep::EpDialect::kConstantsAttrName, DictionaryAttr::get(&getContext(), record));
+  }
+
   // `warps_per_block=N` (unless a parameter has that name) sets every kernel's geometry.
   LogicalResult bindGeometry(ModuleOp module, llvm::StringMap<std::string>& requested) {
     auto it = requested.find(kWarpsPerBlock);
@@ -187,11 +224,7 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
       return module.emitError() << "warps_per_block takes an integer in [1, 32]; got '" << it->second << "'";
     }
     Builder builder(module.getContext());
-    for (auto func : module.getOps<func::FuncOp>()) {
-      if (!func->hasAttr(ep::EpDialect::kKernelAttrName)) continue;
-      func->setAttr(ep::EpDialect::kKernelAttrName,
-                    builder.getDictionaryAttr(builder.getNamedAttr(kWarpsPerBlock, builder.getI64IntegerAttr(warps))));
-    }
+    for (auto kernel : module.getOps<ep::KernelOp>()) kernel.setWarpsPerBlock(warps);
     requested.erase(it);
     return success();
   }

@@ -1,9 +1,11 @@
 #include "epjit/Dialect/Ep/EpOps.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/StringSet.h"
 
 using namespace mlir;
 using namespace epjit::ep;
@@ -63,6 +65,14 @@ LogicalResult ParamOp::verify() {
   }
   if (getMultipleOf() && *getMultipleOf() < 1)
     return emitOpError() << "multiple_of must be >= 1";
+  if (auto names = getNames()) {
+    if (!isa<IndexType>(type) && !type.isInteger(32) && !type.isInteger(64))
+      return emitOpError() << "names go with an integer parameter; @" << getSymName() << " is " << type;
+    llvm::StringSet<> seen;
+    for (Attribute name : *names)
+      if (!seen.insert(cast<StringAttr>(name).getValue()).second)
+        return emitOpError() << "the name '" << cast<StringAttr>(name).getValue() << "' appears twice";
+  }
   return success();
 }
 
@@ -75,9 +85,122 @@ LogicalResult ParamValueOp::verifySymbolUses(SymbolTableCollection& symbols) {
   return success();
 }
 
+LogicalResult ConstantOp::verify() {
+  Type type = getValue().getType();
+  if (!isa<IndexType>(type) && !type.isInteger(32) && !type.isInteger(64))
+    return emitOpError() << "constant @" << getSymName() << " has type " << type << "; constants are index, i32 or i64";
+  if (!isa<IntegerAttr>(getValue())) return emitOpError() << "constant @" << getSymName() << " must be an integer";
+  return success();
+}
+
+LogicalResult ConstantValueOp::verifySymbolUses(SymbolTableCollection& symbols) {
+  auto constant = symbols.lookupNearestSymbolFrom<ConstantOp>(*this, getConstantAttr());
+  if (!constant) return emitOpError() << "@" << getConstant() << " is not a declared ep.constant";
+  if (constant.getValue().getType() != getType())
+    return emitOpError() << "@" << getConstant() << " is declared " << constant.getValue().getType()
+                         << " but read as " << getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
+
+static bool isKernelArgumentType(Type type) {
+  return isa<PtrType, WindowType, IndexType>(type) || type.isInteger(32) || type.isInteger(64) || type.isF32();
+}
+
+// ep.kernel @name(%a: T, ...) warps_per_block(N) [attributes {...}] { body }
+// The argument names are kept (arg_names): they are the kernel's interface.
+ParseResult KernelOp::parse(OpAsmParser& parser, OperationState& result) {
+  Builder& builder = parser.getBuilder();
+  StringAttr name;
+  if (parser.parseSymbolName(name, SymbolTable::getSymbolAttrName(), result.attributes)) return failure();
+  SmallVector<OpAsmParser::Argument> arguments;
+  if (parser.parseArgumentList(arguments, OpAsmParser::Delimiter::Paren, /*allowType=*/true, /*allowAttrs=*/false))
+    return failure();
+  int64_t warps = 0;
+  if (parser.parseKeyword("warps_per_block") || parser.parseLParen() || parser.parseInteger(warps) ||
+      parser.parseRParen())
+    return failure();
+  if (parser.parseOptionalAttrDictWithKeyword(result.attributes)) return failure();
+  SmallVector<Type> types;
+  SmallVector<Attribute> names;
+  for (const OpAsmParser::Argument& argument : arguments) {
+    types.push_back(argument.type);
+    names.push_back(builder.getStringAttr(argument.ssaName.name.drop_front()));  // without the '%'
+  }
+  result.addAttribute(getFunctionTypeAttrName(result.name), TypeAttr::get(builder.getFunctionType(types, {})));
+  result.addAttribute(getArgNamesAttrName(result.name), builder.getArrayAttr(names));
+  result.addAttribute(getWarpsPerBlockAttrName(result.name), builder.getI64IntegerAttr(warps));
+  Region* body = result.addRegion();
+  if (parser.parseRegion(*body, arguments)) return failure();
+  KernelOp::ensureTerminator(*body, builder, result.location);
+  return success();
+}
+
+void KernelOp::print(OpAsmPrinter& printer) {
+  printer << ' ';
+  printer.printSymbolName(getSymName());
+  printer << '(';
+  Block& entry = getBody().front();
+  llvm::interleaveComma(entry.getArguments(), printer,
+                        [&](BlockArgument argument) { printer.printRegionArgument(argument); });
+  printer << ") warps_per_block(" << getWarpsPerBlock() << ")";
+  printer.printOptionalAttrDictWithKeyword(
+      (*this)->getAttrs(),
+      {SymbolTable::getSymbolAttrName(), getFunctionTypeAttrName(), getArgNamesAttrName(), getWarpsPerBlockAttrName()});
+  printer << ' ';
+  printer.printRegion(getBody(), /*printEntryBlockArgs=*/false, /*printBlockTerminators=*/false);
+}
+
+void KernelOp::getAsmBlockArgumentNames(Region& region, OpAsmSetValueNameFn setName) {
+  if (region.empty()) return;
+  for (auto [index, argument] : llvm::enumerate(region.front().getArguments()))
+    if (index < getArgNames().size()) setName(argument, getArgName(unsigned(index)));
+}
+
+LogicalResult KernelOp::verify() {
+  if (getWarpsPerBlock() < 1) return emitOpError() << "warps_per_block must be >= 1";
+  ArrayRef<Type> types = getArgumentTypes();
+  if (!getFunctionType().getResults().empty()) return emitOpError() << "an ep kernel returns nothing";
+  if (getArgNames().size() != types.size())
+    return emitOpError() << "has " << types.size() << " parameters but " << getArgNames().size() << " names";
+  llvm::StringSet<> seen;
+  for (auto [index, type] : llvm::enumerate(types)) {
+    const StringRef name = getArgName(unsigned(index));
+    if (name.empty()) return emitOpError() << "parameter #" << index << " has no name";
+    if (!seen.insert(name).second) return emitOpError() << "two parameters are named '" << name << "'";
+    if (!isKernelArgumentType(type))
+      return emitOpError() << "parameter '" << name << "' has type " << type
+                           << "; kernel parameters are !ep.ptr, !ep.window, index, i32, i64 or f32";
+  }
+  Block& entry = getBody().front();
+  if (entry.getNumArguments() != types.size() ||
+      !llvm::equal(entry.getArgumentTypes(), types))
+    return emitOpError() << "the body's arguments do not match the kernel's parameter types";
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Memory and synchronization
 //===----------------------------------------------------------------------===//
+
+LogicalResult WindowRegionOp::verify() {
+  if (getCount().front().empty() || !isa<YieldOp>(getCount().front().back()))
+    return emitOpError() << "region @" << getSymName() << "'s body must end with ep.yield of its element count";
+  if (!isPointeeType(getElement()))
+    return emitOpError() << "region @" << getSymName() << " holds " << getElement()
+                         << "; a region's elements are what an !ep.ptr may point to";
+  return success();
+}
+
+std::optional<int64_t> WindowRegionOp::getConstantCount() {
+  auto yield = cast<YieldOp>(getCount().front().getTerminator());
+  auto constant = yield.getCount().getDefiningOp<arith::ConstantIndexOp>();
+  if (!constant) return std::nullopt;
+  return constant.value();
+}
 
 LogicalResult PeerPtrOp::verifySymbolUses(SymbolTableCollection& symbols) {
   if (!symbols.lookupNearestSymbolFrom<WindowRegionOp>(*this, getRegionAttr()))
@@ -109,7 +232,8 @@ LogicalResult WaitUntilOp::verify() {
   if (getMaxSpins() < 1) return emitOpError() << "max_spins must be >= 1 (a wait is always bounded)";
   if (!elementTypeOf(getError()).isInteger(32))
     return emitOpError() << "the error word is an i32; got " << getError().getType();
-  if (getCode() == 0) return emitOpError() << "error code 0 means no error; use a nonzero code";
+  if (auto code = getCode().getDefiningOp<arith::ConstantIntOp>(); code && code.value() == 0)
+    return emitOpError() << "error code 0 means no error; use a nonzero code";
   return success();
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "epjit/kernel_interface.h"
 #include "epjit/kernel_source.h"
 #include "epjit/kernel_spec.h"
 
@@ -52,6 +53,7 @@ struct KernelArtifact {
   std::vector<uint8_t> binary;
   std::string artifact_digest;
   std::string manifest;       // the manifest, as JSON text
+  std::shared_ptr<const ModuleInterface> interface;  // what the module's kernels take (KernelModule binds by it)
 };
 
 // Points inside publishing, for tests that kill a writer there.

@@ -15,6 +15,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "epjit/kernel_interface.h"
+#include "epjit/targets/TargetInfo.h"
+
 namespace epjit {
 
 class Stream {
@@ -44,6 +47,11 @@ class Graph {
 struct Kernel {
   void* handle = nullptr;  // CUfunction, hipFunction_t, or the host entry point
   std::string name;
+  // From the module's interface record (KernelModule); a launch is checked
+  // against it. Null for a kernel looked up in a bare Module. Valid while the
+  // KernelModule that bound it lives.
+  const KernelSignature* signature = nullptr;
+  int wave_size = 0;  // the lanes per warp it was compiled for; 0: the device's
 };
 
 class Module {
@@ -55,9 +63,17 @@ class Module {
 
 // The argument values of one launch, copied in, so a launch never depends on
 // the caller's variables staying alive (the host device runs launches later,
-// on its stream's thread). Add values in the kernel's parameter order.
+// on its stream's thread). Add values in the kernel's parameter order, or let
+// LaunchArgs (kernel_module.h) order them by name; a launch checks them
+// against the kernel's signature when it has one.
 class KernelArgs {
  public:
+  enum class Kind : uint8_t { Pointer, Integer, Float, Other };
+  struct Slot {
+    Kind kind;
+    size_t bytes;
+  };
+
   template <typename T>
   KernelArgs& add(const T& value) {
     static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= alignof(std::max_align_t));
@@ -65,9 +81,15 @@ class KernelArgs {
     storage_.resize(offset + sizeof(T));
     std::memcpy(storage_.data() + offset, &value, sizeof(T));
     offsets_.push_back(offset);
+    constexpr Kind kind = std::is_pointer_v<T> || std::is_null_pointer_v<T> ? Kind::Pointer
+                          : std::is_integral_v<T>                           ? Kind::Integer
+                          : std::is_floating_point_v<T>                     ? Kind::Float
+                                                                            : Kind::Other;
+    slots_.push_back({kind, sizeof(T)});
     return *this;
   }
   size_t size() const { return offsets_.size(); }
+  const Slot& slot(size_t index) const { return slots_.at(index); }
   // Pointers to each value, as cuLaunchKernel/hipModuleLaunchKernel take them;
   // valid while this object is alive and unchanged. Drivers only read them.
   std::vector<void*> pointers() const {
@@ -97,6 +119,7 @@ class KernelArgs {
   };
   Storage storage_;
   std::vector<size_t> offsets_;
+  std::vector<Slot> slots_;
 };
 
 struct LaunchGeometry {
@@ -113,12 +136,28 @@ struct ShareableMemory {
   std::vector<uint8_t> ipc_handle;
 };
 
+// How allocate_shareable memory reaches another process.
+enum class SharingMethod : uint8_t {
+  FileDescriptor,  // an fd passed over a Unix socket (SCM_RIGHTS): the host device
+  IpcHandle,       // an opaque handle any process of the node can open: CUDA, HIP
+};
+
 class Device {
  public:
   virtual ~Device() = default;
-  virtual std::string_view kind() const = 0;  // "host", "cuda", "hip"
+  // "host", "cuda", "hip": for messages; behaviour follows the capabilities below.
+  virtual std::string_view kind() const = 0;
+  // Whose code it runs: host targets on the host device, NVIDIA or AMD targets on GPUs.
+  virtual Vendor vendor() const = 0;
+  // The TargetInfo name of the target this device is (TargetInfo's lookup from
+  // what the device reports); throws epjit::Error naming the targets that exist
+  // when the device matches none.
   virtual std::string default_target() const = 0;
+  // The lanes of a warp (wavefront) on this device, as the device reports it.
   virtual int wave_size() const = 0;
+  // Whether the host may read and write this device's memory through plain pointers.
+  virtual bool host_addressable() const = 0;
+  virtual SharingMethod sharing() const = 0;
 
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* pointer) = 0;
@@ -146,6 +185,7 @@ class Device {
   virtual void begin_capture(Stream& stream) = 0;
   virtual std::unique_ptr<Graph> end_capture(Stream& stream) = 0;
 
+  // Zero-filled memory another process of the node can map.
   virtual ShareableMemory allocate_shareable(size_t bytes) = 0;
   virtual void* open_shareable(const ShareableMemory& exported) = 0;
   // Unmaps a peer's memory this process opened.
@@ -158,5 +198,15 @@ class Device {
 std::unique_ptr<Device> make_host_device();
 std::unique_ptr<Device> make_cuda_device(int ordinal = 0);
 std::unique_ptr<Device> make_hip_device(int ordinal = 0);
+// "host", "cuda" or "hip"; throws epjit::Error naming them for anything else.
+std::unique_ptr<Device> make_device(std::string_view kind, int ordinal = 0);
+
+// What every Device::launch checks before enqueuing: a non-empty grid, and,
+// for a kernel with a signature, the block against its launch bound and every
+// argument against its parameter (count, kind and size). Throws epjit::Error
+// naming the kernel and the parameter.
+void check_launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args);
+// Threads per block of a launch: the kernel's compiled wave width, else the device's.
+uint32_t block_threads(const Kernel& kernel, LaunchGeometry geometry, int device_wave_size);
 
 }  // namespace epjit

@@ -11,12 +11,18 @@
 
 namespace epjit {
 
+// What the compiler produces for a specialization: the target's source (HIP,
+// CUDA or host C++) and the module's interface record (JSON, kernel_interface.h).
+struct GeneratedSource {
+  std::string source;
+  std::string interface;
+};
+
 class KernelSource {
  public:
   virtual ~KernelSource() = default;
-  // The target's source (HIP, CUDA or host C++) for a specialization; throws
-  // epjit::Error with the compiler's diagnostics.
-  virtual std::string generate(const KernelSpec& spec) const = 0;
+  // Throws epjit::Error with the compiler's diagnostics.
+  virtual GeneratedSource generate(const KernelSpec& spec) const = 0;
   // Where this provider came from, for logs and manifests.
   virtual std::string describe() const = 0;
 };

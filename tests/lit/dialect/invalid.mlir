@@ -43,13 +43,76 @@ func.func @undeclared_param() {
 
 // -----
 
-// expected-error @+1 {{'ep.kernel' must be a dictionary with an integer warps_per_block >= 1}}
-func.func @kernel_without_geometry() attributes {ep.kernel = {}} { return }
+// expected-error @+1 {{warps_per_block must be >= 1}}
+ep.kernel @kernel_without_warps() warps_per_block(0) {}
 
 // -----
 
-// expected-error @+1 {{ep kernel argument #0 has type 'memref<4xf32>'}}
-func.func @kernel_with_a_memref(%m: memref<4xf32>) attributes {ep.kernel = {warps_per_block = 2 : i64}} { return }
+// expected-error @+1 {{parameter 'm' has type 'memref<4xf32>'; kernel parameters are !ep.ptr, !ep.window, index, i32, i64 or f32}}
+ep.kernel @kernel_with_a_memref(%m: memref<4xf32>) warps_per_block(2) {}
+
+// -----
+
+// expected-error @+1 {{two parameters are named 'n'}}
+"ep.kernel"() ({
+^bb0(%a: index, %b: index):
+  ep.return
+}) {sym_name = "twice", function_type = (index, index) -> (), arg_names = ["n", "n"], warps_per_block = 1 : i64} : () -> ()
+
+// -----
+
+// expected-error @+1 {{has 2 parameters but 1 names}}
+"ep.kernel"() ({
+^bb0(%a: index, %b: index):
+  ep.return
+}) {sym_name = "unnamed", function_type = (index, index) -> (), arg_names = ["n"], warps_per_block = 1 : i64} : () -> ()
+
+// -----
+
+// expected-error @+1 {{region @r's body must end with ep.yield of its element count}}
+"ep.window_region"() ({
+^bb0:
+}) {sym_name = "r", element = i32} : () -> ()
+
+// -----
+
+// expected-error @+1 {{region @r holds 'f64'; a region's elements are what an !ep.ptr may point to}}
+ep.window_region @r : f64 {
+  %c = arith.constant 1 : index
+  ep.yield %c : index
+}
+
+// -----
+
+// expected-error @+1 {{constant @half has type 'f32'; constants are index, i32 or i64}}
+ep.constant @half = 0.5 : f32
+
+// -----
+
+ep.constant @word = 3 : index
+func.func @constant_type_mismatch() {
+  // expected-error @+1 {{@word is declared 'index' but read as 'i32'}}
+  %w = ep.constant_value @word : i32
+  return
+}
+
+// -----
+
+func.func @undeclared_constant() {
+  // expected-error @+1 {{@nothing is not a declared ep.constant}}
+  %w = ep.constant_value @nothing : index
+  return
+}
+
+// -----
+
+// expected-error @+1 {{the name 'none' appears twice}}
+ep.param @quant : index {names = ["none", "none"]}
+
+// -----
+
+// expected-error @+1 {{names go with an integer parameter}}
+ep.param @flag : i1 {names = ["off", "on"]}
 
 // -----
 
@@ -78,8 +141,18 @@ func.func @relaxed_fence() {
 // -----
 
 func.func @unbounded_wait(%p: !ep.ptr<i32>, %i: index, %v: i32) {
+  %code = arith.constant 1 : i32
   // expected-error @+1 {{max_spins must be >= 1 (a wait is always bounded)}}
-  %ok = ep.wait_until %p[%i] eq %v scope(system) max_spins(0) error(%p[%i], 1) : !ep.ptr<i32>, !ep.ptr<i32>
+  %ok = ep.wait_until %p[%i] eq %v scope(system) max_spins(0) error(%p[%i], %code) : !ep.ptr<i32>, !ep.ptr<i32>
+  return
+}
+
+// -----
+
+func.func @error_code_zero(%p: !ep.ptr<i32>, %i: index, %v: i32) {
+  %code = arith.constant 0 : i32
+  // expected-error @+1 {{error code 0 means no error; use a nonzero code}}
+  %ok = ep.wait_until %p[%i] eq %v scope(system) max_spins(10) error(%p[%i], %code) : !ep.ptr<i32>, !ep.ptr<i32>
   return
 }
 
@@ -93,7 +166,10 @@ func.func @bad_scope_keyword(%p: !ep.ptr<i32>, %i: index) {
 
 // -----
 
-ep.window_region @recv
+ep.window_region @recv : i32 {
+  %c = arith.constant 1 : index
+  ep.yield %c : index
+}
 func.func @unknown_region(%w: !ep.window, %i: index) {
   // expected-error @+1 {{@send is not a declared ep.window_region}}
   %p = ep.peer_ptr %w[%i] @send[%i] : !ep.ptr<bf16>

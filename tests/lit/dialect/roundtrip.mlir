@@ -7,12 +7,25 @@
 ep.param @hidden : index {min = 1, multiple_of = 2}
 // CHECK: ep.param @experts : i32 {default_value = 8 : i32}
 ep.param @experts : i32 {default_value = 8 : i32}
-// CHECK: ep.window_region @recv_tokens
-ep.window_region @recv_tokens
+// CHECK: ep.param @quant : index {names = ["none", "direct"]}
+ep.param @quant : index {names = ["none", "direct"]}
+// CHECK: ep.constant @state_error = 3 : index
+ep.constant @state_error = 3 : index
+// CHECK: ep.constant @error_timeout = 1 : i32
+ep.constant @error_timeout = 1 : i32
+// CHECK: ep.include "ep/common"
+ep.include "ep/common"
+// CHECK: ep.window_region @recv_tokens : bf16 {
+// CHECK-NEXT: %[[H:.*]] = ep.param_value @hidden : index
+// CHECK-NEXT: ep.yield %[[H]] : index
+ep.window_region @recv_tokens : bf16 {
+  %h = ep.param_value @hidden : index
+  ep.yield %h : index
+}
 
-// CHECK-LABEL: func.func @scalars
-// CHECK-SAME: attributes {ep.kernel = {warps_per_block = 4 : i64}}
-func.func @scalars(%p: !ep.ptr<i32>, %w: !ep.window, %n: index) attributes {ep.kernel = {warps_per_block = 4 : i64}} {
+// The kernel keeps its parameters' names: they are its interface.
+// CHECK-LABEL: ep.kernel @scalars(%p: !ep.ptr<i32>, %w: !ep.window, %n: index) warps_per_block(4) {
+ep.kernel @scalars(%p: !ep.ptr<i32>, %w: !ep.window, %n: index) warps_per_block(4) {
   // CHECK: ep.param_value @hidden : index
   %h = ep.param_value @hidden : index
   // CHECK: ep.param_value @experts : i32
@@ -43,16 +56,20 @@ func.func @scalars(%p: !ep.ptr<i32>, %w: !ep.window, %n: index) attributes {ep.k
   ep.atomic_store %a, %p[%0] scope(system) order(release) : !ep.ptr<i32>
   // CHECK: ep.fence scope(workgroup) order(acq_rel)
   ep.fence scope(workgroup) order(acq_rel)
-  // CHECK: ep.wait_until %{{.*}}[%{{.*}}] ge %{{.*}} scope(system) max_spins(1000) error(%{{.*}}[%{{.*}}], 3) : !ep.ptr<i32>, !ep.ptr<i32>
-  %ok = ep.wait_until %p[%0] ge %v scope(system) max_spins(1000) error(%p[%1], 3) : !ep.ptr<i32>, !ep.ptr<i32>
+  // CHECK: ep.constant_value @state_error : index
+  %err = ep.constant_value @state_error : index
+  // CHECK: ep.constant_value @error_timeout : i32
+  %code = ep.constant_value @error_timeout : i32
+  // CHECK: ep.wait_until %{{.*}}[%{{.*}}] ge %{{.*}} scope(system) max_spins(1000) error(%{{.*}}[%{{.*}}], %{{.*}}) : !ep.ptr<i32>, !ep.ptr<i32>
+  %ok = ep.wait_until %p[%0] ge %v scope(system) max_spins(1000) error(%p[%err], %code) : !ep.ptr<i32>, !ep.ptr<i32>
   // CHECK: ep.block_barrier
   ep.block_barrier
-  return
+  ep.return
 }
 
-// CHECK-LABEL: func.func @warp_ops
-func.func @warp_ops(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %q: !ep.ptr<i8>, %s: !ep.ptr<i8>, %fs: !ep.ptr<f32>,
-                    %n: index, %w: f32) attributes {ep.kernel = {warps_per_block = 1 : i64}} {
+// CHECK-LABEL: ep.kernel @warp_ops
+ep.kernel @warp_ops(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %q: !ep.ptr<i8>, %s: !ep.ptr<i8>, %fs: !ep.ptr<f32>,
+                    %n: index, %w: f32) warps_per_block(1) {
   %c0 = arith.constant 0 : index
   // CHECK: ep.warp.copy_row %{{.*}}[%{{.*}}], %{{.*}}[%{{.*}}], %{{.*}} : !ep.ptr<bf16> -> !ep.ptr<f32>
   ep.warp.copy_row %x[%c0], %f[%c0], %n : !ep.ptr<bf16> -> !ep.ptr<f32>
@@ -68,7 +85,7 @@ func.func @warp_ops(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %q: !ep.ptr<i8>, %s: !e
   ep.warp.dequantize %q[%c0], %f[%c0], %n scales %s[%c0] {format = #ep.fp4<e2m1>, block = 32, scale = #ep.scale<e8m0>} : !ep.ptr<i8> -> !ep.ptr<f32>, !ep.ptr<i8>
   // CHECK: ep.warp.accumulate %{{.*}}[%{{.*}}], %{{.*}}[%{{.*}}], %{{.*}} weight %{{.*}} : !ep.ptr<bf16> -> !ep.ptr<f32>
   ep.warp.accumulate %x[%c0], %f[%c0], %n weight %w : !ep.ptr<bf16> -> !ep.ptr<f32>
-  return
+  ep.return
 }
 
 // CHECK-LABEL: func.func @lane_primitives

@@ -26,11 +26,19 @@
 // SM90: bar.sync
 // SM90: ; resources sync_ops: registers
 // HOST: sync_ops__epjit_host_entry
-ep.window_region @recv_tokens
-ep.window_region @recv_counts
+ep.constant @error_timeout = 3 : i32
 
-func.func @sync_ops(%flags: !ep.ptr<i32>, %counters: !ep.ptr<i64>, %errors: !ep.ptr<i32>, %w: !ep.window,
-                %out: !ep.ptr<i32>) attributes {ep.kernel = {warps_per_block = 2 : i64}} {
+ep.window_region @recv_tokens : i32 {
+  %c = arith.constant 64 : index
+  ep.yield %c : index
+}
+ep.window_region @recv_counts : i32 {
+  %c = arith.constant 64 : index
+  ep.yield %c : index
+}
+
+ep.kernel @sync_ops(%flags: !ep.ptr<i32>, %counters: !ep.ptr<i64>, %errors: !ep.ptr<i32>, %w: !ep.window,
+                    %out: !ep.ptr<i32>) warps_per_block(2) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %one = arith.constant 1 : i32
@@ -44,9 +52,10 @@ func.func @sync_ops(%flags: !ep.ptr<i32>, %counters: !ep.ptr<i64>, %errors: !ep.
   %wide = ep.atomic_rmw add %counters[%c0], %big scope(agent) order(relaxed) : !ep.ptr<i64>
   ep.fence scope(system) order(release)
   ep.atomic_store %old, %flags[%c0] scope(system) order(release) : !ep.ptr<i32>
-  %ok = ep.wait_until %flags[%c1] ge %one scope(system) max_spins(100000) error(%errors[%c0], 3) : !ep.ptr<i32>, !ep.ptr<i32>
+  %timeout = ep.constant_value @error_timeout : i32
+  %ok = ep.wait_until %flags[%c1] ge %one scope(system) max_spins(100000) error(%errors[%c0], %timeout)
+      : !ep.ptr<i32>, !ep.ptr<i32>
   %seen = ep.atomic_load %flags[%c1] scope(agent) order(acquire) : !ep.ptr<i32>
   ep.block_barrier
   ep.store %seen, %out[%warp] : !ep.ptr<i32>
-  return
 }

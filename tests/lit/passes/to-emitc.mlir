@@ -1,6 +1,7 @@
 // ep-to-emitc: kernels become extern "C" functions calling the target's
 // prelude; GPUs get __global__ and launch bounds of warps * wave, the host
-// an argument-array entry point.
+// an argument-array entry point. Window regions are numbered in declaration
+// order and their count bodies go with them.
 // RUN: epjit-opt %s --ep-check-target=target=gfx942 --ep-lower-numerics --ep-lower-warp-ops --ep-to-emitc | FileCheck %s --check-prefixes=CHECK,GFX942
 // RUN: epjit-opt %s --ep-check-target=target=gfx950 --ep-lower-numerics --ep-lower-warp-ops --ep-to-emitc | FileCheck %s --check-prefixes=CHECK,GFX950
 // RUN: epjit-opt %s --ep-check-target=target=gfx1250 --ep-lower-numerics --ep-lower-warp-ops --ep-to-emitc | FileCheck %s --check-prefixes=CHECK,GFX1250
@@ -14,8 +15,15 @@
 // GFX1250: emitc.include "epjit/targets/gfx1250/prelude.h"
 // SM90: emitc.include "epjit/targets/sm90/prelude.h"
 // HOST: emitc.include "epjit/targets/host/prelude.h"
-ep.window_region @recv_tokens
-ep.window_region @recv_counts
+// CHECK-NOT: ep.window_region
+ep.window_region @recv_tokens : i32 {
+  %c = arith.constant 64 : index
+  ep.yield %c : index
+}
+ep.window_region @recv_counts : bf16 {
+  %c = arith.constant 8 : index
+  ep.yield %c : index
+}
 
 // CHECK-LABEL: emitc.func @kernel
 // CHECK-SAME: (%{{.*}}: !emitc.ptr<ui16>, %{{.*}}: !emitc.ptr<i8>, %{{.*}}: !emitc.ptr<i32>, %{{.*}}: !emitc.ptr<!emitc.opaque<"const epjit::Window">>, %{{.*}}: !emitc.size_t)
@@ -27,7 +35,7 @@ ep.window_region @recv_counts
 // CHECK: call_opaque "epjit::global_warp_index"()
 // CHECK: call_opaque "epjit::peer_ptr"({{.*}}) {template_args = [#emitc.opaque<"uint16_t">, #emitc.opaque<"1">]}
 // CHECK: call_opaque "epjit::warp_atomic_add"({{.*}}) {template_args = [#emitc.opaque<"epjit::Scope::System">, #emitc.opaque<"epjit::Order::AcqRel">]}
-// CHECK: call_opaque "epjit::warp_wait_until"({{.*}}) {template_args = [#emitc.opaque<"epjit::Until::GE">, #emitc.opaque<"epjit::Scope::System">, #emitc.opaque<"1000LL">, #emitc.opaque<"7">]}
+// CHECK: call_opaque "epjit::warp_wait_until"({{.*}}) {template_args = [#emitc.opaque<"epjit::Until::GE">, #emitc.opaque<"epjit::Scope::System">, #emitc.opaque<"1000LL">]}
 // CHECK: call_opaque "epjit::fence"() {template_args = [#emitc.opaque<"epjit::Scope::Agent">, #emitc.opaque<"epjit::Order::Release">]}
 // GFX942: "epjit::prim::amdgcn_pk_fp8::quantize_fp8_chunk"{{.*}}#emitc.opaque<"epjit::Fp8Format::E4M3FNUZ">
 // GFX950: "epjit::prim::amdgcn_pk_fp8::quantize_fp8_chunk"{{.*}}#emitc.opaque<"epjit::Fp8Format::E4M3FN">
@@ -38,15 +46,15 @@ ep.window_region @recv_counts
 // HOST: call_opaque "epjit::host::enter"
 // HOST-COUNT-5: call_opaque "epjit::host::arg"
 // HOST: call @kernel(
-func.func @kernel(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %flags: !ep.ptr<i32>, %w: !ep.window, %n: index)
-    attributes {ep.kernel = {warps_per_block = 2 : i64}} {
+ep.kernel @kernel(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %flags: !ep.ptr<i32>, %w: !ep.window, %n: index)
+    warps_per_block(2) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : i32
+  %c7 = arith.constant 7 : i32
   %warp = ep.global_warp_index : index
   %peer = ep.peer_ptr %w[%warp] @recv_counts[%c0] : !ep.ptr<bf16>
   %old = ep.atomic_rmw add %flags[%c0], %c1 scope(system) order(acq_rel) : !ep.ptr<i32>
-  %ok = ep.wait_until %flags[%warp] ge %old scope(system) max_spins(1000) error(%flags[%c0], 7) : !ep.ptr<i32>, !ep.ptr<i32>
+  %ok = ep.wait_until %flags[%warp] ge %old scope(system) max_spins(1000) error(%flags[%c0], %c7) : !ep.ptr<i32>, !ep.ptr<i32>
   ep.fence scope(agent) order(release)
   ep.warp.quantize %peer[%c0], %q[%c0], %n {format = #ep.fp8<target>} : !ep.ptr<bf16> -> !ep.ptr<i8>
-  return
 }

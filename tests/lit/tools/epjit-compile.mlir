@@ -17,21 +17,22 @@
 // LIST-NEXT: hidden : index (min 2, multiple_of 2)
 // LIST-NEXT: kernel @quantize_mxfp4 (warps_per_block 4)
 // DUMP: 0-template.mlir
-// DUMP-NEXT: 1-specialize.mlir
-// DUMP-NEXT: 2-check-target.mlir
-// DUMP-NEXT: 3-lower-numerics.mlir
-// DUMP-NEXT: 4-lower-warp-ops.mlir
-// DUMP-NEXT: 5-to-emitc.mlir
-// DUMP-NEXT: 6-emit.hip
+// DUMP-NEXT: 1-link.mlir
+// DUMP-NEXT: 2-specialize.mlir
+// DUMP-NEXT: 3-check-target.mlir
+// DUMP-NEXT: 4-lower-numerics.mlir
+// DUMP-NEXT: 5-lower-warp-ops.mlir
+// DUMP-NEXT: 6-to-emitc.mlir
+// DUMP-NEXT: 7-emit.hip
 // MLIR: module attributes {ep.lowering = "simt", ep.specialization = {hidden = 64 : index}, ep.target = "gfx950"}
 // MLIR: ep.lane.quantize_chunk
 // INPUT: ep.specialization = {hidden = 64 : index}
 // INPUT: ep.warp.quantize
-// UNKNOWN: epjit-compile: error: unknown template 'quantize_fp9'; templates: dequantize_fp8_blockwise, dequantize_fp8_direct, dequantize_mxfp4, ep_dispatch_combine, ep_peer_copy, quantize_fp8_blockwise, quantize_fp8_direct, quantize_mxfp4
+// UNKNOWN: epjit-compile: error: unknown template 'quantize_fp9'; templates: dequantize_fp8_blockwise, dequantize_fp8_direct, dequantize_mxfp4, ep/combine, ep/combine_gather, ep/combine_scatter, ep/common, ep/dispatch, ep/std_moe, ep/sync, ep_dispatch_combine, ep_peer_copy, quantize_fp8_blockwise, quantize_fp8_direct, quantize_mxfp4
 // MISSING: error: parameter 'hidden' is not bound: pass hidden=VALUE (index)
 // ILLTYPED: error: parameter 'hidden' takes an integer (index); got 'lots'
 // CONSTRAINT: error: parameter 'hidden' = 7 must be a multiple of 2
 // TARGET: epjit-compile: error: unknown target 'gfx90a'; targets: gfx942, gfx950, gfx1250, sm90, host, host-gfx942, host-gfx950, host-gfx1250
-// EMIT: epjit-compile: error: --emit takes mlir, hip, bin or asm; got 'elf'
+// EMIT: epjit-compile: error: --emit takes mlir, hip, interface, bin or asm; got 'elf'
 // BOTH: epjit-compile: error: give exactly one of --template NAME and --input FILE.mlir
 // NOTARGET: epjit-compile: error: --target is required

@@ -1,31 +1,17 @@
-// The op's window layout and the EP template agree on the regions and their
-// order, and regions never overlap or lose their 16-byte row alignment.
+// The op's window comes from the module's interface record: the regions the
+// EP template declares, in its order, sized for the specialization; regions
+// never overlap or lose their 16-byte row alignment.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <regex>
-#include <sstream>
-
-#include "../../../runtime/ep/window_layout.h"
+#include "epjit/cache.h"
+#include "epjit/ep/op.h"
+#include "epjit/error.h"
+#include "epjit/window_layout.h"
 
 namespace epjit::ep {
 namespace {
 
-TEST(WindowLayout, RegionsMatchTheTemplateInOrder) {
-  std::ifstream file(std::string(EPJIT_SOURCE_DIR) + "/templates/ep_dispatch_combine.mlir");
-  ASSERT_TRUE(file) << "templates/ep_dispatch_combine.mlir not found";
-  std::stringstream text;
-  text << file.rdbuf();
-  const std::string source = text.str();
-  std::vector<std::string> declared;
-  const std::regex region(R"(ep\.window_region @(\w+))");
-  for (auto it = std::sregex_iterator(source.begin(), source.end(), region); it != std::sregex_iterator(); ++it)
-    declared.push_back((*it)[1]);
-  ASSERT_EQ(declared.size(), size_t(kRegionCount));
-  for (int r = 0; r < kRegionCount; ++r) EXPECT_EQ(declared[size_t(r)], kRegionNames[size_t(r)]) << "region " << r;
-}
-
-TEST(WindowLayout, RegionsAreDisjointAlignedAndSizedForTheConfig) {
+EpDispatchCombineConfig scatterBlockwiseConfig() {
   EpDispatchCombineConfig config;
   config.rank = 0;
   config.world_size = 8;
@@ -36,17 +22,60 @@ TEST(WindowLayout, RegionsAreDisjointAlignedAndSizedForTheConfig) {
   config.combine_mode = CombineMode::Scatter;
   config.quant_type = QuantType::Fp8Blockwise;
   config.target = "host";
-  const WindowLayout layout = WindowLayout::of(config);
-  for (int r = 0; r < kRegionCount; ++r) {
-    EXPECT_EQ(layout.offset[size_t(r)] % 256, 0u) << kRegionNames[size_t(r)];
-    if (r + 1 < kRegionCount) EXPECT_LE(layout.offset[size_t(r)] + layout.bytes[size_t(r)], layout.offset[size_t(r) + 1]);
+  return config;
+}
+
+uint64_t countOf(const ModuleInterface& record, const char* name) { return record.region(name).count; }
+
+TEST(WindowLayout, TheTemplatesRecordSizesEveryRegionForTheConfig) {
+  KernelCache cache(CacheOptions{});  // memory only
+  const ModuleInterface& record = *cache.get(kernel_spec(scatterBlockwiseConfig()))->interface;
+  const std::vector<std::string> order = {
+      "state",        "signals",        "recv_tokens",     "recv_weights",   "recv_scales",  "recv_indices",
+      "recv_origin",  "combine_rows",   "combine_weights", "scatter_rows",   "scatter_codes", "scatter_scales",
+      "scatter_weights", "accumulator", "dequantized",     "moe_counts",     "moe_slots"};
+  ASSERT_EQ(record.window_regions.size(), order.size());
+  for (size_t r = 0; r < order.size(); ++r) EXPECT_EQ(record.window_regions[r].name, order[r]) << "region " << r;
+  const uint64_t capacity = 8 * 37;
+  EXPECT_EQ(record.region("recv_tokens").bytes(), capacity * 7168 * 2);  // bf16 rows as i32 words
+  EXPECT_EQ(record.region("recv_tokens").element, "i32");
+  EXPECT_EQ(countOf(record, "scatter_codes"), 37u * 8 * 7168);            // fp8 codes under quant
+  EXPECT_EQ(countOf(record, "scatter_scales"), 37u * 8 * 56);             // 56 blocks of 128
+  EXPECT_EQ(countOf(record, "scatter_rows"), 0u);                         // plain rows only without quant
+  EXPECT_EQ(countOf(record, "combine_rows"), 0u);                         // gather only
+  EXPECT_EQ(countOf(record, "moe_counts"), 0u);                           // std-MoE off
+  EXPECT_GT(countOf(record, "dequantized"), 0u);
+  EXPECT_EQ(record.constant("state_words"), int64_t(countOf(record, "state")));
+  EXPECT_EQ(record.target.wave_size, 32);
+}
+
+TEST(WindowLayout, RegionsAreDisjointAlignedAndInTheRecordsOrder) {
+  KernelCache cache(CacheOptions{});
+  EpDispatchCombineConfig config = scatterBlockwiseConfig();
+  config.enable_std_moe = false;
+  const ModuleInterface& record = *cache.get(kernel_spec(config))->interface;
+  const WindowLayout layout = WindowLayout::of(record);
+  ASSERT_EQ(layout.offsets.size(), record.window_regions.size());
+  for (size_t r = 0; r < layout.offsets.size(); ++r) {
+    EXPECT_EQ(layout.offsets[r] % WindowLayout::kRegionAlignment, 0u) << record.window_regions[r].name;
+    EXPECT_EQ(layout.bytes[r], record.window_regions[r].bytes());
+    if (r + 1 < layout.offsets.size()) EXPECT_LE(layout.offsets[r] + layout.bytes[r], layout.offsets[r + 1]);
   }
-  const size_t capacity = 8 * 37;
-  EXPECT_EQ(layout.bytes[size_t(Region::RecvTokens)], capacity * 7168 * 2);
-  EXPECT_EQ(layout.bytes[size_t(Region::ScatterRows)], 37u * 8 * 7168);          // fp8 codes
-  EXPECT_EQ(layout.bytes[size_t(Region::ScatterScales)], 37u * 8 * 56 * 4);      // 56 blocks of 128
-  EXPECT_EQ(layout.bytes[size_t(Region::CombineRows)], 0u);                      // gather only
-  EXPECT_EQ(route_words(config), 37u * 8 + 1);
+  EXPECT_GE(layout.total, layout.offsets.back() + layout.bytes.back());
+  int peers[3];
+  const Window table = layout.table({&peers[0], &peers[1], &peers[2]});
+  EXPECT_EQ(table.peer_base[2], reinterpret_cast<char*>(&peers[2]));
+  EXPECT_EQ(table.region_offset[4], layout.offsets[4]);
+}
+
+TEST(WindowLayout, TooManyRegionsOrPeersAreRefused) {
+  ModuleInterface record;
+  record.template_name = "wide";
+  for (int r = 0; r <= kMaxWindowRegions; ++r) record.window_regions.push_back({"r" + std::to_string(r), "i32", 4, 1});
+  EXPECT_THROW(WindowLayout::of(record), Error);
+  record.window_regions.resize(2);
+  const WindowLayout layout = WindowLayout::of(record);
+  EXPECT_THROW(layout.table(std::vector<void*>(kMaxWindowPeers + 1, nullptr)), Error);
 }
 
 }  // namespace

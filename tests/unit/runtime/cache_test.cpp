@@ -157,6 +157,67 @@ TEST(CacheDisk, CorruptionIsDetectedQuarantinedAndRebuilt) {
   }
 }
 
+// An entry whose manifest has no interface record (an older epjit's, format
+// 1) or a record that is damaged is never bound: it is quarantined and
+// rebuilt, and the rebuilt entry carries the record.
+TEST(CacheDisk, AnEntryWithoutAValidInterfaceIsRebuiltNotMisread) {
+  enum class Damage { NoRecord, OlderFormat, BadRecord };
+  for (const Damage damage : {Damage::NoRecord, Damage::OlderFormat, Damage::BadRecord}) {
+    SCOPED_TRACE(int(damage));
+    const std::string dir = freshDir("no-interface-" + std::to_string(int(damage)));
+    std::shared_ptr<const KernelArtifact> good;
+    {
+      KernelCache cache(optionsFor(dir));
+      good = cache.get(hostKernel(160));
+    }
+    const fs::path manifest_path = fs::path(dir) / "entries" / good->key / "manifest.json";
+    std::string manifest = good->manifest;
+    const size_t at = manifest.find("\"interface\"");
+    ASSERT_NE(at, std::string::npos);
+    if (damage == Damage::NoRecord) manifest.replace(at, 11, "\"unrelated\"");
+    if (damage == Damage::OlderFormat) {
+      manifest.replace(at, 11, "\"unrelated\"");
+      manifest.replace(manifest.find("\"format\": 2"), 11, "\"format\": 1");
+    }
+    if (damage == Damage::BadRecord) manifest.replace(manifest.find("\"wave_size\": 32"), 16, "\"wave_size\": \"32\"");
+    std::ofstream(manifest_path, std::ios::trunc) << manifest;
+    const auto entries = list_cache_entries(dir, true);
+    ASSERT_EQ(entries.size(), 1u);
+    EXPECT_FALSE(entries[0].problem.empty());
+
+    KernelCache cache(optionsFor(dir));
+    auto rebuilt = cache.get(hostKernel(160));
+    EXPECT_EQ(cache.stats().quarantined, 1u);
+    EXPECT_EQ(cache.stats().compiles, 1u);
+    ASSERT_TRUE(rebuilt->interface);
+    EXPECT_EQ(rebuilt->interface->kernel("quantize_fp8_direct").params.size(), 3u);
+    EXPECT_TRUE(list_cache_entries(dir, true)[0].problem.empty());
+  }
+}
+
+// A stored source without its interface record, or with a damaged one, is
+// not used: the compiler generates both again.
+TEST(CacheDisk, AStoredSourceWithoutItsInterfaceIsRegenerated) {
+  const std::string dir = freshDir("source-without-interface");
+  {
+    KernelCache cache(optionsFor(dir));
+    cache.get(hostKernel(224));
+  }
+  size_t records = 0;
+  for (const auto& item : fs::directory_iterator(fs::path(dir) / "sources")) {
+    if (item.path().string().ends_with(".interface.json")) {
+      std::ofstream(item.path(), std::ios::trunc) << "{\"format\": 1}";
+      ++records;
+    }
+  }
+  ASSERT_EQ(records, 1u);
+  fs::remove_all(fs::path(dir) / "entries");
+  KernelCache cache(optionsFor(dir));
+  auto rebuilt = cache.get(hostKernel(224));
+  EXPECT_EQ(cache.stats().sources_generated, 1u);
+  EXPECT_EQ(rebuilt->interface->template_name, "quantize_fp8_direct");
+}
+
 // A writer SIGKILLed at any point of publishing leaves nothing a reader
 // accepts; the next request rebuilds, and the dead writer's staging goes away.
 TEST(CacheDisk, AWriterKilledWhilePublishingLeavesNoAcceptedEntry) {

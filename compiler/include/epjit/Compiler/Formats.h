@@ -14,8 +14,4 @@ Fp8Format resolveFp8(ep::Fp8Kind kind, const TargetInfo& target);
 // The attribute kind of a concrete format.
 ep::Fp8Kind fp8KindOf(Fp8Format format);
 
-// True when the target's hardware converts `format` (false for host targets,
-// which convert everything in software).
-bool convertsFp8InHardware(const TargetInfo& target, Fp8Format format);
-
 }  // namespace epjit

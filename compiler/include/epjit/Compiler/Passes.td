@@ -1,7 +1,8 @@
 //===- Passes.td - epjit compiler passes -------------------*- tablegen -*-===//
 //
-// The pipeline, in order: ep-specialize, ep-check-target, ep-lower-numerics,
-// ep-lower-warp-ops, ep-to-emitc; then the EmitC C++ emitter writes the source.
+// The pipeline, in order: ep-link, ep-specialize, ep-check-target,
+// ep-lower-numerics, ep-lower-warp-ops, ep-to-emitc; then the EmitC C++
+// emitter writes the source.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,15 +11,33 @@
 
 include "mlir/Pass/PassBase.td"
 
+def EpLink : Pass<"ep-link", "::mlir::ModuleOp"> {
+  let summary = "Link the template files a module includes into one module";
+  let description = [{
+    Replaces every `ep.include "NAME"` with the operations of the template
+    NAME (from `search-dir`s as NAME.mlir, else the built-in templates),
+    following its own includes. Each file is linked once however often it is
+    included, so parts may include what they use (common declarations,
+    helpers) and stay compilable alone. A symbol defined in two files is an
+    error naming both; an include that names nothing lists what exists.
+  }];
+  let options = [
+    ListOption<"searchDirs", "search-dir", "std::string",
+               "directories searched for NAME.mlir before the built-in templates">,
+  ];
+}
+
 def EpSpecialize : Pass<"ep-specialize", "::mlir::ModuleOp"> {
   let summary = "Bind template parameters to constants and fold";
   let description = [{
     Replaces every `ep.param_value` with the constant bound to its parameter
-    (from `bind`, else the parameter's default), checks each binding against
-    the parameter's type, `min` and `multiple_of`, removes the `ep.param`
-    declarations, records the bindings as `ep.specialization` on the module,
-    and folds. `warps_per_block=N` overrides every kernel's geometry. The
-    result fully determines the kernel.
+    (from `bind`, else the parameter's default; a parameter with `names`
+    also takes one of them), checks each binding against the parameter's
+    type, `min` and `multiple_of`, replaces every `ep.constant_value` with its
+    named constant, removes the declarations, records the bindings as
+    `ep.specialization` and the constants as `ep.constants` on the module, and
+    folds (window region counts become constants). `warps_per_block=N`
+    overrides every kernel's geometry. The result fully determines the kernel.
   }];
   let options = [
     ListOption<"bindings", "bind", "std::string",
@@ -38,7 +57,7 @@ def EpCheckTarget : Pass<"ep-check-target", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"target", "target", "std::string", /*default=*/"\"\"",
-           "the target: gfx942, gfx950, gfx1250, sm90, host, host-gfx942, host-gfx950, host-gfx1250">,
+           "a target TargetInfo knows (epjit-compile --list-targets)">,
   ];
 }
 

@@ -17,11 +17,12 @@ struct Template {
   std::string_view source;
 };
 
-// The templates in templates/*.mlir, embedded at build time.
+// The templates in templates/ (NAME.mlir, and the parts they include,
+// DIR/NAME.mlir named "DIR/NAME"), embedded at build time.
 llvm::ArrayRef<Template> builtinTemplates();
 const Template* findTemplate(llvm::StringRef name);
 
-enum class Stage { Template, Specialize, CheckTarget, LowerNumerics, LowerWarpOps, ToEmitC, Emit };
+enum class Stage { Template, Link, Specialize, CheckTarget, LowerNumerics, LowerWarpOps, ToEmitC, Emit };
 llvm::StringRef stageName(Stage stage);
 // Parses "lower-warp-ops" and friends; false when unknown.
 bool parseStage(llvm::StringRef name, Stage& stage);
@@ -29,6 +30,7 @@ bool parseStage(llvm::StringRef name, Stage& stage);
 struct CompileOptions {
   std::string target;
   std::vector<std::string> bindings;  // KEY=VALUE
+  std::vector<std::string> includeDirs;  // searched for included files before the built-in templates
   std::string dumpDir;                // write every stage there when set
   Stage stopAfter = Stage::Emit;
 };
@@ -39,8 +41,9 @@ struct KernelInfo {
 };
 
 struct CompileOutput {
-  std::string mlir;    // the module after the last stage that ran
-  std::string source;  // the emitted C++ when Emit ran
+  std::string mlir;       // the module after the last stage that ran
+  std::string source;     // the emitted C++ when Emit ran
+  std::string interface;  // the interface record (JSON, Interface.h) once check-target ran
   std::vector<KernelInfo> kernels;
 };
 
@@ -49,8 +52,10 @@ struct CompileOutput {
 bool compile(llvm::StringRef sourceText, llvm::StringRef sourceName, const CompileOptions& options,
              CompileOutput& output, std::string& error);
 
-// One line per template parameter: "hidden : index (min 1, multiple_of 2)".
-bool describeParameters(llvm::StringRef sourceText, std::string& description, std::string& error);
+// One line per template parameter: "hidden : index (min 1, multiple_of 2)",
+// then one per kernel, of the template linked with what it includes.
+bool describeParameters(llvm::StringRef sourceText, llvm::StringRef sourceName, std::string& description,
+                        std::string& error);
 
 // File extension of emitted source for a target: ".hip", ".cu" or ".cpp".
 llvm::StringRef sourceExtension(llvm::StringRef target);

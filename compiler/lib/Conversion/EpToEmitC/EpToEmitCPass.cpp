@@ -9,6 +9,7 @@
 #include "EpToEmitC.h"
 #include "epjit/Compiler/Passes.h"
 #include "epjit/Compiler/Target.h"
+#include "epjit/targets/common/window.h"
 
 namespace epjit {
 #define GEN_PASS_DEF_EPTOEMITC
@@ -59,6 +60,34 @@ void buildHostEntry(OpBuilder& builder, emitc::FuncOp kernel) {
   emitc::ReturnOp::create(builder, loc, Value());
 }
 
+// ep.kernel -> emitc.func with the converted parameter types; the specifiers
+// (extern "C", __global__, launch bounds) are set once every op is converted.
+struct KernelPattern : OpConversionPattern<ep::KernelOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::KernelOp op, OpAdaptor, ConversionPatternRewriter& rewriter) const override {
+    TypeConverter::SignatureConversion signature(op.getArgumentTypes().size());
+    for (auto [index, type] : llvm::enumerate(op.getArgumentTypes())) {
+      Type converted = getTypeConverter()->convertType(type);
+      if (!converted) return rewriter.notifyMatchFailure(op, "a parameter type has no C form");
+      signature.addInputs(unsigned(index), converted);
+    }
+    auto func = emitc::FuncOp::create(rewriter, op.getLoc(), op.getSymName(),
+                                      rewriter.getFunctionType(signature.getConvertedTypes(), {}));
+    rewriter.inlineRegionBefore(op.getBody(), func.getBody(), func.end());
+    if (failed(rewriter.convertRegionTypes(&func.getBody(), *getTypeConverter(), &signature))) return failure();
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct ReturnPattern : OpConversionPattern<ep::ReturnOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::ReturnOp op, OpAdaptor, ConversionPatternRewriter& rewriter) const override {
+    rewriter.replaceOpWithNewOp<emitc::ReturnOp>(op, Value());
+    return success();
+  }
+};
+
 struct EpToEmitC : impl::EpToEmitCBase<EpToEmitC> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -71,14 +100,21 @@ struct EpToEmitC : impl::EpToEmitCBase<EpToEmitC> {
     }
 
     SmallVector<Kernel> kernels;
-    for (auto func : module.getOps<func::FuncOp>()) {
-      auto kernel = func->getAttrOfType<DictionaryAttr>(ep::EpDialect::kKernelAttrName);
-      if (!kernel) continue;
-      kernels.push_back({func.getSymName().str(), kernel.getAs<IntegerAttr>("warps_per_block").getInt()});
-      func->removeAttr(ep::EpDialect::kKernelAttrName);
-    }
+    for (auto kernel : module.getOps<ep::KernelOp>())
+      kernels.push_back({kernel.getSymName().str(), kernel.getWarpsPerBlock()});
+    // Regions are numbered in declaration order (the runtime lays the window
+    // out in the same order, from the interface record); their count bodies
+    // were for the record and go with them.
     llvm::StringMap<int64_t> regions;
-    for (auto region : module.getOps<ep::WindowRegionOp>()) regions[region.getSymName()] = int64_t(regions.size());
+    for (auto region : llvm::make_early_inc_range(module.getOps<ep::WindowRegionOp>())) {
+      regions[region.getSymName()] = int64_t(regions.size());
+      region.erase();
+    }
+    if (regions.size() > size_t(kMaxWindowRegions)) {
+      module.emitError() << "the template declares " << regions.size() << " window regions; a window has at most "
+                         << kMaxWindowRegions;
+      return signalPassFailure();
+    }
 
     TypeConverter converter;
     to_emitc::populateTypeConversions(converter);
@@ -88,16 +124,15 @@ struct EpToEmitC : impl::EpToEmitCBase<EpToEmitC> {
     populateArithToEmitCPatterns(converter, patterns);
     to_emitc::populateScalarPatterns(converter, patterns, regions);
     to_emitc::populateLanePatterns(converter, patterns);
+    patterns.add<KernelPattern, ReturnPattern>(converter, context);
 
     ConversionTarget legal(*context);
     legal.addLegalDialect<emitc::EmitCDialect>();
-    legal.addLegalOp<ModuleOp, ep::WindowRegionOp>();
+    legal.addLegalOp<ModuleOp>();
     legal.addIllegalDialect<arith::ArithDialect, scf::SCFDialect, func::FuncDialect>();
     legal.addIllegalDialect<ep::EpDialect>();
-    legal.addLegalOp<ep::WindowRegionOp>();
     if (failed(applyFullConversion(module, legal, std::move(patterns)))) return signalPassFailure();
 
-    for (auto region : llvm::make_early_inc_range(module.getOps<ep::WindowRegionOp>())) region.erase();
     OpBuilder builder(context);
     // Helpers a kernel calls run where it runs: on the device for GPU targets.
     for (auto func : module.getOps<emitc::FuncOp>()) {

@@ -109,7 +109,7 @@ struct EpDispatchCombineConfig {
 // call of `tokens` tokens uses.
 const ScheduleEntry& schedule_entry_for(const std::vector<ScheduleEntry>& schedule, int64_t tokens);
 
-// The target's tuning table: geometry by token count (issue 6 tunes it).
+// The target's tuning table (TargetInfo::schedule): geometry by token count.
 std::vector<ScheduleEntry> default_schedule(const TargetInfo& target);
 
 }  // namespace epjit::ep

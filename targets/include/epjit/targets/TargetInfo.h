@@ -1,5 +1,7 @@
-// TargetInfo: every per-target fact, in one table. Passes, the runtime and the
-// tools ask it questions; nothing else compares target names.
+// TargetInfo: every per-target fact, in one table, and every question about
+// targets answered from it: which target a device is, which compiler flags
+// build for it, which geometry a call uses, what it can convert. Passes, the
+// runtime and the tools ask it; nothing else compares target names.
 //
 // Plain C++ with no exceptions and no LLVM/MLIR, so the compiler half (built
 // with LLVM's flags) and the runtime link the same table.
@@ -23,7 +25,7 @@ enum class LaneExecution : uint8_t { Simt, Lanes };
 
 // How FP4 (E2M1) conversions are done.
 enum class Fp4Support : uint8_t {
-  None,      // no conversion instructions (gfx942) and no emulation
+  None,      // no conversion instructions (gfx942, gfx1200) and no emulation
   Pack2,     // gfx950 v_cvt_scalef32_pk_fp4_f32: two values per instruction
   Pack8,     // gfx1250 v_cvt_scalef32_pk8_fp4_f32: eight values per instruction
   Software,  // numerics.h codec (host targets that carry such numerics)
@@ -42,31 +44,68 @@ enum class DefaultToolchain : uint8_t {
   HostCxx,        // CPU: the host C++ compiler (shared object)
 };
 
-struct TargetInfo {
-  std::string_view name;       // "gfx950", "host-gfx950"
-  std::string_view arch;       // what the toolchain is told: "gfx950", "sm_90", "native"
-  std::string_view prelude;    // the header emitted code includes
-  Vendor vendor;
-  LaneExecution lanes;
-  int wave_size;
-  Fp8Format fp8_e4m3;          // "the target's fp8"
-  Fp8Format fp8_e5m2;
-  Fp8Conversion fp8_conversion;
-  Fp4Support fp4;
-  bool fp4_software_fallback;  // a template may ask for the numerics.h codec instead
-  int64_t lds_bytes;           // shared memory per block available to a kernel
-  int vector_bytes;            // widest per-lane global load/store
-  DefaultToolchain toolchain;
-  std::string_view numerics_of;  // the hardware whose numerics this target carries
+// "amd", "nvidia", "cpu".
+std::string_view vendor_name(Vendor vendor);
 
-  bool has_fp4() const { return fp4 != Fp4Support::None; }
+// The compilers that build generated source; compile_flags() gives each one's flags.
+enum class Compiler : uint8_t {
+  Clang,    // clang++ -x hip for AMD code objects (the runtime's fallback, the offline tools)
+  HipRtc,   // hipRTC, in process
+  Nvrtc,    // NVRTC, in process
+  Nvcc,     // nvcc, for the offline tools' PTX and ptxas resource report
+  HostCxx,  // the host C++ compiler: a shared object
+};
+
+// One geometry variant of a target's tuning table: used for calls of at most
+// max_tokens tokens (0: any larger call; the last row).
+struct ScheduleRow {
+  int64_t max_tokens = 0;
+  int dispatch_blocks = 0;
+  int dispatch_warps = 0;
+  int combine_blocks = 0;
+  int combine_warps = 0;
+};
+
+struct TargetInfo {
+  std::string_view name;         // "gfx950", "host-gfx950"
+  std::string_view arch;         // what the toolchain is told: "gfx950", "sm_90", "native"
+  std::string_view prelude;      // the header emitted code includes
+  Vendor vendor = Vendor::Cpu;
+  LaneExecution lanes = LaneExecution::Lanes;
+  int wave_size = 32;
+  Fp8Format fp8_e4m3 = Fp8Format::E4M3FN;  // "the target's fp8"
+  Fp8Format fp8_e5m2 = Fp8Format::E5M2;
+  Fp8Conversion fp8_conversion = Fp8Conversion::Software;
+  Fp4Support fp4 = Fp4Support::None;
+  bool fp4_software_fallback = false;  // a template may ask for the numerics.h codec instead
+  int64_t lds_bytes = 0;               // shared memory per block available to a kernel
+  int vector_bytes = 16;               // widest per-lane global load/store
+  DefaultToolchain toolchain = DefaultToolchain::HostCxx;
+  std::string_view numerics_of;        // the hardware whose numerics this target carries
+  int cuda_capability = 0;             // NVIDIA: major * 10 + minor of the GPUs it runs on
+  std::span<const ScheduleRow> schedule;  // geometry by token count, smallest bound first
+
+  // ------------------------------------------------ capability predicates
+  constexpr bool is_host() const { return vendor == Vendor::Cpu; }
+  constexpr bool is_amd() const { return vendor == Vendor::Amd; }
+  constexpr bool is_nvidia() const { return vendor == Vendor::Nvidia; }
+  constexpr bool is_simt() const { return lanes == LaneExecution::Simt; }
+  // Any FP4 (E2M1) conversion, in hardware or the numerics.h codec.
+  constexpr bool has_fp4() const { return fp4 != Fp4Support::None; }
+  constexpr bool converts_fp4_in_hardware() const { return fp4 == Fp4Support::Pack2 || fp4 == Fp4Support::Pack8; }
+  // True when the target's hardware converts `format` (false for host
+  // targets, which convert everything in software).
+  constexpr bool converts_fp8_in_hardware(Fp8Format format) const {
+    return fp8_conversion != Fp8Conversion::Software && (fp8_e4m3 == format || fp8_e5m2 == format);
+  }
+
+  // ------------------------------------------------ files and kernels
+  std::string_view vendor_name() const;      // "amd", "nvidia", "cpu"
+  std::string_view source_extension() const;  // ".hip", ".cu", ".cpp"
+  std::string_view binary_extension() const;  // ".co", ".cubin", ".so"
   // How a kernel is declared after extern "C": the GPU qualifier and launch
   // bounds for a block of `threads`; nothing on the host.
-  std::vector<std::string> kernel_specifiers(int64_t threads) const {
-    if (vendor == Vendor::Cpu) return {};
-    return {"__global__", "__launch_bounds__(" + std::to_string(threads) + ")"};
-  }
-  bool is_host() const { return vendor == Vendor::Cpu; }
+  std::vector<std::string> kernel_specifiers(int64_t threads) const;
 };
 
 // Every target, in a fixed order (AMD, NVIDIA, host variants).
@@ -75,7 +114,7 @@ std::span<const TargetInfo> all_targets();
 // The target named `name`, or nullptr.
 const TargetInfo* find_target(std::string_view name);
 
-// "gfx942, gfx950, gfx1250, sm90, host, host-gfx942, host-gfx950, host-gfx1250"
+// "gfx942, gfx950, gfx1250, gfx1200, sm90, host, host-gfx942, host-gfx950, host-gfx1250"
 std::string target_names();
 
 // Names of the targets for which `has(target)` holds, comma-separated, e.g.
@@ -90,5 +129,25 @@ std::string target_names_where(Predicate has) {
   }
   return names;
 }
+
+// ------------------------------------------------ from a device to a target
+
+// The target of an NVIDIA GPU of compute capability major.minor, or nullptr.
+const TargetInfo* target_for_cuda_capability(int major, int minor);
+
+// The target of an AMD GPU from HIP's gcnArchName ("gfx942:sramecc+:xnack-";
+// the feature suffixes do not change the target), or nullptr.
+const TargetInfo* target_for_amd_arch(std::string_view gcn_arch_name);
+
+// "sm90 (compute capability 9.0)" or "gfx942, gfx950, ...": what a device of
+// `vendor` can be, for the message that refuses one that matches nothing.
+std::string device_targets_of(Vendor vendor);
+
+// ------------------------------------------------ compilers
+
+// The flags `compiler` builds generated source for `target` with at
+// `opt_level` (0-3), without include directories, inputs and outputs. The
+// runtime's toolchains and the offline tools both use these.
+std::vector<std::string> compile_flags(const TargetInfo& target, Compiler compiler, int opt_level);
 
 }  // namespace epjit

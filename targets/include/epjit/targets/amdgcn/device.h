@@ -121,10 +121,10 @@ EPJIT_DEVICE void fence() {
   else __builtin_amdgcn_fence(amdgcn::c_order<O>(), "");
 }
 
-// Lane 0 polls; the outcome is broadcast. On timeout lane 0 stores Code into
+// Lane 0 polls; the outcome is broadcast. On timeout lane 0 stores code into
 // *error at system scope so the host can read it; the warp never hangs.
-template <Until U, Scope S, long long MaxSpins, int Code, typename T>
-EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error) {
+template <Until U, Scope S, long long MaxSpins, typename T>
+EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code) {
   int ok = 0;
   if (lane_id() == 0) {
     for (long long spin = 0; spin < MaxSpins && !ok; ++spin) {
@@ -132,7 +132,7 @@ EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error) {
       ok = (U == Until::EQ && seen == value) || (U == Until::NE && seen != value) || (U == Until::GE && seen >= value);
       if (!ok) __builtin_amdgcn_s_sleep(1);
     }
-    if (!ok) __hip_atomic_store(error, Code, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+    if (!ok) __hip_atomic_store(error, code, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
   }
   return amdgcn::broadcast_first_lane(ok) != 0;
 }

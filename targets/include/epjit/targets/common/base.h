@@ -3,6 +3,7 @@
 #pragma once
 
 #include "epjit/numerics.h"  // also the fixed-width types, under NVRTC too
+#include "epjit/targets/common/window.h"
 
 // Functions that run on the device only (GPU preludes) or on host and device.
 #if defined(__NVCC__) || defined(__CUDACC_RTC__)
@@ -27,15 +28,6 @@ enum class Scope : int { Workgroup, Agent, System };
 enum class Order : int { Relaxed, Acquire, Release, AcqRel };
 enum class Reduce : int { Max, AbsMax, Sum };
 enum class Until : int { EQ, NE, GE };
-
-// The local rank's view of a symmetric window: region r of rank p's copy
-// starts at peer_base[p] + region_offset[r]. Filled by the runtime.
-inline constexpr int kMaxWindowRegions = 16;
-inline constexpr int kMaxWindowPeers = 64;
-struct Window {
-  uint64_t region_offset[kMaxWindowRegions];
-  char* peer_base[kMaxWindowPeers];
-};
 
 template <typename T, int Region>
 EPJIT_HD T* peer_ptr(const Window* window, size_t rank, size_t offset) {

@@ -100,10 +100,10 @@ inline void fence() {
 }
 
 // Polls flag with acquire loads until the predicate holds; after MaxSpins
-// failed polls stores Code into *error and returns false. Yields the CPU now
+// failed polls stores code into *error and returns false. Yields the CPU now
 // and then so waiting warps do not starve the ones they wait for.
-template <Until U, Scope S, long long MaxSpins, int Code, typename T>
-inline bool warp_wait_until(T* flag, T value, int32_t* error) {
+template <Until U, Scope S, long long MaxSpins, typename T>
+inline bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code) {
   std::atomic_ref<T> ref(*flag);
   for (long long spin = 0; spin < MaxSpins; ++spin) {
     const T seen = ref.load(std::memory_order_acquire);
@@ -112,7 +112,7 @@ inline bool warp_wait_until(T* flag, T value, int32_t* error) {
       return true;
     if ((spin & 63) == 63) std::this_thread::yield();
   }
-  std::atomic_ref<int32_t>(*error).store(Code, std::memory_order_release);
+  std::atomic_ref<int32_t>(*error).store(code, std::memory_order_release);
   return false;
 }
 

@@ -168,8 +168,8 @@ EPJIT_DEVICE void warp_atomic_store(T* address, T value) {
   }
 }
 
-template <Until U, Scope S, long long MaxSpins, int Code, typename T>
-EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error) {
+template <Until U, Scope S, long long MaxSpins, typename T>
+EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code) {
   int ok = 0;
   if (lane_id() == 0) {
     for (long long spin = 0; spin < MaxSpins && !ok; ++spin) {
@@ -179,7 +179,7 @@ EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error) {
     }
     fence<S, Order::Acquire>();
     if (!ok) {
-      *const_cast<volatile int32_t*>(error) = Code;
+      *const_cast<volatile int32_t*>(error) = code;
       __threadfence_system();
     }
   }

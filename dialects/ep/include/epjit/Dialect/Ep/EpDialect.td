@@ -24,9 +24,11 @@ def Ep_Dialect : Dialect {
     loops of the target's wave width on the host. `ep.lane.*` operations are
     the per-lane primitives that lowering produces; templates do not use them.
 
-    A kernel is a `func.func` carrying the `ep.kernel` attribute
-    (`{warps_per_block = N}`); template parameters are `ep.param` symbols read
-    with `ep.param_value` and bound by `ep-specialize`.
+    A kernel is an `ep.kernel` (named parameters, a launch bound); helpers it
+    calls are `func.func private`. Template parameters are `ep.param` symbols
+    read with `ep.param_value` and bound by `ep-specialize`; named constants
+    are `ep.constant` symbols read with `ep.constant_value`. A template may be
+    several files: `ep.include` names another, and `ep-link` merges them.
   }];
   let cppNamespace = "::epjit::ep";
   let useDefaultTypePrinterParser = 1;
@@ -34,8 +36,8 @@ def Ep_Dialect : Dialect {
   let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
     void registerTypes();
-    // The discardable attribute that marks a func.func as a kernel.
-    static constexpr ::llvm::StringLiteral kKernelAttrName = "ep.kernel";
+    // The module attribute recording the named constants (set by ep-specialize).
+    static constexpr ::llvm::StringLiteral kConstantsAttrName = "ep.constants";
     // The module attribute naming the target (set by ep-check-target).
     static constexpr ::llvm::StringLiteral kTargetAttrName = "ep.target";
     // The module attribute recording the parameter bindings (set by ep-specialize).

@@ -7,12 +7,30 @@ include "epjit/Dialect/Ep/EpDialect.td"
 include "epjit/Dialect/Ep/EpTypes.td"
 include "epjit/Dialect/Ep/EpAttrs.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/IR/OpAsmInterface.td"
 include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
 //===----------------------------------------------------------------------===//
-// Template parameters
+// Templates: files, parameters, named constants, kernels
 //===----------------------------------------------------------------------===//
+
+def Ep_IncludeOp : Ep_Op<"include", [HasParent<"::mlir::ModuleOp">]> {
+  let summary = "link another template file into this module";
+  let description = [{
+    Names a template of the library (`templates/<name>.mlir`). `ep-link`
+    parses it, links what it includes in turn, and moves its operations into
+    this module; each file is linked once however often it is included, and a
+    symbol defined in two files is an error naming both.
+
+    ```mlir
+    ep.include "ep/common"
+    ```
+  }];
+  let arguments = (ins StrAttr:$file);
+  let assemblyFormat = "$file attr-dict";
+}
 
 def Ep_ParamOp : Ep_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
   let summary = "a template parameter, bound by ep-specialize";
@@ -20,16 +38,20 @@ def Ep_ParamOp : Ep_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     Declares a scalar template parameter (index, i32, i64 or i1). `default_value`
     is used when no binding is given; `multiple_of` and `min` constrain the
     values a binding may take, and ep-specialize rejects others by name.
+    `names` lets a binding use a word for each value of an enumeration: with
+    `names = ["none", "fp8_direct_cast"]`, `quant=fp8_direct_cast` binds 1.
 
     ```mlir
     ep.param @hidden : index {min = 1, multiple_of = 2}
     ep.param @warps : index {default_value = 4 : index}
+    ep.param @quant : index {names = ["none", "fp8_direct_cast", "fp8_blockwise"]}
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$type,
                        OptionalAttr<TypedAttrInterface>:$default_value,
                        OptionalAttr<I64Attr>:$multiple_of,
-                       OptionalAttr<I64Attr>:$min);
+                       OptionalAttr<I64Attr>:$min,
+                       OptionalAttr<StrArrayAttr>:$names);
   let assemblyFormat = "$sym_name `:` $type attr-dict";
   let hasVerifier = 1;
 }
@@ -40,6 +62,67 @@ def Ep_ParamValueOp : Ep_Op<"param_value", [Pure,
   let arguments = (ins FlatSymbolRefAttr:$param);
   let results = (outs AnyTypeOf<[Index, I32, I64, I1]>:$result);
   let assemblyFormat = "$param attr-dict `:` type($result)";
+}
+
+def Ep_ConstantOp : Ep_Op<"constant", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "a named constant the kernels and the runtime share";
+  let description = [{
+    A value fixed by the template (a state word's index, an error code, a
+    flag base), declared once and read by name with `ep.constant_value`.
+    ep-specialize folds the reads and records every constant in the module's
+    interface, which is how the runtime learns them.
+
+    ```mlir
+    ep.constant @state_error = 3 : index
+    ep.constant @error_peer_timeout = 1 : i32
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, TypedAttrInterface:$value);
+  let assemblyFormat = "$sym_name `=` $value attr-dict";
+  let hasVerifier = 1;
+}
+
+def Ep_ConstantValueOp : Ep_Op<"constant_value", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "the value of a named constant";
+  let arguments = (ins FlatSymbolRefAttr:$constant);
+  let results = (outs AnyTypeOf<[Index, I32, I64]>:$result);
+  let assemblyFormat = "$constant attr-dict `:` type($result)";
+}
+
+def Ep_KernelOp : Ep_Op<"kernel", [Symbol, IsolatedFromAbove, HasParent<"::mlir::ModuleOp">,
+    SingleBlockImplicitTerminator<"ReturnOp">,
+    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmBlockArgumentNames"]>]> {
+  let summary = "a kernel: its name, ordered parameters and launch bound are its interface";
+  let description = [{
+    A kernel runs on a grid of blocks of `warps_per_block` warps. Its
+    parameters, in order and with the names written here, are what the
+    runtime binds by name (the module's interface record): pointers
+    (`!ep.ptr`), the symmetric window (`!ep.window`) and scalars (index, i32,
+    i64, f32). Helpers a kernel calls are `func.func private` functions.
+
+    ```mlir
+    ep.kernel @scale_rows(%rows: !ep.ptr<bf16>, %tokens: index) warps_per_block(4) {
+      ...
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<FunctionType>:$function_type,
+                       StrArrayAttr:$arg_names, I64Attr:$warps_per_block);
+  let regions = (region SizedRegion<1>:$body);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::llvm::ArrayRef<::mlir::Type> getArgumentTypes() { return getFunctionType().getInputs(); }
+    ::llvm::StringRef getArgName(unsigned index) {
+      return ::llvm::cast<::mlir::StringAttr>(getArgNames()[index]).getValue();
+    }
+  }];
+}
+
+def Ep_ReturnOp : Ep_Op<"return", [Pure, Terminator, ReturnLike, HasParent<"KernelOp">]> {
+  let summary = "the end of a kernel (implied when omitted)";
+  let assemblyFormat = "attr-dict";
 }
 
 //===----------------------------------------------------------------------===//
@@ -89,18 +172,39 @@ def Ep_StoreOp : Ep_Op<"store", [
   let assemblyFormat = "$value `,` $ptr `[` $index `]` attr-dict `:` type($ptr)";
 }
 
-def Ep_WindowRegionOp : Ep_Op<"window_region", [Symbol, HasParent<"::mlir::ModuleOp">]> {
-  let summary = "a named region of the symmetric window";
+def Ep_WindowRegionOp : Ep_Op<"window_region", [Symbol, IsolatedFromAbove, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "a named region of the symmetric window: its element type and count";
   let description = [{
-    Regions are numbered in declaration order; the runtime lays the window
-    out with one offset per region.
+    Regions are numbered in declaration order. The body computes the
+    region's element count from template parameters and named constants;
+    after ep-specialize it folds to a constant, and the interface record
+    carries every region in order with its element type and count, from
+    which the runtime lays the window out. A count of 0 leaves a region
+    empty in that specialization.
 
     ```mlir
-    ep.window_region @recv_tokens
+    ep.window_region @recv_tokens : i32 {
+      %capacity = ep.param_value @capacity : index
+      %words = ep.param_value @token_words : index
+      %count = arith.muli %capacity, %words : index
+      ep.yield %count : index
+    }
     ```
   }];
-  let arguments = (ins SymbolNameAttr:$sym_name);
-  let assemblyFormat = "$sym_name attr-dict";
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$element);
+  let regions = (region SizedRegion<1>:$count);
+  let assemblyFormat = "$sym_name `:` $element attr-dict-with-keyword $count";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    // The folded count, once the body is a constant (after ep-specialize).
+    std::optional<int64_t> getConstantCount();
+  }];
+}
+
+def Ep_YieldOp : Ep_Op<"yield", [Pure, Terminator, ReturnLike, HasParent<"WindowRegionOp">]> {
+  let summary = "the element count of a window region";
+  let arguments = (ins Index:$count);
+  let assemblyFormat = "$count attr-dict `:` type($count)";
 }
 
 def Ep_PeerPtrOp : Ep_Op<"peer_ptr", [Pure,
@@ -189,19 +293,19 @@ def Ep_WaitUntilOp : Ep_Op<"wait_until", [
   let summary = "bounded spin until a flag satisfies a predicate";
   let description = [{
     Spins with acquire loads of `flag[index]` at `scope` until the predicate
-    holds or `max_spins` polls have failed. On timeout it stores `code` into
-    `error[error_index]` (system scope, so the host reads it) and returns
-    false; it never hangs.
+    holds or `max_spins` polls have failed. On timeout it stores `code` (a
+    nonzero i32, usually a named constant) into `error[error_index]` (system
+    scope, so the host reads it) and returns false; it never hangs.
 
     ```mlir
     %ok = ep.wait_until %flags[%rank] ge %epoch scope(system) max_spins(100000000)
-          error(%err[%c0], 3) : !ep.ptr<i32>
+          error(%err[%c0], %timeout_code) : !ep.ptr<i32>, !ep.ptr<i32>
     ```
   }];
   let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$flag, Index:$index,
                        Ep_WaitPredicateAttr:$predicate, AnyTypeOf<[I32, I64]>:$value,
                        Ep_MemoryScopeAttr:$scope, I64Attr:$max_spins,
-                       Arg<Ep_AnyPtr, "", [MemWrite]>:$error, Index:$error_index, I32Attr:$code);
+                       Arg<Ep_AnyPtr, "", [MemWrite]>:$error, Index:$error_index, I32:$code);
   let results = (outs I1:$ok);
   let assemblyFormat = [{
     $flag `[` $index `]` custom<BareEnum>($predicate) $value

@@ -1,0 +1,199 @@
+#include "epjit/kernel_interface.h"
+
+#include <nlohmann/json.hpp>
+
+#include "epjit/error.h"
+
+namespace epjit {
+namespace {
+
+using nlohmann::json;
+
+// Bytes of one element of a record's element name; 0 when unknown.
+size_t element_bytes(std::string_view element) {
+  if (element == "i8") return 1;
+  if (element == "i16" || element == "bf16" || element == "f16") return 2;
+  if (element == "i32" || element == "f32") return 4;
+  if (element == "i64") return 8;
+  return 0;
+}
+
+// Reads a record field and says what is wrong with it when it is absent or
+// of another type: every check throws the same kind of message.
+class Reader {
+ public:
+  explicit Reader(std::string where) : where_(std::move(where)) {}
+
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+    throw Error("the interface record of " + where_ + " is invalid: " + field + " " + what,
+                "a record of format " + std::to_string(kInterfaceFormat) + " as epjit's compiler writes it",
+                "rebuild the kernel (remove the cache entry, or re-export the bundle with this epjit version)");
+  }
+
+  const json& member(const json& object, const char* key, const std::string& path) const {
+    if (!object.is_object()) fail(path, "is not an object");
+    auto it = object.find(key);
+    if (it == object.end()) fail(path + "." + key, "is missing");
+    return *it;
+  }
+  std::string string(const json& object, const char* key, const std::string& path) const {
+    const json& value = member(object, key, path);
+    if (!value.is_string() || value.get_ref<const std::string&>().empty())
+      fail(path + "." + key, "is not a non-empty string");
+    return value.get<std::string>();
+  }
+  int64_t integer(const json& object, const char* key, const std::string& path, int64_t min, int64_t max) const {
+    const json& value = member(object, key, path);
+    if (!value.is_number_integer()) fail(path + "." + key, "is not an integer");
+    const int64_t number = value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(INT64_MAX)
+                               ? INT64_MAX
+                               : value.get<int64_t>();
+    if (number < min || number > max)
+      fail(path + "." + key, "= " + std::to_string(number) + " is outside [" + std::to_string(min) + ", " +
+                                 std::to_string(max) + "]");
+    return number;
+  }
+  const json& array(const json& object, const char* key, const std::string& path) const {
+    const json& value = member(object, key, path);
+    if (!value.is_array()) fail(path + "." + key, "is not an array");
+    return value;
+  }
+
+ private:
+  std::string where_;
+};
+
+KernelParam parse_param(const Reader& read, const json& entry, const std::string& path) {
+  KernelParam param;
+  param.name = read.string(entry, "name", path);
+  param.type = read.string(entry, "type", path);
+  const std::string& type = param.type;
+  if (type.starts_with("ptr<") && type.ends_with(">")) {
+    if (element_bytes(std::string_view(type).substr(4, type.size() - 5)) == 0)
+      read.fail(path + ".type", "= '" + type + "' points to an unknown element type");
+    param.kind = ParamKind::Pointer;
+  } else if (type == "window") {
+    param.kind = ParamKind::Window;
+  } else if (type == "index") {
+    param.kind = ParamKind::Index;
+  } else if (type == "i32") {
+    param.kind = ParamKind::I32;
+    param.value_bytes = 4;
+  } else if (type == "i64") {
+    param.kind = ParamKind::I64;
+  } else if (type == "f32") {
+    param.kind = ParamKind::F32;
+    param.value_bytes = 4;
+  } else {
+    read.fail(path + ".type", "= '" + type + "' is not ptr<T>, window, index, i32, i64 or f32");
+  }
+  return param;
+}
+
+}  // namespace
+
+const KernelParam* KernelSignature::find(std::string_view param) const {
+  for (const KernelParam& entry : params)
+    if (entry.name == param) return &entry;
+  return nullptr;
+}
+
+std::string KernelSignature::describe() const {
+  std::string text = name + "(";
+  for (size_t i = 0; i < params.size(); ++i) text += (i ? ", " : "") + params[i].name + ": " + params[i].type;
+  return text + ")";
+}
+
+ModuleInterface ModuleInterface::parse(std::string_view json_text, const std::string& where) {
+  const Reader read(where);
+  const json record = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (record.is_discarded()) read.fail("the text", "is not JSON");
+  ModuleInterface result;
+  result.text = std::string(json_text);
+  result.format = int(read.integer(record, "format", "record", 0, INT32_MAX));
+  if (result.format != kInterfaceFormat)
+    read.fail("record.format", "= " + std::to_string(result.format) + " is not this epjit's format " +
+                                   std::to_string(kInterfaceFormat));
+  result.template_name = read.string(record, "template", "record");
+
+  const json& target = read.member(record, "target", "record");
+  result.target.name = read.string(target, "name", "record.target");
+  result.target.vendor = read.string(target, "vendor", "record.target");
+  result.target.arch = read.string(target, "arch", "record.target");
+  result.target.wave_size = int(read.integer(target, "wave_size", "record.target", 1, 1024));
+
+  const json& kernels = read.array(record, "kernels", "record");
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    const std::string path = "record.kernels[" + std::to_string(k) + "]";
+    KernelSignature kernel;
+    kernel.name = read.string(kernels[k], "name", path);
+    kernel.warps_per_block = int(read.integer(kernels[k], "warps_per_block", path, 1, 1024));
+    const json& params = read.array(kernels[k], "params", path);
+    for (size_t p = 0; p < params.size(); ++p) {
+      KernelParam param = parse_param(read, params[p], path + ".params[" + std::to_string(p) + "]");
+      if (kernel.find(param.name)) read.fail(path, "names parameter '" + param.name + "' twice");
+      kernel.params.push_back(std::move(param));
+    }
+    for (const KernelSignature& earlier : result.kernels)
+      if (earlier.name == kernel.name) read.fail(path, "repeats kernel '" + kernel.name + "'");
+    result.kernels.push_back(std::move(kernel));
+  }
+
+  const json& regions = read.array(record, "window_regions", "record");
+  for (size_t r = 0; r < regions.size(); ++r) {
+    const std::string path = "record.window_regions[" + std::to_string(r) + "]";
+    WindowRegionInfo region;
+    region.name = read.string(regions[r], "name", path);
+    region.element = read.string(regions[r], "element", path);
+    region.element_bytes = element_bytes(region.element);
+    if (region.element_bytes == 0) read.fail(path + ".element", "= '" + region.element + "' is not an element type");
+    // Bounded so that count * element_bytes, and their sum, cannot overflow.
+    region.count = uint64_t(read.integer(regions[r], "count", path, 0, int64_t(1) << 48));
+    result.window_regions.push_back(std::move(region));
+  }
+
+  const json& constants = read.member(record, "constants", "record");
+  if (!constants.is_object()) read.fail("record.constants", "is not an object");
+  for (const auto& [name, value] : constants.items()) {
+    if (!value.is_number_integer()) read.fail("record.constants." + name, "is not an integer");
+    result.constants[name] = value.get<int64_t>();
+  }
+  return result;
+}
+
+const KernelSignature& ModuleInterface::kernel(std::string_view name) const {
+  std::string names;
+  for (const KernelSignature& kernel : kernels) {
+    if (kernel.name == name) return kernel;
+    names += (names.empty() ? "" : ", ") + kernel.name;
+  }
+  throw Error("template " + template_name + " has no kernel '" + std::string(name) + "'",
+              "one of its kernels: " + (names.empty() ? std::string("(none)") : names),
+              "bind a kernel the template defines (epjit-compile --emit interface lists them)");
+}
+
+int64_t ModuleInterface::constant(std::string_view name) const {
+  if (auto it = constants.find(name); it != constants.end()) return it->second;
+  std::string names;
+  for (const auto& [known, value] : constants) names += (names.empty() ? "" : ", ") + known;
+  throw Error("template " + template_name + " declares no constant '" + std::string(name) + "'",
+              "one of its ep.constant names: " + (names.empty() ? std::string("(none)") : names),
+              "declare it in the template with ep.constant, or read one it declares");
+}
+
+size_t ModuleInterface::region_index(std::string_view name) const {
+  std::string names;
+  for (size_t r = 0; r < window_regions.size(); ++r) {
+    if (window_regions[r].name == name) return r;
+    names += (names.empty() ? "" : ", ") + window_regions[r].name;
+  }
+  throw Error("template " + template_name + " has no window region '" + std::string(name) + "'",
+              "one of its regions: " + (names.empty() ? std::string("(none)") : names),
+              "use a region the template declares with ep.window_region");
+}
+
+const WindowRegionInfo& ModuleInterface::region(std::string_view name) const {
+  return window_regions[region_index(name)];
+}
+
+}  // namespace epjit

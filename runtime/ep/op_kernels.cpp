@@ -1,0 +1,39 @@
+#include "op_kernels.h"
+
+namespace epjit::ep {
+
+EpKernels EpKernels::bind(const KernelModule& module) {
+  EpKernels kernels;
+  kernels.dispatch = &module.kernel("ep_dispatch");
+  kernels.combine_gather = &module.kernel("ep_combine_gather");
+  kernels.combine_scatter = &module.kernel("ep_combine_scatter");
+  kernels.std_moe_pack = &module.kernel("ep_std_moe_pack");
+  kernels.std_moe_unpack = &module.kernel("ep_std_moe_unpack");
+  return kernels;
+}
+
+EpWindowMap EpWindowMap::of(const ModuleInterface& record, const WindowLayout& layout) {
+  auto offset = [&](const char* name) { return layout.offsets[record.region_index(name)]; };
+  auto bytes = [&](const char* name) { return layout.bytes[record.region_index(name)]; };
+  EpWindowMap map;
+  map.state = offset("state");
+  map.signals = offset("signals");
+  map.recv_tokens = offset("recv_tokens");
+  map.recv_weights = offset("recv_weights");
+  map.recv_scales = offset("recv_scales");
+  map.recv_indices = offset("recv_indices");
+  map.recv_origin = offset("recv_origin");
+  map.combine_rows = offset("combine_rows");
+  map.moe_counts = offset("moe_counts");
+  map.state_bytes = bytes("state");
+  map.signals_bytes = bytes("signals");
+  map.moe_counts_bytes = bytes("moe_counts");
+  map.total_recv_word = record.constant("state_total_recv");
+  map.error_word = record.constant("state_error");
+  map.error_peer_timeout = int32_t(record.constant("error_peer_timeout"));
+  map.error_capacity_exceeded = int32_t(record.constant("error_capacity_exceeded"));
+  map.error_expert_out_of_range = int32_t(record.constant("error_expert_out_of_range"));
+  return map;
+}
+
+}  // namespace epjit::ep

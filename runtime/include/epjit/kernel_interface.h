@@ -1,0 +1,85 @@
+// The interface record the compiler emits with every module (docs/DSL.md,
+// "The interface record"): the target, each kernel's name, ordered parameters
+// and launch bound, the symmetric window's regions in order with their
+// element type and count, and the template's named constants. The runtime
+// binds kernels, lays out windows and reads constants from it, so nothing
+// about a kernel's interface is written twice.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace epjit {
+
+// How a kernel parameter is passed.
+enum class ParamKind : uint8_t {
+  Pointer,  // ptr<ELEMENT>: a device pointer
+  Window,   // the symmetric window table (a device pointer to epjit::Window)
+  Index,    // an unsigned 64-bit count (size_t in the kernel)
+  I32,
+  I64,
+  F32,
+};
+
+struct KernelParam {
+  std::string name;
+  std::string type;  // as the record states it: "ptr<bf16>", "window", "index", ...
+  ParamKind kind = ParamKind::Index;
+  size_t value_bytes = 8;  // what one argument of this kind occupies
+};
+
+struct KernelSignature {
+  std::string name;
+  int warps_per_block = 1;  // the launch bound the kernel was compiled for
+  std::vector<KernelParam> params;
+
+  // The parameter named `name`, or nullptr.
+  const KernelParam* find(std::string_view name) const;
+  // "ep_dispatch(input: ptr<i32>, ..., w: window)", for messages.
+  std::string describe() const;
+};
+
+struct WindowRegionInfo {
+  std::string name;
+  std::string element;  // "i8", "i32", "f32", "bf16", ...
+  size_t element_bytes = 1;
+  uint64_t count = 0;  // elements, for this specialization
+  uint64_t bytes() const { return count * element_bytes; }
+};
+
+struct InterfaceTarget {
+  std::string name;    // "gfx1250"
+  std::string vendor;  // "amd", "nvidia", "cpu"
+  std::string arch;    // "gfx1250", "sm_90", "native"
+  int wave_size = 0;
+};
+
+struct ModuleInterface {
+  int format = 0;
+  std::string template_name;
+  InterfaceTarget target;
+  std::vector<KernelSignature> kernels;
+  std::vector<WindowRegionInfo> window_regions;
+  std::map<std::string, int64_t, std::less<>> constants;
+  std::string text;  // the record as the compiler wrote it (JSON)
+
+  // Parses and checks a record; throws epjit::Error naming the first field
+  // that is missing, of the wrong type or out of range (a record from another
+  // epjit version, or a damaged one). `where` names its origin for messages.
+  static ModuleInterface parse(std::string_view json_text, const std::string& where);
+
+  // Each throws epjit::Error naming what was asked for and what exists.
+  const KernelSignature& kernel(std::string_view name) const;
+  int64_t constant(std::string_view name) const;
+  const WindowRegionInfo& region(std::string_view name) const;
+  size_t region_index(std::string_view name) const;
+};
+
+// The record layout this runtime reads (compiler/include/epjit/Compiler/Interface.h).
+inline constexpr int kInterfaceFormat = 1;
+
+}  // namespace epjit

@@ -1,0 +1,207 @@
+// ep/common: what every kernel of ep_dispatch_combine shares: the parameters
+// of a specialization, the named constants the kernels and the runtime agree
+// on, and the symmetric window's regions. The interface record carries all of
+// it to the runtime, which lays the window out from it (docs/EP.md).
+
+ep.param @token_words : index {min = 1 : i64}       // dispatched row in 4-byte words
+ep.param @scale_bytes : index                       // opaque per-token scales (0: none)
+ep.param @hidden : index {min = 1 : i64}
+ep.param @topk : index {min = 1 : i64}
+ep.param @experts_per_rank : index {min = 1 : i64}
+ep.param @world : index {min = 1 : i64}
+ep.param @max_tokens : index {min = 1 : i64}        // per rank and call
+ep.param @capacity : index {min = 1 : i64}          // tokens one rank can receive
+ep.param @combine_mode : index {names = ["gather", "scatter"]}
+ep.param @quant : index {names = ["none", "fp8_direct_cast", "fp8_blockwise"]}  // scatter's transport
+ep.param @std_moe : i1 {default_value = false}      // the standard-MoE layout regions
+ep.param @chunk : index {min = 128 : i64, multiple_of = 128 : i64}  // elements a warp sums at a time (whole fp8 blocks)
+ep.param @scratch_warps : index {min = 1 : i64}     // the most warps a combine-side launch runs
+ep.param @combine_elem : !ep.row_elem<"combine_elem">
+
+// Words of @state.
+ep.constant @state_epoch = 0 : index               // the last completed dispatch's epoch
+ep.constant @state_dispatch_arrivals = 1 : index   // warps of this rank done sending (reset by the last)
+ep.constant @state_total_recv = 2 : index          // tokens the last dispatch delivered here
+ep.constant @state_error = 3 : index               // 0, or one of the error codes below
+ep.constant @state_combine_arrivals = 4 : index
+ep.constant @state_moe_arrivals = 5 : index
+ep.constant @state_recv_counter = 6 : index        // slots senders took here during a dispatch
+ep.constant @state_words = 16 : index
+
+// What a kernel writes into state_error (EpDispatchCombineOp::check() names them).
+ep.constant @error_peer_timeout = 1 : i32          // a peer did not arrive in time
+ep.constant @error_capacity_exceeded = 2 : i32     // more tokens arrived than capacity
+ep.constant @error_expert_out_of_range = 3 : i32   // an expert index outside [0, world * experts_per_rank)
+
+// @signals holds one flag per rank and meeting: signals[meeting * world + rank].
+ep.constant @meeting_dispatch = 0 : index
+ep.constant @meeting_combine = 1 : index
+ep.constant @meetings = 2 : index
+
+// The symmetric window, in this order. Counts are in elements; 0 leaves a
+// region empty in specializations that do not use it.
+ep.window_region @state : i32 {
+  %words = ep.constant_value @state_words : index
+  ep.yield %words : index
+}
+ep.window_region @signals : i32 {
+  %meetings = ep.constant_value @meetings : index
+  %world = ep.param_value @world : index
+  %flags = arith.muli %meetings, %world : index
+  ep.yield %flags : index
+}
+ep.window_region @recv_tokens : i32 {
+  %capacity = ep.param_value @capacity : index
+  %words = ep.param_value @token_words : index
+  %count = arith.muli %capacity, %words : index
+  ep.yield %count : index
+}
+ep.window_region @recv_weights : f32 {
+  %capacity = ep.param_value @capacity : index
+  %topk = ep.param_value @topk : index
+  %count = arith.muli %capacity, %topk : index
+  ep.yield %count : index
+}
+ep.window_region @recv_scales : i8 {
+  %capacity = ep.param_value @capacity : index
+  %bytes = ep.param_value @scale_bytes : index
+  %count = arith.muli %capacity, %bytes : index
+  ep.yield %count : index
+}
+ep.window_region @recv_indices : i32 {
+  %capacity = ep.param_value @capacity : index
+  %topk = ep.param_value @topk : index
+  %count = arith.muli %capacity, %topk : index
+  ep.yield %count : index
+}
+// Per received token: its source rank * max_tokens + token, and its destination ordinal.
+ep.window_region @recv_origin : i32 {
+  %c2 = arith.constant 2 : index
+  %capacity = ep.param_value @capacity : index
+  %count = arith.muli %capacity, %c2 : index
+  ep.yield %count : index
+}
+// Gather: expert outputs staged where their origins read them.
+ep.window_region @combine_rows : !ep.row_elem<"combine_elem"> {
+  %c0 = arith.constant 0 : index
+  %mode = ep.param_value @combine_mode : index
+  %gather = arith.cmpi eq, %mode, %c0 : index
+  %capacity = ep.param_value @capacity : index
+  %hidden = ep.param_value @hidden : index
+  %rows = arith.muli %capacity, %hidden : index
+  %count = arith.select %gather, %rows, %c0 : index
+  ep.yield %count : index
+}
+ep.window_region @combine_weights : f32 {
+  %c0 = arith.constant 0 : index
+  %mode = ep.param_value @combine_mode : index
+  %gather = arith.cmpi eq, %mode, %c0 : index
+  %capacity = ep.param_value @capacity : index
+  %topk = ep.param_value @topk : index
+  %weights = arith.muli %capacity, %topk : index
+  %count = arith.select %gather, %weights, %c0 : index
+  ep.yield %count : index
+}
+// Scatter: each origin's inbox, a row per (token, destination ordinal): plain
+// rows, or fp8 codes (and blockwise scales) under quant.
+ep.window_region @scatter_rows : !ep.row_elem<"combine_elem"> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %mode = ep.param_value @combine_mode : index
+  %quant = ep.param_value @quant : index
+  %scatter = arith.cmpi eq, %mode, %c1 : index
+  %plain = arith.cmpi eq, %quant, %c0 : index
+  %used = arith.andi %scatter, %plain : i1
+  %max_tokens = ep.param_value @max_tokens : index
+  %topk = ep.param_value @topk : index
+  %hidden = ep.param_value @hidden : index
+  %boxes = arith.muli %max_tokens, %topk : index
+  %elements = arith.muli %boxes, %hidden : index
+  %count = arith.select %used, %elements, %c0 : index
+  ep.yield %count : index
+}
+ep.window_region @scatter_codes : i8 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %mode = ep.param_value @combine_mode : index
+  %quant = ep.param_value @quant : index
+  %scatter = arith.cmpi eq, %mode, %c1 : index
+  %quantized = arith.cmpi ne, %quant, %c0 : index
+  %used = arith.andi %scatter, %quantized : i1
+  %max_tokens = ep.param_value @max_tokens : index
+  %topk = ep.param_value @topk : index
+  %hidden = ep.param_value @hidden : index
+  %boxes = arith.muli %max_tokens, %topk : index
+  %codes = arith.muli %boxes, %hidden : index
+  %count = arith.select %used, %codes, %c0 : index
+  ep.yield %count : index
+}
+ep.window_region @scatter_scales : f32 {
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
+  %c127 = arith.constant 127 : index
+  %c128 = arith.constant 128 : index
+  %quant = ep.param_value @quant : index
+  %blockwise = arith.cmpi eq, %quant, %c2 : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %topk = ep.param_value @topk : index
+  %hidden = ep.param_value @hidden : index
+  %padded = arith.addi %hidden, %c127 : index
+  %blocks = arith.divui %padded, %c128 : index
+  %boxes = arith.muli %max_tokens, %topk : index
+  %scales = arith.muli %boxes, %blocks : index
+  %count = arith.select %blockwise, %scales, %c0 : index
+  ep.yield %count : index
+}
+ep.window_region @scatter_weights : f32 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %mode = ep.param_value @combine_mode : index
+  %scatter = arith.cmpi eq, %mode, %c1 : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %topk = ep.param_value @topk : index
+  %boxes = arith.muli %max_tokens, %topk : index
+  %weights = arith.muli %boxes, %topk : index
+  %count = arith.select %scatter, %weights, %c0 : index
+  ep.yield %count : index
+}
+// Local scratch: each combine-side warp's running f32 sum of a chunk, and
+// (scatter under quant) its dequantized contribution.
+ep.window_region @accumulator : f32 {
+  %warps = ep.param_value @scratch_warps : index
+  %chunk = ep.param_value @chunk : index
+  %count = arith.muli %warps, %chunk : index
+  ep.yield %count : index
+}
+ep.window_region @dequantized : f32 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %mode = ep.param_value @combine_mode : index
+  %quant = ep.param_value @quant : index
+  %scatter = arith.cmpi eq, %mode, %c1 : index
+  %quantized = arith.cmpi ne, %quant, %c0 : index
+  %used = arith.andi %scatter, %quantized : i1
+  %warps = ep.param_value @scratch_warps : index
+  %chunk = ep.param_value @chunk : index
+  %scratch = arith.muli %warps, %chunk : index
+  %count = arith.select %used, %scratch, %c0 : index
+  ep.yield %count : index
+}
+// Standard MoE: the per-expert counts being taken (local), and the packed
+// position of each received (token, k).
+ep.window_region @moe_counts : i32 {
+  %c0 = arith.constant 0 : index
+  %std_moe = ep.param_value @std_moe : i1
+  %experts = ep.param_value @experts_per_rank : index
+  %count = arith.select %std_moe, %experts, %c0 : index
+  ep.yield %count : index
+}
+ep.window_region @moe_slots : i32 {
+  %c0 = arith.constant 0 : index
+  %std_moe = ep.param_value @std_moe : i1
+  %capacity = ep.param_value @capacity : index
+  %topk = ep.param_value @topk : index
+  %slots = arith.muli %capacity, %topk : index
+  %count = arith.select %std_moe, %slots, %c0 : index
+  ep.yield %count : index
+}

@@ -1,0 +1,145 @@
+// ep/std_moe: the standard-MoE layout, out of dispatch into a packed
+// [experts_per_rank, world * max_tokens, hidden] bf16 tensor with counts and
+// a source map, and back into combine's input.
+ep.include "ep/common"
+ep.include "ep/sync"
+
+// Standard MoE, out of dispatch: every received token once per local expert
+// it routes to, packed per expert in arrival order, with its receive slot as
+// the source map and the per-expert counts. The last warp publishes the
+// counts and clears them for the next call.
+ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sources: !ep.ptr<i32>,
+                           %rank: index, %w: !ep.window) warps_per_block(4) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %total_word = ep.constant_value @state_total_recv : index
+  %arrivals = ep.constant_value @state_moe_arrivals : index
+  %one = arith.constant 1 : i32
+  %zero = arith.constant 0 : i32
+  %true = arith.constant true
+  %hidden = ep.param_value @hidden : index
+  %topk = ep.param_value @topk : index
+  %epr = ep.param_value @experts_per_rank : index
+  %world = ep.param_value @world : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %rows_per_expert = arith.muli %world, %max_tokens : index
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
+  %total = arith.index_cast %total_i32 : i32 to index
+  %indices = ep.peer_ptr %w[%rank] @recv_indices[%c0] : !ep.ptr<i32>
+  %moe_counts = ep.peer_ptr %w[%rank] @moe_counts[%c0] : !ep.ptr<i32>
+  %slots = ep.peer_ptr %w[%rank] @moe_slots[%c0] : !ep.ptr<i32>
+  %first = ep.global_warp_index : index
+  %stride = ep.global_warp_count : index
+  scf.for %i = %first to %total step %stride {
+    %row = arith.muli %i, %topk : index
+    %i_i32 = arith.index_cast %i : index to i32
+    %token_at = arith.muli %i, %hidden : index
+    %token = ep.peer_ptr %w[%rank] @recv_tokens[%c0] : !ep.ptr<bf16>
+    scf.for %j = %c0 to %topk step %c1 {
+      %at = arith.addi %row, %j : index
+      %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+      %expert = arith.index_cast %expert_i32 : i32 to index
+      %owner = arith.divui %expert, %epr : index
+      %here = arith.cmpi eq, %owner, %rank : index
+      scf.if %here {
+        %repeat = func.call @repeats_earlier(%indices, %row, %j, %true) : (!ep.ptr<i32>, index, index, i1) -> i1
+        %fresh = arith.xori %repeat, %true : i1
+        scf.if %fresh {
+          %local = arith.remui %expert, %epr : index
+          %position_i32 = ep.atomic_rmw add %moe_counts[%local], %one scope(agent) order(relaxed) : !ep.ptr<i32>
+          %position = arith.index_cast %position_i32 : i32 to index
+          %packed_row_base = arith.muli %local, %rows_per_expert : index
+          %packed_row = arith.addi %packed_row_base, %position : index
+          %packed_at = arith.muli %packed_row, %hidden : index
+          ep.warp.copy_row %token[%token_at], %packed[%packed_at], %hidden : !ep.ptr<bf16> -> !ep.ptr<bf16>
+          ep.store %i_i32, %sources[%packed_row] : !ep.ptr<i32>
+          ep.store %position_i32, %slots[%at] : !ep.ptr<i32>
+        }
+      }
+    }
+  }
+  // The last warp publishes the counts and clears them for the next call.
+  ep.fence scope(agent) order(release)
+  %before = ep.atomic_rmw add %state[%arrivals], %one scope(agent) order(acq_rel) : !ep.ptr<i32>
+  %warps = ep.global_warp_count : index
+  %warps_i32 = arith.index_cast %warps : index to i32
+  %last_count = arith.subi %warps_i32, %one : i32
+  %last = arith.cmpi eq, %before, %last_count : i32
+  scf.if %last {
+    ep.atomic_store %zero, %state[%arrivals] scope(agent) order(relaxed) : !ep.ptr<i32>
+    scf.for %e = %c0 to %epr step %c1 {
+      %count = ep.atomic_load %moe_counts[%e] scope(agent) order(relaxed) : !ep.ptr<i32>
+      ep.store %count, %counts[%e] : !ep.ptr<i32>
+      ep.atomic_store %zero, %moe_counts[%e] scope(agent) order(relaxed) : !ep.ptr<i32>
+    }
+  }
+}
+
+// Standard MoE, back into combine: each received token's row is the f32 sum
+// of its local experts' output rows (in top-k order), rounded once to bf16.
+ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<bf16>, %rank: index,
+                             %w: !ep.window) warps_per_block(4) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %total_word = ep.constant_value @state_total_recv : index
+  %true = arith.constant true
+  %false = arith.constant false
+  %hidden = ep.param_value @hidden : index
+  %topk = ep.param_value @topk : index
+  %epr = ep.param_value @experts_per_rank : index
+  %world = ep.param_value @world : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %rows_per_expert = arith.muli %world, %max_tokens : index
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
+  %total = arith.index_cast %total_i32 : i32 to index
+  %indices = ep.peer_ptr %w[%rank] @recv_indices[%c0] : !ep.ptr<i32>
+  %slots = ep.peer_ptr %w[%rank] @moe_slots[%c0] : !ep.ptr<i32>
+  %first = ep.global_warp_index : index
+  %stride = ep.global_warp_count : index
+  %chunk = ep.param_value @chunk : index
+  %scratch_at = arith.muli %first, %chunk : index
+  %acc = ep.peer_ptr %w[%rank] @accumulator[%scratch_at] : !ep.ptr<f32>
+  scf.for %i = %first to %total step %stride {
+    %row = arith.muli %i, %topk : index
+    %out_at = arith.muli %i, %hidden : index
+    scf.for %c = %c0 to %hidden step %chunk {
+      %left = arith.subi %hidden, %c : index
+      %short = arith.cmpi ult, %left, %chunk : index
+      %n = arith.select %short, %left, %chunk : index
+      %seen = scf.for %j = %c0 to %topk step %c1 iter_args(%any = %false) -> (i1) {
+        %at = arith.addi %row, %j : index
+        %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+        %expert = arith.index_cast %expert_i32 : i32 to index
+        %owner = arith.divui %expert, %epr : index
+        %here = arith.cmpi eq, %owner, %rank : index
+        %counted = scf.if %here -> (i1) {
+          %repeat = func.call @repeats_earlier(%indices, %row, %j, %true) : (!ep.ptr<i32>, index, index, i1) -> i1
+          %fresh = arith.xori %repeat, %true : i1
+          scf.if %fresh {
+            %local = arith.remui %expert, %epr : index
+            %position_i32 = ep.load %slots[%at] : !ep.ptr<i32>
+            %position = arith.index_cast %position_i32 : i32 to index
+            %packed_row_base = arith.muli %local, %rows_per_expert : index
+            %packed_row = arith.addi %packed_row_base, %position : index
+            %packed_row_at = arith.muli %packed_row, %hidden : index
+            %packed_at = arith.addi %packed_row_at, %c : index
+            scf.if %any {
+              ep.warp.accumulate %expert_out[%packed_at], %acc[%c0], %n : !ep.ptr<bf16> -> !ep.ptr<f32>
+            } else {
+              ep.warp.copy_row %expert_out[%packed_at], %acc[%c0], %n : !ep.ptr<bf16> -> !ep.ptr<f32>
+            }
+          }
+          %now = arith.ori %any, %fresh : i1
+          scf.yield %now : i1
+        } else {
+          scf.yield %any : i1
+        }
+        scf.yield %counted : i1
+      }
+      %out_chunk = arith.addi %out_at, %c : index
+      ep.warp.copy_row %acc[%c0], %combine_in[%out_chunk], %n : !ep.ptr<f32> -> !ep.ptr<bf16>
+    }
+  }
+}

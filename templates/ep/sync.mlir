@@ -1,0 +1,78 @@
+// ep/sync: how the ranks of an op meet, and the routing helpers dispatch and
+// std-MoE share. Cross-rank counters reset themselves: the last warp of a
+// rank to arrive clears the count, and "everyone arrived" is an epoch number
+// in the signal flags (flag >= epoch), so dispatch -> combine replays with no
+// host work.
+ep.include "ep/common"
+
+// The calling warp's arrival at a cross-rank meeting: counts the warps of
+// this rank in state[counter]; the last one resets the count and raises this
+// rank's flag (signals[meeting * world + rank] = epoch) on every rank.
+// Returns true on the last warp.
+func.func private @arrive(%w: !ep.window, %rank: index, %epoch: i32, %counter: index, %meeting: index) -> i1 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0 : i32
+  %one = arith.constant 1 : i32
+  %world = ep.param_value @world : index
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  ep.fence scope(system) order(release)
+  %before = ep.atomic_rmw add %state[%counter], %one scope(agent) order(acq_rel) : !ep.ptr<i32>
+  %warps = ep.global_warp_count : index
+  %warps_i32 = arith.index_cast %warps : index to i32
+  %last_count = arith.subi %warps_i32, %one : i32
+  %last = arith.cmpi eq, %before, %last_count : i32
+  scf.if %last {
+    ep.atomic_store %zero, %state[%counter] scope(agent) order(relaxed) : !ep.ptr<i32>
+    %base = arith.muli %meeting, %world : index
+    %slot = arith.addi %base, %rank : index
+    scf.for %peer = %c0 to %world step %c1 {
+      %flags = ep.peer_ptr %w[%peer] @signals[%c0] : !ep.ptr<i32>
+      ep.atomic_store %epoch, %flags[%slot] scope(system) order(release) : !ep.ptr<i32>
+    }
+  }
+  return %last : i1
+}
+
+// Waits until every rank has raised its flag of `meeting` to `epoch`. A rank
+// that never comes sets error_peer_timeout instead of hanging.
+func.func private @wait_for_all(%w: !ep.window, %rank: index, %epoch: i32, %meeting: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %error_word = ep.constant_value @state_error : index
+  %timeout = ep.constant_value @error_peer_timeout : i32
+  %world = ep.param_value @world : index
+  %base = arith.muli %meeting, %world : index
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %flags = ep.peer_ptr %w[%rank] @signals[%base] : !ep.ptr<i32>
+  scf.for %peer = %c0 to %world step %c1 {
+    %ok = ep.wait_until %flags[%peer] ge %epoch scope(system) max_spins(200000000)
+        error(%state[%error_word], %timeout) : !ep.ptr<i32>, !ep.ptr<i32>
+  }
+  return
+}
+
+// Is expert `indices[row + j]` on the same rank (or, with same_expert, the
+// same expert) as one of indices[row .. row + j)?
+func.func private @repeats_earlier(%indices: !ep.ptr<i32>, %row: index, %j: index, %same_expert: i1) -> i1 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %false = arith.constant false
+  %epr = ep.param_value @experts_per_rank : index
+  %at = arith.addi %row, %j : index
+  %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+  %expert = arith.index_cast %expert_i32 : i32 to index
+  %rank = arith.divui %expert, %epr : index
+  %key = arith.select %same_expert, %expert, %rank : index
+  %seen = scf.for %i = %c0 to %j step %c1 iter_args(%found = %false) -> (i1) {
+    %earlier_at = arith.addi %row, %i : index
+    %earlier_i32 = ep.load %indices[%earlier_at] : !ep.ptr<i32>
+    %earlier = arith.index_cast %earlier_i32 : i32 to index
+    %earlier_rank = arith.divui %earlier, %epr : index
+    %earlier_key = arith.select %same_expert, %earlier, %earlier_rank : index
+    %match = arith.cmpi eq, %earlier_key, %key : index
+    %any = arith.ori %found, %match : i1
+    scf.yield %any : i1
+  }
+  return %seen : i1
+}

@@ -1,0 +1,1 @@
+ep.param @hidden : index

@@ -1,0 +1,210 @@
+// Modules bind by their interface record: kernels by name, arguments by
+// parameter name and type, launches checked against the signature, so a
+// wrong argument list is an epjit::Error naming the kernel and the parameter,
+// never a fault. Records that are damaged or from another version are refused
+// with the field that is wrong.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../../common/work_dir.h"
+#include "epjit/cache.h"
+#include "epjit/device.h"
+#include "epjit/error.h"
+#include "epjit/kernel_module.h"
+
+namespace epjit {
+namespace {
+
+using testing::freshDir;
+
+// The message of the epjit::Error `body` throws; fails the test when none is thrown.
+template <typename Body>
+std::string errorOf(Body body) {
+  try {
+    body();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "no epjit::Error";
+  return {};
+}
+
+KernelCache& cache() {
+  static KernelCache shared([] {
+    CacheOptions options;
+    options.dir = freshDir("kernel-interface-cache");
+    options.opt_level = 1;
+    return options;
+  }());
+  return shared;
+}
+
+const KernelSpec kQuantize{"quantize_fp8_direct", {{"hidden", "64"}}, "host"};
+
+constexpr const char* kRecord = R"({
+  "format": 1, "template": "t", "specialization": {"hidden": 64},
+  "target": {"name": "host", "vendor": "cpu", "arch": "native", "wave_size": 32},
+  "kernels": [{"name": "k", "warps_per_block": 4, "params": [
+      {"name": "rows", "type": "ptr<bf16>"}, {"name": "w", "type": "window"}, {"name": "n", "type": "index"},
+      {"name": "code", "type": "i32"}, {"name": "big", "type": "i64"}, {"name": "scale", "type": "f32"}]}],
+  "window_regions": [{"name": "state", "element": "i32", "count": 16}, {"name": "rows", "element": "bf16", "count": 7}],
+  "constants": {"state_error": 3}
+})";
+
+TEST(ModuleInterface, ParsesWhatTheCompilerWrites) {
+  const std::shared_ptr<const KernelArtifact> artifact = cache().get(kQuantize);
+  ASSERT_TRUE(artifact->interface);
+  const ModuleInterface& record = *artifact->interface;
+  EXPECT_EQ(record.template_name, "quantize_fp8_direct");
+  EXPECT_EQ(record.target.name, "host");
+  EXPECT_EQ(record.target.wave_size, 32);
+  const KernelSignature& kernel = record.kernel("quantize_fp8_direct");
+  EXPECT_EQ(kernel.describe(), "quantize_fp8_direct(input: ptr<bf16>, output: ptr<i8>, tokens: index)");
+  EXPECT_EQ(kernel.warps_per_block, 4);
+  EXPECT_TRUE(record.window_regions.empty());
+  // The manifest carries the same record.
+  EXPECT_NE(artifact->manifest.find("\"interface\""), std::string::npos);
+}
+
+TEST(ModuleInterface, LookupsNameWhatExists) {
+  const ModuleInterface record = ModuleInterface::parse(kRecord, "a test");
+  EXPECT_EQ(record.constant("state_error"), 3);
+  EXPECT_EQ(record.region("rows").bytes(), 14u);
+  EXPECT_EQ(record.region_index("rows"), 1u);
+  EXPECT_NE(errorOf([&] { record.kernel("other"); }).find("one of its kernels: k"), std::string::npos);
+  EXPECT_NE(errorOf([&] { record.constant("state_epoch"); }).find("state_error"), std::string::npos);
+  EXPECT_NE(errorOf([&] { record.region("signals"); }).find("state, rows"), std::string::npos);
+}
+
+TEST(ModuleInterface, DamagedOrForeignRecordsAreRefusedNamingTheField) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"not json", "is not JSON"},
+      {R"({"format": 2})", "record.format = 2 is not this epjit's format 1"},
+      {R"({"template": "t"})", "record.format is missing"},
+      {R"({"format": "1"})", "record.format is not an integer"},
+      {R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 0}})",
+       "record.target.wave_size = 0 is outside [1, 1024]"},
+      {R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+          "kernels": [{"name": "k", "warps_per_block": 1, "params": [{"name": "a", "type": "tensor"}]}]})",
+       "record.kernels[0].params[0].type = 'tensor' is not ptr<T>, window, index, i32, i64 or f32"},
+      {R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+          "kernels": [{"name": "k", "warps_per_block": 1, "params": [{"name": "a", "type": "ptr<f64>"}]}]})",
+       "points to an unknown element type"},
+      {R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+          "kernels": [{"name": "k", "warps_per_block": 1, "params": [{"name": "a", "type": "index"},
+                                                                     {"name": "a", "type": "index"}]}]})",
+       "names parameter 'a' twice"},
+      {R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+          "kernels": [], "window_regions": [{"name": "r", "element": "i32", "count": -1}]})",
+       "record.window_regions[0].count = -1 is outside"},
+      {R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+          "kernels": [], "window_regions": [], "constants": {"state_error": "3"}})",
+       "record.constants.state_error is not an integer"},
+  };
+  for (const auto& [text, expected] : cases) {
+    const std::string message = errorOf([&] { ModuleInterface::parse(text, "a test"); });
+    EXPECT_NE(message.find("the interface record of a test is invalid"), std::string::npos) << message;
+    EXPECT_NE(message.find(expected), std::string::npos) << "for " << text << "\n" << message;
+  }
+}
+
+TEST(LaunchArgs, SetsByNameInTheSignaturesOrderAndRefusesWhatDoesNotFit) {
+  const ModuleInterface record = ModuleInterface::parse(kRecord, "a test");
+  Kernel kernel;
+  kernel.name = "k";
+  kernel.signature = &record.kernel("k");
+  int rows = 0, window = 0;
+  const KernelArgs args = LaunchArgs(kernel)
+                              .set("scale", 0.5f)
+                              .set("n", size_t(37))
+                              .set("w", &window)
+                              .set("code", -7)
+                              .set("rows", &rows)
+                              .set("big", int64_t(1) << 40)
+                              .build();
+  ASSERT_EQ(args.size(), 6u);
+  EXPECT_EQ(*static_cast<int**>(args.pointers()[0]), &rows);
+  EXPECT_EQ(*static_cast<uint64_t*>(args.pointers()[2]), 37u);
+  EXPECT_EQ(*static_cast<int32_t*>(args.pointers()[3]), -7);
+  EXPECT_EQ(args.slot(3).bytes, 4u);
+  EXPECT_EQ(*static_cast<int64_t*>(args.pointers()[4]), int64_t(1) << 40);
+  EXPECT_EQ(*static_cast<float*>(args.pointers()[5]), 0.5f);
+
+  EXPECT_NE(errorOf([&] { LaunchArgs(kernel).set("tokens", 1); }).find("kernel k has no parameter 'tokens'"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { LaunchArgs(kernel).set("n", &rows); }).find("parameter 'n' is given a pointer"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { LaunchArgs(kernel).set("rows", 5); }).find("parameter 'rows' is given the integer 5"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { LaunchArgs(kernel).set("n", -1); }).find("parameter 'n' is given the integer -1"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { LaunchArgs(kernel).set("code", int64_t(1) << 33); }).find("'code'"), std::string::npos);
+  EXPECT_NE(errorOf([&] { LaunchArgs(kernel).set("scale", 1); }).find("'scale'"), std::string::npos);
+  EXPECT_NE(errorOf([&] { LaunchArgs(kernel).set("n", 1).set("n", 2); }).find("set twice"), std::string::npos);
+  EXPECT_NE(errorOf([&] { LaunchArgs(kernel).set("n", 1).build(); }).find("left unset: rows, w, code, big, scale"),
+            std::string::npos);
+  Kernel bare;
+  bare.name = "bare";
+  EXPECT_NE(errorOf([&] { LaunchArgs{bare}; }).find("has no signature"), std::string::npos);
+}
+
+TEST(KernelModule, BindsByNameAndEveryLaunchIsCheckedAgainstTheSignature) {
+  auto device = make_host_device();
+  auto stream = device->create_stream();
+  const KernelModule module(*device, cache().get(kQuantize));
+  const Kernel& kernel = module.kernel("quantize_fp8_direct");
+  EXPECT_EQ(kernel.wave_size, 32);
+  EXPECT_NE(errorOf([&] { module.kernel("dequantize"); }).find("has no kernel 'dequantize'"), std::string::npos);
+
+  std::vector<uint16_t> x(64 * 3, 0x3F80);  // 1.0
+  std::vector<uint8_t> q(64 * 3 + 1, 0xAB);
+  // Positional arguments that disagree with the signature: a count, a type, the launch bound.
+  KernelArgs missing;
+  missing.add(x.data()).add(q.data());
+  EXPECT_NE(errorOf([&] { device->launch(kernel, {1, 4}, missing, *stream); })
+                .find("launch of quantize_fp8_direct with 2 arguments (expected 3 arguments: "
+                      "quantize_fp8_direct(input: ptr<bf16>, output: ptr<i8>, tokens: index))"),
+            std::string::npos);
+  KernelArgs wrong;
+  wrong.add(x.data()).add(q.data()).add(3.0f);
+  EXPECT_NE(errorOf([&] { device->launch(kernel, {1, 4}, wrong, *stream); })
+                .find("argument 2 ('tokens') is a float of 4 bytes"),
+            std::string::npos);
+  KernelArgs narrow;
+  narrow.add(x.data()).add(q.data()).add(int32_t(3));
+  EXPECT_NE(errorOf([&] { device->launch(kernel, {1, 4}, narrow, *stream); }).find("'tokens' of type index"),
+            std::string::npos);
+  const KernelArgs args = LaunchArgs(kernel).set("input", x.data()).set("output", q.data()).set("tokens", 3).build();
+  EXPECT_NE(errorOf([&] { device->launch(kernel, {1, 8}, args, *stream); })
+                .find("with 8 warps per block, beyond the 4 it was compiled for"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { device->launch(kernel, {0, 4}, args, *stream); }).find("with an empty grid"),
+            std::string::npos);
+
+  device->launch(kernel, {2, 4}, args, *stream);
+  stream->synchronize();
+  for (size_t i = 0; i < 64 * 3; ++i) ASSERT_EQ(q[i], 0x38) << i;  // 1.0 in E4M3FN
+  EXPECT_EQ(q.back(), 0xAB) << "the launch wrote past its rows";
+}
+
+TEST(KernelModule, AModuleForAnotherKindOfDeviceIsRefused) {
+  // A record claiming an AMD target cannot be bound on the host device.
+  auto artifact = std::make_shared<KernelArtifact>(*cache().get(kQuantize));
+  ModuleInterface foreign = *artifact->interface;
+  foreign.target = {"gfx942", "amd", "gfx942", 64};
+  artifact->interface = std::make_shared<const ModuleInterface>(foreign);
+  auto device = make_host_device();
+  EXPECT_NE(errorOf([&] { KernelModule(*device, artifact); }).find("which the host device does not run"),
+            std::string::npos);
+}
+
+TEST(Devices, KindsAreChosenByNameAndUnknownOnesAreRefused) {
+  EXPECT_EQ(make_device("host")->vendor(), Vendor::Cpu);
+  EXPECT_TRUE(make_device("host")->host_addressable());
+  EXPECT_EQ(make_device("host")->sharing(), SharingMethod::FileDescriptor);
+  EXPECT_NE(errorOf([] { make_device("rocm"); }).find("host, cuda or hip"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace epjit
