@@ -63,6 +63,22 @@ constexpr TargetInfo kGfx1250{
     .schedule = kWave32Schedule,
 };
 
+// RDNA4: wave32, OCP fp8 through v_cvt_pk_fp8_f32, no FP4 conversions.
+constexpr TargetInfo kGfx1200{
+    .name = "gfx1200",
+    .arch = "gfx1200",
+    .prelude = "epjit/targets/gfx1200/prelude.h",
+    .vendor = Vendor::Amd,
+    .lanes = LaneExecution::Simt,
+    .wave_size = 32,
+    .fp8_conversion = Fp8Conversion::AmdgcnPk,
+    .fp4 = Fp4Support::None,
+    .lds_bytes = 64 * KiB,
+    .toolchain = DefaultToolchain::HipRtcOrClang,
+    .numerics_of = "gfx1200",
+    .schedule = kWave32Schedule,
+};
+
 constexpr TargetInfo kSm90{
     .name = "sm90",
     .arch = "sm_90",
@@ -112,6 +128,7 @@ constexpr std::array kTargets = {
     kGfx942,
     kGfx950,
     kGfx1250,
+    kGfx1200,
     kSm90,
     kHost,
     host_variant_of(kGfx942, "host-gfx942"),

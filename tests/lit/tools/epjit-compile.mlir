@@ -32,7 +32,7 @@
 // MISSING: error: parameter 'hidden' is not bound: pass hidden=VALUE (index)
 // ILLTYPED: error: parameter 'hidden' takes an integer (index); got 'lots'
 // CONSTRAINT: error: parameter 'hidden' = 7 must be a multiple of 2
-// TARGET: epjit-compile: error: unknown target 'gfx90a'; targets: gfx942, gfx950, gfx1250, sm90, host, host-gfx942, host-gfx950, host-gfx1250
+// TARGET: epjit-compile: error: unknown target 'gfx90a'; targets: gfx942, gfx950, gfx1250, gfx1200, sm90, host, host-gfx942, host-gfx950, host-gfx1250
 // EMIT: epjit-compile: error: --emit takes mlir, hip, interface, bin or asm; got 'elf'
 // BOTH: epjit-compile: error: give exactly one of --template NAME and --input FILE.mlir
 // NOTARGET: epjit-compile: error: --target is required

@@ -36,6 +36,7 @@ TEST(TargetLookup, GcnArchNamesWithAndWithoutFeatureSuffixes) {
       {"gfx950:sramecc+:xnack-", "gfx950"},
       {"gfx1250", "gfx1250"},
       {"gfx1250:xnack-", "gfx1250"},
+      {"gfx1200", "gfx1200"},
   };
   for (const auto& [reported, expected] : cases) {
     const TargetInfo* target = target_for_amd_arch(reported);
@@ -56,6 +57,9 @@ TEST(TargetFacts, WaveSizesFp8FormatsAndFp4) {
   EXPECT_EQ(find_target("gfx942")->wave_size, 64);
   EXPECT_EQ(find_target("gfx950")->wave_size, 64);
   EXPECT_EQ(find_target("gfx1250")->wave_size, 32);
+  EXPECT_EQ(find_target("gfx1200")->wave_size, 32);
+  EXPECT_TRUE(find_target("gfx1200")->converts_fp8_in_hardware(Fp8Format::E4M3FN));
+  EXPECT_FALSE(find_target("gfx1200")->has_fp4());
   EXPECT_EQ(find_target("gfx942")->fp8_e4m3, Fp8Format::E4M3FNUZ);
   EXPECT_TRUE(find_target("gfx942")->converts_fp8_in_hardware(Fp8Format::E4M3FNUZ));
   EXPECT_FALSE(find_target("gfx942")->converts_fp8_in_hardware(Fp8Format::E4M3FN));
