@@ -6,9 +6,12 @@
 set -euo pipefail
 build=${1:-build}
 out=.gpu
-# The benchmark's shape: DeepSeek-V3 on 2 GPUs (EP2), the token sweep of issue 6.
+# The benchmark's shape: DeepSeek-V3 (256 experts) on WORLD GPUs (EP2, or EP1
+# where one GPU is lent), the token sweep of issue 6.
 bench_shape() {
-  echo --world 2 --hidden 7168 --topk 8 --experts-per-rank 128 --tokens 1,8,32,128,512,1024,2048,4096,8192
+  local world=$1
+  echo --world "$world" --hidden 7168 --topk 8 --experts-per-rank $((256 / world)) \
+    --tokens 1,8,32,128,512,1024,2048,4096,8192
 }
 rm -rf "$out" && mkdir -p "$out"
 cat > "$out/manifest.json" <<'JSON'
@@ -26,9 +29,11 @@ JSON
 "$build/bin/epjit-warm" "$out/manifest.json" --cache-dir "$out/warm" --json
 # The EP op's kernels: every configuration the GPU tests and the benchmark use.
 EPJIT_GPU_WARM_ONLY="$PWD/$out/warm" "$build/bin/gpu_ep_test" --gtest_filter='GpuEpWarm.*' > "$out/warm-tests.log"
-for dtype in bf16 fp8; do
-  "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes $(bench_shape) --dtype "$dtype" \
-    --cache-dir "$out/warm"
+for world in 1 2; do
+  for dtype in bf16 fp8; do
+    "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes $(bench_shape $world) \
+      --dtype "$dtype" --cache-dir "$out/warm"
+  done
 done
 # The Python GPU test's kernels.
 EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/$build/lib/libepjit_kernel_source.so" PYTHONPATH="$build/python" \
@@ -38,7 +43,7 @@ rm -rf "$out/warm"
 for tool in gpu_templates_test gpu_ep_test epjit-bench epjit-warm epjit-cache; do
   cp "$build/bin/$tool" "$out/" && strip "$out/$tool"
 done
-bench_shape > "$out/bench-shape.txt"
+for world in 1 2; do bench_shape $world > "$out/bench-shape-$world.txt"; done
 # Header-only dependencies the GPU host lacks, to build the Python module there
 # (its Python differs from this machine's).
 mkdir -p "$out/deps/include"
@@ -52,10 +57,15 @@ logs=${1:-.}
 cache=/tmp/epjit-gpu-cache
 rm -rf "$cache"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
+# The AMD path where there is no HIP runtime: a clear error naming libamdhip64, not a crash.
+./epjit-bench --device hip --target gfx942 --world 1 --tokens 1 2>&1 | tee "$logs/hip-absent.txt"
 ./epjit-warm --import sm90.bundle --cache-dir "$cache" --json | tee "$logs/import.json"
 ./epjit-cache --cache-dir "$cache" verify | tee "$logs/verify.txt"
 export EPJIT_CACHE_DIR=$cache EPJIT_KERNEL_SOURCE_LIBRARY=/nonexistent
-shape=$(cat bench-shape.txt)
+# EP2 where two GPUs are lent, else EP1.
+world=$(nvidia-smi -L | wc -l)
+(( world > 2 )) && world=2
+shape=$(cat bench-shape-$world.txt)
 # JIT latency on this host: a cache holding only the bundle's sources makes
 # every kernel a cold NVRTC compile (no epjit compiler here); the next run hits disk.
 jit=/tmp/epjit-jit-cache

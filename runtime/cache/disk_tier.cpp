@@ -193,8 +193,8 @@ std::optional<GeneratedSource> DiskTier::load_source(const std::string& source_k
 
 void DiskTier::store_source(const std::string& source_key, const GeneratedSource& generated) const {
   // The interface first: a source is only used with its interface beside it.
-  for (const auto& [suffix, text] : {std::pair<const char*, const std::string*>{".interface.json", &generated.interface},
-                                     {".src", &generated.source}}) {
+  using Part = std::pair<const char*, const std::string*>;
+  for (const auto& [suffix, text] : {Part{".interface.json", &generated.interface}, Part{".src", &generated.source}}) {
     const fs::path temp = root_ / "sources" / (source_key + suffix + "." + unique_suffix());
     if (!write_synced(temp, text->data(), text->size())) return;  // sources are an optimization
     std::error_code ec;

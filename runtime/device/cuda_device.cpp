@@ -11,7 +11,7 @@ namespace {
 
 using namespace drivers;
 
-void check(CUresult status, const char* what) {
+void check(CUresult status, const std::string& what) {
   if (status == 0) return;
   const char* text = nullptr;
   cuda_driver().cuGetErrorString(status, &text);
@@ -111,6 +111,7 @@ class CudaDevice final : public Device {
     check(cu.cuDeviceGetAttribute(&major_, 75 /*COMPUTE_CAPABILITY_MAJOR*/, device_), "attribute query");
     check(cu.cuDeviceGetAttribute(&minor_, 76 /*COMPUTE_CAPABILITY_MINOR*/, device_), "attribute query");
     check(cu.cuDeviceGetAttribute(&warp_size_, 10 /*WARP_SIZE*/, device_), "attribute query");
+    check(cu.cuDeviceGetAttribute(&multiprocessors_, 16 /*MULTIPROCESSOR_COUNT*/, device_), "attribute query");
   }
   ~CudaDevice() override { cuda_driver().cuDevicePrimaryCtxRelease_v2(device_); }
 
@@ -174,6 +175,15 @@ class CudaDevice final : public Device {
     current();
     return std::make_unique<CudaEvent>();
   }
+  uint32_t resident_blocks(const Kernel& kernel, uint32_t warps_per_block) override {
+    current();
+    int per_multiprocessor = 0;
+    const int threads = int(block_threads(kernel, {1, warps_per_block}, warp_size_));
+    check(cuda_driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor,
+                                                                    static_cast<CUfunction>(kernel.handle), threads, 0),
+          "occupancy query of " + kernel.name);
+    return uint32_t(per_multiprocessor) * uint32_t(multiprocessors_);
+  }
   void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) override {
     check_launch(kernel, geometry, args);
     current();
@@ -234,7 +244,7 @@ class CudaDevice final : public Device {
   void current() const { cuda_driver().cuCtxSetCurrent(context_); }
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
-  int major_ = 0, minor_ = 0, warp_size_ = 32;
+  int major_ = 0, minor_ = 0, warp_size_ = 32, multiprocessors_ = 0;
 };
 
 }  // namespace

@@ -63,7 +63,8 @@ struct CUipcMemHandle {
   X(cuGraphInstantiateWithFlags, CUresult, CUgraphExec*, CUgraph, unsigned long long)                         \
   X(cuGraphLaunch, CUresult, CUgraphExec, CUstream)                                                           \
   X(cuGraphExecDestroy, CUresult, CUgraphExec)                                                                \
-  X(cuGraphDestroy, CUresult, CUgraph)
+  X(cuGraphDestroy, CUresult, CUgraph)                                                                        \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor, CUresult, int*, CUfunction, int, size_t)
 
 // ------------------------------------------------------------ HIP runtime API
 using hipError_t = int;
@@ -109,20 +110,21 @@ struct hipIpcMemHandle_t {
   X(hipGraphInstantiate, hipError_t, hipGraphExec_t*, hipGraph_t, void*, char*, size_t)                       \
   X(hipGraphLaunch, hipError_t, hipGraphExec_t, hipStream_t)                                                  \
   X(hipGraphExecDestroy, hipError_t, hipGraphExec_t)                                                          \
-  X(hipGraphDestroy, hipError_t, hipGraph_t)
+  X(hipGraphDestroy, hipError_t, hipGraph_t)                                                                  \
+  X(hipModuleOccupancyMaxActiveBlocksPerMultiprocessor, hipError_t, int*, hipFunction_t, int, size_t)
 
 #define EPJIT_DECLARE_SYMBOL(name, result, ...) result (*name)(__VA_ARGS__) = nullptr;
 
 struct CudaDriver {
   DynamicLibrary library;
   EPJIT_CUDA_SYMBOLS(EPJIT_DECLARE_SYMBOL)
-  static constexpr size_t kSymbolCount = 34;
+  static constexpr size_t kSymbolCount = 35;
 };
 
 struct HipDriver {
   DynamicLibrary library;
   EPJIT_HIP_SYMBOLS(EPJIT_DECLARE_SYMBOL)
-  static constexpr size_t kSymbolCount = 29;
+  static constexpr size_t kSymbolCount = 30;
   // hipGetDevicePropertiesR0600 where HIP has it (ROCm 6+), else the R0000
   // hipGetDeviceProperties; the layout follows (hip_properties.h).
   hipError_t (*hipGetDeviceProperties)(void*, int) = nullptr;

@@ -17,7 +17,7 @@ constexpr int kHipMemcpyHostToDevice = 1;
 constexpr int kHipMemcpyDeviceToHost = 2;
 constexpr int kHipMemcpyDeviceToDevice = 3;
 
-void check(hipError_t status, const char* what) {
+void check(hipError_t status, const std::string& what) {
   if (status == 0) return;
   const char* text = hip_driver().hipGetErrorString(status);
   throw Error(std::string("HIP ") + what + " failed: " + (text ? text : "unknown error") + " (" +
@@ -109,16 +109,20 @@ HipArchitecture read_architecture(int ordinal) {
     const auto* props = reinterpret_cast<const HipDevicePropR0600*>(buffer.data());
     name = props->gcnArchName;
     architecture.warp_size = props->warpSize;
+    architecture.compute_units = props->multiProcessorCount;
   } else {
     const auto* props = reinterpret_cast<const HipDevicePropR0000*>(buffer.data());
     name = props->gcnArchName;
     architecture.warp_size = props->warpSize;
+    architecture.compute_units = props->multiProcessorCount;
   }
   const size_t length = strnlen(name, sizeof architecture.gcn_arch_name);
   const bool plausible = length > 3 && length < sizeof architecture.gcn_arch_name && std::strncmp(name, "gfx", 3) == 0 &&
-                         (architecture.warp_size == 32 || architecture.warp_size == 64);
+                         (architecture.warp_size == 32 || architecture.warp_size == 64) &&
+                         architecture.compute_units > 0;
   if (!plausible)
-    throw Error("the HIP runtime's device properties do not hold a gfx architecture and a warp size of 32 or 64",
+    throw Error("the HIP runtime's device properties do not hold a gfx architecture, a warp size of 32 or 64 and a "
+                "compute unit count",
                 "a HIP runtime whose hipDeviceProp_t epjit knows (ROCm 5 or 6 layouts)",
                 "set EPJIT_TARGET to the GPU's architecture (rocminfo shows it), or report the ROCm version");
   std::memcpy(architecture.gcn_arch_name, name, length);
@@ -184,6 +188,14 @@ class HipDevice final : public Device {
     return std::make_unique<HipStream>(static_cast<hipStream_t>(native));
   }
   std::unique_ptr<Event> create_event() override { return std::make_unique<HipEvent>(); }
+  uint32_t resident_blocks(const Kernel& kernel, uint32_t warps_per_block) override {
+    int per_compute_unit = 0;
+    const int threads = int(block_threads(kernel, {1, warps_per_block}, wave_size()));
+    check(hip_driver().hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(
+              &per_compute_unit, static_cast<hipFunction_t>(kernel.handle), threads, 0),
+          "occupancy query of " + kernel.name);
+    return uint32_t(per_compute_unit) * uint32_t(architecture_.compute_units);
+  }
   void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) override {
     check_launch(kernel, geometry, args);
     std::vector<void*> values = args.pointers();

@@ -149,6 +149,7 @@ struct HipDevicePropR0600 {
 struct HipArchitecture {
   char gcn_arch_name[256];  // "gfx942:sramecc+:xnack-"
   int warp_size;
+  int compute_units;  // multiProcessorCount
 };
 
 }  // namespace epjit::drivers

@@ -16,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <limits>
 #include <thread>
 
 #include "epjit/device.h"
@@ -206,6 +207,8 @@ class HostDevice final : public Device {
   }
   std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
 
+  // Every warp of a launch is its own thread: all blocks are resident.
+  uint32_t resident_blocks(const Kernel&, uint32_t) override { return std::numeric_limits<uint32_t>::max(); }
   void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) override {
     check_launch(kernel, geometry, args);
     const auto entry = reinterpret_cast<HostEntry>(kernel.handle);

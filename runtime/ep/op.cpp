@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "epjit/error.h"
 #include "epjit/kernel_module.h"
@@ -76,8 +77,8 @@ int32_t read_word(Device& device, const void* base, size_t byte_offset) {
 
 namespace {
 
-// Elements of a row a combine warp sums at a time in its f32 scratch (whole
-// fp8 blocks of 128; the template's `chunk`).
+// Elements of a row one combine work item sums (whole fp8 blocks of 128; the
+// template's `chunk`): a few tokens still spread over many warps.
 constexpr int64_t kCombineChunk = 1024;
 
 }  // namespace
@@ -86,14 +87,11 @@ KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
   if (config.target.empty())
     throw Error("kernel_spec of a config without a target", "config.target set", "set the target to warm kernels for");
   // One binary serves every schedule variant: the kernels stride over tokens
-  // by the launched grid; the largest block bounds what the compilers plan
-  // registers for, and the largest combine grid sizes the per-warp scratch.
+  // by the launched grid, and the largest block bounds what the compilers
+  // plan registers for.
   int warps_per_block = 1;
-  int64_t scratch_warps = 1;
-  for (const ScheduleEntry& entry : config.resolved_schedule()) {
+  for (const ScheduleEntry& entry : config.resolved_schedule())
     warps_per_block = std::max({warps_per_block, entry.dispatch_warps, entry.combine_warps});
-    scratch_warps = std::max(scratch_warps, int64_t(entry.combine_blocks) * entry.combine_warps);
-  }
   KernelSpec spec{kEpTemplate, {}, config.target};
   spec.set("token_words", int64_t(config.dispatch_token_bytes() / 4))
       .set("scale_bytes", int64_t(config.scale_bytes_per_token()))
@@ -107,7 +105,6 @@ KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
       .set("quant", name_of(config.quant_type))
       .set("std_moe", config.enable_std_moe)
       .set("chunk", kCombineChunk)
-      .set("scratch_warps", scratch_warps)
       .set("combine_elem", name_of(config.combine_type()))
       .set("warps_per_block", warps_per_block);
   return spec;
@@ -242,6 +239,7 @@ struct EpDispatchCombineOp::Impl {
                       ", but target " + config.target + " runs " + std::to_string(config.target_info().wave_size),
                   "a module built for the config's target", "remove the stale cache entry (epjit-cache rm)");
     kernels = EpKernels::bind(*module);
+    fit_schedule_to_device();
     layout = WindowLayout::of(record);
     window = EpWindowMap::of(record, layout);
     require_region_bytes("recv_tokens", size_t(capacity()) * config.dispatch_token_bytes());
@@ -251,6 +249,37 @@ struct EpDispatchCombineOp::Impl {
     require_region_bytes("recv_origin", size_t(capacity()) * 2 * 4);
     if (config.combine_mode == CombineMode::Gather)
       require_region_bytes("combine_rows", size_t(capacity()) * config.combine_token_bytes());
+  }
+
+  // The blocks of every EP kernel wait for each other (the rank's meeting), so
+  // a grid must fit on the device at once or it hangs. Fewer blocks give the
+  // same results (the kernels stride over tokens by the grid): the schedule is
+  // cut to what the device holds, and that is logged once per process.
+  void fit_schedule_to_device() {
+    const Kernel* combine = config.combine_mode == CombineMode::Gather ? kernels.combine_gather : kernels.combine_scatter;
+    for (ScheduleEntry& entry : schedule) {
+      entry.dispatch_blocks = fit_blocks(*kernels.dispatch, entry.dispatch_blocks, entry.dispatch_warps);
+      entry.combine_blocks = fit_blocks(*combine, entry.combine_blocks, entry.combine_warps);
+      if (config.enable_std_moe) {
+        entry.dispatch_blocks = fit_blocks(*kernels.std_moe_pack, entry.dispatch_blocks, entry.dispatch_warps);
+        entry.combine_blocks = fit_blocks(*kernels.std_moe_unpack, entry.combine_blocks, entry.combine_warps);
+      }
+    }
+  }
+
+  int fit_blocks(const Kernel& kernel, int blocks, int warps) {
+    const uint32_t resident = device.resident_blocks(kernel, uint32_t(warps));
+    if (resident == 0)
+      throw Error(kernel.name + " cannot hold one block of " + std::to_string(warps) + " warps on this " +
+                      std::string(device.kind()) + " device (too many registers or too much shared memory per block)",
+                  "a block size the device can run", "lower the schedule's warps for this shape (config.schedule)");
+    if (uint32_t(blocks) <= resident) return blocks;
+    static std::once_flag logged;
+    std::call_once(logged, [&] {
+      log().warn("{}: {} blocks of {} warps do not fit on the device at once ({} do); launching {} (same results)",
+                 kernel.name, blocks, warps, resident, resident);
+    });
+    return int(resident);
   }
 
   // The op hands out views into regions; each must hold what its view spans.

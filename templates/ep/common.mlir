@@ -14,8 +14,7 @@ ep.param @capacity : index {min = 1 : i64}          // tokens one rank can recei
 ep.param @combine_mode : index {names = ["gather", "scatter"]}
 ep.param @quant : index {names = ["none", "fp8_direct_cast", "fp8_blockwise"]}  // scatter's transport
 ep.param @std_moe : i1 {default_value = false}      // the standard-MoE layout regions
-ep.param @chunk : index {min = 128 : i64, multiple_of = 128 : i64}  // elements a warp sums at a time (whole fp8 blocks)
-ep.param @scratch_warps : index {min = 1 : i64}     // the most warps a combine-side launch runs
+ep.param @chunk : index {min = 128 : i64, multiple_of = 128 : i64}  // elements of a combine work item (whole fp8 blocks)
 ep.param @combine_elem : !ep.row_elem<"combine_elem">
 
 // Words of @state.
@@ -163,28 +162,6 @@ ep.window_region @scatter_weights : f32 {
   %boxes = arith.muli %max_tokens, %topk : index
   %weights = arith.muli %boxes, %topk : index
   %count = arith.select %scatter, %weights, %c0 : index
-  ep.yield %count : index
-}
-// Local scratch: each combine-side warp's running f32 sum of a chunk, and
-// (scatter under quant) its dequantized contribution.
-ep.window_region @accumulator : f32 {
-  %warps = ep.param_value @scratch_warps : index
-  %chunk = ep.param_value @chunk : index
-  %count = arith.muli %warps, %chunk : index
-  ep.yield %count : index
-}
-ep.window_region @dequantized : f32 {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %mode = ep.param_value @combine_mode : index
-  %quant = ep.param_value @quant : index
-  %scatter = arith.cmpi eq, %mode, %c1 : index
-  %quantized = arith.cmpi ne, %quant, %c0 : index
-  %used = arith.andi %scatter, %quantized : i1
-  %warps = ep.param_value @scratch_warps : index
-  %chunk = ep.param_value @chunk : index
-  %scratch = arith.muli %warps, %chunk : index
-  %count = arith.select %used, %scratch, %c0 : index
   ep.yield %count : index
 }
 // Standard MoE: the per-expert counts being taken (local), and the packed

@@ -126,11 +126,12 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
     }
   }
 
-  // The last warp tells every rank this one is done, waits for all of them,
-  // then publishes what arrived and clears the receive counter.
+  // The last block to finish tells every rank this one is done; its lead
+  // warp waits for all of them, then publishes what arrived and clears the
+  // receive counter.
   %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %dispatch_meeting) : (!ep.window, index, i32, index, index) -> i1
   scf.if %last {
-    func.call @wait_for_all(%w, %rank, %epoch, %dispatch_meeting) : (!ep.window, index, i32, index) -> ()
+    func.call @poll_all(%w, %rank, %epoch, %dispatch_meeting) : (!ep.window, index, i32, index) -> ()
     %total_at = arith.muli %max_tokens, %topk : index
     %received = scf.if %replaying -> (i32) {
       %recorded = ep.load %route[%total_at] : !ep.ptr<i32>

@@ -77,19 +77,19 @@ ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sourc
 }
 
 // Standard MoE, back into combine: each received token's row is the f32 sum
-// of its local experts' output rows (in top-k order), rounded once to bf16.
+// of its local experts' output rows (each expert once, in top-k order),
+// rounded once to bf16.
 ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<bf16>, %rank: index,
                              %w: !ep.window) warps_per_block(4) {
   %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %total_word = ep.constant_value @state_total_recv : index
   %true = arith.constant true
-  %false = arith.constant false
+  %total_word = ep.constant_value @state_total_recv : index
   %hidden = ep.param_value @hidden : index
   %topk = ep.param_value @topk : index
   %epr = ep.param_value @experts_per_rank : index
   %world = ep.param_value @world : index
   %max_tokens = ep.param_value @max_tokens : index
+  %chunk = ep.param_value @chunk : index
   %rows_per_expert = arith.muli %world, %max_tokens : index
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
   %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
@@ -98,9 +98,6 @@ ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<bf
   %slots = ep.peer_ptr %w[%rank] @moe_slots[%c0] : !ep.ptr<i32>
   %first = ep.global_warp_index : index
   %stride = ep.global_warp_count : index
-  %chunk = ep.param_value @chunk : index
-  %scratch_at = arith.muli %first, %chunk : index
-  %acc = ep.peer_ptr %w[%rank] @accumulator[%scratch_at] : !ep.ptr<f32>
   scf.for %i = %first to %total step %stride {
     %row = arith.muli %i, %topk : index
     %out_at = arith.muli %i, %hidden : index
@@ -108,38 +105,28 @@ ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<bf
       %left = arith.subi %hidden, %c : index
       %short = arith.cmpi ult, %left, %chunk : index
       %n = arith.select %short, %left, %chunk : index
-      %seen = scf.for %j = %c0 to %topk step %c1 iter_args(%any = %false) -> (i1) {
+      %out_chunk = arith.addi %out_at, %c : index
+      // Source j: the packed row of (token, k = j) when its expert is here and not a repeat.
+      ep.warp.sum_rows %combine_in[%out_chunk], %n, sources(%topk) : !ep.ptr<bf16> {
+      ^bb0(%j: index):
         %at = arith.addi %row, %j : index
         %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
         %expert = arith.index_cast %expert_i32 : i32 to index
         %owner = arith.divui %expert, %epr : index
         %here = arith.cmpi eq, %owner, %rank : index
-        %counted = scf.if %here -> (i1) {
-          %repeat = func.call @repeats_earlier(%indices, %row, %j, %true) : (!ep.ptr<i32>, index, index, i1) -> i1
-          %fresh = arith.xori %repeat, %true : i1
-          scf.if %fresh {
-            %local = arith.remui %expert, %epr : index
-            %position_i32 = ep.load %slots[%at] : !ep.ptr<i32>
-            %position = arith.index_cast %position_i32 : i32 to index
-            %packed_row_base = arith.muli %local, %rows_per_expert : index
-            %packed_row = arith.addi %packed_row_base, %position : index
-            %packed_row_at = arith.muli %packed_row, %hidden : index
-            %packed_at = arith.addi %packed_row_at, %c : index
-            scf.if %any {
-              ep.warp.accumulate %expert_out[%packed_at], %acc[%c0], %n : !ep.ptr<bf16> -> !ep.ptr<f32>
-            } else {
-              ep.warp.copy_row %expert_out[%packed_at], %acc[%c0], %n : !ep.ptr<bf16> -> !ep.ptr<f32>
-            }
-          }
-          %now = arith.ori %any, %fresh : i1
-          scf.yield %now : i1
-        } else {
-          scf.yield %any : i1
-        }
-        scf.yield %counted : i1
+        %repeat = func.call @repeats_earlier(%indices, %row, %j, %true) : (!ep.ptr<i32>, index, index, i1) -> i1
+        %fresh = arith.xori %repeat, %true : i1
+        %valid = arith.andi %here, %fresh : i1
+        %local = arith.remui %expert, %epr : index
+        %position_i32 = ep.load %slots[%at] : !ep.ptr<i32>
+        %position = arith.index_cast %position_i32 : i32 to index
+        %packed_row_base = arith.muli %local, %rows_per_expert : index
+        %packed_row = arith.addi %packed_row_base, %position : index
+        %packed_row_at = arith.muli %packed_row, %hidden : index
+        %packed_at = arith.addi %packed_row_at, %c : index
+        %src = ep.ptr_add %expert_out, %packed_at : !ep.ptr<bf16>
+        ep.source %valid, %src : !ep.ptr<bf16>
       }
-      %out_chunk = arith.addi %out_at, %c : index
-      ep.warp.copy_row %acc[%c0], %combine_in[%out_chunk], %n : !ep.ptr<f32> -> !ep.ptr<bf16>
     }
   }
 }

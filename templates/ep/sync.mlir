@@ -1,42 +1,54 @@
 // ep/sync: how the ranks of an op meet, and the routing helpers dispatch and
-// std-MoE share. Cross-rank counters reset themselves: the last warp of a
+// std-MoE share. Cross-rank counters reset themselves: the last block of a
 // rank to arrive clears the count, and "everyone arrived" is an epoch number
 // in the signal flags (flag >= epoch), so dispatch -> combine replays with no
-// host work.
+// host work. Every warp of a block must call arrive and wait_for_all (they
+// hold the block's barrier).
 ep.include "ep/common"
 
-// The calling warp's arrival at a cross-rank meeting: counts the warps of
-// this rank in state[counter]; the last one resets the count and raises this
-// rank's flag (signals[meeting * world + rank] = epoch) on every rank.
-// Returns true on the last warp.
+// The calling block's arrival at a cross-rank meeting, once all its warps
+// are there: one warp per block counts the block in state[counter] (one
+// release fence and one atomic per block, not per warp); the last block
+// resets the count and raises this rank's flag (signals[meeting * world +
+// rank] = epoch) on every rank. Returns true on that one warp.
 func.func private @arrive(%w: !ep.window, %rank: index, %epoch: i32, %counter: index, %meeting: index) -> i1 {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %zero = arith.constant 0 : i32
   %one = arith.constant 1 : i32
+  %false = arith.constant false
   %world = ep.param_value @world : index
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
-  ep.fence scope(system) order(release)
-  %before = ep.atomic_rmw add %state[%counter], %one scope(agent) order(acq_rel) : !ep.ptr<i32>
-  %warps = ep.global_warp_count : index
-  %warps_i32 = arith.index_cast %warps : index to i32
-  %last_count = arith.subi %warps_i32, %one : i32
-  %last = arith.cmpi eq, %before, %last_count : i32
-  scf.if %last {
-    ep.atomic_store %zero, %state[%counter] scope(agent) order(relaxed) : !ep.ptr<i32>
-    %base = arith.muli %meeting, %world : index
-    %slot = arith.addi %base, %rank : index
-    scf.for %peer = %c0 to %world step %c1 {
-      %flags = ep.peer_ptr %w[%peer] @signals[%c0] : !ep.ptr<i32>
-      ep.atomic_store %epoch, %flags[%slot] scope(system) order(release) : !ep.ptr<i32>
+  ep.block_barrier
+  %warp = ep.warp_index : index
+  %lead = arith.cmpi eq, %warp, %c0 : index
+  %last = scf.if %lead -> (i1) {
+    ep.fence scope(system) order(release)
+    %before = ep.atomic_rmw add %state[%counter], %one scope(agent) order(acq_rel) : !ep.ptr<i32>
+    %blocks = ep.block_count : index
+    %blocks_i32 = arith.index_cast %blocks : index to i32
+    %last_count = arith.subi %blocks_i32, %one : i32
+    %is_last = arith.cmpi eq, %before, %last_count : i32
+    scf.if %is_last {
+      ep.atomic_store %zero, %state[%counter] scope(agent) order(relaxed) : !ep.ptr<i32>
+      %base = arith.muli %meeting, %world : index
+      %slot = arith.addi %base, %rank : index
+      scf.for %peer = %c0 to %world step %c1 {
+        %flags = ep.peer_ptr %w[%peer] @signals[%c0] : !ep.ptr<i32>
+        ep.atomic_store %epoch, %flags[%slot] scope(system) order(release) : !ep.ptr<i32>
+      }
     }
+    scf.yield %is_last : i1
+  } else {
+    scf.yield %false : i1
   }
   return %last : i1
 }
 
-// Waits until every rank has raised its flag of `meeting` to `epoch`. A rank
-// that never comes sets error_peer_timeout instead of hanging.
-func.func private @wait_for_all(%w: !ep.window, %rank: index, %epoch: i32, %meeting: index) {
+// Polls, on the calling warp alone, until every rank has raised its flag of
+// `meeting` to `epoch`. A rank that never comes sets error_peer_timeout
+// instead of hanging.
+func.func private @poll_all(%w: !ep.window, %rank: index, %epoch: i32, %meeting: index) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %error_word = ep.constant_value @state_error : index
@@ -49,6 +61,19 @@ func.func private @wait_for_all(%w: !ep.window, %rank: index, %epoch: i32, %meet
     %ok = ep.wait_until %flags[%peer] ge %epoch scope(system) max_spins(200000000)
         error(%state[%error_word], %timeout) : !ep.ptr<i32>, !ep.ptr<i32>
   }
+  return
+}
+
+// poll_all for a whole block: one warp polls, then the block's barrier lets
+// the others on.
+func.func private @wait_for_all(%w: !ep.window, %rank: index, %epoch: i32, %meeting: index) {
+  %c0 = arith.constant 0 : index
+  %warp = ep.warp_index : index
+  %lead = arith.cmpi eq, %warp, %c0 : index
+  scf.if %lead {
+    func.call @poll_all(%w, %rank, %epoch, %meeting) : (!ep.window, index, i32, index) -> ()
+  }
+  ep.block_barrier
   return
 }
 

@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +55,9 @@ struct EpCase {
   bool zero_copy = false;  // gather: experts write into op.combine_input()
   uint32_t seed = 1;
 };
+
+// gtest prints a case by its name, not as a dump of its bytes.
+inline void PrintTo(const EpCase& c, std::ostream* os) { *os << c.name << " (" << c.target << ", world " << c.world << ")"; }
 
 inline EpDispatchCombineConfig configFor(const EpCase& c, int rank) {
   EpDispatchCombineConfig config;

@@ -106,6 +106,22 @@ INSTANTIATE_TEST_SUITE_P(Sm90, GpuTemplate, ::testing::ValuesIn(kCases), [](cons
   return std::string(info.param.name) + "_h" + std::to_string(info.param.hidden);
 });
 
+// The occupancy query the EP op fits its grids with: whole SMs' worth of
+// blocks, at least one block per SM at the templates' geometry, more with
+// smaller blocks.
+TEST(GpuOccupancy, ResidentBlocksCountWholeMultiprocessors) {
+  if (!gpu().device) GTEST_SKIP() << "no CUDA device: " << gpu().why_not;
+  Device& device = *gpu().device;
+  auto artifact = cache().get({"quantize_fp8_direct", {{"hidden", "7168"}}, device.default_target()});
+  auto module = device.load_module(artifact->binary);
+  const Kernel kernel = module->kernel("quantize_fp8_direct");
+  const uint32_t full = device.resident_blocks(kernel, kWarpsPerBlock);
+  const uint32_t single = device.resident_blocks(kernel, 1);
+  EXPECT_GE(full, kBlocks) << "an H200 has 132 SMs";
+  EXPECT_EQ(full % kBlocks, 0u) << full << " is not a whole number of blocks per SM";
+  EXPECT_GE(single, full);
+}
+
 // quantize_fp8_direct captured once, replayed 50 times with fresh inputs
 // copied into the captured buffers before each replay.
 TEST(GpuGraph, CapturedQuantizeReplaysWithFreshInputs) {

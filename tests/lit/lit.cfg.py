@@ -1,6 +1,7 @@
 # lit configuration of epjit's FileCheck suite. Self-contained (no lit.llvm),
 # so it runs with the lit that LLVM 22 ships.
 import os
+import sys
 
 import lit.formats
 
@@ -16,11 +17,11 @@ config.environment["PATH"] = os.pathsep.join(
     [config.epjit_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")]
 )
 config.substitutions.append(("%epjit_src", config.epjit_src_root))
+config.substitutions.append(("%python", sys.executable))
 
 # The EP kernels' parameters at DeepSeek-V3 EP8 (hidden 7168, top-8, 256 experts,
-# 128 tokens per rank, bf16 combine, scatter with fp8 blockwise quant, the
-# default schedule's largest combine grid of 128 blocks of 8 or 16 warps).
+# 128 tokens per rank, bf16 combine, scatter with fp8 blockwise quant).
 config.substitutions.append(("%{ep}", " ".join("--set " + p for p in [
     "token_words=1792", "scale_bytes=0", "hidden=7168", "topk=8", "experts_per_rank=32", "world=8",
     "max_tokens=128", "capacity=1024", "combine_mode=scatter", "quant=fp8_blockwise", "combine_elem=bf16",
-    "chunk=1024", "scratch_warps=2048"])))
+    "chunk=1024"])))

@@ -71,7 +71,9 @@ KernelCache make_cache(const std::string& dir) {
 }
 
 // One GPU per rank (the rank's ordinal), or the host.
-std::unique_ptr<Device> device_of_rank(const Options& o, int rank) { return make_device(o.device, o.device == "host" ? 0 : rank); }
+std::unique_ptr<Device> device_of_rank(const Options& o, int rank) {
+  return make_device(o.device, o.device == "host" ? 0 : rank);
+}
 
 std::string gpu_name(const std::string& device) { return device == "hip" ? "AMD GPU (HIP)" : "CUDA GPU"; }
 

@@ -62,6 +62,8 @@ struct EpCheckTarget : impl::EpCheckTargetBase<EpCheckTarget> {
       LogicalResult result = success();
       if (auto quantize = dyn_cast<ep::WarpQuantizeOp>(op)) result = checkConversion(quantize, *info);
       if (auto dequantize = dyn_cast<ep::WarpDequantizeOp>(op)) result = checkConversion(dequantize, *info);
+      if (auto sum = dyn_cast<ep::WarpSumRowsOp>(op); sum && sum.getFormat())
+        result = checkFp8(op, *info, sum.getFormatAttr().getValue(), /*softwareFallback=*/false);
       failed |= mlir::failed(result);
     });
     if (failed) signalPassFailure();

@@ -49,6 +49,14 @@ void lowerConversion(OpT op, const TargetInfo& target) {
   op.setMethodAttr(ep::ConversionMethodAttr::get(context, method));
 }
 
+// A sum of fp8 codes decodes them with the target's primitive for the format.
+void lowerSumFormat(ep::WarpSumRowsOp op, const TargetInfo& target) {
+  MLIRContext* context = op.getContext();
+  const Fp8Format format = resolveFp8(op.getFormatAttr().getValue(), target);
+  op.setFormatAttr(ep::Fp8KindAttr::get(context, fp8KindOf(format)));
+  op.setMethodAttr(ep::ConversionMethodAttr::get(context, fp8Method(target, format)));
+}
+
 struct EpLowerNumerics : impl::EpLowerNumericsBase<EpLowerNumerics> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -57,6 +65,7 @@ struct EpLowerNumerics : impl::EpLowerNumericsBase<EpLowerNumerics> {
     module.walk([&](Operation* op) {
       if (auto quantize = dyn_cast<ep::WarpQuantizeOp>(op)) lowerConversion(quantize, *target);
       if (auto dequantize = dyn_cast<ep::WarpDequantizeOp>(op)) lowerConversion(dequantize, *target);
+      if (auto sum = dyn_cast<ep::WarpSumRowsOp>(op); sum && sum.getFormat()) lowerSumFormat(sum, *target);
     });
   }
 };

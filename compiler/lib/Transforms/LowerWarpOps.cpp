@@ -9,6 +9,8 @@
 // agree bit for bit with the GPU target of the same wave width.
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
 #include "epjit/Compiler/Passes.h"
@@ -46,6 +48,27 @@ bool isKnownMultipleOf(Value value, int64_t m) {
   if (auto loop = scf::getForInductionVarOwner(value))
     return isKnownMultipleOf(loop.getLowerBound(), m) && isKnownMultipleOf(loop.getStep(), m);
   return false;
+}
+
+// True when `ptr` is known to point at a multiple of `elements` elements from
+// a 16-byte aligned base: a window region (256-byte aligned) at such an
+// offset, a pointer advanced by such an offset, or a function's pointer
+// argument (every pointer that crosses a function boundary is a 16-byte
+// aligned row start: the kernel argument contract).
+bool isKnownAlignedPointer(Value ptr, int64_t elements) {
+  if (isa<BlockArgument>(ptr)) return true;
+  if (auto peer = ptr.getDefiningOp<ep::PeerPtrOp>()) return isKnownMultipleOf(peer.getOffset(), elements);
+  if (auto add = ptr.getDefiningOp<ep::PtrAddOp>())
+    return isKnownAlignedPointer(add.getBase(), elements) && isKnownMultipleOf(add.getOffset(), elements);
+  if (auto select = ptr.getDefiningOp<arith::SelectOp>())
+    return isKnownAlignedPointer(select.getTrueValue(), elements) &&
+           isKnownAlignedPointer(select.getFalseValue(), elements);
+  return false;
+}
+
+// An access of whole `elements`-element chunks at ptr[offset + k * elements] is 16-byte aligned.
+bool isAlignedAccess(Value ptr, Value offset, int64_t elements) {
+  return isKnownAlignedPointer(ptr, elements) && isKnownMultipleOf(offset, elements);
 }
 
 // Index arithmetic and the small control structures the lowerings share.
@@ -198,7 +221,8 @@ struct ConversionLowering {
     ep::StoreOp::create(l.b, scale, op.getScales(), l.add(op.getScalesOffset(), blockIndex));
   }
   Value loadScale(Value blockIndex) {
-    return ep::LoadOp::create(l.b, scaleType(), op.getScales(), l.add(op.getScalesOffset(), blockIndex));
+    // Each lane group loads its own block's scale: a per-lane load.
+    return ep::LaneLoadOp::create(l.b, scaleType(), op.getScales(), l.add(op.getScalesOffset(), blockIndex));
   }
   Type scaleType() {
     return op.getScale() == ep::ScaleKind::e8m0 ? Type(l.b.getI8Type()) : Type(l.b.getF32Type());
@@ -265,8 +289,8 @@ struct ConversionLowering {
 template <typename OpT>
 void lowerConversion(OpT op, Lowering& l, bool quantize) {
   ConversionShape<OpT> shape = shapeOf(op, quantize);
-  const bool aligned = isKnownMultipleOf(shape.valuesOffset, kConvertChunk) &&
-                       isKnownMultipleOf(shape.codesOffset, shape.fp4 ? kConvertChunk / 2 : kConvertChunk);
+  const bool aligned = isAlignedAccess(shape.values, shape.valuesOffset, kConvertChunk) &&
+                       isAlignedAccess(shape.codes, shape.codesOffset, shape.fp4 ? kConvertChunk / 2 : kConvertChunk);
   ConversionLowering<OpT>{l, op, quantize, shape, aligned}.lower();
 }
 
@@ -296,25 +320,78 @@ void forEachLaneChunk(Lowering& l, Value count, int64_t chunk, llvm::function_re
 
 int64_t rowChunk(Value src) { return 16 / elementBytes(ep::elementTypeOf(src)); }
 
+// A copy keeps `copy_loads_in_flight` chunks per lane in flight: lane i of
+// a step takes chunks first + i + k * wave (k < unroll), all loaded before
+// any is stored. The host target walks the same chunks lane by lane.
 void lowerCopy(ep::WarpCopyRowOp op, Lowering& l) {
   const int64_t chunk = rowChunk(op.getSrc());
-  const bool aligned = isKnownMultipleOf(op.getSrcOffset(), chunk) && isKnownMultipleOf(op.getDstOffset(), chunk);
-  forEachLaneChunk(l, op.getCount(), chunk, [&](Value start, Value n) {
-    ep::LaneCopyChunkOp::create(l.b, op.getSrc(), l.add(op.getSrcOffset(), start), op.getDst(),
-                                l.add(op.getDstOffset(), start), n, l.b.getI64IntegerAttr(chunk),
-                                l.b.getBoolAttr(aligned));
+  const int64_t wave = l.target.wave_size;
+  const int64_t unroll = std::max(1, l.target.copy_loads_in_flight);
+  const bool aligned =
+      isAlignedAccess(op.getSrc(), op.getSrcOffset(), chunk) && isAlignedAccess(op.getDst(), op.getDstOffset(), chunk);
+  Value src = ep::PtrAddOp::create(l.b, op.getSrc().getType(), op.getSrc(), op.getSrcOffset());
+  Value dst = ep::PtrAddOp::create(l.b, op.getDst().getType(), op.getDst(), op.getDstOffset());
+  Value chunks = l.ceilDiv(op.getCount(), chunk);
+  Value stride = l.index(wave * chunk);
+  auto copyFrom = [&](Value chunkIndex) {
+    ep::LaneCopyChunksOp::create(l.b, src, dst, op.getCount(), l.mul(chunkIndex, chunk), stride,
+                                 l.b.getI64IntegerAttr(chunk), l.b.getI64IntegerAttr(unroll),
+                                 l.b.getBoolAttr(aligned));
+  };
+  Value zero = l.index(0);
+  if (l.simt()) {
+    Value lane = ep::LaneIdOp::create(l.b, l.b.getIndexType());
+    l.loop(zero, chunks, wave * unroll, [&](Value first) { copyFrom(l.add(first, lane)); });
+    return;
+  }
+  l.loop(zero, chunks, wave * unroll, [&](Value first) {
+    l.loop(zero, l.index(wave), 1, [&](Value lane) { copyFrom(l.add(first, lane)); });
   });
 }
 
 void lowerAccumulate(ep::WarpAccumulateOp op, Lowering& l) {
   const int64_t chunk = rowChunk(op.getSrc());
-  const bool aligned = isKnownMultipleOf(op.getSrcOffset(), chunk) && isKnownMultipleOf(op.getAccOffset(), chunk);
+  const bool aligned =
+      isAlignedAccess(op.getSrc(), op.getSrcOffset(), chunk) && isAlignedAccess(op.getAcc(), op.getAccOffset(), chunk);
   Value weight = op.getWeight() ? op.getWeight() : l.f32(1.0f);
   forEachLaneChunk(l, op.getCount(), chunk, [&](Value start, Value n) {
     ep::LaneAccumulateChunkOp::create(l.b, op.getSrc(), l.add(op.getSrcOffset(), start), op.getAcc(),
                                       l.add(op.getAccOffset(), start), n, weight, l.b.getI64IntegerAttr(chunk),
                                       l.b.getBoolAttr(aligned));
   });
+}
+
+// ------------------------------------------------------------ multi-row sum
+
+LogicalResult lowerSumRows(ep::WarpSumRowsOp op, Lowering& l) {
+  std::optional<int64_t> sources = getConstantIntValue(op.getSources());
+  if (!sources || *sources < 1 || *sources > 64)
+    return op.emitError() << "ep.warp.sum_rows needs a constant count of 1 to 64 sources once specialized";
+  // The body, once per source with its number as a constant: every source's
+  // row is known before the lanes start loading.
+  SmallVector<Value> valid, rows, scales;
+  Block& body = op.getBody().front();
+  for (int64_t j = 0; j < *sources; ++j) {
+    IRMapping mapping;
+    mapping.map(body.getArgument(0), l.index(j));
+    for (Operation& inner : body.without_terminator()) l.b.clone(inner, mapping);
+    ep::SourceOp source = op.getSource();
+    valid.push_back(mapping.lookupOrDefault(source.getValid()));
+    rows.push_back(mapping.lookupOrDefault(source.getRow()));
+    if (source.getScales()) scales.push_back(mapping.lookupOrDefault(source.getScales()));
+  }
+  // A lane chunk is 16 bytes of each source (8 bf16, 4 f32, 16 fp8 codes):
+  // one vector load per source, and vector stores of the sum, when the
+  // destination and every row are known to start on a 16-byte boundary.
+  const int64_t chunk = 16 / elementBytes(ep::elementTypeOf(rows.front()));
+  bool aligned = isAlignedAccess(op.getDst(), op.getDstOffset(), chunk);
+  for (Value row : rows) aligned = aligned && isKnownAlignedPointer(row, chunk);
+  Value dst = ep::PtrAddOp::create(l.b, op.getDst().getType(), op.getDst(), op.getDstOffset());
+  forEachLaneChunk(l, op.getCount(), chunk, [&](Value start, Value n) {
+    ep::LaneSumChunkOp::create(l.b, dst, start, n, valid, rows, scales, op.getFormatAttr(), op.getBlockAttr(),
+                               op.getMethodAttr(), l.b.getI64IntegerAttr(chunk), l.b.getBoolAttr(aligned));
+  });
+  return success();
 }
 
 // ------------------------------------------------------------ row reduction
@@ -367,8 +444,8 @@ struct EpLowerWarpOps : impl::EpLowerWarpOpsBase<EpLowerWarpOps> {
 
     SmallVector<Operation*> warpOps;
     module.walk([&](Operation* op) {
-      if (isa<ep::WarpQuantizeOp, ep::WarpDequantizeOp, ep::WarpCopyRowOp, ep::WarpAccumulateOp, ep::WarpReduceOp>(
-              op))
+      if (isa<ep::WarpQuantizeOp, ep::WarpDequantizeOp, ep::WarpCopyRowOp, ep::WarpAccumulateOp, ep::WarpReduceOp,
+              ep::WarpSumRowsOp>(op))
         warpOps.push_back(op);
     });
     for (Operation* op : warpOps) {
@@ -380,6 +457,10 @@ struct EpLowerWarpOps : impl::EpLowerWarpOpsBase<EpLowerWarpOps> {
         op->emitError() << "no conversion method: run ep-lower-numerics before ep-lower-warp-ops";
         return signalPassFailure();
       }
+      if (auto sum = dyn_cast<ep::WarpSumRowsOp>(op); sum && sum.getFormat() && !sum.getMethod()) {
+        op->emitError() << "no conversion method: run ep-lower-numerics before ep-lower-warp-ops";
+        return signalPassFailure();
+      }
       ImplicitLocOpBuilder builder(op->getLoc(), op);
       Lowering lowering{builder, *target};
       if (auto quantize = dyn_cast<ep::WarpQuantizeOp>(op)) lowerConversion(quantize, lowering, true);
@@ -387,6 +468,8 @@ struct EpLowerWarpOps : impl::EpLowerWarpOpsBase<EpLowerWarpOps> {
       if (auto copy = dyn_cast<ep::WarpCopyRowOp>(op)) lowerCopy(copy, lowering);
       if (auto accumulate = dyn_cast<ep::WarpAccumulateOp>(op)) lowerAccumulate(accumulate, lowering);
       if (auto reduce = dyn_cast<ep::WarpReduceOp>(op)) reduce.getResult().replaceAllUsesWith(lowerReduce(reduce, lowering));
+      if (auto sum = dyn_cast<ep::WarpSumRowsOp>(op); sum && failed(lowerSumRows(sum, lowering)))
+        return signalPassFailure();
       op->erase();
     }
     module->setAttr(ep::EpDialect::kLoweringAttrName,

@@ -119,7 +119,8 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (auto includes = module.getOps<ep::IncludeOp>(); !includes.empty()) {
-      (*includes.begin()).emitError() << "ep.include \"" << (*includes.begin()).getFile() << "\" is not linked: run ep-link first";
+      ep::IncludeOp include = *includes.begin();
+      include.emitError() << "ep.include \"" << include.getFile() << "\" is not linked: run ep-link first";
       return signalPassFailure();
     }
     llvm::StringMap<std::string> requested;

@@ -296,6 +296,34 @@ static LogicalResult verifyQuantizeLike(OpT op, Value values, Value codes) {
   return success();
 }
 
+LogicalResult WarpSumRowsOp::verify() {
+  if (!isRowElementType(elementTypeOf(getDst())))
+    return emitOpError() << "sums into bf16 or f32 rows; got " << elementTypeOf(getDst());
+  Block& body = getBody().front();
+  if (body.getNumArguments() != 1 || !body.getArgument(0).getType().isIndex())
+    return emitOpError() << "the body takes one index argument: the source's number";
+  if (body.empty() || !isa<SourceOp>(body.back()))
+    return emitOpError() << "the body must end with ep.source";
+  SourceOp source = getSource();
+  Type row = elementTypeOf(source.getRow());
+  if (getFormat()) {
+    if (!row.isInteger(8)) return emitOpError() << "fp8 sources are codes (!ep.ptr<i8>); got " << row;
+  } else if (!isRowElementType(row)) {
+    return emitOpError() << "sources are bf16 or f32 rows (or fp8 codes with a format); got " << row;
+  }
+  const bool scaled = getBlock().has_value();
+  if (scaled != getScale().has_value() || (scaled && !getFormat()))
+    return emitOpError() << "block and scale go together, with a format: give all three (blockwise fp8) or none";
+  if (scaled && (*getBlock() != 128 || *getScale() != ScaleKind::f32))
+    return emitOpError() << "scaled sources are fp8 blockwise: block = 128 and scale = #ep.scale<f32>";
+  if (scaled != bool(source.getScales()))
+    return emitOpError() << (scaled ? "scaled sources give their scales: ep.source ... scales %s"
+                                    : "ep.source gives scales only for scaled sources");
+  if (source.getScales() && !elementTypeOf(source.getScales()).isF32())
+    return emitOpError() << "blockwise scales are f32; got " << source.getScales().getType();
+  return success();
+}
+
 LogicalResult WarpQuantizeOp::verify() { return verifyQuantizeLike(*this, getSrc(), getDst()); }
 LogicalResult WarpDequantizeOp::verify() { return verifyQuantizeLike(*this, getDst(), getSrc()); }
 

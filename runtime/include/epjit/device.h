@@ -175,6 +175,10 @@ class Device {
   // destroyed with the returned object. Throws on the host device.
   virtual std::unique_ptr<Stream> wrap_stream(void* native) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
+  // How many blocks of `warps_per_block` warps of `kernel` the whole device
+  // holds at once (blocks per SM/CU times their count). Kernels whose blocks
+  // wait for each other (a cross-rank meeting) must not launch more.
+  virtual uint32_t resident_blocks(const Kernel& kernel, uint32_t warps_per_block) = 0;
   // Enqueues a launch with a copy of the argument values.
   virtual void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) = 0;
   virtual void synchronize() = 0;

@@ -241,3 +241,63 @@ ep.param @row : !ep.row_elem<"other">
 
 // expected-error @+1 {{type parameter @row takes no default, multiple_of or min}}
 ep.param @row : !ep.row_elem<"row"> {min = 1 : i64}
+
+// -----
+
+func.func @sum_into_codes(%q: !ep.ptr<i8>, %n: index) {
+  %true = arith.constant true
+  // expected-error @+1 {{sums into bf16 or f32 rows; got 'i8'}}
+  ep.warp.sum_rows %q[%n], %n, sources(%n) : !ep.ptr<i8> {
+  ^bb0(%j: index):
+    ep.source %true, %q : !ep.ptr<i8>
+  }
+  return
+}
+
+// -----
+
+func.func @sum_codes_without_format(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %n: index) {
+  %true = arith.constant true
+  // expected-error @+1 {{sources are bf16 or f32 rows (or fp8 codes with a format); got 'i8'}}
+  ep.warp.sum_rows %x[%n], %n, sources(%n) : !ep.ptr<bf16> {
+  ^bb0(%j: index):
+    ep.source %true, %q : !ep.ptr<i8>
+  }
+  return
+}
+
+// -----
+
+func.func @sum_blockwise_without_scales(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %n: index) {
+  %true = arith.constant true
+  // expected-error @+1 {{scaled sources give their scales: ep.source ... scales %s}}
+  ep.warp.sum_rows %x[%n], %n, sources(%n) {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>} : !ep.ptr<bf16> {
+  ^bb0(%j: index):
+    ep.source %true, %q : !ep.ptr<i8>
+  }
+  return
+}
+
+// -----
+
+func.func @sum_mx_blocks(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %s: !ep.ptr<f32>, %n: index) {
+  %true = arith.constant true
+  // expected-error @+1 {{scaled sources are fp8 blockwise: block = 128 and scale = #ep.scale<f32>}}
+  ep.warp.sum_rows %x[%n], %n, sources(%n) {format = #ep.fp8<target>, block = 32, scale = #ep.scale<f32>} : !ep.ptr<bf16> {
+  ^bb0(%j: index):
+    ep.source %true, %q scales %s : !ep.ptr<i8>, !ep.ptr<f32>
+  }
+  return
+}
+
+// -----
+
+func.func @sum_body_without_index(%x: !ep.ptr<bf16>, %n: index) {
+  %true = arith.constant true
+  // expected-error @+1 {{the body takes one index argument: the source's number}}
+  ep.warp.sum_rows %x[%n], %n, sources(%n) : !ep.ptr<bf16> {
+  ^bb0(%j: i32):
+    ep.source %true, %x : !ep.ptr<bf16>
+  }
+  return
+}

@@ -85,6 +85,22 @@ ep.kernel @warp_ops(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %q: !ep.ptr<i8>, %s: !e
   ep.warp.dequantize %q[%c0], %f[%c0], %n scales %s[%c0] {format = #ep.fp4<e2m1>, block = 32, scale = #ep.scale<e8m0>} : !ep.ptr<i8> -> !ep.ptr<f32>, !ep.ptr<i8>
   // CHECK: ep.warp.accumulate %{{.*}}[%{{.*}}], %{{.*}}[%{{.*}}], %{{.*}} weight %{{.*}} : !ep.ptr<bf16> -> !ep.ptr<f32>
   ep.warp.accumulate %x[%c0], %f[%c0], %n weight %w : !ep.ptr<bf16> -> !ep.ptr<f32>
+  %c2 = arith.constant 2 : index
+  %true = arith.constant true
+  // CHECK: ep.warp.sum_rows %{{.*}}[%{{.*}}], %{{.*}}, sources(%{{.*}}) : !ep.ptr<bf16> {
+  // CHECK: ^bb0(%{{.*}}: index):
+  // CHECK: ep.source %{{.*}}, %{{.*}} : !ep.ptr<f32>
+  ep.warp.sum_rows %x[%c0], %n, sources(%c2) : !ep.ptr<bf16> {
+  ^bb0(%j: index):
+    %row = ep.ptr_add %f, %j : !ep.ptr<f32>
+    ep.source %true, %row : !ep.ptr<f32>
+  }
+  // CHECK: ep.warp.sum_rows {{.*}} {block = 128 : i64, format = #ep.fp8<target>, scale = #ep.scale<f32>} : !ep.ptr<f32> {
+  // CHECK: ep.source %{{.*}}, %{{.*}} scales %{{.*}} : !ep.ptr<i8>, !ep.ptr<f32>
+  ep.warp.sum_rows %f[%c0], %n, sources(%c2) {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>} : !ep.ptr<f32> {
+  ^bb0(%j: index):
+    ep.source %true, %q scales %fs : !ep.ptr<i8>, !ep.ptr<f32>
+  }
   ep.return
 }
 
@@ -106,5 +122,12 @@ func.func @lane_primitives(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %n: index) {
   ep.lane.quantize_chunk %x[%lane], %q[%lane], %n scale %e : i8 {format = #ep.fp4<e2m1>, method = #ep.method<amdgcn_scalef32_pk8_fp4>, chunk = 8, aligned = true} : !ep.ptr<bf16> -> !ep.ptr<i8>
   // CHECK: ep.lane.dequantize_chunk {{.*}} {aligned = false, chunk = 8 : i64, format = #ep.fp8<e4m3fn>, method = #ep.method<software>} : !ep.ptr<i8> -> !ep.ptr<bf16>
   ep.lane.dequantize_chunk %q[%lane], %x[%lane], %n {format = #ep.fp8<e4m3fn>, method = #ep.method<software>, chunk = 8, aligned = false} : !ep.ptr<i8> -> !ep.ptr<bf16>
+  // CHECK: ep.lane.copy_chunks %{{.*}}, %{{.*}}, %{{.*}} at %{{.*}} stride %{{.*}} {aligned = true, chunk = 8 : i64, unroll = 4 : i64} : !ep.ptr<bf16> -> !ep.ptr<bf16>
+  ep.lane.copy_chunks %x, %x, %n at %lane stride %n {chunk = 8, unroll = 4, aligned = true} : !ep.ptr<bf16> -> !ep.ptr<bf16>
+  // CHECK: ep.lane.sum_chunk %{{.*}}[%{{.*}}], %{{.*}} valid(%{{.*}}) rows(%{{.*}} : !ep.ptr<bf16>) {aligned = false, chunk = 8 : i64} : !ep.ptr<bf16>
+  %true = arith.constant true
+  ep.lane.sum_chunk %x[%lane], %n valid(%true) rows(%x : !ep.ptr<bf16>) {chunk = 8, aligned = false} : !ep.ptr<bf16>
+  // CHECK: ep.lane.load %{{.*}}[%{{.*}}] : !ep.ptr<i8>
+  %byte = ep.lane.load %q[%lane] : !ep.ptr<i8>
   return
 }

@@ -18,12 +18,20 @@
 // GFX950: ; resources sync_ops: wave 64 {{.*}} scratch 0 code
 // GFX1250: {{flat|global}}_atomic_add
 // GFX1250: ; resources sync_ops: wave 32 {{.*}} scratch 0 code
-// SM90: atom{{(.global)?}}.sys.add.u32
-// SM90: atom.global.sys.max.s32
-// SM90: atom.global.sys.exch.b32
-// SM90: membar.sys
+// Ordering is carried by the instruction (PTX ISA 7.0 memory model), not by
+// a separate membar around a relaxed access.
+// SM90-NOT: membar
+// SM90: atom.acq_rel.sys.add.s32
+// SM90: atom.relaxed.sys.max.s32
+// SM90: atom.release.sys.exch.b32
+// SM90: atom.relaxed.gpu.add.u64
+// SM90: fence.acq_rel.sys
+// SM90: st.release.sys.b32
+// SM90: ld.acquire.sys.b32
 // SM90: nanosleep
+// SM90: ld.acquire.gpu.b32
 // SM90: bar.sync
+// SM90-NOT: membar
 // SM90: ; resources sync_ops: registers
 // HOST: sync_ops__epjit_host_entry
 ep.constant @error_timeout = 3 : i32

@@ -63,3 +63,74 @@ func.func @row_max(%x: !ep.ptr<f32>, %out: !ep.ptr<f32>, %n: index) {
   ep.store %m, %out[%c0] : !ep.ptr<f32>
   return
 }
+
+// A sum of 3 rows: the body is cloned once per source, so every source's row
+// is known before the lanes load; one lane chunk is 16 bytes of each source
+// (8 bf16 elements). Each lane sums chunks lane, lane + wave, ...
+// CHECK-LABEL: func.func @sum_three
+// CHECK-NOT: ep.warp.sum_rows
+// CHECK-NOT: ep.source
+// SIMT: ep.lane.id
+// GFX950: scf.for {{.*}} step %c64
+// SM90: scf.for {{.*}} step %c32
+// SIMT: ep.lane.sum_chunk {{.*}} valid({{.*}}, {{.*}}, {{.*}}) rows({{.*}}, {{.*}}, {{.*}} : !ep.ptr<bf16>, !ep.ptr<bf16>, !ep.ptr<bf16>) {aligned = true, chunk = 8 : i64}
+// HOST: scf.for
+// HOST: scf.for
+// HOST: ep.lane.sum_chunk {{.*}} rows({{.*}}, {{.*}}, {{.*}} : !ep.ptr<bf16>, !ep.ptr<bf16>, !ep.ptr<bf16>) {aligned = true, chunk = 8 : i64}
+func.func @sum_three(%rows: !ep.ptr<bf16>, %live: !ep.ptr<i32>, %out: !ep.ptr<bf16>, %t: index) {
+  %c0 = arith.constant 0 : index
+  %c3 = arith.constant 3 : index
+  %c7168 = arith.constant 7168 : index
+  %zero = arith.constant 0 : i32
+  %at = arith.muli %t, %c7168 : index
+  ep.warp.sum_rows %out[%at], %c7168, sources(%c3) : !ep.ptr<bf16> {
+  ^bb0(%j: index):
+    %flag = ep.load %live[%j] : !ep.ptr<i32>
+    %valid = arith.cmpi ne, %flag, %zero : i32
+    %offset = arith.muli %j, %c7168 : index
+    %row = ep.ptr_add %rows, %offset : !ep.ptr<bf16>
+    ep.source %valid, %row : !ep.ptr<bf16>
+  }
+  return
+}
+
+// fp8 blockwise sources decode with the target's method; an unaligned
+// destination (offset not a multiple of 16 bytes) keeps scalar stores.
+// CHECK-LABEL: func.func @sum_fp8_blockwise
+// GFX950: ep.lane.sum_chunk {{.*}} scales({{.*}}) {aligned = false, block = 128 : i64, chunk = 16 : i64, format = #ep.fp8<e4m3fn>, method = #ep.method<amdgcn_pk_fp8>}
+// GFX942: format = #ep.fp8<e4m3fnuz>, method = #ep.method<amdgcn_pk_fp8>
+// SM90: format = #ep.fp8<e4m3fn>, method = #ep.method<ptx_cvt_satfinite>
+// HOST: format = #ep.fp8<e4m3fn>, method = #ep.method<software>
+func.func @sum_fp8_blockwise(%codes: !ep.ptr<i8>, %scales: !ep.ptr<f32>, %out: !ep.ptr<f32>, %n: index) {
+  %true = arith.constant true
+  %c2 = arith.constant 2 : index
+  ep.warp.sum_rows %out[%n], %n, sources(%c2) {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>} : !ep.ptr<f32> {
+  ^bb0(%j: index):
+    %row = ep.ptr_add %codes, %j : !ep.ptr<i8>
+    %s = ep.ptr_add %scales, %j : !ep.ptr<f32>
+    ep.source %true, %row scales %s : !ep.ptr<i8>, !ep.ptr<f32>
+  }
+  return
+}
+
+// A row copy keeps the target's copy_loads_in_flight chunks per lane: a step
+// covers wave * 4 chunks on GPUs, one lane at a time on the host.
+// CHECK-LABEL: func.func @copy_row
+// GFX950: scf.for {{.*}} step %c256
+// SM90: scf.for {{.*}} step %c128
+// SIMT: ep.lane.copy_chunks {{.*}} stride %c{{[0-9]+}} {aligned = true, chunk = 8 : i64, unroll = 4 : i64} : !ep.ptr<bf16> -> !ep.ptr<bf16>
+// HOST: ep.lane.copy_chunks {{.*}} {aligned = true, chunk = 8 : i64, unroll = 1 : i64}
+func.func @copy_row(%x: !ep.ptr<bf16>, %y: !ep.ptr<bf16>, %t: index) {
+  %c7168 = arith.constant 7168 : index
+  %row = arith.muli %t, %c7168 : index
+  ep.warp.copy_row %x[%row], %y[%row], %c7168 : !ep.ptr<bf16> -> !ep.ptr<bf16>
+  return
+}
+
+// Unaligned offsets keep the element-wise path.
+// CHECK-LABEL: func.func @copy_unaligned
+// CHECK: ep.lane.copy_chunks {{.*}}aligned = false
+func.func @copy_unaligned(%x: !ep.ptr<bf16>, %y: !ep.ptr<bf16>, %at: index, %n: index) {
+  ep.warp.copy_row %x[%at], %y[%at], %n : !ep.ptr<bf16> -> !ep.ptr<bf16>
+  return
+}

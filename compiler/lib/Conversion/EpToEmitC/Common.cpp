@@ -31,6 +31,13 @@ void populateTypeConversions(TypeConverter& converter) {
   });
 }
 
+std::string cTypeName(Type type) {
+  if (type.isF32()) return "float";
+  if (auto integer = dyn_cast<IntegerType>(type))
+    return (integer.isUnsigned() ? "uint" : "int") + std::to_string(integer.getWidth()) + "_t";
+  return "void";
+}
+
 Value callPrelude(OpBuilder& builder, Location loc, StringRef callee, TypeRange results, ValueRange operands,
                   ArrayRef<std::string> templateArgs) {
   ArrayAttr templateAttr;

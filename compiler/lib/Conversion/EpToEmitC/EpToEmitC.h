@@ -18,6 +18,9 @@ void populateTypeConversions(mlir::TypeConverter& converter);
 mlir::Value callPrelude(mlir::OpBuilder& builder, mlir::Location loc, llvm::StringRef callee, mlir::TypeRange results,
                         mlir::ValueRange operands, llvm::ArrayRef<std::string> templateArgs = {});
 
+// The C spelling of a pointee type after storage conversion: float, uint16_t, int32_t, ...
+std::string cTypeName(mlir::Type type);
+
 // ptr + offset, in C pointer arithmetic.
 mlir::Value offsetPointer(mlir::OpBuilder& builder, mlir::Location loc, mlir::Value ptr, mlir::Value offset);
 

@@ -40,15 +40,13 @@ struct ChunkConvertPattern : OpConversionPattern<OpT> {
   std::string verb;
 };
 
-struct CopyChunkPattern : OpConversionPattern<ep::LaneCopyChunkOp> {
+struct CopyChunksPattern : OpConversionPattern<ep::LaneCopyChunksOp> {
   using OpConversionPattern::OpConversionPattern;
-  LogicalResult matchAndRewrite(ep::LaneCopyChunkOp op, OpAdaptor adaptor,
+  LogicalResult matchAndRewrite(ep::LaneCopyChunksOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter& rewriter) const override {
-    Location loc = op.getLoc();
-    callPrelude(rewriter, loc, "epjit::prim::copy_chunk", {},
-                {offsetPointer(rewriter, loc, adaptor.getSrc(), adaptor.getSrcOffset()),
-                 offsetPointer(rewriter, loc, adaptor.getDst(), adaptor.getDstOffset()), adaptor.getCount()},
-                {std::to_string(op.getChunk()), boolName(op.getAligned())});
+    callPrelude(rewriter, op.getLoc(), "epjit::prim::copy_chunks", {},
+                {adaptor.getSrc(), adaptor.getDst(), adaptor.getCount(), adaptor.getStart(), adaptor.getStride()},
+                {std::to_string(op.getChunk()), std::to_string(op.getUnroll()), boolName(op.getAligned())});
     rewriter.eraseOp(op);
     return success();
   }
@@ -64,6 +62,42 @@ struct AccumulateChunkPattern : OpConversionPattern<ep::LaneAccumulateChunkOp> {
                  offsetPointer(rewriter, loc, adaptor.getAcc(), adaptor.getAccOffset()), adaptor.getCount(),
                  adaptor.getWeight()},
                 {std::to_string(op.getChunk()), boolName(op.getAligned())});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+// One lane's chunk of a multi-row sum: each source becomes a RowSource (live
+// flag, row at the range's first element, block scales), then one call sums
+// them: epjit::prim::sum_chunk for bf16/f32 rows, the conversion method's
+// sum_fp8_chunk for fp8 codes.
+struct SumChunkPattern : OpConversionPattern<ep::LaneSumChunkOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::LaneSumChunkOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    Location loc = op.getLoc();
+    auto rowType = cast<emitc::PointerType>(adaptor.getRows().front().getType());
+    const std::string element = cTypeName(rowType.getPointee());
+    const bool scaled = !adaptor.getScales().empty();
+    auto sourceType = emitc::OpaqueType::get(
+        getContext(), scaled ? "epjit::prim::ScaledCodes" : "epjit::prim::RowSource<" + element + ">");
+    SmallVector<Value> operands = {offsetPointer(rewriter, loc, adaptor.getDst(), adaptor.getStart()),
+                                   adaptor.getCount(), adaptor.getStart()};
+    for (size_t k = 0; k < adaptor.getRows().size(); ++k) {
+      SmallVector<Value> parts = {adaptor.getValid()[k], adaptor.getRows()[k]};
+      if (scaled) parts.push_back(adaptor.getScales()[k]);
+      operands.push_back(callPrelude(rewriter, loc, "epjit::prim::row_source", sourceType, parts));
+    }
+    std::string callee = "epjit::prim::sum_chunk";
+    std::vector<std::string> templateArgs;
+    if (auto format = op.getFormatAttr()) {
+      if (!op.getMethod()) return rewriter.notifyMatchFailure(op, "fp8 sources need a conversion method");
+      callee = preludeNamespace(*op.getMethod()) + "::sum_fp8_chunk";
+      templateArgs.push_back(preludeFormatName(format));
+    }
+    templateArgs.push_back(std::to_string(op.getChunk()));
+    templateArgs.push_back(boolName(op.getAligned()));
+    callPrelude(rewriter, loc, callee, {}, operands, templateArgs);
     rewriter.eraseOp(op);
     return success();
   }
@@ -137,7 +171,7 @@ void populateLanePatterns(TypeConverter& converter, RewritePatternSet& patterns)
   MLIRContext* context = patterns.getContext();
   patterns.add<ChunkConvertPattern<ep::LaneQuantizeChunkOp>>(converter, context, "quantize");
   patterns.add<ChunkConvertPattern<ep::LaneDequantizeChunkOp>>(converter, context, "dequantize");
-  patterns.add<CopyChunkPattern, AccumulateChunkPattern, ChunkReducePattern, LaneReducePattern, LaneCombinePattern,
+  patterns.add<CopyChunksPattern, AccumulateChunkPattern, SumChunkPattern, ChunkReducePattern, LaneReducePattern, LaneCombinePattern,
                ReduceIdentityPattern, MxScalePattern, BlockwiseScalePattern>(converter, context);
 }
 

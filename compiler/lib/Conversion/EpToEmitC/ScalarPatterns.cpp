@@ -42,6 +42,16 @@ struct LoadPattern : OpConversionPattern<ep::LoadOp> {
   LogicalResult matchAndRewrite(ep::LoadOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
     if (op.getType().isBF16() || op.getType().isF16())
       return rewriter.notifyMatchFailure(op, "scalar 16-bit float loads are not supported; use warp ops on rows");
+    Value address = offsetPointer(rewriter, op.getLoc(), adaptor.getPtr(), adaptor.getIndex());
+    rewriter.replaceOp(op, callPrelude(rewriter, op.getLoc(), "epjit::warp_load",
+                                       getTypeConverter()->convertType(op.getType()), {address}));
+    return success();
+  }
+};
+
+struct LaneLoadPattern : OpConversionPattern<ep::LaneLoadOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::LaneLoadOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
     Value lvalue = elementLValue(rewriter, op.getLoc(), adaptor.getPtr(), adaptor.getIndex());
     rewriter.replaceOpWithNewOp<emitc::LoadOp>(op, getTypeConverter()->convertType(op.getType()), lvalue);
     return success();
@@ -59,14 +69,6 @@ struct StorePattern : OpConversionPattern<ep::StoreOp> {
     return success();
   }
 };
-
-// The C spelling of a pointee type (after storage conversion).
-std::string cTypeName(Type type) {
-  if (type.isF32()) return "float";
-  if (auto integer = dyn_cast<IntegerType>(type))
-    return (integer.isUnsigned() ? "uint" : "int") + std::to_string(integer.getWidth()) + "_t";
-  return "void";
-}
 
 struct PeerPtrPattern : OpConversionPattern<ep::PeerPtrOp> {
   PeerPtrPattern(TypeConverter& converter, MLIRContext* context, const llvm::StringMap<int64_t>& regions)
@@ -175,7 +177,7 @@ void populateScalarPatterns(TypeConverter& converter, RewritePatternSet& pattern
   patterns.add<GeometryPattern<ep::BlockIndexOp>>(converter, context, "epjit::block_index");
   patterns.add<GeometryPattern<ep::BlockCountOp>>(converter, context, "epjit::block_count");
   patterns.add<GeometryPattern<ep::LaneIdOp>>(converter, context, "epjit::lane_id");
-  patterns.add<PtrAddPattern, LoadPattern, StorePattern, AtomicRmwPattern, AtomicLoadPattern, AtomicStorePattern,
+  patterns.add<PtrAddPattern, LoadPattern, LaneLoadPattern, StorePattern, AtomicRmwPattern, AtomicLoadPattern, AtomicStorePattern,
                FencePattern, WaitUntilPattern, BlockBarrierPattern>(converter, context);
   patterns.add<PeerPtrPattern>(converter, context, regionIndex);
   patterns.add<IndexUnsignedPattern<arith::DivUIOp, emitc::DivOp>, IndexUnsignedPattern<arith::RemUIOp, emitc::RemOp>>(

@@ -80,6 +80,9 @@ struct TargetInfo {
   bool fp4_software_fallback = false;  // a template may ask for the numerics.h codec instead
   int64_t lds_bytes = 0;               // shared memory per block available to a kernel
   int vector_bytes = 16;               // widest per-lane global load/store
+  // 16-byte loads a lane issues before its first store when it copies a row:
+  // what keeps dispatch's token copies from waiting out each load's latency.
+  int copy_loads_in_flight = 1;
   DefaultToolchain toolchain = DefaultToolchain::HostCxx;
   std::string_view numerics_of;        // the hardware whose numerics this target carries
   int cuda_capability = 0;             // NVIDIA: major * 10 + minor of the GPUs it runs on

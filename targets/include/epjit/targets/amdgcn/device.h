@@ -104,9 +104,18 @@ EPJIT_DEVICE T warp_atomic_exchange(T* address, T value) {
       [&] { return __hip_atomic_exchange(address, value, amdgcn::c_order<O>(), amdgcn::hip_scope<S>()); });
 }
 
+// Warp-uniform loads (ep.load, ep.atomic_load): every lane reads the same
+// element; the first lane's value is made the warp's (an SGPR), so what is
+// computed from it stays scalar and branches on it are uniform.
+template <typename T>
+EPJIT_DEVICE T warp_load(const T* address) {
+  if constexpr (sizeof(T) == 4 || sizeof(T) == 8) return amdgcn::broadcast_first_lane(*address);
+  else return *address;
+}
+
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE T atomic_load(T* address) {
-  return __hip_atomic_load(address, amdgcn::c_order<O>(), amdgcn::hip_scope<S>());
+  return amdgcn::broadcast_first_lane(__hip_atomic_load(address, amdgcn::c_order<O>(), amdgcn::hip_scope<S>()));
 }
 
 template <Scope S, Order O, typename T>

@@ -85,4 +85,15 @@ EPJIT_DEVICE void dequantize_fp8_chunk_mx(const int8_t* src, Dst* dst, size_t n,
   dequantize_fp8_chunk_scaled<F, Aligned>(src, dst, n, e8m0_as_float(scale));
 }
 
+template <Fp8Format F>
+struct Codec {
+  EPJIT_DEVICE static void unpack4(uint32_t word, float* x) { amdgcn_pk_fp8::unpack4<F>(word, x); }
+};
+
+template <Fp8Format F, int Chunk, bool Aligned, typename Dst, typename Source, typename... More>
+EPJIT_DEVICE void sum_fp8_chunk(Dst* dst, size_t n, size_t start, const Source& first, const More&... more) {
+  static_assert(Chunk == 16, "a chunk is 16 bytes of codes");
+  detail::sum_sources<Chunk, Aligned, detail::WidenCodes<Codec<F>>>(dst, n, start, first, more...);
+}
+
 }  // namespace epjit::prim::amdgcn_pk_fp8

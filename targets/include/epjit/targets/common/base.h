@@ -24,6 +24,20 @@
 
 namespace epjit {
 
+// a * b rounded once, never fused with a following add: GPU compilers
+// contract a * b + c across statements (NVRTC's --fmad, clang's HIP default),
+// which would round differently from the host and the reference.
+#if defined(__NVCC__) || defined(__CUDACC_RTC__)
+EPJIT_DEVICE float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+#elif defined(__clang__)
+EPJIT_HD float mul_rn(float a, float b) {
+#pragma clang fp contract(off)
+  return a * b;
+}
+#else
+EPJIT_HD float mul_rn(float a, float b) { return a * b; }  // ISO C++ mode: GCC does not contract
+#endif
+
 enum class Scope : int { Workgroup, Agent, System };
 enum class Order : int { Relaxed, Acquire, Release, AcqRel };
 enum class Reduce : int { Max, AbsMax, Sum };

@@ -22,19 +22,45 @@ EPJIT_HD float chunk_reduce(const Src* src, size_t n) {
 
 // ---------------------------------------------------------------- copy, accumulate
 
-template <int Chunk, bool Aligned, typename T>
-EPJIT_HD void copy_chunk(const T* src, T* dst, size_t n) {
-  if (Aligned && n == size_t(Chunk) && sizeof(T) * Chunk == sizeof(Vec16)) {
-    *reinterpret_cast<Vec16*>(dst) = *reinterpret_cast<const Vec16*>(src);
-    return;
+// Chunks of a row at elements start + k * stride (k < Unroll), each clipped
+// to the row's `count` elements. Full aligned chunks are all loaded before
+// the first store: Unroll 16-byte loads in flight per lane.
+template <int Chunk, int Unroll, bool Aligned, typename T>
+EPJIT_HD void copy_chunks(const T* src, T* dst, size_t count, size_t start, size_t stride) {
+  if constexpr (Aligned && sizeof(T) * Chunk == sizeof(Vec16)) {
+    Vec16 held[Unroll];
+#pragma unroll
+    for (int k = 0; k < Unroll; ++k) {
+      const size_t at = start + size_t(k) * stride;
+      if (at + Chunk <= count) held[k] = load_global(reinterpret_cast<const Vec16*>(src + at));
+    }
+#pragma unroll
+    for (int k = 0; k < Unroll; ++k) {
+      const size_t at = start + size_t(k) * stride;
+      if (at + Chunk <= count) store_global(reinterpret_cast<Vec16*>(dst + at), held[k]);
+    }
+    // At most one chunk of the row is partial: the one holding its end.
+    const size_t tail = count - count % Chunk;
+    if (tail != count && tail >= start && (tail - start) % stride == 0 && (tail - start) / stride < size_t(Unroll)) {
+      for (size_t i = tail; i < count; ++i) dst[i] = src[i];
+    }
+  } else {
+    for (int k = 0; k < Unroll; ++k) {
+      const size_t at = start + size_t(k) * stride;
+      const size_t end = at + Chunk < count ? at + Chunk : count;
+      for (size_t i = at; i < end; ++i) dst[i] = src[i];
+    }
   }
-  for (size_t i = 0; i < n; ++i) dst[i] = src[i];
 }
 
 // bf16 <-> f32 rows: exact one way, round-to-nearest-even the other.
-template <int Chunk, bool Aligned, typename Src, typename Dst>
-EPJIT_HD void copy_chunk(const Src* src, Dst* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) store_value(dst, i, load_value(src, i));
+template <int Chunk, int Unroll, bool Aligned, typename Src, typename Dst>
+EPJIT_HD void copy_chunks(const Src* src, Dst* dst, size_t count, size_t start, size_t stride) {
+  for (int k = 0; k < Unroll; ++k) {
+    const size_t at = start + size_t(k) * stride;
+    const size_t end = at + Chunk < count ? at + Chunk : count;
+    for (size_t i = at; i < end; ++i) store_value(dst, i, load_value(src, i));
+  }
 }
 
 // acc[i] = fma(weight, src[i], acc[i]): one explicit fused multiply-add on
@@ -42,6 +68,117 @@ EPJIT_HD void copy_chunk(const Src* src, Dst* dst, size_t n) {
 template <int Chunk, bool Aligned, typename Src>
 EPJIT_HD void accumulate_chunk(const Src* src, float* acc, size_t n, float weight) {
   for (size_t i = 0; i < n; ++i) acc[i] = EPJIT_FMAF(weight, load_value(src, i), acc[i]);
+}
+
+// ---------------------------------------------------------------- multi-row sums
+
+// One source of a sum: whether it counts, and its row at the summed range's
+// first element (bf16 bits, f32, or fp8 codes).
+template <typename T>
+struct RowSource {
+  const T* row;
+  bool live;
+};
+template <typename T>
+EPJIT_HD RowSource<T> row_source(bool live, const T* row) {
+  return {row, live};
+}
+
+// fp8 codes with one f32 scale per 128 elements; `scales` is the scale of
+// the block holding the range's first element.
+struct ScaledCodes {
+  const int8_t* row;
+  const float* scales;
+  bool live;
+};
+EPJIT_HD ScaledCodes row_source(bool live, const int8_t* row, const float* scales) { return {row, scales, live}; }
+
+namespace detail {
+
+// 16 bytes of a row from `at`: one vector load for a full aligned chunk,
+// else `n` elements (of `bytes` bytes each) one by one, zero-filled past n.
+template <bool Aligned, typename T>
+EPJIT_HD Vec16 load16(const T* at, size_t n) {
+  constexpr size_t kElements = 16 / sizeof(T);
+  if (Aligned && n == kElements) return load_global(reinterpret_cast<const Vec16*>(at));
+  Vec16 v = {{0, 0, 0, 0}};
+  auto* bytes = reinterpret_cast<unsigned char*>(v.w);
+  const auto* from = reinterpret_cast<const unsigned char*>(at);
+  for (size_t i = 0; i < n * sizeof(T) && i < 16; ++i) bytes[i] = from[i];
+  return v;
+}
+
+// Elements [start, start + n) of every live source (n <= Chunk, the elements
+// of 16 source bytes), each loaded as 16 bytes before the first add (the
+// loads are independent, so all of them are in flight at once) and widened
+// only at its add; then summed in source order: the first live source's
+// values, plus the others', rounded once into dst. No live source: zeros.
+// `Widen` has `void widen(const Vec16&, const Source&, size_t start, float (&)[Chunk])`.
+template <int Chunk, bool Aligned, typename Widen, typename Dst, typename Source, typename... More>
+EPJIT_HD void sum_sources(Dst* dst, size_t n, size_t start, const Source& first, const More&... more) {
+  constexpr int kSources = 1 + int(sizeof...(More));
+  const Source sources[kSources] = {first, more...};
+  Vec16 raw[kSources];
+#pragma unroll
+  for (int k = 0; k < kSources; ++k)
+    if (sources[k].live) raw[k] = load16<Aligned>(sources[k].row + start, n);
+  float acc[Chunk];
+#pragma unroll
+  for (int i = 0; i < Chunk; ++i) acc[i] = 0.0f;
+  bool any = false;
+#pragma unroll
+  for (int k = 0; k < kSources; ++k) {
+    if (!sources[k].live) continue;
+    float x[Chunk];
+    Widen::widen(raw[k], sources[k], start, x);
+#pragma unroll
+    for (int i = 0; i < Chunk; ++i) acc[i] = any ? acc[i] + x[i] : x[i];
+    any = true;
+  }
+  store_row<Chunk, Aligned>(dst, n, acc);
+}
+
+// bf16 bits (8 a chunk) and f32 (4 a chunk) widen exactly.
+struct WidenRows {
+  EPJIT_HD static void widen(const Vec16& v, const RowSource<uint16_t>&, size_t, float (&x)[8]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      x[2 * k] = decode_bf16(static_cast<uint16_t>(v.w[k] & 0xFFFFu));
+      x[2 * k + 1] = decode_bf16(static_cast<uint16_t>(v.w[k] >> 16));
+    }
+  }
+  EPJIT_HD static void widen(const Vec16& v, const RowSource<float>&, size_t, float (&x)[4]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) x[k] = numerics_detail::float_of(v.w[k]);
+  }
+};
+
+// fp8 codes (16 a chunk), decoded by `Codec::unpack4` (one dword of four
+// codes -> four floats), times the block's scale for ScaledCodes (a chunk
+// never straddles a block of 128).
+template <typename Codec>
+struct WidenCodes {
+  EPJIT_HD static void widen(const Vec16& v, const RowSource<int8_t>&, size_t, float (&x)[16]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) Codec::unpack4(v.w[k], x + 4 * k);
+  }
+  EPJIT_HD static void widen(const Vec16& v, const ScaledCodes& source, size_t start, float (&x)[16]) {
+    const float scale = source.scales[start / 128];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) Codec::unpack4(v.w[k], x + 4 * k);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) x[i] = mul_rn(x[i], scale);
+  }
+};
+
+}  // namespace detail
+
+// dst[i] = sum over live sources of row[start + i], for i < n <= Chunk
+// (Chunk: 8 for bf16 rows, 4 for f32 rows: 16 bytes of each source).
+template <int Chunk, bool Aligned, typename Dst, typename T, typename... More>
+EPJIT_HD void sum_chunk(Dst* dst, size_t n, size_t start, const RowSource<T>& first, const More&... more) {
+  static_assert(Chunk * sizeof(T) == 16, "a chunk is 16 bytes of each source");
+  detail::sum_sources<Chunk, Aligned, detail::WidenRows>(dst, n, start, first, more...);
 }
 
 // ---------------------------------------------------------------- MX scales
@@ -130,6 +267,25 @@ EPJIT_HD void dequantize_fp8_chunk(const int8_t* src, Dst* dst, size_t n) {
 template <Fp8Format F, bool Aligned, typename Dst>
 EPJIT_HD void dequantize_fp8_chunk_mx(const int8_t* src, Dst* dst, size_t n, int8_t scale) {
   dequantize_fp8_chunk_scaled<F, Aligned>(src, dst, n, e8m0_as_float(scale));
+}
+
+// Decodes four codes (element 0 in the low byte).
+template <Fp8Format F>
+EPJIT_HD void unpack4(uint32_t word, float* x) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) x[i] = decode_fp8(uint8_t(word >> (8 * i)), F);
+}
+
+template <Fp8Format F>
+struct Codec {
+  EPJIT_HD static void unpack4(uint32_t word, float* x) { software::unpack4<F>(word, x); }
+};
+
+// dst[i] = sum over live sources of their decoded codes at start + i, for i < n <= 16.
+template <Fp8Format F, int Chunk, bool Aligned, typename Dst, typename Source, typename... More>
+EPJIT_HD void sum_fp8_chunk(Dst* dst, size_t n, size_t start, const Source& first, const More&... more) {
+  static_assert(Chunk == 16, "a chunk is 16 bytes of codes");
+  detail::sum_sources<Chunk, Aligned, detail::WidenCodes<Codec<F>>>(dst, n, start, first, more...);
 }
 
 template <bool Aligned, typename Dst>

@@ -15,6 +15,26 @@ struct alignas(8) Vec8 {
   uint32_t w[2];
 };
 
+// 16-byte loads and stores of row data, which lives in global memory (device
+// memory, and peers' windows mapped into this device's address space). AMD
+// GPUs are told so, as one 128-bit vector access: a flat access counts
+// against the LDS counter too, so the compiler would wait for all of them at
+// once instead of keeping several in flight.
+#if defined(__AMDGCN__)
+typedef unsigned int Vec16Bits __attribute__((ext_vector_type(4)));
+EPJIT_HD Vec16 load_global(const Vec16* address) {
+  const Vec16Bits bits = *(const __attribute__((address_space(1))) Vec16Bits*)address;  // an addrspacecast
+  return Vec16{{bits.x, bits.y, bits.z, bits.w}};
+}
+EPJIT_HD void store_global(Vec16* address, const Vec16& value) {
+  const Vec16Bits bits = {value.w[0], value.w[1], value.w[2], value.w[3]};
+  *(__attribute__((address_space(1))) Vec16Bits*)address = bits;
+}
+#else
+EPJIT_HD Vec16 load_global(const Vec16* address) { return *address; }
+EPJIT_HD void store_global(Vec16* address, const Vec16& value) { *address = value; }
+#endif
+
 // x[0..8) <- src[0..n), zero-filled past n.
 template <bool Aligned>
 EPJIT_HD void load_chunk8(const uint16_t* src, size_t n, float (&x)[8]) {
@@ -69,6 +89,43 @@ EPJIT_HD void store_chunk8(float* dst, size_t n, const float (&x)[8]) {
   for (int i = 0; i < 8; ++i)
     if (size_t(i) < n) dst[i] = x[i];
   (void)Aligned;
+}
+
+// dst[0..n) <- x[0..n) for a chunk of N elements: 16-byte stores when the
+// chunk is full and aligned (bf16: N a multiple of 8; f32: of 4).
+template <int N, bool Aligned>
+EPJIT_HD void store_row(uint16_t* dst, size_t n, const float (&x)[N]) {
+  if (Aligned && n == size_t(N) && N % 8 == 0) {
+#pragma unroll
+    for (int c = 0; c < N / 8; ++c) {
+      Vec16 v;
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        v.w[k] = uint32_t(encode_bf16(x[8 * c + 2 * k])) | (uint32_t(encode_bf16(x[8 * c + 2 * k + 1])) << 16);
+      store_global(reinterpret_cast<Vec16*>(dst) + c, v);
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (size_t(i) < n) dst[i] = encode_bf16(x[i]);
+}
+
+template <int N, bool Aligned>
+EPJIT_HD void store_row(float* dst, size_t n, const float (&x)[N]) {
+  if (Aligned && n == size_t(N) && N % 4 == 0) {
+#pragma unroll
+    for (int c = 0; c < N / 4; ++c) {
+      Vec16 v;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v.w[k] = numerics_detail::bits_of(x[4 * c + k]);
+      store_global(reinterpret_cast<Vec16*>(dst) + c, v);
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (size_t(i) < n) dst[i] = x[i];
 }
 
 // Eight fp8 codes: two little-endian dwords.

@@ -84,6 +84,12 @@ inline T warp_atomic_exchange(T* address, T value) {
   return std::atomic_ref<T>(*address).exchange(value, host::memory_order(O));
 }
 
+// A warp-uniform load (ep.load): the warp is one thread.
+template <typename T>
+inline T warp_load(const T* address) {
+  return *address;
+}
+
 template <Scope S, Order O, typename T>
 inline T atomic_load(T* address) {
   return std::atomic_ref<T>(*address).load(host::memory_order(O));

@@ -1,8 +1,9 @@
 // NVIDIA GPU primitives (SIMT, warp 32) for NVRTC and nvcc: geometry,
 // cross-lane reductions, warp-uniform atomics, fences, bounded waits and the
-// block barrier, from CUDA's built-in device functions (no headers needed).
-// Scoped orders are fences around relaxed scoped atomics: acquire after,
-// release before; a fence is __threadfence_{block,,system}.
+// block barrier, from CUDA's built-in device functions and PTX (no headers
+// needed). Atomics, loads and stores carry the PTX memory model's scope and
+// order themselves (atom.acq_rel.sys, ld.acquire.sys, st.release.sys); a
+// fence is fence.acq_rel at its scope, never a sequentially consistent one.
 #pragma once
 
 #include "epjit/targets/common/chunks.h"
@@ -26,23 +27,104 @@ EPJIT_DEVICE float lane_reduce(float value) {
   return value;
 }
 
+// The PTX spelling of every (order, scope) pair, for instructions that take both.
+#define EPJIT_PTX_SCOPES(O_TEXT, S, BODY)                  \
+  if constexpr ((S) == Scope::Workgroup) {                 \
+    BODY(O_TEXT, "cta");                                   \
+  } else if constexpr ((S) == Scope::Agent) {              \
+    BODY(O_TEXT, "gpu");                                   \
+  } else {                                                 \
+    BODY(O_TEXT, "sys");                                   \
+  }
+#define EPJIT_PTX_ORDERS(O, S, BODY)                       \
+  if constexpr ((O) == Order::Relaxed) {                   \
+    EPJIT_PTX_SCOPES("relaxed", S, BODY)                   \
+  } else if constexpr ((O) == Order::Acquire) {            \
+    EPJIT_PTX_SCOPES("acquire", S, BODY)                   \
+  } else if constexpr ((O) == Order::Release) {            \
+    EPJIT_PTX_SCOPES("release", S, BODY)                   \
+  } else {                                                 \
+    EPJIT_PTX_SCOPES("acq_rel", S, BODY)                   \
+  }
+
 template <Scope S, Order O>
 EPJIT_DEVICE void fence() {
-  if constexpr (S == Scope::Workgroup) __threadfence_block();
-  else if constexpr (S == Scope::Agent) __threadfence();
-  else __threadfence_system();
+#define EPJIT_FENCE(SEM, SCOPE) asm volatile("fence.acq_rel." SCOPE ";" ::: "memory")
+  EPJIT_PTX_SCOPES("", S, EPJIT_FENCE)
+#undef EPJIT_FENCE
 }
 
 namespace nvptx {
 
-template <Scope S, Order O>
-EPJIT_DEVICE void release_fence() {
-  if constexpr (O == Order::Release || O == Order::AcqRel) fence<S, O>();
+// Loads (relaxed or acquire) and stores (relaxed or release) at a scope.
+template <Scope S, Order O, typename T>
+EPJIT_DEVICE T load(const T* p) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "scoped loads of 32- and 64-bit words");
+  constexpr Order kOrder = O == Order::Relaxed ? Order::Relaxed : Order::Acquire;
+  if constexpr (sizeof(T) == 4) {
+    unsigned int bits;
+#define EPJIT_LOAD(SEM, SCOPE) asm volatile("ld." SEM "." SCOPE ".b32 %0, [%1];" : "=r"(bits) : "l"(p) : "memory")
+    EPJIT_PTX_ORDERS(kOrder, S, EPJIT_LOAD)
+#undef EPJIT_LOAD
+    return __builtin_bit_cast(T, bits);
+  } else {
+    unsigned long long bits;
+#define EPJIT_LOAD(SEM, SCOPE) asm volatile("ld." SEM "." SCOPE ".b64 %0, [%1];" : "=l"(bits) : "l"(p) : "memory")
+    EPJIT_PTX_ORDERS(kOrder, S, EPJIT_LOAD)
+#undef EPJIT_LOAD
+    return __builtin_bit_cast(T, bits);
+  }
 }
-template <Scope S, Order O>
-EPJIT_DEVICE void acquire_fence() {
-  if constexpr (O == Order::Acquire || O == Order::AcqRel) fence<S, O>();
+
+template <Scope S, Order O, typename T>
+EPJIT_DEVICE void store(T* p, T value) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "scoped stores of 32- and 64-bit words");
+  constexpr Order kOrder = O == Order::Relaxed ? Order::Relaxed : Order::Release;
+  if constexpr (sizeof(T) == 4) {
+    const unsigned int bits = __builtin_bit_cast(unsigned int, value);
+#define EPJIT_STORE(SEM, SCOPE) asm volatile("st." SEM "." SCOPE ".b32 [%0], %1;" ::"l"(p), "r"(bits) : "memory")
+    EPJIT_PTX_ORDERS(kOrder, S, EPJIT_STORE)
+#undef EPJIT_STORE
+  } else {
+    const unsigned long long bits = __builtin_bit_cast(unsigned long long, value);
+#define EPJIT_STORE(SEM, SCOPE) asm volatile("st." SEM "." SCOPE ".b64 [%0], %1;" ::"l"(p), "l"(bits) : "memory")
+    EPJIT_PTX_ORDERS(kOrder, S, EPJIT_STORE)
+#undef EPJIT_STORE
+  }
 }
+
+// Read-modify-writes at a scope and order: OP is add, max or exch.
+#define EPJIT_DEFINE_ATOM(NAME, OP32, OP64)                                                                     \
+  template <Scope S, Order O, typename T>                                                                      \
+  EPJIT_DEVICE T NAME(T* p, T value) {                                                                         \
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomics on 32- and 64-bit words");                        \
+    if constexpr (sizeof(T) == 4) {                                                                            \
+      int old;                                                                                                 \
+      const int v = __builtin_bit_cast(int, value);                                                            \
+      EPJIT_PTX_ORDERS(O, S, EPJIT_ATOM32_##NAME)                                                              \
+      return __builtin_bit_cast(T, old);                                                                       \
+    } else {                                                                                                   \
+      long long old;                                                                                           \
+      const long long v = __builtin_bit_cast(long long, value);                                                \
+      EPJIT_PTX_ORDERS(O, S, EPJIT_ATOM64_##NAME)                                                              \
+      return __builtin_bit_cast(T, old);                                                                       \
+    }                                                                                                          \
+  }
+#define EPJIT_ATOM32_atom_add(SEM, SCOPE) \
+  asm volatile("atom." SEM "." SCOPE ".add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory")
+#define EPJIT_ATOM64_atom_add(SEM, SCOPE) \
+  asm volatile("atom." SEM "." SCOPE ".add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory")
+#define EPJIT_ATOM32_atom_max(SEM, SCOPE) \
+  asm volatile("atom." SEM "." SCOPE ".max.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory")
+#define EPJIT_ATOM64_atom_max(SEM, SCOPE) \
+  asm volatile("atom." SEM "." SCOPE ".max.s64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory")
+#define EPJIT_ATOM32_atom_exch(SEM, SCOPE) \
+  asm volatile("atom." SEM "." SCOPE ".exch.b32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory")
+#define EPJIT_ATOM64_atom_exch(SEM, SCOPE) \
+  asm volatile("atom." SEM "." SCOPE ".exch.b64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory")
+EPJIT_DEFINE_ATOM(atom_add, add, add)
+EPJIT_DEFINE_ATOM(atom_max, max, max)
+EPJIT_DEFINE_ATOM(atom_exch, exch, exch)
 
 template <typename T>
 EPJIT_DEVICE T broadcast_lane0(T value) {
@@ -53,119 +135,69 @@ EPJIT_DEVICE T broadcast_lane0(T value) {
   }
 }
 
-// Relaxed atomics at a scope, for 32- and 64-bit signed integers.
-template <Scope S>
-EPJIT_DEVICE int atomic_add(int* p, int v) {
-  if constexpr (S == Scope::Workgroup) return atomicAdd_block(p, v);
-  else if constexpr (S == Scope::Agent) return atomicAdd(p, v);
-  else return atomicAdd_system(p, v);
-}
-template <Scope S>
-EPJIT_DEVICE long long atomic_add(long long* p, long long v) {
-  auto* u = reinterpret_cast<unsigned long long*>(p);
-  const auto w = static_cast<unsigned long long>(v);
-  if constexpr (S == Scope::Workgroup) return static_cast<long long>(atomicAdd_block(u, w));
-  else if constexpr (S == Scope::Agent) return static_cast<long long>(atomicAdd(u, w));
-  else return static_cast<long long>(atomicAdd_system(u, w));
-}
-template <Scope S, typename T>
-EPJIT_DEVICE T atomic_max(T* p, T v) {
-  if constexpr (S == Scope::Workgroup) return atomicMax_block(p, v);
-  else if constexpr (S == Scope::Agent) return atomicMax(p, v);
-  else return atomicMax_system(p, v);
-}
-template <Scope S>
-EPJIT_DEVICE int atomic_exchange(int* p, int v) {
-  if constexpr (S == Scope::Workgroup) return atomicExch_block(p, v);
-  else if constexpr (S == Scope::Agent) return atomicExch(p, v);
-  else return atomicExch_system(p, v);
-}
-template <Scope S>
-EPJIT_DEVICE long long atomic_exchange(long long* p, long long v) {
-  auto* u = reinterpret_cast<unsigned long long*>(p);
-  const auto w = static_cast<unsigned long long>(v);
-  if constexpr (S == Scope::Workgroup) return static_cast<long long>(atomicExch_block(u, w));
-  else if constexpr (S == Scope::Agent) return static_cast<long long>(atomicExch(u, w));
-  else return static_cast<long long>(atomicExch_system(u, w));
-}
-
-// int32_t/int64_t spelled as the types CUDA's atomics take.
-template <int Bytes>
-struct AtomicIntOf;
-template <>
-struct AtomicIntOf<4> {
-  using type = int;
-};
-template <>
-struct AtomicIntOf<8> {
-  using type = long long;
-};
-template <typename T>
-using AtomicInt = typename AtomicIntOf<int(sizeof(T))>::type;
-
 }  // namespace nvptx
 
 namespace nvptx {
-// Lane 0 performs the one atomic between the order's fences; every lane gets its result.
-template <Scope S, Order O, typename T, typename Atomic>
-EPJIT_DEVICE T on_lane0(T* address, T value, Atomic atomic) {
+// Lane 0 performs the one atomic; every lane gets its result.
+template <typename T, typename Atomic>
+EPJIT_DEVICE T on_lane0(Atomic atomic) {
   T old = 0;
-  if (lane_id() == 0) {
-    release_fence<S, O>();
-    old = static_cast<T>(atomic(reinterpret_cast<AtomicInt<T>*>(address), static_cast<AtomicInt<T>>(value)));
-    acquire_fence<S, O>();
-  }
+  if (lane_id() == 0) old = atomic();
   return broadcast_lane0(old);
 }
 }  // namespace nvptx
 
+// NVRTC compiles no unannotated lambdas: the atomics are function objects.
 namespace nvptx {
-// The atomics as function objects (NVRTC compiles no unannotated lambdas).
-template <Scope S>
-struct AtomicAdd {
-  template <typename P, typename V>
-  EPJIT_DEVICE V operator()(P* p, V v) const { return atomic_add<S>(p, v); }
+template <Scope S, Order O, typename T>
+struct Add {
+  T* p;
+  T v;
+  EPJIT_DEVICE T operator()() const { return atom_add<S, O>(p, v); }
 };
-template <Scope S>
-struct AtomicMax {
-  template <typename P, typename V>
-  EPJIT_DEVICE V operator()(P* p, V v) const { return atomic_max<S>(p, v); }
+template <Scope S, Order O, typename T>
+struct Max {
+  T* p;
+  T v;
+  EPJIT_DEVICE T operator()() const { return atom_max<S, O>(p, v); }
 };
-template <Scope S>
-struct AtomicExchange {
-  template <typename P, typename V>
-  EPJIT_DEVICE V operator()(P* p, V v) const { return atomic_exchange<S>(p, v); }
+template <Scope S, Order O, typename T>
+struct Exchange {
+  T* p;
+  T v;
+  EPJIT_DEVICE T operator()() const { return atom_exch<S, O>(p, v); }
 };
 }  // namespace nvptx
 
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE T warp_atomic_add(T* address, T value) {
-  return nvptx::on_lane0<S, O>(address, value, nvptx::AtomicAdd<S>{});
+  return nvptx::on_lane0<T>(nvptx::Add<S, O, T>{address, value});
 }
 
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE T warp_atomic_max(T* address, T value) {
-  return nvptx::on_lane0<S, O>(address, value, nvptx::AtomicMax<S>{});
+  return nvptx::on_lane0<T>(nvptx::Max<S, O, T>{address, value});
 }
 
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE T warp_atomic_exchange(T* address, T value) {
-  return nvptx::on_lane0<S, O>(address, value, nvptx::AtomicExchange<S>{});
+  return nvptx::on_lane0<T>(nvptx::Exchange<S, O, T>{address, value});
+}
+
+// A warp-uniform load (ep.load): every lane reads the same element.
+template <typename T>
+EPJIT_DEVICE T warp_load(const T* address) {
+  return *address;
 }
 
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE T atomic_load(T* address) {
-  const T value = *const_cast<volatile T*>(address);
-  nvptx::acquire_fence<S, O>();
-  return value;
+  return nvptx::load<S, O>(address);
 }
 
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE void warp_atomic_store(T* address, T value) {
-  if (lane_id() == 0) {
-    nvptx::release_fence<S, O>();
-    *const_cast<volatile T*>(address) = value;
-  }
+  if (lane_id() == 0) nvptx::store<S, O>(address, value);
 }
 
 template <Until U, Scope S, long long MaxSpins, typename T>
@@ -173,15 +205,11 @@ EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code
   int ok = 0;
   if (lane_id() == 0) {
     for (long long spin = 0; spin < MaxSpins && !ok; ++spin) {
-      const T seen = *const_cast<volatile T*>(flag);
+      const T seen = nvptx::load<S, Order::Acquire>(flag);
       ok = (U == Until::EQ && seen == value) || (U == Until::NE && seen != value) || (U == Until::GE && seen >= value);
       if (!ok) __nanosleep(32);
     }
-    fence<S, Order::Acquire>();
-    if (!ok) {
-      *const_cast<volatile int32_t*>(error) = code;
-      __threadfence_system();
-    }
+    if (!ok) nvptx::store<Scope::System, Order::Release>(error, code);
   }
   return __shfl_sync(kFullMask, ok, 0) != 0;
 }

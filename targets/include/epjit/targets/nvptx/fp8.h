@@ -53,4 +53,9 @@ EPJIT_DEVICE void dequantize_fp8_chunk_mx(const int8_t* src, Dst* dst, size_t n,
   software::dequantize_fp8_chunk_mx<F, Aligned>(src, dst, n, scale);
 }
 
+template <Fp8Format F, int Chunk, bool Aligned, typename Dst, typename Source, typename... More>
+EPJIT_DEVICE void sum_fp8_chunk(Dst* dst, size_t n, size_t start, const Source& first, const More&... more) {
+  software::sum_fp8_chunk<F, Chunk, Aligned>(dst, n, start, first, more...);
+}
+
 }  // namespace epjit::prim::ptx_cvt_satfinite

@@ -423,9 +423,64 @@ def Ep_WarpAccumulateOp : Ep_Op<"warp.accumulate"> {
   let hasVerifier = 1;
 }
 
+def Ep_WarpSumRowsOp : Ep_Op<"warp.sum_rows", [RecursiveMemoryEffects]> {
+  let summary = "dst = the f32 sum of up to `sources` rows, in source order, rounded once";
+  let description = [{
+    The body names source `%j` (0 <= j < sources) with `ep.source`: whether
+    it counts, and its row at the summed range's first element. Every element
+    is the first counting source's value, converted to f32, plus the others'
+    in source order, rounded once to dst's type; with no counting source the
+    range is zero-filled. With `format`, the sources are fp8 codes decoded on
+    the fly (times their block's f32 scale with `block = 128, scale =
+    #ep.scale<f32>`; `ep.source` then also gives the scale of the block holding
+    the range's first element, which must start a block).
+
+    `sources` is a constant once the template is specialized: the lowering
+    asks for every source up front and keeps the sum in registers, each lane
+    issuing all of its loads before the first add, so the reads of all the
+    rows are in flight at once.
+
+    ```mlir
+    ep.warp.sum_rows %out[%at], %n, sources(%topk) : !ep.ptr<bf16> {
+    ^bb0(%j: index):
+      ...
+      ep.source %valid, %row : !ep.ptr<bf16>
+    }
+    ```
+  }];
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$dst_offset, Index:$count, Index:$sources,
+                       OptionalAttr<Ep_Fp8Attr>:$format, OptionalAttr<I64Attr>:$block,
+                       OptionalAttr<Ep_ScaleAttr>:$scale, OptionalAttr<Ep_ConversionMethodAttr>:$method);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $dst `[` $dst_offset `]` `,` $count `,` `sources` `(` $sources `)` attr-dict `:` type($dst) $body
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    SourceOp getSource() { return ::llvm::cast<SourceOp>(getBody().front().getTerminator()); }
+  }];
+}
+
+def Ep_SourceOp : Ep_Op<"source", [Terminator, HasParent<"WarpSumRowsOp">]> {
+  let summary = "one source of an ep.warp.sum_rows: whether it counts, its row, its block scales";
+  let arguments = (ins I1:$valid, Arg<Ep_AnyPtr, "", [MemRead]>:$row, Optional<Ep_AnyPtr>:$scales);
+  let assemblyFormat = [{
+    $valid `,` $row (`scales` $scales^)? attr-dict `:` type($row) (`,` type($scales)^)?
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Lane primitives (produced by ep-lower-warp-ops, consumed by ep-to-emitc)
 //===----------------------------------------------------------------------===//
+
+def Ep_LaneLoadOp : Ep_Op<"lane.load", [
+    TypesMatchWith<"result is the pointer's element type", "ptr", "result",
+                   "::llvm::cast<::epjit::ep::PtrType>($_self).getElementType()">]> {
+  let summary = "a load whose address may differ between lanes (unlike ep.load)";
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$ptr, Index:$index);
+  let results = (outs AnyType:$result);
+  let assemblyFormat = "$ptr `[` $index `]` attr-dict `:` type($ptr)";
+}
 
 def Ep_LaneIdOp : Ep_Op<"lane.id", [Pure]> {
   let summary = "the calling lane's index within its warp (SIMT lowering only)";
@@ -476,13 +531,23 @@ def Ep_LaneQuantizeChunkOp : Ep_LaneChunkConvertOp<"lane.quantize_chunk",
 def Ep_LaneDequantizeChunkOp : Ep_LaneChunkConvertOp<"lane.dequantize_chunk",
     "one lane decodes at most `chunk` codes times a known scale">;
 
-def Ep_LaneCopyChunkOp : Ep_Op<"lane.copy_chunk"> {
-  let summary = "one lane copies (and converts) at most `chunk` elements";
-  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$src, Index:$src_offset,
-                       Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$dst_offset,
-                       Index:$count, I64Attr:$chunk, BoolAttr:$aligned);
+def Ep_LaneCopyChunksOp : Ep_Op<"lane.copy_chunks"> {
+  let summary = "one lane copies (and converts) `unroll` chunks of a row";
+  let description = [{
+    ```mlir
+    ep.lane.copy_chunks %src, %dst, %count at %start stride %stride {chunk = 8, unroll = 4, aligned = true}
+        : !ep.ptr<bf16> -> !ep.ptr<bf16>
+    ```
+    Copies elements [start + k * stride, + chunk) for k < unroll, each
+    clipped to the row's `count` elements (`src` and `dst` point at the row's
+    first element). Every chunk is loaded before any is stored, so a lane
+    keeps `unroll` loads in flight.
+  }];
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$src, Arg<Ep_AnyPtr, "", [MemWrite]>:$dst,
+                       Index:$count, Index:$start, Index:$stride,
+                       I64Attr:$chunk, I64Attr:$unroll, BoolAttr:$aligned);
   let assemblyFormat = [{
-    $src `[` $src_offset `]` `,` $dst `[` $dst_offset `]` `,` $count attr-dict `:` type($src) `->` type($dst)
+    $src `,` $dst `,` $count `at` $start `stride` $stride attr-dict `:` type($src) `->` type($dst)
   }];
 }
 
@@ -494,6 +559,24 @@ def Ep_LaneAccumulateChunkOp : Ep_Op<"lane.accumulate_chunk"> {
   let assemblyFormat = [{
     $src `[` $src_offset `]` `,` $acc `[` $acc_offset `]` `,` $count `weight` $weight attr-dict
     `:` type($src) `->` type($acc)
+  }];
+}
+
+def Ep_LaneSumChunkOp : Ep_Op<"lane.sum_chunk", [AttrSizedOperandSegments]> {
+  let summary = "one lane sums elements [start, start + count) of every source into dst";
+  let description = [{
+    `dst` points at the summed range's first element; every row at its
+    source's. A chunk is 16 bytes of each source (`chunk` elements); each
+    source is loaded before the first add; `valid` says which count. With
+    `format`, rows are fp8 codes (times `scales[start / block]`).
+  }];
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$start, Index:$count,
+                       Variadic<I1>:$valid, Variadic<Ep_AnyPtr>:$rows, Variadic<Ep_AnyPtr>:$scales,
+                       OptionalAttr<Ep_Fp8Attr>:$format, OptionalAttr<I64Attr>:$block,
+                       OptionalAttr<Ep_ConversionMethodAttr>:$method, I64Attr:$chunk, BoolAttr:$aligned);
+  let assemblyFormat = [{
+    $dst `[` $start `]` `,` $count `valid` `(` $valid `)` `rows` `(` $rows `:` type($rows) `)`
+    (`scales` `(` $scales^ `:` type($scales) `)`)? attr-dict `:` type($dst)
   }];
 }
 
