@@ -75,14 +75,6 @@ int32_t read_word(Device& device, const void* base, size_t byte_offset) {
 
 }  // namespace
 
-namespace {
-
-// Elements of a row one combine work item sums (whole fp8 blocks of 128; the
-// template's `chunk`): a few tokens still spread over many warps.
-constexpr int64_t kCombineChunk = 1024;
-
-}  // namespace
-
 KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
   if (config.target.empty())
     throw Error("kernel_spec of a config without a target", "config.target set", "set the target to warm kernels for");
@@ -104,7 +96,6 @@ KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
       .set("combine_mode", name_of(config.combine_mode))
       .set("quant", name_of(config.quant_type))
       .set("std_moe", config.enable_std_moe)
-      .set("chunk", kCombineChunk)
       .set("combine_elem", name_of(config.combine_type()))
       .set("warps_per_block", warps_per_block);
   return spec;

@@ -7,9 +7,10 @@
 ep.include "ep/common"
 
 // Sums each of this rank's `tokens` tokens into `output` and, when weighted,
-// their weights into `out_weights`. Work items are (token, chunk) pairs, so a
-// few tokens still spread over many warps; each warp keeps its sums in
-// registers with the reads of all of a token's contributions in flight.
+// their weights into `out_weights`. Work items are (token, piece) pairs
+// (@row_piece_blocks), so a few tokens still spread over the grid; each warp keeps
+// its sums in registers with the reads of all of a token's contributions in
+// flight.
 func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.ptr<i32>, %tokens: index,
                                      %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                                      %weighted: i1) {
@@ -19,7 +20,6 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
   %c127 = arith.constant 127 : index
   %c128 = arith.constant 128 : index
   %c0_i32 = arith.constant 0 : i32
-  %chunk = ep.param_value @chunk : index
   %hidden = ep.param_value @hidden : index
   %topk = ep.param_value @topk : index
   %mode = ep.param_value @combine_mode : index
@@ -33,9 +33,9 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
   %blocks = arith.divui %padded, %c128 : index
   %first = ep.global_warp_index : index
   %stride = ep.global_warp_count : index
-  %chunk_span = arith.addi %hidden, %chunk : index
-  %chunk_span_1 = arith.subi %chunk_span, %c1 : index
-  %chunks = arith.divui %chunk_span_1, %chunk : index
+  %chunk_blocks = func.call @row_piece_blocks(%tokens) : (index) -> index
+  %chunk = arith.muli %chunk_blocks, %c128 : index
+  %chunks = func.call @pieces_per_row(%chunk) : (index) -> index
   %items = arith.muli %tokens, %chunks : index
   scf.for %item = %first to %items step %stride {
     %token = arith.divui %item, %chunks : index

@@ -14,12 +14,11 @@ ep.param @capacity : index {min = 1 : i64}          // tokens one rank can recei
 ep.param @combine_mode : index {names = ["gather", "scatter"]}
 ep.param @quant : index {names = ["none", "fp8_direct_cast", "fp8_blockwise"]}  // scatter's transport
 ep.param @std_moe : i1 {default_value = false}      // the standard-MoE layout regions
-ep.param @chunk : index {min = 128 : i64, multiple_of = 128 : i64}  // elements of a combine work item (whole fp8 blocks)
 ep.param @combine_elem : !ep.row_elem<"combine_elem">
 
 // Words of @state.
 ep.constant @state_epoch = 0 : index               // the last completed dispatch's epoch
-ep.constant @state_dispatch_arrivals = 1 : index   // warps of this rank done sending (reset by the last)
+ep.constant @state_dispatch_arrivals = 1 : index   // blocks of this rank done sending (reset by the last)
 ep.constant @state_total_recv = 2 : index          // tokens the last dispatch delivered here
 ep.constant @state_error = 3 : index               // 0, or one of the error codes below
 ep.constant @state_combine_arrivals = 4 : index
@@ -36,6 +35,47 @@ ep.constant @error_expert_out_of_range = 3 : i32   // an expert index outside [0
 ep.constant @meeting_dispatch = 0 : index
 ep.constant @meeting_combine = 1 : index
 ep.constant @meetings = 2 : index
+
+// How a kernel that sums rows cuts them into work items (token, piece): as
+// many pieces per token as the grid has warps per token, so a small call
+// still spreads over the whole grid, and one piece per token once tokens
+// outnumber warps. A piece is whole 128-element blocks (fp8 blockwise scales
+// start one) and at least 256 elements (a 16-byte load for every lane of a
+// wave32 warp). @row_piece_blocks gives a piece's 128-element blocks (a
+// caller multiplies by 128 where it indexes, so the compiler sees whole
+// 16-byte chunks), @pieces_per_row how many pieces a row of `hidden` takes.
+func.func private @row_piece_blocks(%tokens: index) -> index {
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c127 = arith.constant 127 : index
+  %c128 = arith.constant 128 : index
+  %hidden = ep.param_value @hidden : index
+  %warps = ep.global_warp_count : index
+  %none = arith.cmpi ult, %tokens, %c1 : index
+  %busy = arith.select %none, %c1, %tokens : index
+  %wanted = arith.divui %warps, %busy : index
+  %padded = arith.addi %hidden, %c127 : index
+  %blocks = arith.divui %padded, %c128 : index
+  %blocks_1 = arith.addi %blocks, %c1 : index
+  %most = arith.divui %blocks_1, %c2 : index
+  %over = arith.cmpi ugt, %wanted, %most : index
+  %capped = arith.select %over, %most, %wanted : index
+  %zero_parts = arith.cmpi ult, %capped, %c1 : index
+  %parts = arith.select %zero_parts, %c1, %capped : index
+  %spread = arith.addi %blocks, %parts : index
+  %spread_1 = arith.subi %spread, %c1 : index
+  %piece_blocks = arith.divui %spread_1, %parts : index
+  return %piece_blocks : index
+}
+
+func.func private @pieces_per_row(%piece: index) -> index {
+  %c1 = arith.constant 1 : index
+  %hidden = ep.param_value @hidden : index
+  %span = arith.addi %hidden, %piece : index
+  %span_1 = arith.subi %span, %c1 : index
+  %pieces = arith.divui %span_1, %piece : index
+  return %pieces : index
+}
 
 // The symmetric window, in this order. Counts are in elements; 0 leaves a
 // region empty in specializations that do not use it.

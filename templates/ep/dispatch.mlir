@@ -33,10 +33,8 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   %scale_bytes = ep.param_value @scale_bytes : index
   %topk = ep.param_value @topk : index
   %epr = ep.param_value @experts_per_rank : index
-  %world = ep.param_value @world : index
   %max_tokens = ep.param_value @max_tokens : index
   %capacity = ep.param_value @capacity : index
-  %experts = arith.muli %world, %epr : index
   %replaying = arith.cmpi ne, %replay, %c0 : index
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
   %previous = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
@@ -45,22 +43,36 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   %max_tokens_i32 = arith.index_cast %max_tokens : index to i32
   %capacity_i32 = arith.index_cast %capacity : index to i32
 
+  // A work item is one token (all its top-k entries, in order) or, when the
+  // grid has warps to spare (at most two entries per warp), one top-k entry:
+  // the entry that first names a destination rank sends the token there, so
+  // a small call's copies to different ranks run on different warps and its
+  // latency is one slot reservation and one row copy, not one per rank.
   %first = ep.global_warp_index : index
   %stride = ep.global_warp_count : index
-  scf.for %token = %first to %tokens step %stride {
+  %entries = arith.muli %tokens, %topk : index
+  %two_per_warp = arith.muli %stride, %c2 : index
+  %split = arith.cmpi ule, %entries, %two_per_warp : index
+  %per_item = arith.select %split, %c1, %topk : index
+  %items_per_token = arith.select %split, %topk, %c1 : index
+  %items = arith.muli %tokens, %items_per_token : index
+  scf.for %item = %first to %items step %stride {
+    %token = arith.divui %item, %items_per_token : index
+    %part = arith.remui %item, %items_per_token : index
+    %j_first = arith.muli %part, %per_item : index
+    %j_end = arith.addi %j_first, %per_item : index
     %row = arith.muli %token, %topk : index
     %token_i32 = arith.index_cast %token : index to i32
     %origin_base = arith.muli %rank_i32, %max_tokens_i32 : i32
     %origin = arith.addi %origin_base, %token_i32 : i32
-    // One copy per distinct destination rank; n counts them.
-    %sent = scf.for %j = %c0 to %topk step %c1 iter_args(%n = %c0) -> (index) {
+    // n: the ordinal, among the token's distinct destinations, of the next one.
+    %n_first = func.call @destinations_before(%indices, %row, %j_first) : (!ep.ptr<i32>, index, index) -> index
+    %sent = scf.for %j = %j_first to %j_end step %c1 iter_args(%n = %n_first) -> (index) {
       %at = arith.addi %row, %j : index
       %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
       %expert = arith.index_cast %expert_i32 : i32 to index
-      %negative = arith.cmpi slt, %expert_i32, %zero : i32
-      %beyond = arith.cmpi uge, %expert, %experts : index
-      %invalid = arith.ori %negative, %beyond : i1
-      %next = scf.if %invalid -> (index) {
+      %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
+      %n_next = scf.if %invalid -> (index) {
         ep.atomic_store %bad_expert, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
         scf.yield %n : index
       } else {
@@ -90,6 +102,7 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
           scf.if %overflow {
             // Not sent: combine skips the entry (the call's results are void; check() says why).
             ep.store %none, %route[%route_at] : !ep.ptr<i32>
+            ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
           }
           scf.if %fits {
             %words_at = arith.muli %token, %token_words : index
@@ -110,19 +123,28 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
             %ordinal = arith.index_cast %n : index to i32
             ep.store %origin, %to_origin[%c0] : !ep.ptr<i32>
             ep.store %ordinal, %to_origin[%c1] : !ep.ptr<i32>
-          } else {
-            ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
           }
-          %n_next = arith.addi %n, %c1 : index
-          scf.yield %n_next : index
+          %one_more = arith.addi %n, %c1 : index
+          scf.yield %one_more : index
         }
         scf.yield %after : index
       }
-      scf.yield %next : index
+      scf.yield %n_next : index
     }
-    scf.for %j = %sent to %topk step %c1 {
-      %route_at = arith.addi %row, %j : index
-      ep.store %none, %route[%route_at] : !ep.ptr<i32>
+    // The item holding the token's first entry closes its route: -1 past its
+    // destinations (a whole-token item counted them as it went).
+    %first_entry = arith.cmpi eq, %j_first, %c0 : index
+    scf.if %first_entry {
+      %destinations = scf.if %split -> (index) {
+        %counted = func.call @destinations_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> index
+        scf.yield %counted : index
+      } else {
+        scf.yield %sent : index
+      }
+      scf.for %tail = %destinations to %topk step %c1 {
+        %tail_at = arith.addi %row, %tail : index
+        ep.store %none, %route[%tail_at] : !ep.ptr<i32>
+      }
     }
   }
 

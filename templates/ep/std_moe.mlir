@@ -89,7 +89,6 @@ ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<bf
   %epr = ep.param_value @experts_per_rank : index
   %world = ep.param_value @world : index
   %max_tokens = ep.param_value @max_tokens : index
-  %chunk = ep.param_value @chunk : index
   %rows_per_expert = arith.muli %world, %max_tokens : index
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
   %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
@@ -98,35 +97,41 @@ ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<bf
   %slots = ep.peer_ptr %w[%rank] @moe_slots[%c0] : !ep.ptr<i32>
   %first = ep.global_warp_index : index
   %stride = ep.global_warp_count : index
-  scf.for %i = %first to %total step %stride {
+  %c128 = arith.constant 128 : index
+  %chunk_blocks = func.call @row_piece_blocks(%total) : (index) -> index
+  %chunk = arith.muli %chunk_blocks, %c128 : index
+  %chunks = func.call @pieces_per_row(%chunk) : (index) -> index
+  %items = arith.muli %total, %chunks : index
+  scf.for %item = %first to %items step %stride {
+    %i = arith.divui %item, %chunks : index
+    %piece = arith.remui %item, %chunks : index
+    %c = arith.muli %piece, %chunk : index
     %row = arith.muli %i, %topk : index
     %out_at = arith.muli %i, %hidden : index
-    scf.for %c = %c0 to %hidden step %chunk {
-      %left = arith.subi %hidden, %c : index
-      %short = arith.cmpi ult, %left, %chunk : index
-      %n = arith.select %short, %left, %chunk : index
-      %out_chunk = arith.addi %out_at, %c : index
-      // Source j: the packed row of (token, k = j) when its expert is here and not a repeat.
-      ep.warp.sum_rows %combine_in[%out_chunk], %n, sources(%topk) : !ep.ptr<bf16> {
-      ^bb0(%j: index):
-        %at = arith.addi %row, %j : index
-        %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
-        %expert = arith.index_cast %expert_i32 : i32 to index
-        %owner = arith.divui %expert, %epr : index
-        %here = arith.cmpi eq, %owner, %rank : index
-        %repeat = func.call @repeats_earlier(%indices, %row, %j, %true) : (!ep.ptr<i32>, index, index, i1) -> i1
-        %fresh = arith.xori %repeat, %true : i1
-        %valid = arith.andi %here, %fresh : i1
-        %local = arith.remui %expert, %epr : index
-        %position_i32 = ep.load %slots[%at] : !ep.ptr<i32>
-        %position = arith.index_cast %position_i32 : i32 to index
-        %packed_row_base = arith.muli %local, %rows_per_expert : index
-        %packed_row = arith.addi %packed_row_base, %position : index
-        %packed_row_at = arith.muli %packed_row, %hidden : index
-        %packed_at = arith.addi %packed_row_at, %c : index
-        %src = ep.ptr_add %expert_out, %packed_at : !ep.ptr<bf16>
-        ep.source %valid, %src : !ep.ptr<bf16>
-      }
+    %left = arith.subi %hidden, %c : index
+    %short = arith.cmpi ult, %left, %chunk : index
+    %n = arith.select %short, %left, %chunk : index
+    %out_chunk = arith.addi %out_at, %c : index
+    // Source j: the packed row of (token, k = j) when its expert is here and not a repeat.
+    ep.warp.sum_rows %combine_in[%out_chunk], %n, sources(%topk) : !ep.ptr<bf16> {
+    ^bb0(%j: index):
+      %at = arith.addi %row, %j : index
+      %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+      %expert = arith.index_cast %expert_i32 : i32 to index
+      %owner = arith.divui %expert, %epr : index
+      %here = arith.cmpi eq, %owner, %rank : index
+      %repeat = func.call @repeats_earlier(%indices, %row, %j, %true) : (!ep.ptr<i32>, index, index, i1) -> i1
+      %fresh = arith.xori %repeat, %true : i1
+      %valid = arith.andi %here, %fresh : i1
+      %local = arith.remui %expert, %epr : index
+      %position_i32 = ep.load %slots[%at] : !ep.ptr<i32>
+      %position = arith.index_cast %position_i32 : i32 to index
+      %packed_row_base = arith.muli %local, %rows_per_expert : index
+      %packed_row = arith.addi %packed_row_base, %position : index
+      %packed_row_at = arith.muli %packed_row, %hidden : index
+      %packed_at = arith.addi %packed_row_at, %c : index
+      %src = ep.ptr_add %expert_out, %packed_at : !ep.ptr<bf16>
+      ep.source %valid, %src : !ep.ptr<bf16>
     }
   }
 }

@@ -101,3 +101,35 @@ func.func private @repeats_earlier(%indices: !ep.ptr<i32>, %row: index, %j: inde
   }
   return %seen : i1
 }
+
+// Is `expert` outside [0, world * experts_per_rank)?
+func.func private @invalid_expert(%expert_i32: i32) -> i1 {
+  %zero = arith.constant 0 : i32
+  %epr = ep.param_value @experts_per_rank : index
+  %world = ep.param_value @world : index
+  %experts = arith.muli %world, %epr : index
+  %expert = arith.index_cast %expert_i32 : i32 to index
+  %negative = arith.cmpi slt, %expert_i32, %zero : i32
+  %beyond = arith.cmpi uge, %expert, %experts : index
+  %invalid = arith.ori %negative, %beyond : i1
+  return %invalid : i1
+}
+
+// How many distinct destination ranks indices[row .. row + j) name (valid
+// experts only): the ordinal of the destination entry j would open.
+func.func private @destinations_before(%indices: !ep.ptr<i32>, %row: index, %j: index) -> index {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %false = arith.constant false
+  %count = scf.for %i = %c0 to %j step %c1 iter_args(%n = %c0) -> (index) {
+    %at = arith.addi %row, %i : index
+    %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+    %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
+    %repeat = func.call @repeats_earlier(%indices, %row, %i, %false) : (!ep.ptr<i32>, index, index, i1) -> i1
+    %skip = arith.ori %invalid, %repeat : i1
+    %one_more = arith.addi %n, %c1 : index
+    %next = arith.select %skip, %n, %one_more : index
+    scf.yield %next : index
+  }
+  return %count : index
+}

@@ -23,5 +23,4 @@ config.substitutions.append(("%python", sys.executable))
 # 128 tokens per rank, bf16 combine, scatter with fp8 blockwise quant).
 config.substitutions.append(("%{ep}", " ".join("--set " + p for p in [
     "token_words=1792", "scale_bytes=0", "hidden=7168", "topk=8", "experts_per_rank=32", "world=8",
-    "max_tokens=128", "capacity=1024", "combine_mode=scatter", "quant=fp8_blockwise", "combine_elem=bf16",
-    "chunk=1024"])))
+    "max_tokens=128", "capacity=1024", "combine_mode=scatter", "quant=fp8_blockwise", "combine_elem=bf16"])))

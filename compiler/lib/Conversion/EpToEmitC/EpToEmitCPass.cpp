@@ -80,6 +80,20 @@ struct KernelPattern : OpConversionPattern<ep::KernelOp> {
   }
 };
 
+// func.call -> emitc.call with converted result types (upstream's pattern
+// keeps them as they were, so a helper returning index would not convert).
+struct CallPattern : OpConversionPattern<func::CallOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(func::CallOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
+    SmallVector<Type> results;
+    if (failed(getTypeConverter()->convertTypes(op.getResultTypes(), results)))
+      return rewriter.notifyMatchFailure(op, "a result type has no EmitC form");
+    auto call = emitc::CallOp::create(rewriter, op.getLoc(), op.getCallee(), results, adaptor.getOperands());
+    rewriter.replaceOp(op, call.getResults());
+    return success();
+  }
+};
+
 struct ReturnPattern : OpConversionPattern<ep::ReturnOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(ep::ReturnOp op, OpAdaptor, ConversionPatternRewriter& rewriter) const override {
@@ -125,6 +139,7 @@ struct EpToEmitC : impl::EpToEmitCBase<EpToEmitC> {
     to_emitc::populateScalarPatterns(converter, patterns, regions);
     to_emitc::populateLanePatterns(converter, patterns);
     patterns.add<KernelPattern, ReturnPattern>(converter, context);
+    patterns.add<CallPattern>(converter, context, /*benefit=*/2);
 
     ConversionTarget legal(*context);
     legal.addLegalDialect<emitc::EmitCDialect>();

@@ -30,6 +30,18 @@ EPJIT_HD void store_global(Vec16* address, const Vec16& value) {
   const Vec16Bits bits = {value.w[0], value.w[1], value.w[2], value.w[3]};
   *(__attribute__((address_space(1))) Vec16Bits*)address = bits;
 }
+#elif defined(__NVCC__) || defined(__CUDACC_RTC__)
+// NVVM splits a 16-byte struct store into four 4-byte stores once the loop
+// around it is strength-reduced (it keeps the loads whole), so the store is
+// spelled out. Rows are global memory: device buffers, peers' windows mapped
+// over NVLink, or mapped host memory. The clobber keeps it ordered with the
+// kernel's other memory operations, as a plain store would be.
+EPJIT_HD Vec16 load_global(const Vec16* address) { return *address; }
+EPJIT_HD void store_global(Vec16* address, const Vec16& value) {
+  asm("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(address)), "r"(value.w[0]),
+      "r"(value.w[1]), "r"(value.w[2]), "r"(value.w[3])
+      : "memory");
+}
 #else
 EPJIT_HD Vec16 load_global(const Vec16* address) { return *address; }
 EPJIT_HD void store_global(Vec16* address, const Vec16& value) { *address = value; }
