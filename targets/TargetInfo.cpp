@@ -94,7 +94,7 @@ constexpr TargetInfo kSm90{
     .fp4 = Fp4Support::None,
     .fp4_software_fallback = true,
     .lds_bytes = 227 * KiB,
-    .copy_loads_in_flight = 4,
+    .copy_loads_in_flight = 8,
     .toolchain = DefaultToolchain::Nvrtc,
     .numerics_of = "sm90",
     .cuda_capability = 90,
@@ -178,6 +178,10 @@ std::string_view TargetInfo::binary_extension() const {
 
 std::vector<std::string> TargetInfo::kernel_specifiers(int64_t threads) const {
   if (is_host()) return {};
+  // NVIDIA: one resident block per SM is what the kernels are launched for;
+  // without saying so ptxas budgets registers for two (64 at 512 threads)
+  // and spills. AMD's second bound means waves per EU, so it is left out.
+  if (is_nvidia()) return {"__global__", "__launch_bounds__(" + std::to_string(threads) + ", 1)"};
   return {"__global__", "__launch_bounds__(" + std::to_string(threads) + ")"};
 }
 

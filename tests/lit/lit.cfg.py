@@ -20,7 +20,9 @@ config.substitutions.append(("%epjit_src", config.epjit_src_root))
 config.substitutions.append(("%python", sys.executable))
 
 # The EP kernels' parameters at DeepSeek-V3 EP8 (hidden 7168, top-8, 256 experts,
-# 128 tokens per rank, bf16 combine, scatter with fp8 blockwise quant).
+# 128 tokens per rank, bf16 combine, scatter with fp8 blockwise quant), in blocks
+# of 16 warps as the op builds them.
 config.substitutions.append(("%{ep}", " ".join("--set " + p for p in [
     "token_words=1792", "scale_bytes=0", "hidden=7168", "topk=8", "experts_per_rank=32", "world=8",
-    "max_tokens=128", "capacity=1024", "combine_mode=scatter", "quant=fp8_blockwise", "combine_elem=bf16"])))
+    "max_tokens=128", "capacity=1024", "combine_mode=scatter", "quant=fp8_blockwise", "combine_elem=bf16",
+    "warps_per_block=16"])))

@@ -11,6 +11,6 @@
 // GFX950: epjit::prim::amdgcn_pk_fp8::quantize_fp8_chunk<epjit::Fp8Format::E4M3FN, false>(
 // GFX1250: epjit::prim::amdgcn_pk_fp8::quantize_fp8_chunk<epjit::Fp8Format::E4M3FN, false>(
 // SM90: #include "epjit/targets/sm90/prelude.h"
-// SM90: extern "C" __global__ __launch_bounds__(128)
+// SM90: extern "C" __global__ __launch_bounds__(128, 1)
 // SM90: epjit::prim::ptx_cvt_satfinite::quantize_fp8_chunk<epjit::Fp8Format::E4M3FN, false>(
 // HOST: epjit::prim::software::quantize_fp8_chunk<epjit::Fp8Format::E4M3FNUZ, false>(

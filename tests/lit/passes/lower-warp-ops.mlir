@@ -113,12 +113,14 @@ func.func @sum_fp8_blockwise(%codes: !ep.ptr<i8>, %scales: !ep.ptr<f32>, %out: !
   return
 }
 
-// A row copy keeps the target's copy_loads_in_flight chunks per lane: a step
-// covers wave * 4 chunks on GPUs, one lane at a time on the host.
+// A row copy keeps the target's copy_loads_in_flight chunks per lane (4 on
+// AMD, 8 on sm90): a step covers wave * that many chunks on GPUs, one lane
+// at a time on the host.
 // CHECK-LABEL: func.func @copy_row
 // GFX950: scf.for {{.*}} step %c256
-// SM90: scf.for {{.*}} step %c128
-// SIMT: ep.lane.copy_chunks {{.*}} stride %c{{[0-9]+}} {aligned = true, chunk = 8 : i64, unroll = 4 : i64} : !ep.ptr<bf16> -> !ep.ptr<bf16>
+// SM90: scf.for {{.*}} step %c256
+// GFX950: ep.lane.copy_chunks {{.*}} stride %c{{[0-9]+}} {aligned = true, chunk = 8 : i64, unroll = 4 : i64} : !ep.ptr<bf16> -> !ep.ptr<bf16>
+// SM90: ep.lane.copy_chunks {{.*}} stride %c{{[0-9]+}} {aligned = true, chunk = 8 : i64, unroll = 8 : i64} : !ep.ptr<bf16> -> !ep.ptr<bf16>
 // HOST: ep.lane.copy_chunks {{.*}} {aligned = true, chunk = 8 : i64, unroll = 1 : i64}
 func.func @copy_row(%x: !ep.ptr<bf16>, %y: !ep.ptr<bf16>, %t: index) {
   %c7168 = arith.constant 7168 : index

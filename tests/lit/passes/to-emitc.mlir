@@ -30,7 +30,7 @@ ep.window_region @recv_counts : bf16 {
 // GFX942-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(128)"]
 // GFX950-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(128)"]
 // GFX1250-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(64)"]
-// SM90-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(64)"]
+// SM90-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(64, 1)"]
 // HOST-SAME: specifiers = ["extern \22C\22"]
 // CHECK: call_opaque "epjit::global_warp_index"()
 // CHECK: call_opaque "epjit::peer_ptr"({{.*}}) {template_args = [#emitc.opaque<"uint16_t">, #emitc.opaque<"1">]}

@@ -126,7 +126,8 @@ TEST(TargetFacts, FilesAndKernelsPerVendor) {
   EXPECT_EQ(find_target("sm90")->binary_extension(), ".cubin");
   EXPECT_EQ(find_target("host-gfx950")->binary_extension(), ".so");
   EXPECT_TRUE(find_target("host")->kernel_specifiers(128).empty());
-  EXPECT_EQ(find_target("sm90")->kernel_specifiers(512).back(), "__launch_bounds__(512)");
+  EXPECT_EQ(find_target("sm90")->kernel_specifiers(512).back(), "__launch_bounds__(512, 1)");
+  EXPECT_EQ(find_target("gfx942")->kernel_specifiers(512).back(), "__launch_bounds__(512)");
   EXPECT_EQ(vendor_name(Vendor::Nvidia), "nvidia");
 }
 
