@@ -35,6 +35,31 @@ for world in 1 2; do
       --dtype "$dtype" --cache-dir "$out/warm"
   done
 done
+# The other configurations issue 13 reports at EP2 (one per line: the model
+# shape and the op's flags), warmed here and run by run.sh with MATRIX=1.
+ds=(--hidden 7168 --topk 8 --experts-per-rank 128)
+cat > "$out/bench-matrix.txt" <<MATRIX
+${ds[*]} --dtype bf16 --combine-mode scatter
+${ds[*]} --dtype bf16 --combine-mode scatter --quant fp8_direct_cast
+${ds[*]} --dtype bf16 --combine-mode scatter --quant fp8_blockwise
+${ds[*]} --dtype bf16 --std-moe
+--hidden 4096 --topk 6 --experts-per-rank 32 --dtype bf16
+MATRIX
+while read -r flags; do
+  "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes --world 2 \
+    --tokens 1,8,32,128,512,1024,2048,4096,8192 $flags --cache-dir "$out/warm"
+done < "$out/bench-matrix.txt"
+# A geometry sweep (SWEEP=1 in run.sh): blocks x warps for both kernels at
+# EP2 bf16 gather, small and large calls.
+: > "$out/bench-sweep.txt"
+for warps in 8 16; do
+  for blocks in 16 32 66 132; do
+    echo "--dispatch-blocks $blocks --dispatch-warps $warps --combine-blocks $blocks --combine-warps $warps" \
+      >> "$out/bench-sweep.txt"
+  done
+  "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes --world 2 "${ds[@]}" \
+    --dtype bf16 --tokens 1,128,4096,8192 --dispatch-warps $warps --combine-warps $warps --cache-dir "$out/warm"
+done
 # The Python GPU test's kernels.
 EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/$build/lib/libepjit_kernel_source.so" PYTHONPATH="$build/python" \
   .venv/bin/python tests/python/test_gpu.py --warm "$PWD/$out/warm" > "$out/warm-python.log"
@@ -66,6 +91,30 @@ export EPJIT_CACHE_DIR=$cache EPJIT_KERNEL_SOURCE_LIBRARY=/nonexistent
 world=$(nvidia-smi -L | wc -l)
 (( world > 2 )) && world=2
 shape=$(cat bench-shape-$world.txt)
+# SWEEP=1: only the geometry sweep at EP2 (bench-sweep.txt), then stop.
+if [[ ${SWEEP:-0} == 1 ]]; then
+  n=0
+  while read -r flags; do
+    n=$((n + 1))
+    timeout 60 ./epjit-bench --target sm90 --device cuda --ranks-as processes --world 2 --hidden 7168 --topk 8 \
+      --experts-per-rank 128 --dtype bf16 --tokens 1,128,4096,8192 $flags --iters 20 --warmup 3 \
+      > "$logs/sweep-$n.txt" 2>&1
+    echo "sweep $n ($flags): exit $?"; grep -E '^ +[0-9]+ ' "$logs/sweep-$n.txt"
+  done < bench-sweep.txt
+  exit 0
+fi
+# MATRIX=1: only the issue-13 matrix at EP2 (bench-matrix.txt), then stop.
+if [[ ${MATRIX:-0} == 1 ]]; then
+  n=0
+  while read -r flags; do
+    n=$((n + 1))
+    timeout 100 ./epjit-bench --target sm90 --device cuda --ranks-as processes --world 2 \
+      --tokens 1,8,32,128,512,1024,2048,4096,8192 $flags \
+      --graph --baselines --iters 20 --warmup 3 --json "$logs/matrix-$n.json" > "$logs/matrix-$n.txt" 2>&1
+    echo "matrix $n ($flags): exit $?"
+  done < bench-matrix.txt
+  exit 0
+fi
 # JIT latency on this host: a cache holding only the bundle's sources makes
 # every kernel a cold NVRTC compile (no epjit compiler here); the next run hits disk.
 jit=/tmp/epjit-jit-cache

@@ -11,6 +11,12 @@ constexpr int64_t KiB = 1024;
 // GPU; wave64 targets carry twice the lanes per warp, so half the warps.
 constexpr ScheduleRow kWave64Schedule[] = {{128, 32, 8, 32, 8}, {1024, 64, 8, 64, 8}, {0, 128, 8, 128, 8}};
 constexpr ScheduleRow kWave32Schedule[] = {{128, 32, 16, 32, 16}, {1024, 64, 16, 64, 16}, {0, 128, 16, 128, 16}};
+// sm90, from a sweep on 2 x H200 (EP2, hidden 7168, top-8; docs/BENCHMARKS.md):
+// a block per SM at every size (fewer blocks were slower from 128 tokens on,
+// by up to 3.6x at 8192 with 16 blocks); 8-warp dispatch blocks for small
+// calls (18.0 vs 18.6 us at 128 tokens), 16 warps otherwise. A one-token call
+// took 13.5-13.9 us at every geometry tried.
+constexpr ScheduleRow kSm90Schedule[] = {{128, 128, 8, 128, 16}, {0, 128, 16, 128, 16}};
 // The host runs a warp per CPU thread: a few of them per rank.
 constexpr ScheduleRow kHostSchedule[] = {{64, 1, 4, 1, 4}, {0, 2, 4, 2, 4}};
 
@@ -98,7 +104,7 @@ constexpr TargetInfo kSm90{
     .toolchain = DefaultToolchain::Nvrtc,
     .numerics_of = "sm90",
     .cuda_capability = 90,
-    .schedule = kWave32Schedule,
+    .schedule = kSm90Schedule,
 };
 
 constexpr TargetInfo kHost{
