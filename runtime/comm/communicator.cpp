@@ -1,88 +1,37 @@
 #include "epjit/comm/communicator.h"
 
-#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <thread>
 
+#include "../core/environment.h"
+#include "bootstrap_service.h"
 #include "epjit/error.h"
 #include "epjit/logging.h"
 #include "socket.h"
+#include "wire.h"
 
 namespace epjit {
 namespace {
 
+using comm::Bytes;
 using comm::Clock;
+using comm::Message;
+using comm::Reader;
 using comm::Socket;
-using Bytes = std::vector<uint8_t>;
-
-constexpr uint32_t kMagic = 0x45504a31;  // "EPJ1"
-constexpr size_t kTokenBytes = 32;
-enum Type : uint8_t { Hello = 1, Table = 2, Gather = 3, Result = 4, Failure = 5, Bye = 6 };
-
-// ------------------------------------------------------------ encoding
-
-struct Writer {
-  Bytes out;
-  Writer& u8(uint8_t v) { return raw(&v, 1); }
-  Writer& u32(uint32_t v) { return raw(&v, 4); }
-  Writer& bytes(const Bytes& b) { return u32(uint32_t(b.size())).raw(b.data(), b.size()); }
-  Writer& text(const std::string& s) { return bytes(Bytes(s.begin(), s.end())); }
-  Writer& raw(const void* p, size_t n) {
-    const auto* c = static_cast<const uint8_t*>(p);
-    out.insert(out.end(), c, c + n);
-    return *this;
-  }
-};
-
-struct Reader {
-  const Bytes& in;
-  size_t at = 0;
-  void need(size_t n) const {
-    if (at + n > in.size()) throw Error("a truncated bootstrap message", "a well-formed message", "check that only epjit ranks connect");
-  }
-  uint8_t u8() { need(1); return in[at++]; }
-  uint32_t u32() {
-    need(4);
-    uint32_t v;
-    std::memcpy(&v, &in[at], 4);
-    at += 4;
-    return v;
-  }
-  Bytes bytes() {
-    const uint32_t n = u32();
-    need(n);
-    Bytes b(in.begin() + long(at), in.begin() + long(at + n));
-    at += n;
-    return b;
-  }
-  std::string text() {
-    Bytes b = bytes();
-    return {b.begin(), b.end()};
-  }
-};
-
-Bytes failure(const std::string& why) { return Writer().u8(Failure).text(why).out; }
+using comm::Writer;
 
 double timeout_from(const CommOptions& options) {
   if (options.timeout_seconds > 0) return options.timeout_seconds;
-  if (const char* value = std::getenv("EPJIT_COMM_TIMEOUT_S"); value && *value) {
-    try {
-      return std::stod(value);
-    } catch (...) {
-      throw Error(std::string("EPJIT_COMM_TIMEOUT_S is '") + value + "'", "a number of seconds", "fix or unset it");
-    }
-  }
-  return 120;
+  return environment_seconds("EPJIT_COMM_TIMEOUT_S", 120, 0.001, 86400 * 7);
 }
 
 Clock::time_point after(double seconds) {
-  return Clock::now() + std::chrono::milliseconds(int64_t(seconds * 1000));
+  return Clock::now() + std::chrono::microseconds(int64_t(seconds * 1e6));
 }
 
 std::string hex(const uint8_t* data, size_t n) {
@@ -92,115 +41,43 @@ std::string hex(const uint8_t* data, size_t n) {
   return text;
 }
 
-// ------------------------------------------------------------ the bootstrap root
+std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", seconds);
+  return text;
+}
 
-// Serves one group of ranks: admits them (checking the token), hands out the
-// table, then runs collective rounds until every rank says goodbye.
-class Root {
- public:
-  Root(Socket listener, std::array<uint8_t, kTokenBytes> token) : listener_(std::move(listener)), token_(token) {
-    std::thread([this] { serve(); }).detach();  // lives until its ranks leave; owns itself
-  }
+// What the root sent when it is a Failure: its text as an epjit::Error.
+[[noreturn]] void throw_failure(Reader& r, const std::string& context) {
+  throw Error(context + ": " + r.text(), "every rank of the group healthy and calling the same collectives",
+              "look at the other ranks' output; create a new communicator to continue");
+}
 
- private:
-  void serve() {
-    try {
-      admit();
-      rounds();
-    } catch (const Error& error) {
-      log().warn("bootstrap: {}", error.what());
-      for (Socket& rank : ranks_)
-        if (rank) try { rank.send_message(failure(error.what()), "a rank"); } catch (...) {}
-    }
-    delete this;
-  }
-
-  void admit() {
-    // The first connection fixes world_size; then every rank has the timeout to arrive.
-    Clock::time_point deadline = Clock::time_point::max();
-    for (size_t joined = 0; ranks_.empty() || joined < ranks_.size();) {
-      Socket peer = listener_.accept(deadline);
-      Bytes hello;
-      try {
-        hello = peer.receive_message(after(10), "a connecting rank");
-      } catch (const Error&) {
-        continue;
-      }
-      Reader r{hello};
-      std::string refusal;
-      uint32_t rank = 0, world = 0;
-      Bytes blob;
-      try {
-        if (r.u8() != Hello || r.u32() != kMagic) throw Error("not an epjit bootstrap message", "", "");
-        r.need(kTokenBytes);
-        uint8_t diff = 0;
-        for (size_t i = 0; i < kTokenBytes; ++i) diff |= uint8_t(r.in[r.at + i] ^ token_[i]);
-        r.at += kTokenBytes;
-        rank = r.u32();
-        world = r.u32();
-        blob = r.bytes();
-        if (diff) refusal = "authentication failed: the unique id's token does not match this bootstrap";
-        else if (!ranks_.empty() && world != ranks_.size())
-          refusal = "world_size " + std::to_string(world) + " differs from the first rank's " + std::to_string(ranks_.size());
-        else if (world == 0 || rank >= world)
-          refusal = "rank " + std::to_string(rank) + " is outside [0, " + std::to_string(world) + ")";
-        else if (!ranks_.empty() && ranks_[rank])
-          refusal = "rank " + std::to_string(rank) + " joined twice";
-      } catch (const Error&) {
-        refusal = "a malformed hello";
-      }
-      if (!refusal.empty()) {
-        try { peer.send_message(failure("bootstrap refused: " + refusal), "a refused rank"); } catch (...) {}
-        continue;
-      }
-      if (ranks_.empty()) {
-        ranks_.resize(world);
-        blobs_.resize(world);
-        deadline = Clock::now() + std::chrono::seconds(600);
-      }
-      ranks_[rank] = std::move(peer);
-      blobs_[rank] = std::move(blob);
-      ++joined;
-    }
-    Writer table;
-    table.u8(Table).u32(uint32_t(blobs_.size()));
-    for (const Bytes& blob : blobs_) table.bytes(blob);
-    for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r].send_message(table.out, "rank " + std::to_string(r));
-  }
-
-  void rounds() {
-    std::vector<bool> gone(ranks_.size(), false);
-    for (;;) {
-      std::vector<Bytes> contributions(ranks_.size());
-      size_t arrived = 0, leaving = 0;
-      for (size_t r = 0; r < ranks_.size(); ++r) {
-        if (gone[r]) continue;
-        // Between rounds ranks may compute for a long time; a closed socket ends it.
-        Bytes message = ranks_[r].receive_message(Clock::time_point::max(), "rank " + std::to_string(r));
-        Reader reader{message};
-        const uint8_t type = reader.u8();
-        if (type == Bye) {
-          gone[r] = true;
-          ++leaving;
-          continue;
-        }
-        contributions[r] = reader.bytes();
-        ++arrived;
-      }
-      if (arrived == 0) return;  // everyone left
-      if (leaving) throw Error("a rank left (destroy) while others were in a collective", "", "");
-      Writer result;
-      result.u8(Result).u32(uint32_t(contributions.size()));
-      for (const Bytes& contribution : contributions) result.bytes(contribution);
-      for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r].send_message(result.out, "rank " + std::to_string(r));
-    }
-  }
-
-  Socket listener_;
-  std::array<uint8_t, kTokenBytes> token_;
-  std::vector<Socket> ranks_;
-  std::vector<Bytes> blobs_;
+struct ParsedId {
+  std::string address;
+  uint16_t port = 0;
+  comm::GroupId group{};
+  comm::Secret secret{};
 };
+
+ParsedId parse_id(const UniqueId& id) {
+  const Bytes bytes(id.bytes.begin(), id.bytes.end());
+  try {
+    Reader r{bytes};
+    if (r.u32() != comm::kMagic) throw Error("", "", "");
+    ParsedId parsed;
+    const uint32_t port = r.u32();
+    if (port == 0 || port > 65535) throw Error("", "", "");
+    parsed.port = uint16_t(port);
+    parsed.address = r.text(64);
+    parsed.group = r.fixed<comm::kGroupIdBytes>();
+    parsed.secret = r.fixed<comm::kSecretBytes>();
+    return parsed;
+  } catch (const Error&) {
+    throw Error("the unique id is not one Communicator::get_unique_id made", "its 128 bytes unchanged",
+                "pass the id from get_unique_id to every rank byte for byte");
+  }
+}
 
 }  // namespace
 
@@ -216,93 +93,195 @@ class Communicator::Impl {
   int rank = 0, world = 0;
   double timeout = 120;
   Device* device = nullptr;
+  comm::Secret secret{};
   Socket root;
-  Socket local_listener;  // SCM_RIGHTS from node peers
-  std::string local_name;
+  Socket local_listener;  // fds from node peers (SCM_RIGHTS)
   std::vector<std::string> hostnames, local_names;
   Team world_team, node_team;
   bool destroyed = false;
-  std::mutex mutex;  // one collective at a time per rank
-  std::vector<std::shared_ptr<SymmetricBuffer>> buffers;
+  std::string failed;     // a collective failed or timed out: the group is over
+  uint64_t sequence = 0;  // collectives this rank has entered
+  std::mutex mutex;       // one collective at a time per rank
 
-  std::vector<Bytes> collective(const Bytes& mine) {
+  std::vector<Bytes> collective(comm::Collective kind, const Bytes& mine) {
     if (destroyed) throw Error("the communicator was destroyed", "a live communicator", "do not use it after destroy()");
-    root.send_message(Writer().u8(Gather).bytes(mine).out, "the bootstrap");
-    Bytes reply = root.receive_message(Clock::time_point::max(), "the bootstrap");
-    Reader r{reply};
-    const uint8_t type = r.u8();
-    if (type == Failure) throw Error("a collective failed: " + r.text(), "every rank healthy", "look at the other ranks");
-    std::vector<Bytes> all(r.u32());
-    for (Bytes& part : all) part = r.bytes();
-    return all;
+    if (!failed.empty())
+      throw Error("the communicator failed earlier: " + failed, "a healthy group",
+                  "destroy it and create a new communicator on every rank");
+    const uint64_t number = ++sequence;
+    const std::string what = std::string(comm::collective_name(uint8_t(kind))) + " #" + std::to_string(number);
+    try {
+      root.send_message(Writer().u8(uint8_t(Message::Gather)).u64(number).u8(uint8_t(kind)).bytes(mine).out,
+                        "the bootstrap");
+      const Bytes reply = root.receive_message(after(timeout), "the other ranks in " + what + " (EPJIT_COMM_TIMEOUT_S " +
+                                                                   seconds_text(timeout) + " s)");
+      Reader r{reply};
+      const auto type = Message(r.u8());
+      if (type == Message::Failure) throw_failure(r, what + " failed");
+      if (type != Message::Result) throw Error("an unexpected reply to " + what, "a result", "report this as a bug");
+      const uint32_t count = r.u32();
+      if (count != uint32_t(world))
+        throw Error(what + " returned " + std::to_string(count) + " contributions", std::to_string(world),
+                    "report this as a bug");
+      std::vector<Bytes> all(count);
+      for (Bytes& part : all) part = r.bytes();
+      return all;
+    } catch (const Error& error) {
+      failed = error.what();  // the stream is out of step now: nothing later can be trusted
+      throw;
+    }
+  }
+
+  // Receives every node peer's fd for one allocation, each proven to come
+  // from that peer: same user (SO_PEERCRED), the group's MAC over this rank's
+  // fresh nonce, the sender's rank and the size. Anything else is closed and
+  // logged, never mapped.
+  void receive_peer_fds(SymmetricBuffer& buffer, const comm::Nonce& nonce, Clock::time_point deadline) {
+    size_t missing = size_t(node_team.size() - 1);
+    while (missing > 0) {
+      Socket incoming = local_listener.accept(deadline);
+      if (incoming.peer_uid() != long(::geteuid())) {
+        log().warn("refused a connection to this rank's local socket from uid {}", incoming.peer_uid());
+        continue;
+      }
+      Bytes body;
+      int fd = -1;
+      try {
+        fd = incoming.receive_fd(body, std::min(deadline, after(comm::kHandshakeSeconds)));
+      } catch (const Error& error) {
+        log().warn("dropped a connection to this rank's local socket: {}", error.problem());
+        continue;
+      }
+      Reader r{body};
+      std::optional<uint32_t> from;
+      try {
+        const uint32_t sender = r.u32();
+        const uint64_t bytes = r.u64();
+        const Mac mac = r.fixed<32>();
+        if (bytes == buffer.bytes && node_team.index_of(int(sender)) >= 0 && int(sender) != rank &&
+            !buffer.peers.at(sender) && equal_in_constant_time(mac, comm::fd_mac(secret, nonce, sender, bytes)))
+          from = sender;
+      } catch (const Error&) {
+      }
+      if (!from) {
+        ::close(fd);
+        log().warn("refused shared memory on this rank's local socket: it did not prove it comes from a node peer");
+        continue;
+      }
+      ShareableMemory theirs;
+      theirs.fd = fd;
+      theirs.bytes = buffer.bytes;
+      try {
+        buffer.peers[*from] = device->open_shareable(theirs);
+      } catch (...) {
+        ::close(fd);
+        throw;
+      }
+      ::close(fd);
+      --missing;
+    }
   }
 };
 
 UniqueId Communicator::get_unique_id() {
-  const char* address_env = std::getenv("EPJIT_BOOTSTRAP_ADDR");
-  const std::string address = address_env && *address_env ? address_env : "127.0.0.1";
-  uint16_t port = 0;
-  Socket listener = Socket::listen_tcp(address, port);
-  std::array<uint8_t, kTokenBytes> token{};
-  const int random = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (random < 0 || ::read(random, token.data(), token.size()) != ssize_t(token.size()))
-    throw Error("cannot read /dev/urandom for the bootstrap token", "a readable /dev/urandom", "check the system");
-  ::close(random);
-  new Root(std::move(listener), token);
-  UniqueId id;
+  comm::GroupId group{};
+  comm::Secret secret{};
+  fill_random(group);
+  fill_random(secret);
+  const comm::Endpoint endpoint = comm::register_group(group, secret);
   Writer w;
-  w.u32(kMagic).u32(uint32_t(port)).text(address).raw(token.data(), token.size());
-  std::memcpy(id.bytes.data(), w.out.data(), std::min(w.out.size(), id.bytes.size()));
+  w.u32(comm::kMagic).u32(endpoint.port).text(endpoint.address).fixed(group).fixed(secret);
+  UniqueId id;
+  if (w.out.size() > id.bytes.size())
+    throw Error("EPJIT_BOOTSTRAP_ADDR '" + endpoint.address + "' is too long for a unique id", "an IPv4 address",
+                "set EPJIT_BOOTSTRAP_ADDR to this host's IPv4 address");
+  std::memcpy(id.bytes.data(), w.out.data(), w.out.size());
   return id;
 }
 
 std::unique_ptr<Communicator> Communicator::init(int world_size, int rank, const UniqueId& id, Device& device,
                                                  CommOptions options) {
-  if (world_size < 1 || rank < 0 || rank >= world_size)
+  if (world_size < 1 || uint32_t(world_size) > comm::kMaxWorldSize || rank < 0 || rank >= world_size)
     throw Error("Communicator::init(world_size " + std::to_string(world_size) + ", rank " + std::to_string(rank) + ")",
-                "0 <= rank < world_size", "pass this rank and the group size");
-  Bytes id_bytes(id.bytes.begin(), id.bytes.end());
-  Reader r{id_bytes};
-  if (r.u32() != kMagic)
-    throw Error("the unique id is not one Communicator::get_unique_id made", "its 128 bytes unchanged",
-                "pass the id from get_unique_id to every rank byte for byte");
-  const uint16_t port = uint16_t(r.u32());
-  const std::string address = r.text();
-  r.need(kTokenBytes);
-  const uint8_t* token = &id_bytes[r.at];
+                "1 <= world_size <= " + std::to_string(comm::kMaxWorldSize) + " and 0 <= rank < world_size",
+                "pass this rank and the group size");
+  if (options.gpu_per_node && *options.gpu_per_node < 1)
+    throw Error("CommOptions.gpu_per_node = " + std::to_string(*options.gpu_per_node), "at least 1",
+                "set it to the GPUs per node, or leave it unset");
+  check_log_level();
+  const ParsedId parsed = parse_id(id);
 
   auto impl = std::make_unique<Impl>();
   impl->rank = rank;
   impl->world = world_size;
   impl->timeout = timeout_from(options);
   impl->device = &device;
+  impl->secret = parsed.secret;
   const Clock::time_point deadline = after(impl->timeout);
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  impl->local_name = "epjit-" + hex(token, 8) + "-" + std::to_string(rank);
-  impl->local_listener = Socket::listen_unix(impl->local_name);
+  // The local socket's name is random: it carries nothing of the secret.
+  std::array<uint8_t, 12> name{};
+  fill_random(name);
+  const std::string local_name = "epjit-" + hex(name.data(), name.size()) + "-" + std::to_string(rank);
+  impl->local_listener = Socket::listen_unix(local_name);
 
-  impl->root = Socket::connect_tcp(address, port, deadline);
-  Writer hello;
-  hello.u8(Hello).u32(kMagic).raw(token, kTokenBytes).u32(uint32_t(rank)).u32(uint32_t(world_size));
-  hello.bytes(Writer().text(host).text(impl->local_name).out);
-  impl->root.send_message(hello.out, "the bootstrap");
-  Bytes table;
+  const std::string joining = "rank " + std::to_string(rank) + " of " + std::to_string(world_size);
   try {
-    table = impl->root.receive_message(deadline, "every rank to join the bootstrap");
+    // A root busy with many strangers may close a new connection before its
+    // challenge: connect again until the deadline.
+    Bytes challenge;
+    for (;;) {
+      impl->root = Socket::connect_tcp(parsed.address, parsed.port, deadline);
+      try {
+        challenge = impl->root.receive_message(deadline, "the bootstrap's challenge");
+        break;
+      } catch (const Error&) {
+        if (Clock::now() >= deadline) throw;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    Reader c{challenge};
+    if (Message(c.u8()) != Message::Challenge) throw Error("the bootstrap did not challenge", "", "");
+    const comm::Nonce root_nonce = c.fixed<comm::kNonceBytes>();
+    comm::Nonce rank_nonce{};
+    fill_random(rank_nonce);
+    const Bytes blob = Writer().text(host).text(local_name).out;
+    impl->root.send_message(Writer()
+                                .u8(uint8_t(Message::Hello))
+                                .u32(comm::kMagic)
+                                .fixed(parsed.group)
+                                .fixed(rank_nonce)
+                                .u32(uint32_t(rank))
+                                .u32(uint32_t(world_size))
+                                .bytes(blob)
+                                .fixed(comm::hello_mac(parsed.secret, parsed.group, root_nonce, rank_nonce,
+                                                       uint32_t(rank), uint32_t(world_size)))
+                                .out,
+                            "the bootstrap");
+    Bytes welcome = impl->root.receive_message(deadline, "the bootstrap to admit this rank");
+    Reader w{welcome};
+    const auto type = Message(w.u8());
+    if (type == Message::Failure) throw_failure(w, joining);
+    if (type != Message::Welcome ||
+        !equal_in_constant_time(w.fixed<32>(), comm::welcome_mac(parsed.secret, parsed.group, root_nonce, rank_nonce)))
+      throw Error(joining + ": the bootstrap did not prove it holds the group's secret",
+                  "the bootstrap of the rank that made the unique id", "pass the id from get_unique_id unchanged");
+    Bytes table = impl->root.receive_message(deadline, "every rank to join the bootstrap");
+    Reader t{table};
+    const auto table_type = Message(t.u8());
+    if (table_type == Message::Failure) throw_failure(t, joining);
+    if (table_type != Message::Table || t.u32() != uint32_t(world_size))
+      throw Error(joining + ": a malformed table from the bootstrap", "every rank's entry", "report this as a bug");
+    for (int i = 0; i < world_size; ++i) {
+      Bytes entry = t.bytes(comm::kMaxRankBlobBytes);
+      Reader b{entry};
+      impl->hostnames.push_back(b.text(256));
+      impl->local_names.push_back(b.text(256));
+    }
   } catch (const Error& error) {
-    throw Error("rank " + std::to_string(rank) + " of " + std::to_string(world_size) + ": " + error.problem(),
-                error.expected(), error.fix());
-  }
-  Reader t{table};
-  const uint8_t type = t.u8();
-  if (type == Failure) throw Error(t.text(), "the unique id of this group", "pass the id from get_unique_id unchanged");
-  const uint32_t count = t.u32();
-  for (uint32_t i = 0; i < count; ++i) {
-    Bytes blob = t.bytes();
-    Reader b{blob};
-    impl->hostnames.push_back(b.text());
-    impl->local_names.push_back(b.text());
+    if (error.problem().rfind(joining, 0) == 0) throw;
+    throw Error(joining + ": " + error.problem(), error.expected(), error.fix());
   }
   for (int i = 0; i < world_size; ++i) impl->world_team.ranks.push_back(i);
   for (int i = 0; i < world_size; ++i) {
@@ -317,7 +296,7 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 Communicator::~Communicator() {
   try {
     destroy();
-  } catch (const Error& error) {
+  } catch (const std::exception& error) {
     log().warn("communicator destroy: {}", error.what());
   }
 }
@@ -331,20 +310,22 @@ Device& Communicator::device() const { return *impl_->device; }
 
 std::vector<Bytes> Communicator::allgather(const Bytes& mine) {
   std::lock_guard lock(impl_->mutex);
-  return impl_->collective(mine);
+  return impl_->collective(comm::Collective::Allgather, mine);
 }
 
-void Communicator::barrier() { allgather({}); }
+void Communicator::barrier() {
+  std::lock_guard lock(impl_->mutex);
+  impl_->collective(comm::Collective::Barrier, {});
+}
 
 std::shared_ptr<SymmetricBuffer> Communicator::allocate_symmetric(size_t bytes) {
   std::lock_guard lock(impl_->mutex);
   Device& device = *impl_->device;
-  const Clock::time_point deadline = after(impl_->timeout);
   // The deleter unmaps the peers' copies; the device must outlive the buffer.
   auto buffer = std::shared_ptr<SymmetricBuffer>(new SymmetricBuffer, [device = &device](SymmetricBuffer* b) {
     for (void* peer : b->peers)
       if (peer && peer != b->local) device->close_shareable(peer, b->bytes);
-    device->free_shareable(b->local, b->bytes);
+    if (b->local) device->free_shareable(b->local, b->bytes);
     delete b;
   });
   ShareableMemory mine = device.allocate_shareable(bytes);  // zero-filled
@@ -352,38 +333,53 @@ std::shared_ptr<SymmetricBuffer> Communicator::allocate_symmetric(size_t bytes) 
   buffer->bytes = bytes;
   buffer->peers.assign(size_t(impl_->world), nullptr);
   buffer->peers[size_t(impl_->rank)] = mine.pointer;
-  // Everyone agrees on the size and learns the IPC handles (GPU devices).
-  const auto all = impl_->collective(Writer().u32(uint32_t(bytes)).bytes(mine.ipc_handle).out);
+  struct FdGuard {
+    int fd;
+    ~FdGuard() {
+      if (fd >= 0) ::close(fd);
+    }
+  } guard{mine.fd};
+  // Everyone agrees on the size, learns the IPC handles (GPU devices) and
+  // each rank's fresh nonce for the fds of this allocation (host device).
+  comm::Nonce nonce{};
+  fill_random(nonce);
+  const auto all = impl_->collective(comm::Collective::AllocateSizes,
+                                     Writer().u64(bytes).fixed(nonce).bytes(mine.ipc_handle).out);
+  const Clock::time_point deadline = after(impl_->timeout);
+  std::vector<comm::Nonce> nonces(size_t(impl_->world));
   for (int peer : impl_->node_team.ranks) {
     Reader r{all[size_t(peer)]};
-    if (r.u32() != uint32_t(bytes))
-      throw Error("ranks asked for different symmetric sizes", "the same size on every rank", "allocate collectively");
+    const uint64_t theirs_bytes = r.u64();
+    nonces[size_t(peer)] = r.fixed<comm::kNonceBytes>();
+    if (theirs_bytes != bytes)
+      throw Error("ranks asked for different symmetric sizes (" + std::to_string(bytes) + " here, " +
+                      std::to_string(theirs_bytes) + " on rank " + std::to_string(peer) + ")",
+                  "the same size on every rank", "allocate collectively with one size");
     if (peer == impl_->rank || device.sharing() != SharingMethod::IpcHandle) continue;
     ShareableMemory theirs;
     theirs.bytes = bytes;
-    theirs.ipc_handle = r.bytes();
+    theirs.ipc_handle = r.bytes(4096);
     buffer->peers[size_t(peer)] = device.open_shareable(theirs);
   }
   if (device.sharing() == SharingMethod::FileDescriptor) {
-    // fds (memfds) travel over each node peer's Unix socket (SCM_RIGHTS).
+    // This rank's memfd goes to every node peer over its local socket, with
+    // the proof the peer checks; the peers' come in the same way.
     for (int peer : impl_->node_team.ranks) {
       if (peer == impl_->rank) continue;
       Socket channel = Socket::connect_unix(impl_->local_names[size_t(peer)], deadline);
-      channel.send_fd(mine.fd, uint32_t(impl_->rank));
+      if (channel.peer_uid() != long(::geteuid()))
+        throw Error("the local socket of rank " + std::to_string(peer) + " belongs to uid " +
+                        std::to_string(channel.peer_uid()),
+                    "a node peer of this user", "run every rank as the same user");
+      channel.send_fd(mine.fd, Writer()
+                                   .u32(uint32_t(impl_->rank))
+                                   .u64(bytes)
+                                   .fixed(comm::fd_mac(impl_->secret, nonces[size_t(peer)], uint32_t(impl_->rank), bytes))
+                                   .out);
     }
-    for (int i = 1; i < impl_->node_team.size(); ++i) {
-      Socket incoming = impl_->local_listener.accept(deadline);
-      uint32_t from = 0;
-      const int fd = incoming.receive_fd(from, deadline);
-      ShareableMemory theirs;
-      theirs.fd = fd;
-      theirs.bytes = bytes;
-      buffer->peers.at(from) = device.open_shareable(theirs);
-      ::close(fd);
-    }
-    ::close(mine.fd);
+    impl_->receive_peer_fds(*buffer, nonce, deadline);
   }
-  impl_->collective({});  // every rank has mapped every peer
+  impl_->collective(comm::Collective::AllocateMapped, {});  // every rank has mapped every peer
   return buffer;
 }
 
@@ -392,7 +388,7 @@ void Communicator::destroy() {
   if (impl_->destroyed) return;
   impl_->destroyed = true;
   try {
-    impl_->root.send_message(Writer().u8(Bye).out, "the bootstrap");
+    impl_->root.send_message(Writer().u8(uint8_t(Message::Bye)).out, "the bootstrap");
   } catch (const Error&) {
   }
   impl_->root = Socket();

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -53,29 +54,30 @@ sockaddr_un unix_address(const std::string& name, socklen_t& length) {
   return address;
 }
 
-// One SCM_RIGHTS message: a 4-byte tag in the body, one fd in the control data.
+// One SCM_RIGHTS message: a small body, one fd in the control data.
 struct FdMessage {
-  explicit FdMessage(uint32_t value) : tag(value) {
-    io = {&tag, sizeof tag};
+  explicit FdMessage(size_t size) : body(size) {
+    io = {body.data(), body.size()};
     header.msg_iov = &io;
     header.msg_iovlen = 1;
     header.msg_control = control;
     header.msg_controllen = sizeof control;
   }
   FdMessage(const FdMessage&) = delete;
-  uint32_t tag;
+  std::vector<uint8_t> body;
   iovec io{};
   msghdr header{};
-  char control[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
 };
 
 }  // namespace
 
-Socket::Socket(Socket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+Socket::Socket(Socket&& other) noexcept : fd_(std::exchange(other.fd_, -1)), pending_(std::move(other.pending_)) {}
 Socket& Socket::operator=(Socket&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
+    pending_ = std::move(other.pending_);
   }
   return *this;
 }
@@ -96,6 +98,7 @@ Socket Socket::listen_tcp(const std::string& address, uint16_t& port) {
   socklen_t length = sizeof addr;
   ::getsockname(socket.fd(), reinterpret_cast<sockaddr*>(&addr), &length);
   port = ntohs(addr.sin_port);
+  socket.set_nonblocking();
   return socket;
 }
 
@@ -120,8 +123,65 @@ Socket Socket::connect_tcp(const std::string& address, uint16_t port, Clock::tim
 }
 
 Socket Socket::accept(Clock::time_point deadline) const {
-  wait_for(fd_, POLLIN, deadline, "ranks to connect to the bootstrap");
-  return Socket(::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC));
+  for (;;) {
+    wait_for(fd_, POLLIN, deadline, "ranks to connect to the bootstrap");
+    Socket accepted = try_accept();
+    if (accepted) return accepted;
+  }
+}
+
+Socket Socket::try_accept() const {
+  const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd >= 0) {
+    // Small request/response messages: no Nagle delay (a no-op on Unix sockets).
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  return Socket(fd);
+}
+
+void Socket::set_nonblocking() const {
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags >= 0) ::fcntl(fd_, F_SETFL, flags | O_NONBLOCK);
+}
+
+std::vector<std::vector<uint8_t>> Socket::read_available(size_t limit, bool& closed, const std::string& what) {
+  closed = false;
+  uint8_t chunk[65536];
+  for (;;) {
+    const ssize_t n = ::recv(fd_, chunk, sizeof chunk, MSG_DONTWAIT);
+    if (n > 0) {
+      pending_.insert(pending_.end(), chunk, chunk + n);
+      // A frame header announcing more than the limit ends the connection now,
+      // before the bytes arrive.
+      if (pending_.size() >= 4) {
+        uint32_t length = 0;
+        std::memcpy(&length, pending_.data(), 4);
+        if (length > limit)
+          throw Error(what + " announced a " + std::to_string(length) + "-byte message",
+                      "at most " + std::to_string(limit) + " bytes", "check that only epjit ranks connect");
+      }
+      continue;
+    }
+    if (n == 0) closed = true;
+    else if (errno == EINTR) continue;
+    else if (errno != EAGAIN && errno != EWOULDBLOCK) closed = true;
+    break;
+  }
+  std::vector<std::vector<uint8_t>> frames;
+  size_t at = 0;
+  while (pending_.size() - at >= 4) {
+    uint32_t length = 0;
+    std::memcpy(&length, pending_.data() + at, 4);
+    if (length > limit)
+      throw Error(what + " sent a " + std::to_string(length) + "-byte message",
+                  "at most " + std::to_string(limit) + " bytes", "check that only epjit ranks connect");
+    if (pending_.size() - at - 4 < length) break;
+    frames.emplace_back(pending_.begin() + long(at + 4), pending_.begin() + long(at + 4 + length));
+    at += 4 + length;
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + long(at));
+  return frames;
 }
 
 bool Socket::readable(Clock::time_point deadline) const {
@@ -135,9 +195,15 @@ void Socket::send_message(const std::vector<uint8_t>& message, const std::string
   std::vector<uint8_t> frame(length_bytes, length_bytes + sizeof length);
   frame.insert(frame.end(), message.begin(), message.end());
   size_t sent = 0;
+  // A peer that stops reading cannot hold the sender forever.
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(60);
   while (sent < frame.size()) {
     const ssize_t n = ::send(fd_, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      wait_for(fd_, POLLOUT, deadline, what + " to read");
+      continue;
+    }
     if (n <= 0) throw vanished(what);
     sent += size_t(n);
   }
@@ -182,8 +248,12 @@ Socket Socket::connect_unix(const std::string& name, Clock::time_point deadline)
   }
 }
 
-void Socket::send_fd(int fd, uint32_t tag) const {
-  FdMessage message(tag);
+void Socket::send_fd(int fd, const std::vector<uint8_t>& body) const {
+  if (body.empty() || body.size() > kMaxFdMessage)
+    throw Error("an fd message of " + std::to_string(body.size()) + " bytes", "1 to " + std::to_string(kMaxFdMessage),
+                "report this as a bug");
+  FdMessage message(body.size());
+  std::memcpy(message.body.data(), body.data(), body.size());
   cmsghdr* header = CMSG_FIRSTHDR(&message.header);
   header->cmsg_level = SOL_SOCKET;
   header->cmsg_type = SCM_RIGHTS;
@@ -192,16 +262,38 @@ void Socket::send_fd(int fd, uint32_t tag) const {
   if (::sendmsg(fd_, &message.header, MSG_NOSIGNAL) < 0) throw vanished("a peer on this node");
 }
 
-int Socket::receive_fd(uint32_t& tag, Clock::time_point deadline) const {
+int Socket::receive_fd(std::vector<uint8_t>& body, Clock::time_point deadline) const {
   wait_for(fd_, POLLIN, deadline, "shared memory from a peer on this node");
-  FdMessage message(0);
-  if (::recvmsg(fd_, &message.header, MSG_CMSG_CLOEXEC) <= 0) throw vanished("a peer on this node");
-  tag = message.tag;
-  cmsghdr* header = CMSG_FIRSTHDR(&message.header);
-  if (!header || header->cmsg_type != SCM_RIGHTS) throw Error("a peer sent no file descriptor", "SCM_RIGHTS", "retry");
+  FdMessage message(kMaxFdMessage);
+  const ssize_t got = ::recvmsg(fd_, &message.header, MSG_CMSG_CLOEXEC);
+  if (got <= 0) throw vanished("a peer on this node");
   int fd = -1;
-  std::memcpy(&fd, CMSG_DATA(header), sizeof fd);
+  for (cmsghdr* header = CMSG_FIRSTHDR(&message.header); header; header = CMSG_NXTHDR(&message.header, header)) {
+    if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+    // Close every descriptor beyond the first: a sender cannot leak fds into us.
+    const size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int received = -1;
+      std::memcpy(&received, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
+      if (fd < 0) fd = received;
+      else ::close(received);
+    }
+  }
+  if (fd < 0) throw Error("a peer sent no file descriptor", "SCM_RIGHTS with one fd", "check that only epjit ranks connect");
+  if (message.header.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+    ::close(fd);
+    throw Error("a peer sent an oversized fd message", "one fd and at most " + std::to_string(kMaxFdMessage) + " bytes",
+                "check that only epjit ranks connect");
+  }
+  body.assign(message.body.begin(), message.body.begin() + got);
   return fd;
+}
+
+long Socket::peer_uid() const {
+  ucred credentials{};
+  socklen_t length = sizeof credentials;
+  if (::getsockopt(fd_, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -1;
+  return long(credentials.uid);
 }
 
 }  // namespace epjit::comm

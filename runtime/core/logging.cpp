@@ -29,8 +29,21 @@ std::shared_ptr<spdlog::logger> make_logger() {
   auto logger = std::make_shared<spdlog::logger>(
       "epjit", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   logger->set_pattern("[epjit %L] %v");
+  // Never throws: the logger is used from destructors and threads. A bad
+  // level is refused where work starts (check_log_level); here it falls
+  // back to warn and says so once.
   const char* level = std::getenv("EPJIT_LOG_LEVEL");
-  logger->set_level(level && *level ? parse_log_level(level) : spdlog::level::warn);
+  spdlog::level::level_enum chosen = spdlog::level::warn;
+  bool unknown = false;
+  if (level && *level) {
+    try {
+      chosen = parse_log_level(level);
+    } catch (const Error&) {
+      unknown = true;
+    }
+  }
+  logger->set_level(chosen);
+  if (unknown) logger->warn("EPJIT_LOG_LEVEL '{}' is not a level (trace, debug, info, warn, error, critical, off); using warn", level);
   return logger;
 }
 

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,8 +16,8 @@
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <limits>
+#include <mutex>
 #include <thread>
 
 #include "epjit/device.h"
@@ -228,15 +229,30 @@ class HostDevice final : public Device {
   ShareableMemory allocate_shareable(size_t bytes) override {
     ShareableMemory memory;
     memory.bytes = bytes;
-    memory.fd = memfd_create("epjit-shared", MFD_CLOEXEC);
-    if (memory.fd < 0 || ftruncate(memory.fd, off_t(bytes)) != 0) {
+    memory.fd = memfd_create("epjit-shared", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    // Sealed at its size: no process that maps it can shrink it under a peer
+    // (a read past the end of a shrunk memfd is a SIGBUS).
+    if (memory.fd < 0 || ftruncate(memory.fd, off_t(bytes)) != 0 ||
+        fcntl(memory.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
       throw Error("cannot create " + std::to_string(bytes) + " bytes of shareable host memory: " + std::strerror(errno),
                   "memfd support and free memory", "run on Linux 3.17 or later with enough memory");
     }
     memory.pointer = map(memory.fd, bytes);
     return memory;
   }
-  void* open_shareable(const ShareableMemory& exported) override { return map(exported.fd, exported.bytes); }
+  // A peer's memory is mapped only when it is a memfd sealed against
+  // shrinking that holds at least the agreed size.
+  void* open_shareable(const ShareableMemory& exported) override {
+    struct stat status {};
+    const int seals = fcntl(exported.fd, F_GET_SEALS);
+    if (fstat(exported.fd, &status) != 0 || seals < 0 || !(seals & F_SEAL_SHRINK) ||
+        uint64_t(status.st_size) < uint64_t(exported.bytes))
+      throw Error("a peer's shared memory is " + std::to_string(status.st_size) + " bytes" +
+                      (seals < 0 || !(seals & F_SEAL_SHRINK) ? " and not sealed against shrinking" : ""),
+                  "a sealed memfd of at least " + std::to_string(exported.bytes) + " bytes",
+                  "check that only epjit ranks of this group connect to this rank");
+    return map(exported.fd, exported.bytes);
+  }
   void close_shareable(void* pointer, size_t bytes) override { munmap(pointer, bytes); }
   void free_shareable(void* pointer, size_t bytes) override { munmap(pointer, bytes); }  // the memfd goes with its last mapping
 

@@ -1,0 +1,349 @@
+// The bootstrap and the fd exchange under hostile or broken peers (issue 14):
+// every check here failed at abf6ab6. A stranger's connection or memfd never
+// becomes a rank's peer, idle connections cannot delay a group, numbers from
+// the wire and from the caller are bounded before use, collectives are
+// matched and time out, and unused ids cost no thread.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "../../../runtime/comm/socket.h"
+#include "../../../runtime/comm/wire.h"
+#include "epjit/comm/communicator.h"
+#include "epjit/device.h"
+#include "epjit/error.h"
+
+namespace epjit {
+namespace {
+
+using Seconds = std::chrono::duration<double>;
+
+std::string errorOf(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+// The bootstrap's port, as the unique id carries it.
+uint16_t portOf(const UniqueId& id) {
+  uint32_t port = 0;
+  std::memcpy(&port, id.bytes.data() + 4, 4);
+  return uint16_t(port);
+}
+
+comm::Secret secretOf(const UniqueId& id) {
+  comm::Reader r{std::span<const uint8_t>(id.bytes.data(), id.bytes.size())};
+  r.u32();
+  r.u32();
+  r.text();
+  r.fixed<comm::kGroupIdBytes>();
+  return r.fixed<comm::kSecretBytes>();
+}
+
+comm::GroupId groupOf(const UniqueId& id) {
+  comm::Reader r{std::span<const uint8_t>(id.bytes.data(), id.bytes.size())};
+  r.u32();
+  r.u32();
+  r.text();
+  return r.fixed<comm::kGroupIdBytes>();
+}
+
+int connectTcp(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Runs `body(rank)` for every rank on its own thread; returns each rank's error text ("" if none).
+std::vector<std::string> onThreads(int world, const std::function<void(int)>& body) {
+  std::vector<std::string> errors(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (const std::exception& error) {
+        errors[size_t(r)] = error.what();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  return errors;
+}
+
+size_t threadCount() {
+  size_t count = 0;
+  if (DIR* dir = ::opendir("/proc/self/task")) {
+    while (dirent* entry = ::readdir(dir))
+      if (entry->d_name[0] != '.') ++count;
+    ::closedir(dir);
+  }
+  return count;
+}
+
+// Abstract Unix sockets of epjit ranks visible in /proc/net/unix, as a stranger sees them.
+std::vector<std::string> epjitLocalSockets() {
+  std::vector<std::string> names;
+  std::ifstream table("/proc/net/unix");
+  std::string line;
+  while (std::getline(table, line)) {
+    const size_t at = line.find("@epjit-");
+    if (at != std::string::npos) names.push_back(line.substr(at + 1));
+  }
+  return names;
+}
+
+TEST(BootstrapSecurity, AWrongSecretIsRefusedWithoutNamingWhy) {
+  UniqueId id = Communicator::get_unique_id();
+  id.bytes[60] ^= 0x01;  // inside the secret (after magic, port, the address and the group id)
+  auto device = make_host_device();
+  const std::string error = errorOf([&] { Communicator::init(2, 1, id, *device, {5, std::nullopt}); });
+  EXPECT_NE(error.find("authentication failed"), std::string::npos) << error;
+}
+
+TEST(BootstrapSecurity, IdleConnectionsDoNotDelayTheGroup) {
+  const UniqueId id = Communicator::get_unique_id();
+  std::vector<int> idle;
+  for (int i = 0; i < 100; ++i) idle.push_back(connectTcp(portOf(id)));  // beyond the pending limit, too
+  const auto start = std::chrono::steady_clock::now();
+  const auto errors = onThreads(2, [&](int rank) {
+    auto device = make_host_device();
+    auto comm = Communicator::init(2, rank, id, *device, {20, std::nullopt});
+    comm->barrier();
+  });
+  const double took = Seconds(std::chrono::steady_clock::now() - start).count();
+  for (int fd : idle)
+    if (fd >= 0) ::close(fd);
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  EXPECT_LT(took, 5.0) << "100 idle connections held the group for " << took << " s";
+}
+
+TEST(BootstrapSecurity, AHugeWorldSizeIsAnErrorNotAnAbort) {
+  const UniqueId id = Communicator::get_unique_id();
+  auto device = make_host_device();
+  const std::string local = errorOf([&] { Communicator::init(2147483647, 0, id, *device, {2, std::nullopt}); });
+  EXPECT_NE(local.find("world_size <= 65536"), std::string::npos) << local;
+  // The same from the wire, by a peer that holds the secret: refused, the root keeps serving.
+  const int fd = connectTcp(portOf(id));
+  ASSERT_GE(fd, 0);
+  comm::Socket socket(fd);
+  const auto deadline = comm::Clock::now() + std::chrono::seconds(5);
+  const comm::Bytes challenge = socket.receive_message(deadline, "challenge");
+  comm::Reader c{challenge};
+  ASSERT_EQ(c.u8(), uint8_t(comm::Message::Challenge));
+  const comm::Nonce root_nonce = c.fixed<comm::kNonceBytes>();
+  const comm::Nonce rank_nonce{};
+  const uint32_t world = 2147483647;
+  socket.send_message(comm::Writer()
+                          .u8(uint8_t(comm::Message::Hello))
+                          .u32(comm::kMagic)
+                          .fixed(groupOf(id))
+                          .fixed(rank_nonce)
+                          .u32(0)
+                          .u32(world)
+                          .bytes(comm::Bytes{1, 2, 3})
+                          .fixed(comm::hello_mac(secretOf(id), groupOf(id), root_nonce, rank_nonce, 0, world))
+                          .out,
+                      "root");
+  const comm::Bytes answer = socket.receive_message(deadline, "answer");
+  comm::Reader a{answer};
+  EXPECT_EQ(a.u8(), uint8_t(comm::Message::Failure));
+  EXPECT_NE(a.text().find("outside [1, 65536]"), std::string::npos);
+  // The process is alive and the bootstrap still forms groups.
+  const UniqueId next = Communicator::get_unique_id();
+  EXPECT_EQ(onThreads(1, [&](int) { Communicator::init(1, 0, next, *device, {5, std::nullopt})->barrier(); }),
+            std::vector<std::string>{""});
+}
+
+TEST(BootstrapSecurity, AWorldSizeMismatchIsReportedToEveryRank) {
+  const UniqueId id = Communicator::get_unique_id();
+  const auto errors = onThreads(2, [&](int rank) {
+    auto device = make_host_device();
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 fixes world 2 first
+    Communicator::init(rank == 0 ? 2 : 3, rank, id, *device, {5, std::nullopt});
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_NE(errors[size_t(r)].find("world_size 3"), std::string::npos) << errors[size_t(r)];
+}
+
+TEST(BootstrapSecurity, MismatchedCollectivesFailOnEveryRank) {
+  const UniqueId id = Communicator::get_unique_id();
+  const auto errors = onThreads(2, [&](int rank) {
+    auto device = make_host_device();
+    auto comm = Communicator::init(2, rank, id, *device, {10, std::nullopt});
+    if (rank == 0) comm->barrier();
+    else comm->allgather({1, 2, 3});
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[size_t(r)].find("collectives do not match"), std::string::npos) << errors[size_t(r)];
+    EXPECT_NE(errors[size_t(r)].find("barrier #1"), std::string::npos) << errors[size_t(r)];
+  }
+}
+
+TEST(BootstrapSecurity, ACollectiveTimesOutAfterTheCommTimeout) {
+  const UniqueId id = Communicator::get_unique_id();
+  std::atomic<bool> done{false};
+  std::string error;
+  double took = 0;
+  const auto errors = onThreads(2, [&](int rank) {
+    auto device = make_host_device();
+    auto comm = Communicator::init(2, rank, id, *device, {0.5, std::nullopt});
+    if (rank == 1) {
+      while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // never enters the barrier
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    error = errorOf([&] { comm->barrier(); });
+    took = Seconds(std::chrono::steady_clock::now() - start).count();
+    done = true;
+  });
+  EXPECT_NE(error.find("timed out"), std::string::npos) << error;
+  EXPECT_LT(took, 2.0);
+}
+
+TEST(BootstrapSecurity, UnusedIdsCostNoThreadOrSocket) {
+  Communicator::get_unique_id();  // the bootstrap itself may start here
+  const size_t before = threadCount();
+  for (int i = 0; i < 300; ++i) Communicator::get_unique_id();
+  EXPECT_LE(threadCount(), before) << "a thread per unique id";
+}
+
+TEST(BootstrapSecurity, AStrangersMemfdIsNeverMapped) {
+  // A process of the same user that knows nothing of the group's secret
+  // floods every epjit local socket with a 4 KiB memfd while a group of two
+  // allocates 1 MiB: the ranks map only each other's memory (no SIGBUS, the
+  // pattern each wrote is what the other reads).
+  const UniqueId id = Communicator::get_unique_id();
+  const pid_t stranger = fork();
+  if (stranger == 0) {
+    const int memfd = memfd_create("stranger", MFD_CLOEXEC);
+    if (ftruncate(memfd, 4096) != 0) _exit(1);
+    for (int round = 0; round < 400; ++round) {
+      for (const std::string& name : epjitLocalSockets()) {
+        try {
+          comm::Socket channel = comm::Socket::connect_unix(name, comm::Clock::now() + std::chrono::milliseconds(50));
+          channel.send_fd(memfd, comm::Writer().u32(1).u64(1 << 20).fixed(Mac{}).out);
+        } catch (...) {
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    _exit(0);
+  }
+  const auto errors = onThreads(2, [&](int rank) {
+    auto device = make_host_device();
+    auto comm = Communicator::init(2, rank, id, *device, {20, std::nullopt});
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the stranger has found the sockets
+    for (int round = 0; round < 3; ++round) {
+      auto buffer = comm->allocate_symmetric(1 << 20);
+      auto* mine = static_cast<uint32_t*>(buffer->local);
+      for (size_t i = 0; i < (1 << 18); ++i) mine[i] = uint32_t(rank * 7919 + i);
+      comm->barrier();
+      const int peer = 1 - rank;
+      const auto* theirs = static_cast<const uint32_t*>(buffer->peers[size_t(peer)]);
+      for (size_t i = 0; i < (1 << 18); i += 1021)
+        if (theirs[i] != uint32_t(peer * 7919 + i)) throw Error("rank " + std::to_string(rank) + " mapped a stranger's memory", "", "");
+      comm->barrier();
+    }
+  });
+  ::kill(stranger, SIGKILL);
+  waitpid(stranger, nullptr, 0);
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+}
+
+TEST(BootstrapSecurity, AnotherUsersConnectionToTheLocalSocketIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a second user (nobody)";
+  const UniqueId id = Communicator::get_unique_id();
+  const pid_t stranger = fork();
+  if (stranger == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(3);
+    const int memfd = memfd_create("stranger", MFD_CLOEXEC);
+    if (ftruncate(memfd, 4096) != 0) _exit(1);
+    for (int round = 0; round < 400; ++round) {
+      for (const std::string& name : epjitLocalSockets()) {
+        try {
+          comm::Socket channel = comm::Socket::connect_unix(name, comm::Clock::now() + std::chrono::milliseconds(50));
+          channel.send_fd(memfd, comm::Writer().u32(1).u64(1 << 20).fixed(Mac{}).out);
+        } catch (...) {
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    _exit(0);
+  }
+  const auto errors = onThreads(2, [&](int rank) {
+    auto device = make_host_device();
+    auto comm = Communicator::init(2, rank, id, *device, {20, std::nullopt});
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    auto buffer = comm->allocate_symmetric(1 << 20);
+    static_cast<uint32_t*>(buffer->local)[1000] = uint32_t(rank + 1);
+    comm->barrier();
+    if (static_cast<const uint32_t*>(buffer->peers[size_t(1 - rank)])[1000] != uint32_t(2 - rank))
+      throw Error("a foreign mapping", "", "");
+    comm->barrier();
+  });
+  ::kill(stranger, SIGKILL);
+  int status = 0;
+  waitpid(stranger, &status, 0);
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+}
+
+TEST(HostSharedMemory, AShortOrUnsealedMemfdIsRefused) {
+  auto device = make_host_device();
+  const int fd = memfd_create("short", MFD_CLOEXEC);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  ShareableMemory memory;
+  memory.fd = fd;
+  memory.bytes = 1 << 20;
+  EXPECT_NE(errorOf([&] { device->open_shareable(memory); }).find("not sealed"), std::string::npos);
+  memory.bytes = 4096;  // the right size, but a peer could still shrink it
+  EXPECT_NE(errorOf([&] { device->open_shareable(memory); }).find("not sealed"), std::string::npos);
+  ::close(fd);
+}
+
+TEST(Environment, TimeoutsAreParsedStrictly) {
+  const UniqueId id = Communicator::get_unique_id();
+  auto device = make_host_device();
+  for (const char* bad : {"5abc", "nan", "inf", "1e10", "-1", "0"}) {
+    ::setenv("EPJIT_COMM_TIMEOUT_S", bad, 1);
+    const std::string error = errorOf([&] { Communicator::init(1, 0, id, *device); });
+    EXPECT_NE(error.find("EPJIT_COMM_TIMEOUT_S is '" + std::string(bad) + "'"), std::string::npos) << bad << ": " << error;
+  }
+  ::unsetenv("EPJIT_COMM_TIMEOUT_S");
+}
+
+TEST(Environment, AnUnknownLogLevelIsRefusedWhereWorkStarts) {
+  ::setenv("EPJIT_LOG_LEVEL", "verbose", 1);
+  const UniqueId id = Communicator::get_unique_id();
+  auto device = make_host_device();
+  const std::string error = errorOf([&] { Communicator::init(1, 0, id, *device, {2, std::nullopt}); });
+  ::unsetenv("EPJIT_LOG_LEVEL");
+  EXPECT_NE(error.find("EPJIT_LOG_LEVEL is 'verbose'"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace epjit
