@@ -32,8 +32,9 @@ size_t export_entries(const DiskTier& tier, const std::string& path) {
     auto entry = tier.load(key, nullptr, problem);
     if (!entry) continue;  // bad entries stay behind (epjit-cache verify reports them)
     const nlohmann::json manifest = nlohmann::json::parse(entry->manifest);
+    const std::string source_key = json_string(manifest, "source_key");
     const std::string source =
-        tier.load_source(manifest.value("source_key", "")).value_or(GeneratedSource{}).source;
+        is_key(source_key) ? tier.load_source(source_key).value_or(GeneratedSource{}).source : std::string();
     out << "entry " << key << " " << entry->manifest.size() << " " << entry->binary.size() << " " << source.size()
         << "\n";
     out << entry->manifest;
@@ -68,9 +69,19 @@ KernelCache::ImportResult import_entries(const DiskTier& tier, const std::string
       break;
     }
     header >> key >> manifest_size >> binary_size >> source_size;
-    if (word != "entry" || !header || key.size() != 64) {
+    if (word != "entry" || !header || !is_key(key)) {
       throw Error("the bundle " + path + " is malformed near '" + line.substr(0, 80) + "'", "an intact bundle",
                   "copy or export the bundle again");
+    }
+    // Sizes come from the file: bounded by what is left of it before anything is allocated.
+    const auto here = in.tellg();
+    in.seekg(0, std::ios::end);
+    const uint64_t left = uint64_t(in.tellg() - here);
+    in.seekg(here);
+    if (manifest_size > (1u << 24) || binary_size > left || source_size > left ||
+        uint64_t(manifest_size) + binary_size + source_size > left) {
+      throw Error("the bundle " + path + " declares entry " + key + " larger than what is left of the file",
+                  "an intact bundle", "copy or export the bundle again");
     }
     std::string manifest_text, binary_text, source;
     try {
@@ -83,14 +94,17 @@ KernelCache::ImportResult import_entries(const DiskTier& tier, const std::string
     }
     const std::vector<uint8_t> binary(binary_text.begin(), binary_text.end());
     const nlohmann::json manifest = nlohmann::json::parse(manifest_text, nullptr, false);
+    const nlohmann::json artifact =
+        manifest.is_object() && manifest.contains("artifact") ? manifest["artifact"] : nlohmann::json();
+    const std::string source_key = json_string(manifest, "source_key");
     std::string problem;
     if (manifest.is_discarded() || !manifest.is_object()) problem = "its manifest does not parse";
-    else if (manifest.value("key", "") != key) problem = "its manifest names another key";
-    else if (manifest["artifact"].value("sha256", "") != file_sha256(binary) ||
-             manifest["artifact"].value("bytes", uint64_t(0)) != binary.size())
+    else if (json_string(manifest, "key") != key) problem = "its manifest names another key";
+    else if (binary.empty() || json_string(artifact, "sha256") != file_sha256(binary) ||
+             json_unsigned(artifact, "bytes") != uint64_t(binary.size()))
       problem = "its artifact does not match the manifest's checksum";
-    else if (!source.empty() && manifest.value("source_digest", "") != sha256_hex(source))
-      problem = "its source does not match the manifest's digest";
+    else if (!source.empty() && (!is_key(source_key) || json_string(manifest, "source_digest") != sha256_hex(source)))
+      problem = "its source does not match the manifest's digest and key";
     else if (!manifest.contains("interface") || !manifest["interface"].is_object())
       problem = "its manifest has no interface record (exported by an older epjit)";
     else {
@@ -111,8 +125,8 @@ KernelCache::ImportResult import_entries(const DiskTier& tier, const std::string
       continue;
     }
     if (!existing_problem.empty()) tier.quarantine(key);
-    if (!source.empty()) tier.store_source(manifest.value("source_key", ""), {source, manifest["interface"].dump(2)});
-    tier.publish(key, manifest_text, binary, manifest["artifact"].value("sha256", ""), nullptr);
+    if (!source.empty()) tier.store_source(source_key, {source, manifest["interface"].dump(2)});
+    tier.publish(key, manifest_text, binary, json_string(artifact, "sha256"), nullptr);
     result.imported++;
   }
   const size_t seen = result.imported + result.already_present + result.rejected;

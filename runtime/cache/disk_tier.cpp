@@ -17,25 +17,58 @@
 
 #include "../core/sha256.h"
 #include "epjit/error.h"
+#include "epjit/logging.h"
 
 namespace epjit::cache {
 namespace {
 
-std::vector<uint8_t> read_file(const fs::path& path, bool& ok) {
-  std::ifstream in(path, std::ios::binary);
-  ok = bool(in);
-  if (!ok) return {};
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+// Reads a file that must be a regular file (not a link) owned as `owners`
+// says and writable by nobody else; `problem` says why not.
+std::vector<uint8_t> read_trusted(const fs::path& path, Ownership owners, std::string& problem) {
+  problem.clear();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    problem = errno == ELOOP ? path.filename().string() + " is a link" : path.filename().string() + " missing";
+    return {};
+  }
+  if (std::string why = untrusted_file_reason(fd, path.string(), owners); !why.empty()) {
+    ::close(fd);
+    problem = why;
+    return {};
+  }
+  std::vector<uint8_t> bytes;
+  uint8_t chunk[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      problem = path.filename().string() + " cannot be read";
+      bytes.clear();
+      break;
+    }
+    if (n == 0) break;
+    bytes.insert(bytes.end(), chunk, chunk + n);
+  }
+  ::close(fd);
+  return bytes;
 }
 
-std::string read_text(const fs::path& path, bool& ok) {
-  std::vector<uint8_t> bytes = read_file(path, ok);
+std::string read_trusted_text(const fs::path& path, Ownership owners, std::string& problem) {
+  std::vector<uint8_t> bytes = read_trusted(path, owners, problem);
   return {bytes.begin(), bytes.end()};
+}
+
+// A directory (not a link) owned as `owners` says and writable by nobody else.
+std::string untrusted_layout_reason(const fs::path& path, Ownership owners) {
+  struct stat status {};
+  if (::lstat(path.c_str(), &status) != 0) return path.string() + " does not exist";
+  if (S_ISLNK(status.st_mode)) return path.string() + " is a link: remove it (epjit creates this directory itself)";
+  return untrusted_directory_reason(path.string(), owners);
 }
 
 // Writes a file and fsyncs it.
 bool write_synced(const fs::path& path, const void* data, size_t size) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return false;
   const auto* bytes = static_cast<const char*>(data);
   size_t written = 0;
@@ -74,45 +107,107 @@ int64_t now_ns() {
 
 std::string file_sha256(const std::vector<uint8_t>& bytes) { return Sha256().update(bytes.data(), bytes.size()).hex(); }
 
-bool DiskTier::prepare() {
-  std::error_code ec;
+bool is_key(std::string_view text) {
+  return text.size() == 64 &&
+         std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+void require_key(std::string_view text, const std::string& what) {
+  if (!is_key(text))
+    throw Error(what + ": '" + std::string(text.substr(0, 80)) + "' is not a cache key",
+                "64 lowercase hex digits (epjit-cache ls shows the keys)", "pass a key as epjit-cache ls prints it");
+}
+
+std::string json_string(const nlohmann::json& object, const char* name) {
+  if (!object.is_object()) return {};
+  const auto found = object.find(name);
+  return found != object.end() && found->is_string() ? found->get<std::string>() : std::string();
+}
+
+std::optional<uint64_t> json_unsigned(const nlohmann::json& object, const char* name) {
+  if (!object.is_object()) return std::nullopt;
+  const auto found = object.find(name);
+  if (found == object.end() || !found->is_number_unsigned()) return std::nullopt;
+  return found->get<uint64_t>();
+}
+
+fs::path DiskTier::lock_path(const std::string& key) const {
+  require_key(key, "a cache lock");
+  return root_ / "locks" / (key + ".lock");
+}
+
+fs::path DiskTier::entry_dir(const std::string& key) const {
+  require_key(key, "a cache entry");
+  return root_ / "entries" / key;
+}
+
+std::string DiskTier::untrusted_reason() const {
+  if (std::string why = untrusted_directory_reason(root_.string(), owners_); !why.empty()) return why;
   for (const char* sub : {"entries", "sources", "staging", "quarantine", "locks"}) {
-    fs::create_directories(root_ / sub, ec);
-    if (ec) return false;
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(root_ / sub, ec))) continue;
+    if (std::string why = untrusted_layout_reason(root_ / sub, owners_); !why.empty()) return why;
   }
-  return ::access(root_.c_str(), W_OK) == 0 && ::access((root_ / "entries").c_str(), W_OK) == 0;
+  return {};
+}
+
+bool DiskTier::prepare() {
+  // Private to this user from the start: a cache holds code this process runs.
+  if (::mkdir(root_.c_str(), 0700) != 0 && errno == ENOENT) {
+    std::error_code ec;
+    fs::create_directories(root_.parent_path(), ec);
+    ::mkdir(root_.c_str(), 0700);
+  }
+  if (std::string why = untrusted_directory_reason(root_.string(), owners_); !why.empty()) {
+    if (!fs::exists(root_)) return false;
+    throw Error("the kernel cache " + why, "a directory only this user can write into",
+                "fix it as the message says, or set EPJIT_CACHE_DIR to a directory of your own");
+  }
+  if (::access(root_.c_str(), W_OK) != 0) return false;
+  for (const char* sub : {"entries", "sources", "staging", "quarantine", "locks"}) {
+    if (::mkdir((root_ / sub).c_str(), 0700) != 0 && errno != EEXIST) return false;
+    if (std::string why = untrusted_layout_reason(root_ / sub, owners_); !why.empty())
+      throw Error("the kernel cache " + why, "a directory only this user can write into",
+                  "fix it as the message says, or set EPJIT_CACHE_DIR to a directory of your own");
+  }
+  return ::access((root_ / "entries").c_str(), W_OK) == 0;
 }
 
 std::optional<LoadedEntry> DiskTier::load(const std::string& key, const Expectation* expect,
                                           std::string& problem) const {
   problem.clear();
   const fs::path dir = entry_dir(key);
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return std::nullopt;
-  bool ok = false;
+  struct stat status {};
+  if (::lstat(dir.c_str(), &status) != 0) return std::nullopt;
+  if (std::string why = untrusted_layout_reason(dir, owners_); !why.empty()) return problem = why, std::nullopt;
   LoadedEntry entry;
-  entry.manifest = read_text(dir / "manifest.json", ok);
-  if (!ok) return problem = "manifest.json missing", std::nullopt;
+  entry.manifest = read_trusted_text(dir / "manifest.json", owners_, problem);
+  if (!problem.empty()) return std::nullopt;
   nlohmann::json manifest = nlohmann::json::parse(entry.manifest, nullptr, /*allow_exceptions=*/false);
   if (manifest.is_discarded() || !manifest.is_object()) return problem = "manifest.json does not parse", std::nullopt;
-  const nlohmann::json& format = manifest["format"];
-  if (!format.is_number_integer() || format.get<int64_t>() != kManifestFormat)
-    return problem = "manifest format " + format.dump() + " is not " + std::to_string(kManifestFormat) +
+  const auto format = json_unsigned(manifest, "format");
+  if (!format || *format != uint64_t(kManifestFormat))
+    return problem = "manifest format " + (manifest.contains("format") ? manifest["format"].dump() : "(none)") +
+                     " is not " + std::to_string(kManifestFormat) +
                      " (an entry without an interface record, from an older epjit)",
            std::nullopt;
-  if (manifest.value("key", "") != key) return problem = "manifest names another key", std::nullopt;
+  if (json_string(manifest, "key") != key) return problem = "manifest names another key", std::nullopt;
+  const std::string toolchain =
+      manifest.contains("toolchain") ? json_string(manifest["toolchain"], "identity") : std::string();
+  if (toolchain.empty()) return problem = "manifest names no toolchain", std::nullopt;
   if (expect) {
-    if (manifest["toolchain"].value("identity", "") != expect->toolchain_identity)
-      return problem = "built by another toolchain", std::nullopt;
-    if (manifest.value("epjit_version", "") != expect->epjit_version)
+    if (toolchain != expect->toolchain_identity) return problem = "built by another toolchain", std::nullopt;
+    if (json_string(manifest, "epjit_version") != expect->epjit_version)
       return problem = "built by another epjit version", std::nullopt;
   }
-  const nlohmann::json& artifact = manifest["artifact"];
-  entry.artifact_digest = artifact.value("sha256", "");
-  if (entry.artifact_digest.size() != 64) return problem = "manifest has no artifact digest", std::nullopt;
-  entry.binary = read_file(dir / (entry.artifact_digest + ".bin"), ok);
-  if (!ok) return problem = "artifact file missing", std::nullopt;
-  if (entry.binary.size() != artifact.value("bytes", uint64_t(0)))
+  const nlohmann::json artifact = manifest.contains("artifact") ? manifest["artifact"] : nlohmann::json();
+  entry.artifact_digest = json_string(artifact, "sha256");
+  const auto bytes = json_unsigned(artifact, "bytes");
+  if (!is_key(entry.artifact_digest) || !bytes || *bytes == 0)
+    return problem = "manifest has no valid artifact digest and size", std::nullopt;
+  entry.binary = read_trusted(dir / (entry.artifact_digest + ".bin"), owners_, problem);
+  if (!problem.empty()) return problem = "artifact: " + problem, std::nullopt;
+  if (entry.binary.size() != *bytes)
     return problem = "artifact size differs from its manifest (truncated?)", std::nullopt;
   if (file_sha256(entry.binary) != entry.artifact_digest)
     return problem = "artifact checksum mismatch (corrupted)", std::nullopt;
@@ -130,6 +225,11 @@ std::optional<LoadedEntry> DiskTier::load(const std::string& key, const Expectat
 
 bool DiskTier::publish(const std::string& key, const std::string& manifest, const std::vector<uint8_t>& binary,
                        const std::string& artifact_digest, const std::function<void(PublishPoint)>& hook) const {
+  require_key(key, "publishing a cache entry");
+  require_key(artifact_digest, "publishing a cache entry's artifact");
+  if (binary.empty())
+    throw Error("the toolchain produced an empty artifact for cache entry " + key, "a compiled binary",
+                "look at the toolchain's log; nothing was published");
   const fs::path staging = root_ / "staging" / (key + "." + unique_suffix());
   std::error_code ec;
   fs::create_directories(staging, ec);
@@ -147,7 +247,9 @@ bool DiskTier::publish(const std::string& key, const std::string& manifest, cons
   if (!write_synced(staging / "last_use", stamp.data(), stamp.size())) fail("writing last_use");
   sync_directory(staging);
   if (hook) hook(PublishPoint::BeforeRename);
-  if (::rename(staging.c_str(), entry_dir(key).c_str()) != 0) {
+  // rename(2) replaces an empty directory: publish only when nothing is there.
+  struct stat existing {};
+  if (::lstat(entry_dir(key).c_str(), &existing) == 0 || ::rename(staging.c_str(), entry_dir(key).c_str()) != 0) {
     fs::remove_all(staging, ec);  // another process published the same key first
     return false;
   }
@@ -156,45 +258,77 @@ bool DiskTier::publish(const std::string& key, const std::string& manifest, cons
 }
 
 void DiskTier::touch(const std::string& key) const {
+  require_key(key, "a cache entry");
   const fs::path temp = entry_dir(key) / ("last_use." + unique_suffix());
   const std::string stamp = std::to_string(now_ns());
-  std::ofstream(temp) << stamp;
   std::error_code ec;
+  if (!write_synced(temp, stamp.data(), stamp.size())) return;
   fs::rename(temp, entry_dir(key) / "last_use", ec);
   if (ec) fs::remove(temp, ec);
 }
 
 int64_t DiskTier::last_use(const std::string& key) const {
-  bool ok = false;
-  const std::string text = read_text(entry_dir(key) / "last_use", ok);
-  try {
-    return ok ? std::stoll(text) : 0;
-  } catch (...) {
+  std::string problem;
+  const std::string text = read_trusted_text(entry_dir(key) / "last_use", owners_, problem);
+  if (!problem.empty() || text.empty() || text.size() > 20 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return 0;
-  }
+  return std::stoll(text);
 }
 
 std::string DiskTier::quarantine(const std::string& key) const {
   const fs::path target = root_ / "quarantine" / (key + "." + unique_suffix());
-  std::error_code ec;
-  fs::rename(entry_dir(key), target, ec);
-  if (ec) fs::remove_all(entry_dir(key), ec);
+  // Renamed within the cache, never deleted in place: a rename cannot reach
+  // outside it (the key is checked), a recursive delete could follow a link.
+  if (::rename(entry_dir(key).c_str(), target.c_str()) != 0) {
+    log().warn("cannot move cache entry {} to the quarantine: {}", key, std::strerror(errno));
+    return entry_dir(key).string() + " (left in place)";
+  }
   return target.string();
 }
 
+void DiskTier::quarantine_source(const std::string& source_key) const {
+  require_key(source_key, "a stored source");
+  const std::string stamp = unique_suffix();
+  for (const char* suffix : {".src", ".interface.json", ".sha256"}) {
+    const fs::path from = root_ / "sources" / (source_key + suffix);
+    const fs::path to = root_ / "quarantine" / (source_key + suffix + "." + stamp);
+    ::rename(from.c_str(), to.c_str());
+  }
+}
+
+namespace {
+// What a stored source's digest covers: the source and its interface record.
+std::string source_digest(const GeneratedSource& generated) {
+  return Sha256().update(generated.source).update("\0", 1).update(generated.interface).hex();
+}
+}  // namespace
+
 std::optional<GeneratedSource> DiskTier::load_source(const std::string& source_key) const {
-  bool source_ok = false, interface_ok = false;
+  require_key(source_key, "a stored source");
+  std::string problem;
   GeneratedSource generated;
-  generated.source = read_text(root_ / "sources" / (source_key + ".src"), source_ok);
-  generated.interface = read_text(root_ / "sources" / (source_key + ".interface.json"), interface_ok);
-  if (!source_ok || !interface_ok) return std::nullopt;
+  const fs::path base = root_ / "sources" / source_key;
+  generated.source = read_trusted_text(base.string() + ".src", owners_, problem);
+  if (!problem.empty()) return std::nullopt;
+  generated.interface = read_trusted_text(base.string() + ".interface.json", owners_, problem);
+  if (!problem.empty()) return std::nullopt;
+  const std::string recorded = read_trusted_text(base.string() + ".sha256", owners_, problem);
+  if (!problem.empty() || recorded != source_digest(generated)) {
+    log().warn("the stored source {} in {} does not match its digest; regenerating it", source_key, root_.string());
+    if (owners_ == Ownership::CurrentUser) quarantine_source(source_key);
+    return std::nullopt;
+  }
   return generated;
 }
 
 void DiskTier::store_source(const std::string& source_key, const GeneratedSource& generated) const {
-  // The interface first: a source is only used with its interface beside it.
+  require_key(source_key, "a stored source");
+  // The interface and the source first, the digest that vouches for both last.
+  const std::string digest = source_digest(generated);
   using Part = std::pair<const char*, const std::string*>;
-  for (const auto& [suffix, text] : {Part{".interface.json", &generated.interface}, Part{".src", &generated.source}}) {
+  for (const auto& [suffix, text] : {Part{".interface.json", &generated.interface}, Part{".src", &generated.source},
+                                     Part{".sha256", &digest}}) {
     const fs::path temp = root_ / "sources" / (source_key + suffix + "." + unique_suffix());
     if (!write_synced(temp, text->data(), text->size())) return;  // sources are an optimization
     std::error_code ec;
@@ -214,7 +348,7 @@ size_t DiskTier::remove_dead_staging() const {
     const std::string name = item.path().filename().string();
     const size_t first = name.find('.');
     const size_t second = name.find('.', first + 1);
-    if (first == std::string::npos || second == std::string::npos) continue;
+    if (first == std::string::npos || second == std::string::npos || !is_key(name.substr(0, first))) continue;
     const pid_t pid = pid_t(std::strtol(name.substr(first + 1, second - first - 1).c_str(), nullptr, 10));
     if (pid > 0 && (::kill(pid, 0) == 0 || errno != ESRCH)) continue;  // still alive
     fs::remove_all(item.path(), ec);
@@ -226,8 +360,11 @@ size_t DiskTier::remove_dead_staging() const {
 std::vector<std::string> DiskTier::keys() const {
   std::vector<std::string> keys;
   std::error_code ec;
-  for (const auto& item : fs::directory_iterator(root_ / "entries", ec))
-    if (item.is_directory()) keys.push_back(item.path().filename().string());
+  // Real directories named by keys only: a link or a stray name is not an entry.
+  for (const auto& item : fs::directory_iterator(root_ / "entries", ec)) {
+    const std::string name = item.path().filename().string();
+    if (is_key(name) && fs::is_directory(item.symlink_status(ec))) keys.push_back(name);
+  }
   std::sort(keys.begin(), keys.end());
   return keys;
 }
@@ -236,7 +373,7 @@ uint64_t DiskTier::entries_bytes() const {
   uint64_t total = 0;
   std::error_code ec;
   for (const auto& item : fs::recursive_directory_iterator(root_ / "entries", ec))
-    if (item.is_regular_file(ec)) total += item.file_size(ec);
+    if (fs::is_regular_file(item.symlink_status(ec))) total += item.file_size(ec);
   return total;
 }
 
@@ -253,7 +390,8 @@ size_t DiskTier::enforce_size(uint64_t max_bytes, const std::string& keep) const
   for (const auto& [used, key] : by_use) {
     if (total <= max_bytes) break;
     uint64_t bytes = 0;
-    for (const auto& item : fs::directory_iterator(entry_dir(key), ec)) bytes += item.file_size(ec);
+    for (const auto& item : fs::directory_iterator(entry_dir(key), ec))
+      if (fs::is_regular_file(item.symlink_status(ec))) bytes += item.file_size(ec);
     // Rename first so a reader never sees a half-removed entry.
     const fs::path doomed = root_ / "staging" / (key + "." + unique_suffix() + ".evicted");
     fs::rename(entry_dir(key), doomed, ec);
@@ -268,7 +406,7 @@ size_t DiskTier::enforce_size(uint64_t max_bytes, const std::string& keep) const
 KeyLock::KeyLock(const fs::path& path, double timeout_seconds, bool& waited, double& wait_seconds) {
   waited = false;
   wait_seconds = 0;
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd_ < 0) {
     throw Error("cannot open the cache lock " + path.string() + ": " + std::strerror(errno),
                 "a writable cache directory", "fix its permissions or set EPJIT_CACHE_DIR elsewhere");

@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "../core/trusted_path.h"
 #include "epjit/cache.h"
 #include "epjit/kernel_interface.h"
 #include "epjit/kernel_source.h"
@@ -25,6 +28,18 @@ namespace epjit::cache {
 inline constexpr int kManifestFormat = 2;
 
 namespace fs = std::filesystem;
+
+// Keys (and source keys) are SHA-256 digests: 64 lowercase hex digits. Every
+// path built from one is checked first, so no key can name a path outside
+// the cache ("../..", "/", a link).
+bool is_key(std::string_view text);
+// Throws epjit::Error naming `what` (e.g. "epjit-cache rm") when `text` is not a key.
+void require_key(std::string_view text, const std::string& what);
+
+// Fields of a JSON object read without exceptions: empty / nullopt when the
+// field is missing or of another type (a manifest is data from disk).
+std::string json_string(const nlohmann::json& object, const char* name);
+std::optional<uint64_t> json_unsigned(const nlohmann::json& object, const char* name);
 
 // What a valid entry must say about itself (everything that produced it).
 struct Expectation {
@@ -42,11 +57,19 @@ struct LoadedEntry {
 
 class DiskTier {
  public:
-  explicit DiskTier(fs::path root) : root_(std::move(root)) {}
+  // `owners`: who may own the directory and what it holds (the current user
+  // for a writable cache; root too for a read-only overlay).
+  explicit DiskTier(fs::path root, Ownership owners = Ownership::CurrentUser)
+      : root_(std::move(root)), owners_(owners) {}
   const fs::path& root() const { return root_; }
 
-  // Creates the layout; false when the directory is not writable.
+  // Creates the layout (private to this user: mode 0700); false when the
+  // directory is not writable. Throws epjit::Error when the directory or one
+  // of its parts is not this user's to trust (untrusted_reason).
   bool prepare();
+  // Empty when the directory and its layout are owned as `owners` says,
+  // writable by nobody else, and none of its parts is a link; else why not.
+  std::string untrusted_reason() const;
   // The entry for `key`, verified; nullopt when absent. A present but bad
   // entry sets `problem` (and is not returned).
   std::optional<LoadedEntry> load(const std::string& key, const Expectation* expect, std::string& problem) const;
@@ -57,8 +80,11 @@ class DiskTier {
   void touch(const std::string& key) const;
   // Moves a bad entry aside; returns where it went.
   std::string quarantine(const std::string& key) const;
-  // A generated source with its interface record; nullopt unless both are there.
+  // A generated source with its interface record; nullopt unless both are
+  // there and match the digest stored beside them (a mismatch is quarantined).
   std::optional<GeneratedSource> load_source(const std::string& source_key) const;
+  // Moves a stored source aside (it failed to compile): the next use regenerates it.
+  void drop_source(const std::string& source_key) const { quarantine_source(source_key); }
   void store_source(const std::string& source_key, const GeneratedSource& generated) const;
   // Removes staging directories whose writer process is gone.
   size_t remove_dead_staging() const;
@@ -68,11 +94,14 @@ class DiskTier {
   uint64_t entries_bytes() const;
   std::vector<std::string> keys() const;
   int64_t last_use(const std::string& key) const;
-  fs::path lock_path(const std::string& key) const { return root_ / "locks" / (key + ".lock"); }
-  fs::path entry_dir(const std::string& key) const { return root_ / "entries" / key; }
+  fs::path lock_path(const std::string& key) const;
+  fs::path entry_dir(const std::string& key) const;
 
  private:
+  void quarantine_source(const std::string& source_key) const;
+
   fs::path root_;
+  Ownership owners_;
 };
 
 // An exclusive per-key OFD lock: held by an open file description, so it is

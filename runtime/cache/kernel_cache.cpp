@@ -1,12 +1,15 @@
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
+#include <tuple>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
+#include "../core/environment.h"
 #include "../core/sha256.h"
 #include "../source/embedded.h"
 #include "bundle.h"
@@ -26,28 +29,6 @@ using cache::DiskTier;
 std::string env(const char* name) {
   const char* value = std::getenv(name);
   return value ? value : "";
-}
-
-// "1073741824", "512M", "2G" -> bytes.
-uint64_t parse_bytes(const std::string& text, const char* variable) {
-  size_t end = 0;
-  uint64_t value = 0;
-  try {
-    value = std::stoull(text, &end);
-  } catch (...) {
-    end = 0;
-  }
-  const std::string suffix = text.substr(end);
-  const uint64_t scale = suffix.empty() ? 1
-                         : suffix == "K" ? 1ull << 10
-                         : suffix == "M" ? 1ull << 20
-                         : suffix == "G" ? 1ull << 30
-                                         : 0;
-  if (end == 0 || scale == 0) {
-    throw Error(std::string(variable) + " is '" + text + "'", "a byte count such as 1073741824, 512M or 2G",
-                std::string("fix or unset ") + variable);
-  }
-  return value * scale;
 }
 
 // What makes two builds produce the same kernels: the version and a digest of
@@ -79,15 +60,9 @@ CacheOptions CacheOptions::from_environment() {
     start = end + 1;
   }
   if (const std::string max = env("EPJIT_CACHE_MAX_BYTES"); !max.empty())
-    options.max_bytes = parse_bytes(max, "EPJIT_CACHE_MAX_BYTES");
-  if (const std::string timeout = env("EPJIT_CACHE_LOCK_TIMEOUT_S"); !timeout.empty()) {
-    try {
-      options.lock_timeout_seconds = std::stod(timeout);
-    } catch (...) {
-      throw Error("EPJIT_CACHE_LOCK_TIMEOUT_S is '" + timeout + "'", "a number of seconds",
-                  "fix or unset EPJIT_CACHE_LOCK_TIMEOUT_S");
-    }
-  }
+    options.max_bytes = parse_byte_count(max, "EPJIT_CACHE_MAX_BYTES");
+  options.lock_timeout_seconds =
+      environment_seconds("EPJIT_CACHE_LOCK_TIMEOUT_S", options.lock_timeout_seconds, 0.001, 86400 * 7);
   if (const std::string level = env("EPJIT_OPT_LEVEL"); !level.empty()) {
     if (level.size() != 1 || level[0] < '0' || level[0] > '3')
       throw Error("EPJIT_OPT_LEVEL is '" + level + "'", "0, 1, 2 or 3", "fix or unset EPJIT_OPT_LEVEL (default 3)");
@@ -100,18 +75,35 @@ class KernelCache::Impl {
  public:
   Impl(CacheOptions options, std::shared_ptr<KernelSource> source)
       : options_(std::move(options)), source_(std::move(source)) {
+    check_log_level();
+    if (!std::isfinite(options_.lock_timeout_seconds) || options_.lock_timeout_seconds <= 0)
+      throw Error("CacheOptions.lock_timeout_seconds = " + std::to_string(options_.lock_timeout_seconds),
+                  "a positive number of seconds", "set a positive timeout");
     if (!options_.dir.empty()) {
       DiskTier tier(options_.dir);
-      if (tier.prepare()) {
+      if (tier.prepare()) {  // throws when the directory is not this user's to trust
         writable_.emplace(std::move(tier));
         writable_->remove_dead_staging();
+      } else if (std::error_code ec; cache::fs::is_directory(options_.dir, ec) && tier.untrusted_reason().empty()) {
+        // A cache this user can read but not write (a shared, pre-warmed one):
+        // its entries serve as a read-only tier.
+        log().info("'{}' is not writable: its kernels are used read-only, new ones are kept in memory", options_.dir);
+        readonly_.emplace_back(options_.dir);
       } else {
         warn_memory_only("'" + options_.dir + "' is not writable");
       }
     } else {
       warn_memory_only("no cache directory is set");
     }
-    for (const std::string& dir : options_.readonly_dirs) readonly_.emplace_back(dir);
+    // Read-only overlays may be root's (a system-wide warmed cache), never another user's.
+    for (const std::string& dir : options_.readonly_dirs) {
+      if (std::error_code ec; !cache::fs::exists(dir, ec)) continue;  // an overlay not mounted here
+      DiskTier tier(dir, Ownership::CurrentUserOrRoot);
+      if (std::string why = tier.untrusted_reason(); !why.empty())
+        throw Error("the read-only kernel cache " + why, "a directory owned by this user or root, writable by no one else",
+                    "fix it as the message says, or remove it from EPJIT_CACHE_READONLY");
+      readonly_.push_back(std::move(tier));
+    }
   }
 
   struct Material {
@@ -240,8 +232,20 @@ class KernelCache::Impl {
   }
 
   std::shared_ptr<const KernelArtifact> compile(const KernelSpec& spec, const Material& m) {
-    auto [generated, interface] = source_for(spec, m);
-    CompiledBinary binary = m.toolchain->compile(request_for(spec, *m.target, generated.source));
+    auto [generated, interface, from] = source_for(spec, m, /*generate=*/false);
+    CompiledBinary binary;
+    try {
+      binary = m.toolchain->compile(request_for(spec, *m.target, generated.source));
+    } catch (const Error& error) {
+      if (!from) throw;
+      // A stored source that does not compile is set aside and generated anew:
+      // one bad file must not fail every later run.
+      log().warn("the stored source of {} in {} did not compile ({}); regenerating it", spec.canonical(),
+                 from->root().string(), error.problem());
+      if (from == &*writable_) from->drop_source(m.source_key);
+      std::tie(generated, interface, from) = source_for(spec, m, /*generate=*/true);
+      binary = m.toolchain->compile(request_for(spec, *m.target, generated.source));
+    }
     compiles_++;
     compile_seconds_.fetch_add(binary.seconds);
     cache::LoadedEntry entry;
@@ -257,20 +261,22 @@ class KernelCache::Impl {
     return make_artifact(spec, m.key, std::move(entry));
   }
 
-  // The generated source and its parsed interface: from a tier when a source
-  // stored there comes with a valid interface record, else from the compiler.
-  std::pair<GeneratedSource, std::shared_ptr<const ModuleInterface>> source_for(const KernelSpec& spec,
-                                                                               const Material& m) {
+  // The generated source, its parsed interface, and the tier it came from:
+  // a tier's when a source stored there matches its digest and carries a
+  // valid interface record (unless `generate`), else the compiler's (null tier).
+  std::tuple<GeneratedSource, std::shared_ptr<const ModuleInterface>, const DiskTier*> source_for(
+      const KernelSpec& spec, const Material& m, bool generate) {
     std::vector<const DiskTier*> tiers;
-    if (writable_) tiers.push_back(&*writable_);
-    for (const DiskTier& tier : readonly_) tiers.push_back(&tier);
+    if (writable_ && !generate) tiers.push_back(&*writable_);
+    for (const DiskTier& tier : readonly_)
+      if (!generate) tiers.push_back(&tier);
     for (const DiskTier* tier : tiers) {
       std::optional<GeneratedSource> stored = tier->load_source(m.source_key);
       if (!stored) continue;
       try {
         auto interface = std::make_shared<const ModuleInterface>(
             ModuleInterface::parse(stored->interface, "the stored source of " + spec.canonical()));
-        return {std::move(*stored), std::move(interface)};
+        return {std::move(*stored), std::move(interface), tier};
       } catch (const Error& error) {
         log().warn("ignoring the stored source of {} in {}: {}", spec.canonical(), tier->root().string(),
                    error.problem());
@@ -282,7 +288,7 @@ class KernelCache::Impl {
     auto interface = std::make_shared<const ModuleInterface>(
         ModuleInterface::parse(generated.interface, "the compiler's output for " + spec.canonical()));
     if (writable_) writable_->store_source(m.source_key, generated);
-    return {std::move(generated), std::move(interface)};
+    return {std::move(generated), std::move(interface), nullptr};
   }
 
   const KernelSource& kernel_source(const KernelSpec& spec) {

@@ -23,8 +23,11 @@ const std::string& headers_digest();
 // transitively); empty when there is no such template.
 std::string template_digest(std::string_view name);
 
-// A directory holding the embedded headers (include root), written once per
-// process and per content digest; throws epjit::Error when it cannot be written.
-const std::string& materialized_header_dir();
+// A directory holding the embedded headers (include root): private to this
+// user (0700) under TMPDIR, named by the user and the content digest, its
+// contents checked against the embedded ones once per process and TMPDIR.
+// Throws epjit::Error when it cannot be written, or when a directory of that
+// name is not this user's.
+std::string materialized_header_dir();
 
 }  // namespace epjit

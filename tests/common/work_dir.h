@@ -2,8 +2,10 @@
 // removed when the test process ends.
 #pragma once
 
+#include <sys/types.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -36,6 +38,17 @@ inline std::string freshDir(const std::string& name) {
   std::filesystem::remove_all(dir);
   detail::scratchDirs().made.push_back(dir);
   return dir;
+}
+
+// A private scratch directory outside the checkout (under /tmp), owned by
+// `uid` (the current user by default): for tests that run a child as another
+// user, who may not be able to enter the checkout at all.
+inline std::string scratchOutsideCheckout(const std::string& name, uid_t uid = ::geteuid()) {
+  std::string pattern = "/tmp/epjit-test-" + name + ".XXXXXX";
+  if (!::mkdtemp(pattern.data())) return {};
+  if (uid != ::geteuid() && ::chown(pattern.c_str(), uid, gid_t(uid == 65534 ? 65534 : -1)) != 0) return {};
+  detail::scratchDirs().made.push_back(pattern);
+  return pattern;
 }
 
 }  // namespace epjit::testing

@@ -253,24 +253,40 @@ TEST(CacheTiers, AMissingOrUnwritableDirectoryMeansMemoryOnly) {
   missing.get(hostKernel(64));
   EXPECT_EQ(missing.stats().compiles, 1u);
   EXPECT_EQ(missing.stats().memory_hits, 1u);
+}
 
-  // Read-only: root ignores permissions, so the child drops to nobody first.
-  const std::string readonly = freshDir("read-only");
-  fs::create_directories(readonly);
-  fs::permissions(readonly, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
-                                fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
-  const std::string scratch = freshDir("nobody-tmp");
-  fs::create_directories(scratch);
-  fs::permissions(scratch, fs::perms::all);
-  const int status = inChild([&] {
-    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) return 10;
-    setenv("TMPDIR", scratch.c_str(), 1);
-    KernelCache cache(optionsFor(readonly));
-    if (!cache.memory_only()) return 11;
-    cache.get(hostKernel(64));
-    return cache.stats().compiles == 1 && fs::is_empty(readonly) ? 0 : 12;
-  });
-  EXPECT_EQ(status, 0);
+// A cache this user can read but not write (a pre-warmed one shipped to a
+// fleet): its entries are used read-only, new kernels stay in memory. Root
+// ignores permissions, so as root the child drops to nobody, with scratch
+// space outside the checkout (which nobody may not be able to enter).
+TEST(CacheTiers, AReadOnlyCacheDirectoryServesItsEntries) {
+  const uid_t user = geteuid() == 0 ? 65534 : geteuid();
+  const std::string home = testing::scratchOutsideCheckout("read-only", user);
+  ASSERT_FALSE(home.empty());
+  const std::string dir = home + "/cache";
+  const auto asUser = [&](const std::function<int()>& body) {
+    return inChild([&] {
+      if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) return 10;
+      setenv("TMPDIR", home.c_str(), 1);
+      return body();
+    });
+  };
+  EXPECT_EQ(asUser([&] {
+              KernelCache warm(optionsFor(dir));
+              warm.get(hostKernel(64));
+              return ::chmod(dir.c_str(), 0555) == 0 ? 0 : 13;
+            }),
+            0);
+  EXPECT_EQ(asUser([&] {
+              KernelCache cache(optionsFor(dir));
+              if (!cache.memory_only()) return 11;
+              cache.get(hostKernel(64));  // from the read-only directory
+              cache.get(hostKernel(72));  // compiled, kept in memory
+              const CacheStats stats = cache.stats();
+              return stats.readonly_hits == 1 && stats.compiles == 1 ? 0 : 12;
+            }),
+            0);
+  ::chmod(dir.c_str(), 0755);
 }
 
 TEST(CacheTiers, ReadOnlyOverlaysAreSearchedAfterTheWritableTier) {
