@@ -20,6 +20,7 @@
 #include "epjit/version.h"
 
 #include <cstring>
+#include <deque>
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -61,8 +62,11 @@ DType dtype_of(const nb::ndarray<>& array, const char* argument, std::optional<D
   if (code == nb::dlpack::dtype_code::Float8_E4M3FN) return DType::FP8_E4M3FN;
   if (code == nb::dlpack::dtype_code::Float8_E4M3FNUZ) return DType::FP8_E4M3FNUZ;
   if (code == nb::dlpack::dtype_code::Float4_E2M1FN) return DType::FP4_E2M1;
-  // Raw bit containers stand for what the op expects: uint16 for bf16, uint8 for fp8 (or scales).
-  if (code == nb::dlpack::dtype_code::UInt && expected && bits_of(*expected) == t.bits) return *expected;
+  // Raw bit containers stand for the types numpy lacks: uint16 for bf16, uint8
+  // for fp8 (or scales). Never for f32 or i32: a uint32 array holds numbers,
+  // and reading them as float or signed bits would be a silent reinterpretation.
+  const bool numpy_lacks = expected && *expected != DType::F32 && *expected != DType::I32;
+  if (code == nb::dlpack::dtype_code::UInt && numpy_lacks && bits_of(*expected) == t.bits) return *expected;
   if ((code == nb::dlpack::dtype_code::UInt || code == nb::dlpack::dtype_code::Int) && t.bits == 8) return DType::U8;
   throw Error(std::string(argument) + " has a DLPack dtype (code " + std::to_string(t.code) + ", " +
                   std::to_string(t.bits) + " bits) the op does not take",
@@ -126,6 +130,50 @@ nb::object view(const TensorRef& t, const PyCommunicator& comm, nb::handle owner
       nb::ndarray<>(t.data, shape.size(), shape.data(), owner, nullptr, dtype, device_type, comm.device_ordinal));
 }
 
+// On the host device calls run on a stream thread after they return, so
+// the op holds the caller's input arrays until the stream has passed the
+// call that reads them (GPU streams follow torch's contract instead: inputs
+// live until the stream passes the call; docs/PYTHON.md). Held and dropped
+// with the GIL.
+struct HeldInputs {
+  std::unique_ptr<Event> passed;
+  std::vector<nb::ndarray<>> arrays;
+};
+// Declared so the op goes first when a PyOp dies: its release waits on its
+// stream, which may be a wrapped framework stream, and the stream may still
+// read held inputs.
+struct PyOp {
+  PyCommunicator* comm;
+  std::map<uintptr_t, std::unique_ptr<Stream>> foreign_streams;  // wrapped framework streams
+  std::deque<HeldInputs> held;
+  std::unique_ptr<EpDispatchCombineOp> op;
+
+  bool holds_inputs() const { return comm->device->vendor() == Vendor::Cpu; }
+  void hold(std::vector<nb::ndarray<>> arrays) {
+    if (!holds_inputs()) return;
+    HeldInputs entry{comm->device->create_event(), std::move(arrays)};
+    entry.passed->record(op->stream());
+    held.push_back(std::move(entry));
+  }
+  // Drops what the stream has passed (everything, after a synchronize).
+  void drop_passed(bool synchronized = false) {
+    while (!held.empty() && (synchronized || held.front().passed->completed())) held.pop_front();
+  }
+  // Runs a call that synchronizes the stream without the GIL, then drops
+  // every held input (the stream has passed them, whether or not it throws).
+  template <typename Body>
+  void synchronized(Body&& body) {
+    try {
+      nb::gil_scoped_release release;
+      body();
+    } catch (...) {
+      drop_passed(true);
+      throw;
+    }
+    drop_passed(true);
+  }
+};
+
 }  // namespace
 
 NB_MODULE(_epjit, m) {
@@ -184,6 +232,7 @@ NB_MODULE(_epjit, m) {
       .def_rw("kernel_backend", &EpDispatchCombineConfig::kernel_backend)
       .def_rw("gpu_per_node", &EpDispatchCombineConfig::gpu_per_node)
       .def_rw("internode_auto_ll_max_tokens", &EpDispatchCombineConfig::internode_auto_ll_max_tokens)
+      .def_rw("peer_timeout_s", &EpDispatchCombineConfig::peer_timeout_s)
       .def_rw("target", &EpDispatchCombineConfig::target)
       .def_rw("dispatch_block_num", &EpDispatchCombineConfig::dispatch_block_num)
       .def_rw("combine_block_num", &EpDispatchCombineConfig::combine_block_num)
@@ -208,15 +257,10 @@ NB_MODULE(_epjit, m) {
 
   nb::class_<Routing>(m, "Routing").def_prop_ro("tokens", &Routing::tokens);
 
-  struct PyOp {
-    std::unique_ptr<EpDispatchCombineOp> op;
-    PyCommunicator* comm;
-    std::map<uintptr_t, std::unique_ptr<Stream>> foreign_streams;  // wrapped framework streams
-  };
   nb::class_<PyOp>(m, "_Op")
       .def("__init__",
            [](PyOp* self, const EpDispatchCombineConfig& config, PyCommunicator& comm) {
-             new (self) PyOp{nullptr, &comm};
+             new (self) PyOp{.comm = &comm};
              nb::gil_scoped_release release;
              self->op = std::make_unique<EpDispatchCombineOp>(config, *comm.comm, OpOptions{&module_cache(), nullptr});
            },
@@ -234,10 +278,14 @@ NB_MODULE(_epjit, m) {
             std::optional<TensorRef> s;
             if (scales) s = tensor_of(*scales, "scales", *self.comm, DType::U8);
             DispatchResult r;
+            self.drop_passed();
             {
               nb::gil_scoped_release release;
               r = replay ? self.op->dispatch_replay(in, w, s, idx, *replay) : self.op->dispatch(in, w, s, idx, record);
             }
+            std::vector<nb::ndarray<>> inputs{input, weights, indices};
+            if (scales) inputs.push_back(*scales);
+            self.hold(std::move(inputs));
             return nb::make_tuple(view(r.tokens, *self.comm, self_handle), view(r.weights, *self.comm, self_handle),
                                   view(r.scales, *self.comm, self_handle), view(r.indices, *self.comm, self_handle),
                                   view(r.total_recv, *self.comm, self_handle), view(r.origins, *self.comm, self_handle));
@@ -254,10 +302,14 @@ NB_MODULE(_epjit, m) {
             std::optional<TensorRef> w;
             if (weights) w = tensor_of(*weights, "weights", *self.comm, DType::F32);
             CombineResult r;
+            self.drop_passed();
             {
               nb::gil_scoped_release release;
               r = self.op->combine(in, w);
             }
+            std::vector<nb::ndarray<>> inputs{input};
+            if (weights) inputs.push_back(*weights);
+            self.hold(std::move(inputs));
             return nb::make_tuple(view(r.tokens, *self.comm, self_handle), view(r.weights, *self.comm, self_handle));
           },
           "input"_a, "weights"_a.none() = nb::none())
@@ -278,10 +330,15 @@ NB_MODULE(_epjit, m) {
       .def("make_routing", [](PyOp& self) { return self.op->make_routing(); })
       .def("local_expert_counts", [](PyOp& self) { return self.op->local_expert_counts(); },
            nb::call_guard<nb::gil_scoped_release>())
-      .def("check", [](PyOp& self) { self.op->check(); }, nb::call_guard<nb::gil_scoped_release>())
-      .def("reset", [](PyOp& self) { self.op->reset(); }, nb::call_guard<nb::gil_scoped_release>())
-      .def("close", [](PyOp& self) { self.op->close(); }, nb::call_guard<nb::gil_scoped_release>())
-      .def("synchronize", [](PyOp& self) { self.op->stream().synchronize(); }, nb::call_guard<nb::gil_scoped_release>())
+      .def("check", [](PyOp& self) { self.synchronized([&] { self.op->check(); }); })
+      .def("reset", [](PyOp& self) { self.synchronized([&] { self.op->reset(); }); })
+      // Memory stays until the op and every view of its results are gone: a
+      // view read after close() (the quick start's pattern) reads what the
+      // last call left.
+      .def("close", [](PyOp& self) {
+        self.synchronized([&] { self.op->close(EpDispatchCombineOp::Memory::KeepUntilDestroyed); });
+      })
+      .def("synchronize", [](PyOp& self) { self.synchronized([&] { self.op->stream().synchronize(); }); })
       .def_prop_ro("capacity", [](PyOp& self) { return self.op->capacity(); })
       .def_prop_ro("target", [](PyOp& self) { return self.op->config().target; });
 

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <thread>
 
@@ -136,10 +138,21 @@ class Communicator::Impl {
   // from that peer: same user (SO_PEERCRED), the group's MAC over this rank's
   // fresh nonce, the sender's rank and the size. Anything else is closed and
   // logged, never mapped.
-  void receive_peer_fds(SymmetricBuffer& buffer, const comm::Nonce& nonce, Clock::time_point deadline) {
+  // Runs while this rank sends its own fds (allocate_symmetric), so both
+  // directions progress whatever a stranger queued on either socket; stops
+  // early when `abandon` is set (the sending side failed).
+  void receive_peer_fds(SymmetricBuffer& buffer, const comm::Nonce& nonce, Clock::time_point deadline,
+                        const std::atomic<bool>& abandon) {
     size_t missing = size_t(node_team.size() - 1);
     while (missing > 0) {
-      Socket incoming = local_listener.accept(deadline);
+      if (abandon) return;
+      const Clock::time_point slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
+      if (!local_listener.readable(slice)) {
+        if (Clock::now() >= deadline) local_listener.accept(deadline);  // throws: timed out
+        continue;
+      }
+      Socket incoming = local_listener.try_accept();
+      if (!incoming) continue;
       if (incoming.peer_uid() != long(::geteuid())) {
         log().warn("refused a connection to this rank's local socket from uid {}", incoming.peer_uid());
         continue;
@@ -363,21 +376,39 @@ std::shared_ptr<SymmetricBuffer> Communicator::allocate_symmetric(size_t bytes) 
   }
   if (device.sharing() == SharingMethod::FileDescriptor) {
     // This rank's memfd goes to every node peer over its local socket, with
-    // the proof the peer checks; the peers' come in the same way.
-    for (int peer : impl_->node_team.ranks) {
-      if (peer == impl_->rank) continue;
-      Socket channel = Socket::connect_unix(impl_->local_names[size_t(peer)], deadline);
-      if (channel.peer_uid() != long(::geteuid()))
-        throw Error("the local socket of rank " + std::to_string(peer) + " belongs to uid " +
-                        std::to_string(channel.peer_uid()),
-                    "a node peer of this user", "run every rank as the same user");
-      channel.send_fd(mine.fd, Writer()
-                                   .u32(uint32_t(impl_->rank))
-                                   .u64(bytes)
-                                   .fixed(comm::fd_mac(impl_->secret, nonces[size_t(peer)], uint32_t(impl_->rank), bytes))
-                                   .out);
+    // the proof the peer checks; the peers' come in the same way, received
+    // on another thread meanwhile (two ranks that only sent first would wait
+    // on each other's backlog).
+    std::atomic<bool> sending_failed{false};
+    std::exception_ptr receiving_failed;
+    std::thread receiver([&] {
+      try {
+        impl_->receive_peer_fds(*buffer, nonce, deadline, sending_failed);
+      } catch (...) {
+        receiving_failed = std::current_exception();
+      }
+    });
+    try {
+      for (int peer : impl_->node_team.ranks) {
+        if (peer == impl_->rank) continue;
+        Socket channel = Socket::connect_unix(impl_->local_names[size_t(peer)], deadline);
+        if (channel.peer_uid() != long(::geteuid()))
+          throw Error("the local socket of rank " + std::to_string(peer) + " belongs to uid " +
+                          std::to_string(channel.peer_uid()),
+                      "a node peer of this user", "run every rank as the same user");
+        channel.send_fd(mine.fd, Writer()
+                                     .u32(uint32_t(impl_->rank))
+                                     .u64(bytes)
+                                     .fixed(comm::fd_mac(impl_->secret, nonces[size_t(peer)], uint32_t(impl_->rank), bytes))
+                                     .out);
+      }
+    } catch (...) {
+      sending_failed = true;
+      receiver.join();
+      throw;
     }
-    impl_->receive_peer_fds(*buffer, nonce, deadline);
+    receiver.join();
+    if (receiving_failed) std::rethrow_exception(receiving_failed);
   }
   impl_->collective(comm::Collective::AllocateMapped, {});  // every rank has mapped every peer
   return buffer;

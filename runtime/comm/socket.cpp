@@ -45,6 +45,25 @@ void wait_for(int fd, short events, Clock::time_point deadline, const std::strin
   }
 }
 
+// One connect that never blocks past `deadline`: true when connected, false
+// when the listener is not there yet or its backlog is full (try again).
+// A blocking connect to a Unix socket whose backlog a stranger has filled
+// would wait until the listener accepts, which may be never.
+bool connect_before(int fd, const sockaddr* address, socklen_t length, Clock::time_point deadline) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  bool connected = ::connect(fd, address, length) == 0;
+  if (!connected && errno == EINPROGRESS) {  // TCP: the handshake is under way
+    pollfd p{fd, POLLOUT, 0};
+    int error = 0;
+    socklen_t size = sizeof error;
+    connected = ::poll(&p, 1, remaining_ms(deadline)) > 0 &&
+                ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0 && error == 0;
+  }
+  ::fcntl(fd, F_SETFL, flags);
+  return connected;
+}
+
 sockaddr_un unix_address(const std::string& name, socklen_t& length) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
@@ -109,7 +128,7 @@ Socket Socket::connect_tcp(const std::string& address, uint16_t port, Clock::tim
   inet_pton(AF_INET, address.c_str(), &addr.sin_addr);
   for (;;) {
     Socket socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (::connect(socket.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    if (connect_before(socket.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof addr, deadline)) {
       int one = 1;
       ::setsockopt(socket.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       return socket;
@@ -242,7 +261,7 @@ Socket Socket::connect_unix(const std::string& name, Clock::time_point deadline)
   sockaddr_un address = unix_address(name, length);
   for (;;) {
     Socket socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (::connect(socket.fd(), reinterpret_cast<sockaddr*>(&address), length) == 0) return socket;
+    if (connect_before(socket.fd(), reinterpret_cast<sockaddr*>(&address), length, deadline)) return socket;
     if (Clock::now() >= deadline) throw timed_out("the local socket of a peer on this node");
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

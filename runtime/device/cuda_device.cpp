@@ -48,6 +48,13 @@ class CudaEvent final : public Event {
     check(cuda_driver().cuEventRecord(event_, static_cast<CudaStream&>(stream).handle()), "event record");
   }
   void synchronize() override { check(cuda_driver().cuEventSynchronize(event_), "event synchronize"); }
+  bool completed() override {
+    constexpr CUresult kNotReady = 600;  // CUDA_ERROR_NOT_READY
+    const CUresult result = cuda_driver().cuEventQuery(event_);
+    if (result == kNotReady) return false;
+    check(result, "event query");
+    return true;
+  }
   float elapsed_ms(const Event& start) const override {
     float ms = 0;
     check(cuda_driver().cuEventElapsedTime(&ms, static_cast<const CudaEvent&>(start).event_, event_), "elapsed time");

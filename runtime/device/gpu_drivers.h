@@ -53,6 +53,7 @@ struct CUipcMemHandle {
   X(cuEventCreate, CUresult, CUevent*, unsigned)                                                              \
   X(cuEventRecord, CUresult, CUevent, CUstream)                                                               \
   X(cuEventSynchronize, CUresult, CUevent)                                                                    \
+  X(cuEventQuery, CUresult, CUevent)                                                                          \
   X(cuEventElapsedTime, CUresult, float*, CUevent, CUevent)                                                   \
   X(cuEventDestroy_v2, CUresult, CUevent)                                                                     \
   X(cuIpcGetMemHandle, CUresult, CUipcMemHandle*, CUdeviceptr)                                                \
@@ -100,6 +101,7 @@ struct hipIpcMemHandle_t {
   X(hipEventCreate, hipError_t, hipEvent_t*)                                                                  \
   X(hipEventRecord, hipError_t, hipEvent_t, hipStream_t)                                                      \
   X(hipEventSynchronize, hipError_t, hipEvent_t)                                                              \
+  X(hipEventQuery, hipError_t, hipEvent_t)                                                                    \
   X(hipEventElapsedTime, hipError_t, float*, hipEvent_t, hipEvent_t)                                          \
   X(hipEventDestroy, hipError_t, hipEvent_t)                                                                  \
   X(hipIpcGetMemHandle, hipError_t, hipIpcMemHandle_t*, void*)                                                \

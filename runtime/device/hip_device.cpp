@@ -49,6 +49,13 @@ class HipEvent final : public Event {
     check(hip_driver().hipEventRecord(event_, static_cast<HipStream&>(stream).handle()), "event record");
   }
   void synchronize() override { check(hip_driver().hipEventSynchronize(event_), "event synchronize"); }
+  bool completed() override {
+    constexpr hipError_t kNotReady = hipError_t(600);  // hipErrorNotReady
+    const hipError_t result = hip_driver().hipEventQuery(event_);
+    if (result == kNotReady) return false;
+    check(result, "event query");
+    return true;
+  }
   float elapsed_ms(const Event& start) const override {
     float ms = 0;
     check(hip_driver().hipEventElapsedTime(&ms, static_cast<const HipEvent&>(start).event_, event_), "elapsed time");

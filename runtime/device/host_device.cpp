@@ -18,7 +18,10 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
+#include <utility>
 
 #include "epjit/device.h"
 #include "epjit/error.h"
@@ -112,13 +115,21 @@ class HostStream final : public Stream {
     ready_.notify_all();
   }
 
+  // Waits for every task enqueued so far; a task that failed is reported
+  // here (once), the way a GPU stream reports a failed launch.
   void synchronize() override {
     std::unique_lock lock(mutex_);
     const uint64_t target = submitted_;
     done_.wait(lock, [&] { return completed_ >= target; });
+    if (failure_.empty()) return;
+    const std::string failure = std::exchange(failure_, {});
+    throw Error("a task on a host stream failed: " + failure, "host launches and copies that run",
+                "fix what the message names (often a geometry the machine cannot run: fewer blocks or warps)");
   }
 
  private:
+  // Nothing a task throws may leave this thread (it would end the process):
+  // the first failure is kept for synchronize().
   void serve() {
     std::unique_lock lock(mutex_);
     for (;;) {
@@ -127,8 +138,16 @@ class HostStream final : public Stream {
       std::function<void()> task = std::move(tasks_.front());
       tasks_.pop_front();
       lock.unlock();
-      task();
+      std::string failure;
+      try {
+        task();
+      } catch (const std::exception& error) {
+        failure = error.what();
+      } catch (...) {
+        failure = "an unknown exception";
+      }
       lock.lock();
+      if (!failure.empty() && failure_.empty()) failure_ = std::move(failure);
       ++completed_;
       done_.notify_all();
     }
@@ -138,6 +157,7 @@ class HostStream final : public Stream {
   std::condition_variable ready_, done_;
   std::deque<std::function<void()>> tasks_;
   uint64_t submitted_ = 0, completed_ = 0;
+  std::string failure_;
   bool stopping_ = false;
   std::thread worker_;
 };
@@ -159,6 +179,10 @@ class HostEvent final : public Event {
   void synchronize() override {
     std::unique_lock lock(state_->mutex);
     state_->cv.wait(lock, [&] { return state_->done; });
+  }
+  bool completed() override {
+    std::lock_guard lock(state_->mutex);
+    return state_->done;
   }
   float elapsed_ms(const Event& start) const override {
     const auto& other = static_cast<const HostEvent&>(start);
@@ -208,10 +232,18 @@ class HostDevice final : public Device {
   }
   std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
 
-  // Every warp of a launch is its own thread: all blocks are resident.
-  uint32_t resident_blocks(const Kernel&, uint32_t) override { return std::numeric_limits<uint32_t>::max(); }
+  // Every warp of a launch is its own thread, so every block is resident as
+  // long as the threads exist: a launch has at most kMaxWarpThreads warps.
+  uint32_t resident_blocks(const Kernel&, uint32_t warps_per_block) override {
+    return warps_per_block == 0 || warps_per_block > kMaxWarpThreads ? 0 : kMaxWarpThreads / warps_per_block;
+  }
   void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) override {
     check_launch(kernel, geometry, args);
+    if (uint64_t(geometry.blocks) * geometry.warps_per_block > kMaxWarpThreads)
+      throw Error(kernel.name + " launched with " + std::to_string(geometry.blocks) + " blocks of " +
+                      std::to_string(geometry.warps_per_block) + " warps on the host device",
+                  "at most " + std::to_string(kMaxWarpThreads) + " warps per launch (one thread each)",
+                  "launch fewer blocks or warps (the op fits its schedule to this limit by itself)");
     const auto entry = reinterpret_cast<HostEntry>(kernel.handle);
     static_cast<HostStream&>(stream).enqueue([entry, geometry, args] {
       std::vector<void*> values = args.pointers();
@@ -270,24 +302,55 @@ class HostDevice final : public Device {
     return pointer;
   }
 
-  // One thread per warp; the warps of a block share a barrier.
+  // One thread per warp; the warps of a block share a barrier. The warps
+  // start together once every thread exists: if the machine refuses a thread,
+  // none has run (a partial grid would wait forever at its barriers or
+  // meetings), the started ones leave, and the failure is the launch's.
   static void run_grid(HostEntry entry, LaunchGeometry geometry, void** args) {
     std::vector<std::unique_ptr<std::barrier<>>> barriers;
     for (uint32_t b = 0; b < geometry.blocks; ++b)
       barriers.push_back(std::make_unique<std::barrier<>>(geometry.warps_per_block));
+    enum class Gate { Closed, Run, Abandon };
+    std::mutex gate_mutex;
+    std::condition_variable gate_opened;
+    Gate gate = Gate::Closed;
+    const auto open_gate = [&](Gate to) {
+      {
+        std::lock_guard lock(gate_mutex);
+        gate = to;
+      }
+      gate_opened.notify_all();
+    };
     std::vector<std::thread> warps;
     warps.reserve(size_t(geometry.blocks) * geometry.warps_per_block);
-    for (uint32_t b = 0; b < geometry.blocks; ++b) {
-      for (uint32_t w = 0; w < geometry.warps_per_block; ++w) {
-        warps.emplace_back([=, &barriers] {
-          const host::WarpContext context{b, geometry.blocks, w, geometry.warps_per_block, barriers[b].get(),
-                                          [](void* barrier) { static_cast<std::barrier<>*>(barrier)->arrive_and_wait(); }};
-          entry(args, &context);
-        });
+    std::string refused;
+    try {
+      for (uint32_t b = 0; b < geometry.blocks; ++b) {
+        for (uint32_t w = 0; w < geometry.warps_per_block; ++w) {
+          warps.emplace_back([=, &barriers, &gate_mutex, &gate_opened, &gate] {
+            {
+              std::unique_lock lock(gate_mutex);
+              gate_opened.wait(lock, [&] { return gate != Gate::Closed; });
+              if (gate == Gate::Abandon) return;
+            }
+            const host::WarpContext context{b, geometry.blocks, w, geometry.warps_per_block, barriers[b].get(),
+                                            [](void* barrier) { static_cast<std::barrier<>*>(barrier)->arrive_and_wait(); }};
+            entry(args, &context);
+          });
+        }
       }
+    } catch (const std::system_error& error) {
+      refused = error.what();
     }
+    open_gate(refused.empty() ? Gate::Run : Gate::Abandon);
     for (std::thread& warp : warps) warp.join();
+    if (!refused.empty())
+      throw Error("the host device could not start " + std::to_string(size_t(geometry.blocks) * geometry.warps_per_block) +
+                      " warp threads (" + std::to_string(warps.size()) + " started: " + refused + ")",
+                  "a grid whose warps the machine can run as threads", "launch fewer blocks or warps, or raise ulimit -u");
   }
+
+  static constexpr uint32_t kMaxWarpThreads = 4096;
 };
 
 }  // namespace

@@ -1,9 +1,11 @@
 #include "epjit/ep/config.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 
 #include "epjit/error.h"
+#include "../core/environment.h"
 
 namespace epjit::ep {
 namespace {
@@ -14,6 +16,9 @@ namespace {
 }
 
 std::string text(int64_t value) { return std::to_string(value); }
+
+constexpr int64_t kMaxIndex = INT32_MAX;
+constexpr double kDefaultPeerTimeoutSeconds = 30, kMinPeerTimeoutSeconds = 0.001, kMaxPeerTimeoutSeconds = 86400;
 
 template <typename Enum, size_t N>
 Enum parse_enum(const std::string& value, const std::pair<const char*, Enum> (&names)[N], const char* field) {
@@ -134,6 +139,13 @@ ScheduleEntry EpDispatchCombineConfig::geometry_for(int64_t tokens) const {
   return schedule_entry_for(resolved_schedule(), tokens);
 }
 
+int32_t EpDispatchCombineConfig::peer_timeout_ms() const {
+  const double seconds = peer_timeout_s > 0 ? peer_timeout_s
+                                            : environment_seconds("EPJIT_PEER_TIMEOUT_S", kDefaultPeerTimeoutSeconds,
+                                                                  kMinPeerTimeoutSeconds, kMaxPeerTimeoutSeconds);
+  return int32_t(std::max(1.0, seconds * 1000.0 + 0.5));
+}
+
 void EpDispatchCombineConfig::validate() const {
   // Required fields.
   require_positive("world_size", world_size, "ranks in the op");
@@ -221,6 +233,27 @@ void EpDispatchCombineConfig::validate() const {
   if (max_total_recv_tokens < 0)
     reject("max_total_recv_tokens", text(max_total_recv_tokens), "it is 0 (worst case) or a positive bound",
            "set 0 or a positive count");
+  // Kernels index experts, routed entries and receive slots with 32-bit
+  // integers: every such index must stay below 2^31.
+  if (num_experts() > kMaxIndex)
+    reject("num_experts_per_rank", text(num_experts_per_rank),
+           "world_size * num_experts_per_rank = " + text(num_experts()) + " must be at most " + text(kMaxIndex),
+           "use fewer experts per rank");
+  if (max_num_inp_token_per_rank > kMaxIndex / num_experts_per_token)
+    reject("max_num_inp_token_per_rank", text(max_num_inp_token_per_rank),
+           "max_num_inp_token_per_rank * num_experts_per_token must be at most " + text(kMaxIndex),
+           "lower max_num_inp_token_per_rank");
+  if (total_recv_tokens() > kMaxIndex / world_size)
+    reject(max_total_recv_tokens > 0 ? "max_total_recv_tokens" : "max_num_inp_token_per_rank",
+           text(max_total_recv_tokens > 0 ? max_total_recv_tokens : max_num_inp_token_per_rank),
+           "world_size * the receive capacity (" + text(total_recv_tokens()) + " tokens) must be at most " +
+               text(kMaxIndex) + ": a sender addresses slot (rank, slot) as rank * capacity + slot",
+           "lower max_total_recv_tokens (or max_num_inp_token_per_rank)");
+  if (!(peer_timeout_s == 0 || (peer_timeout_s >= kMinPeerTimeoutSeconds && peer_timeout_s <= kMaxPeerTimeoutSeconds)))
+    reject("peer_timeout_s", std::to_string(peer_timeout_s),
+           "0 (EPJIT_PEER_TIMEOUT_S, else 30 s) or a time in [0.001, 86400] seconds",
+           "set a timeout in seconds, e.g. 30");
+  (void)peer_timeout_ms();  // a bad EPJIT_PEER_TIMEOUT_S is reported here, with its range
   if (backend() != "epjit")
     reject("kernel_backend", backend(), "epjit has one backend, 'epjit' (MORI's 'flydsl' and 'hip' are theirs)",
            "leave kernel_backend unset or set it to epjit");

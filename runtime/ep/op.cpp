@@ -158,10 +158,12 @@ struct EpDispatchCombineOp::Impl {
   void* moe_combine_in = nullptr;
 
   double fetch_seconds = 0;
+  int32_t peer_timeout_ms = 0;  // resolved once (config, else EPJIT_PEER_TIMEOUT_S, else 30 s)
 
   int64_t dispatched_tokens = -1;  // tokens of the dispatch awaiting combine; -1 none
   void* route_in_use = nullptr;    // the route map of the pending dispatch
-  bool closed = false;
+  bool closed = false;    // calls throw
+  bool released = false;  // memory freed (at close(), or at destruction)
 
   Impl(EpDispatchCombineConfig c, Communicator& communicator, OpOptions options)
       : config(std::move(c)), comm(communicator), device(communicator.device()) {
@@ -186,6 +188,7 @@ struct EpDispatchCombineOp::Impl {
       config.target = env && *env ? env : device.default_target();
     }
     config.validate();
+    peer_timeout_ms = config.peer_timeout_ms();
     if (config.rank != comm.rank() || config.world_size != comm.world_size())
       throw Error("EpDispatchCombineConfig rank/world_size = " + std::to_string(config.rank) + "/" +
                       std::to_string(config.world_size) + " do not match the communicator's " +
@@ -305,12 +308,20 @@ struct EpDispatchCombineOp::Impl {
       moe_sources = allocate_zeroed(rows * 4);
       moe_combine_in = allocate_zeroed(size_t(config.total_recv_tokens()) * size_t(config.hidden_dim) * 2);
     }
+    write_peer_timeout();
     comm.barrier();  // every rank's window exists before any kernel touches a peer's
   }
 
+  // The kernels' peer waits read their bound from a state word, so a timeout
+  // setting never changes generated code.
+  void write_peer_timeout() {
+    const int32_t milliseconds = peer_timeout_ms;
+    device.copy_to_device(state_word(window.peer_timeout_word), &milliseconds, 4);
+  }
+
   void release() {
-    if (closed) return;
-    closed = true;
+    if (released) return;
+    released = closed = true;
     try {
       stream->synchronize();
     } catch (const std::exception& error) {
@@ -585,15 +596,17 @@ void EpDispatchCombineOp::check() {
   Impl& op = *impl_;
   op.require_open("check");
   op.stream->synchronize();
+  // The error word stays set until reset(): every call queued behind the
+  // failed one gave up at once, and their results are not valid either.
   const int32_t code = read_word(op.device, op.state_word(op.window.error_word), 0);
   if (code == 0) return;
-  const int32_t zero = 0;
-  op.device.copy_to_device(op.state_word(op.window.error_word), &zero, 4);
   const std::string where = "rank " + std::to_string(op.config.rank) + ": ";
   if (code == op.window.error_peer_timeout)
-    throw Error(where + "a peer never arrived at a dispatch/combine meeting (the wait timed out)",
-                "every rank calls dispatch and combine the same number of times",
-                "check that no rank skipped or failed a call; reset() on every rank before going on");
+    throw Error(where + "a peer did not arrive at a dispatch/combine meeting within the peer timeout of " +
+                    std::to_string(op.peer_timeout_ms) + " ms (the peer died, stalled, or skipped a call)",
+                "every rank calls dispatch and combine the same number of times, and each comes within the timeout",
+                "reset() on every rank before going on (or, if a rank died, build a new communicator and op from the "
+                "survivors); raise EpDispatchCombineConfig.peer_timeout_s / EPJIT_PEER_TIMEOUT_S if ranks are slow");
   if (code == op.window.error_capacity_exceeded)
     throw Error(where + "more tokens arrived than the receive capacity of " + std::to_string(op.capacity()),
                 "at most max_total_recv_tokens tokens per rank and call",
@@ -613,16 +626,18 @@ void EpDispatchCombineOp::reset() {
                                 {op.window.signals, op.window.signals_bytes},
                                 {op.window.moe_counts, op.window.moe_counts_bytes}})
     if (bytes) op.device.fill_zero(op.local(offset), bytes);
+  op.write_peer_timeout();
   op.dispatched_tokens = -1;
   op.comm.barrier();
 }
 
-void EpDispatchCombineOp::close() {
+void EpDispatchCombineOp::close(Memory memory) {
   Impl& op = *impl_;
   if (op.closed) return;
   op.stream->synchronize();
   op.comm.barrier();  // no peer reads this rank's window any more
-  op.release();
+  op.closed = true;
+  if (memory == Memory::Release) op.release();
 }
 
 const EpDispatchCombineConfig& EpDispatchCombineOp::config() const { return impl_->config; }

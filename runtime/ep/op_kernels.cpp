@@ -30,6 +30,7 @@ EpWindowMap EpWindowMap::of(const ModuleInterface& record, const WindowLayout& l
   map.moe_counts_bytes = bytes("moe_counts");
   map.total_recv_word = record.constant("state_total_recv");
   map.error_word = record.constant("state_error");
+  map.peer_timeout_word = record.constant("state_peer_timeout_ms");
   map.error_peer_timeout = int32_t(record.constant("error_peer_timeout"));
   map.error_capacity_exceeded = int32_t(record.constant("error_capacity_exceeded"));
   map.error_expert_out_of_range = int32_t(record.constant("error_expert_out_of_range"));

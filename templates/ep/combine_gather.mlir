@@ -11,38 +11,41 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
                              %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                              %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
                              %staged: index, %w: !ep.window) warps_per_block(4) {
-  %c0 = arith.constant 0 : index
-  %hidden = ep.param_value @hidden : index
-  %topk = ep.param_value @topk : index
-  %epoch_word = ep.constant_value @state_epoch : index
-  %total_word = ep.constant_value @state_total_recv : index
-  %arrivals = ep.constant_value @state_combine_arrivals : index
-  %combine_meeting = ep.constant_value @meeting_combine : index
-  %weighted = arith.cmpi ne, %has_weights, %c0 : index
-  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
-  %epoch = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
-  %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
-  %total = arith.index_cast %total_i32 : i32 to index
-  %first = ep.global_warp_index : index
-  %stride = ep.global_warp_count : index
+  %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
+  scf.if %answered {
+    %c0 = arith.constant 0 : index
+    %hidden = ep.param_value @hidden : index
+    %topk = ep.param_value @topk : index
+    %epoch_word = ep.constant_value @state_epoch : index
+    %total_word = ep.constant_value @state_total_recv : index
+    %arrivals = ep.constant_value @state_combine_arrivals : index
+    %combine_meeting = ep.constant_value @meeting_combine : index
+    %weighted = arith.cmpi ne, %has_weights, %c0 : index
+    %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+    %epoch = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
+    %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
+    %total = arith.index_cast %total_i32 : i32 to index
+    %first = ep.global_warp_index : index
+    %stride = ep.global_warp_count : index
 
-  %copy_rows = arith.cmpi eq, %staged, %c0 : index
-  scf.for %i = %first to %total step %stride {
-    %at = arith.muli %i, %hidden : index
-    scf.if %copy_rows {
-      %rows = ep.peer_ptr %w[%rank] @combine_rows[%at] : !ep.ptr<!ep.row_elem<"combine_elem">>
-      ep.warp.copy_row %input[%at], %rows[%c0], %hidden
-          : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<!ep.row_elem<"combine_elem">>
+    %copy_rows = arith.cmpi eq, %staged, %c0 : index
+    scf.for %i = %first to %total step %stride {
+      %at = arith.muli %i, %hidden : index
+      scf.if %copy_rows {
+        %rows = ep.peer_ptr %w[%rank] @combine_rows[%at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+        ep.warp.copy_row %input[%at], %rows[%c0], %hidden
+            : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<!ep.row_elem<"combine_elem">>
+      }
+      scf.if %weighted {
+        %weights_at = arith.muli %i, %topk : index
+        %staged_weights = ep.peer_ptr %w[%rank] @combine_weights[%weights_at] : !ep.ptr<f32>
+        ep.warp.copy_row %in_weights[%weights_at], %staged_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
+      }
     }
-    scf.if %weighted {
-      %weights_at = arith.muli %i, %topk : index
-      %staged_weights = ep.peer_ptr %w[%rank] @combine_weights[%weights_at] : !ep.ptr<f32>
-      ep.warp.copy_row %in_weights[%weights_at], %staged_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
-    }
+    %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %combine_meeting)
+        : (!ep.window, index, i32, index, index) -> i1
+    func.call @wait_for_all(%w, %rank, %epoch, %combine_meeting) : (!ep.window, index, i32, index) -> ()
+    func.call @sum_contributions(%w, %rank, %route, %tokens, %output, %out_weights, %weighted)
+        : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1) -> ()
   }
-  %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %combine_meeting)
-      : (!ep.window, index, i32, index, index) -> i1
-  func.call @wait_for_all(%w, %rank, %epoch, %combine_meeting) : (!ep.window, index, i32, index) -> ()
-  func.call @sum_contributions(%w, %rank, %route, %tokens, %output, %out_weights, %weighted)
-      : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1) -> ()
 }

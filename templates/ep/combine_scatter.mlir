@@ -10,73 +10,76 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
                               %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                               %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
                               %w: !ep.window) warps_per_block(4) {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
-  %c127 = arith.constant 127 : index
-  %c128 = arith.constant 128 : index
-  %hidden = ep.param_value @hidden : index
-  %topk = ep.param_value @topk : index
-  %max_tokens = ep.param_value @max_tokens : index
-  %quant = ep.param_value @quant : index
-  %epoch_word = ep.constant_value @state_epoch : index
-  %total_word = ep.constant_value @state_total_recv : index
-  %arrivals = ep.constant_value @state_combine_arrivals : index
-  %combine_meeting = ep.constant_value @meeting_combine : index
-  %direct = arith.cmpi eq, %quant, %c1 : index
-  %blockwise = arith.cmpi eq, %quant, %c2 : index
-  %padded = arith.addi %hidden, %c127 : index
-  %blocks = arith.divui %padded, %c128 : index
-  %weighted = arith.cmpi ne, %has_weights, %c0 : index
-  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
-  %epoch = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
-  %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
-  %total = arith.index_cast %total_i32 : i32 to index
-  %first = ep.global_warp_index : index
-  %stride = ep.global_warp_count : index
-  %origins = ep.peer_ptr %w[%rank] @recv_origin[%c0] : !ep.ptr<i32>
+  %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
+  scf.if %answered {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    %c127 = arith.constant 127 : index
+    %c128 = arith.constant 128 : index
+    %hidden = ep.param_value @hidden : index
+    %topk = ep.param_value @topk : index
+    %max_tokens = ep.param_value @max_tokens : index
+    %quant = ep.param_value @quant : index
+    %epoch_word = ep.constant_value @state_epoch : index
+    %total_word = ep.constant_value @state_total_recv : index
+    %arrivals = ep.constant_value @state_combine_arrivals : index
+    %combine_meeting = ep.constant_value @meeting_combine : index
+    %direct = arith.cmpi eq, %quant, %c1 : index
+    %blockwise = arith.cmpi eq, %quant, %c2 : index
+    %padded = arith.addi %hidden, %c127 : index
+    %blocks = arith.divui %padded, %c128 : index
+    %weighted = arith.cmpi ne, %has_weights, %c0 : index
+    %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+    %epoch = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
+    %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
+    %total = arith.index_cast %total_i32 : i32 to index
+    %first = ep.global_warp_index : index
+    %stride = ep.global_warp_count : index
+    %origins = ep.peer_ptr %w[%rank] @recv_origin[%c0] : !ep.ptr<i32>
 
-  scf.for %i = %first to %total step %stride {
-    %origin_at = arith.muli %i, %c2 : index
-    %ordinal_at = arith.addi %origin_at, %c1 : index
-    %origin_i32 = ep.load %origins[%origin_at] : !ep.ptr<i32>
-    %ordinal_i32 = ep.load %origins[%ordinal_at] : !ep.ptr<i32>
-    %origin = arith.index_cast %origin_i32 : i32 to index
-    %ordinal = arith.index_cast %ordinal_i32 : i32 to index
-    %source = arith.divui %origin, %max_tokens : index
-    %token = arith.remui %origin, %max_tokens : index
-    %box_base = arith.muli %token, %topk : index
-    %box = arith.addi %box_base, %ordinal : index
-    %src_at = arith.muli %i, %hidden : index
-    %dst_at = arith.muli %box, %hidden : index
-    scf.if %direct {
-      %codes = ep.peer_ptr %w[%source] @scatter_codes[%dst_at] : !ep.ptr<i8>
-      ep.warp.quantize %input[%src_at], %codes[%c0], %hidden {format = #ep.fp8<target>}
-          : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<i8>
-    } else {
-      scf.if %blockwise {
+    scf.for %i = %first to %total step %stride {
+      %origin_at = arith.muli %i, %c2 : index
+      %ordinal_at = arith.addi %origin_at, %c1 : index
+      %origin_i32 = ep.load %origins[%origin_at] : !ep.ptr<i32>
+      %ordinal_i32 = ep.load %origins[%ordinal_at] : !ep.ptr<i32>
+      %origin = arith.index_cast %origin_i32 : i32 to index
+      %ordinal = arith.index_cast %ordinal_i32 : i32 to index
+      %source = arith.divui %origin, %max_tokens : index
+      %token = arith.remui %origin, %max_tokens : index
+      %box_base = arith.muli %token, %topk : index
+      %box = arith.addi %box_base, %ordinal : index
+      %src_at = arith.muli %i, %hidden : index
+      %dst_at = arith.muli %box, %hidden : index
+      scf.if %direct {
         %codes = ep.peer_ptr %w[%source] @scatter_codes[%dst_at] : !ep.ptr<i8>
-        %scales_at = arith.muli %box, %blocks : index
-        %scales = ep.peer_ptr %w[%source] @scatter_scales[%scales_at] : !ep.ptr<f32>
-        ep.warp.quantize %input[%src_at], %codes[%c0], %hidden scales %scales[%c0]
-            {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>}
-            : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<i8>, !ep.ptr<f32>
+        ep.warp.quantize %input[%src_at], %codes[%c0], %hidden {format = #ep.fp8<target>}
+            : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<i8>
       } else {
-        %rows = ep.peer_ptr %w[%source] @scatter_rows[%dst_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
-        ep.warp.copy_row %input[%src_at], %rows[%c0], %hidden
-            : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<!ep.row_elem<"combine_elem">>
+        scf.if %blockwise {
+          %codes = ep.peer_ptr %w[%source] @scatter_codes[%dst_at] : !ep.ptr<i8>
+          %scales_at = arith.muli %box, %blocks : index
+          %scales = ep.peer_ptr %w[%source] @scatter_scales[%scales_at] : !ep.ptr<f32>
+          ep.warp.quantize %input[%src_at], %codes[%c0], %hidden scales %scales[%c0]
+              {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>}
+              : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<i8>, !ep.ptr<f32>
+        } else {
+          %rows = ep.peer_ptr %w[%source] @scatter_rows[%dst_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+          ep.warp.copy_row %input[%src_at], %rows[%c0], %hidden
+              : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<!ep.row_elem<"combine_elem">>
+        }
+      }
+      scf.if %weighted {
+        %weights_at = arith.muli %i, %topk : index
+        %box_weights_at = arith.muli %box, %topk : index
+        %box_weights = ep.peer_ptr %w[%source] @scatter_weights[%box_weights_at] : !ep.ptr<f32>
+        ep.warp.copy_row %in_weights[%weights_at], %box_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
       }
     }
-    scf.if %weighted {
-      %weights_at = arith.muli %i, %topk : index
-      %box_weights_at = arith.muli %box, %topk : index
-      %box_weights = ep.peer_ptr %w[%source] @scatter_weights[%box_weights_at] : !ep.ptr<f32>
-      ep.warp.copy_row %in_weights[%weights_at], %box_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
-    }
+    %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %combine_meeting)
+        : (!ep.window, index, i32, index, index) -> i1
+    func.call @wait_for_all(%w, %rank, %epoch, %combine_meeting) : (!ep.window, index, i32, index) -> ()
+    func.call @sum_contributions(%w, %rank, %route, %tokens, %output, %out_weights, %weighted)
+        : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1) -> ()
   }
-  %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %combine_meeting)
-      : (!ep.window, index, i32, index, index) -> i1
-  func.call @wait_for_all(%w, %rank, %epoch, %combine_meeting) : (!ep.window, index, i32, index) -> ()
-  func.call @sum_contributions(%w, %rank, %route, %tokens, %output, %out_weights, %weighted)
-      : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1) -> ()
 }

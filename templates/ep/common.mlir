@@ -24,6 +24,8 @@ ep.constant @state_error = 3 : index               // 0, or one of the error cod
 ep.constant @state_combine_arrivals = 4 : index
 ep.constant @state_moe_arrivals = 5 : index
 ep.constant @state_recv_counter = 6 : index        // slots senders took here during a dispatch
+ep.constant @state_peer_timeout_ms = 7 : index     // how long a wait for a peer may take (the host sets it)
+ep.constant @state_stopped = 8 : index             // nonzero: a dispatch's peer wait timed out; kernels do nothing until reset()
 ep.constant @state_words = 16 : index
 
 // What a kernel writes into state_error (EpDispatchCombineOp::check() names them).

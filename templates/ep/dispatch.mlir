@@ -13,161 +13,165 @@ ep.include "ep/sync"
 ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                        %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index, %rank: index,
                        %replay: index, %w: !ep.window) warps_per_block(4) {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
-  %one = arith.constant 1 : i32
-  %zero = arith.constant 0 : i32
-  %none = arith.constant -1 : i32
-  %epoch_word = ep.constant_value @state_epoch : index
-  %arrivals = ep.constant_value @state_dispatch_arrivals : index
-  %total_word = ep.constant_value @state_total_recv : index
-  %error_word = ep.constant_value @state_error : index
-  %counter_word = ep.constant_value @state_recv_counter : index
-  %over_capacity = ep.constant_value @error_capacity_exceeded : i32
-  %bad_expert = ep.constant_value @error_expert_out_of_range : i32
-  %dispatch_meeting = ep.constant_value @meeting_dispatch : index
-  %false = arith.constant false
-  %true = arith.constant true
-  %token_words = ep.param_value @token_words : index
-  %scale_bytes = ep.param_value @scale_bytes : index
-  %topk = ep.param_value @topk : index
-  %epr = ep.param_value @experts_per_rank : index
-  %max_tokens = ep.param_value @max_tokens : index
-  %capacity = ep.param_value @capacity : index
-  %replaying = arith.cmpi ne, %replay, %c0 : index
-  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
-  %previous = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
-  %epoch = arith.addi %previous, %one : i32
-  %rank_i32 = arith.index_cast %rank : index to i32
-  %max_tokens_i32 = arith.index_cast %max_tokens : index to i32
-  %capacity_i32 = arith.index_cast %capacity : index to i32
+  %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
+  scf.if %answered {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    %one = arith.constant 1 : i32
+    %zero = arith.constant 0 : i32
+    %none = arith.constant -1 : i32
+    %epoch_word = ep.constant_value @state_epoch : index
+    %arrivals = ep.constant_value @state_dispatch_arrivals : index
+    %total_word = ep.constant_value @state_total_recv : index
+    %error_word = ep.constant_value @state_error : index
+    %counter_word = ep.constant_value @state_recv_counter : index
+    %over_capacity = ep.constant_value @error_capacity_exceeded : i32
+    %bad_expert = ep.constant_value @error_expert_out_of_range : i32
+    %dispatch_meeting = ep.constant_value @meeting_dispatch : index
+    %false = arith.constant false
+    %true = arith.constant true
+    %token_words = ep.param_value @token_words : index
+    %scale_bytes = ep.param_value @scale_bytes : index
+    %topk = ep.param_value @topk : index
+    %epr = ep.param_value @experts_per_rank : index
+    %max_tokens = ep.param_value @max_tokens : index
+    %capacity = ep.param_value @capacity : index
+    %replaying = arith.cmpi ne, %replay, %c0 : index
+    %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+    %previous = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
+    %epoch = arith.addi %previous, %one : i32
+    %rank_i32 = arith.index_cast %rank : index to i32
+    %max_tokens_i32 = arith.index_cast %max_tokens : index to i32
+    %capacity_i32 = arith.index_cast %capacity : index to i32
 
-  // A work item is one token (all its top-k entries, in order) or, when the
-  // grid has warps to spare (at most two entries per warp), one top-k entry:
-  // the entry that first names a destination rank sends the token there, so
-  // a small call's copies to different ranks run on different warps and its
-  // latency is one slot reservation and one row copy, not one per rank.
-  %first = ep.global_warp_index : index
-  %stride = ep.global_warp_count : index
-  %entries = arith.muli %tokens, %topk : index
-  %two_per_warp = arith.muli %stride, %c2 : index
-  %split = arith.cmpi ule, %entries, %two_per_warp : index
-  %per_item = arith.select %split, %c1, %topk : index
-  %items_per_token = arith.select %split, %topk, %c1 : index
-  %items = arith.muli %tokens, %items_per_token : index
-  scf.for %item = %first to %items step %stride {
-    %token = arith.divui %item, %items_per_token : index
-    %part = arith.remui %item, %items_per_token : index
-    %j_first = arith.muli %part, %per_item : index
-    %j_end = arith.addi %j_first, %per_item : index
-    %row = arith.muli %token, %topk : index
-    %token_i32 = arith.index_cast %token : index to i32
-    %origin_base = arith.muli %rank_i32, %max_tokens_i32 : i32
-    %origin = arith.addi %origin_base, %token_i32 : i32
-    // n: the ordinal, among the token's distinct destinations, of the next one.
-    %n_first = func.call @destinations_before(%indices, %row, %j_first) : (!ep.ptr<i32>, index, index) -> index
-    %sent = scf.for %j = %j_first to %j_end step %c1 iter_args(%n = %n_first) -> (index) {
-      %at = arith.addi %row, %j : index
-      %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
-      %expert = arith.index_cast %expert_i32 : i32 to index
-      %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
-      %n_next = scf.if %invalid -> (index) {
-        ep.atomic_store %bad_expert, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
-        scf.yield %n : index
-      } else {
-        %repeat = func.call @repeats_earlier(%indices, %row, %j, %false) : (!ep.ptr<i32>, index, index, i1) -> i1
-        %after = scf.if %repeat -> (index) {
+    // A work item is one token (all its top-k entries, in order) or, when the
+    // grid has warps to spare (at most two entries per warp), one top-k entry:
+    // the entry that first names a destination rank sends the token there, so
+    // a small call's copies to different ranks run on different warps and its
+    // latency is one slot reservation and one row copy, not one per rank.
+    %first = ep.global_warp_index : index
+    %stride = ep.global_warp_count : index
+    %entries = arith.muli %tokens, %topk : index
+    %two_per_warp = arith.muli %stride, %c2 : index
+    %split = arith.cmpi ule, %entries, %two_per_warp : index
+    %per_item = arith.select %split, %c1, %topk : index
+    %items_per_token = arith.select %split, %topk, %c1 : index
+    %items = arith.muli %tokens, %items_per_token : index
+    scf.for %item = %first to %items step %stride {
+      %token = arith.divui %item, %items_per_token : index
+      %part = arith.remui %item, %items_per_token : index
+      %j_first = arith.muli %part, %per_item : index
+      %j_end = arith.addi %j_first, %per_item : index
+      %row = arith.muli %token, %topk : index
+      %token_i32 = arith.index_cast %token : index to i32
+      %origin_base = arith.muli %rank_i32, %max_tokens_i32 : i32
+      %origin = arith.addi %origin_base, %token_i32 : i32
+      // n: the ordinal, among the token's distinct destinations, of the next one.
+      %n_first = func.call @destinations_before(%indices, %row, %j_first) : (!ep.ptr<i32>, index, index) -> index
+      %sent = scf.for %j = %j_first to %j_end step %c1 iter_args(%n = %n_first) -> (index) {
+        %at = arith.addi %row, %j : index
+        %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+        %expert = arith.index_cast %expert_i32 : i32 to index
+        %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
+        %n_next = scf.if %invalid -> (index) {
+          ep.atomic_store %bad_expert, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
           scf.yield %n : index
         } else {
-          %dest = arith.divui %expert, %epr : index
-          %route_at = arith.addi %row, %n : index
-          // The slot on the destination: recorded (replay) or taken from its counter.
-          %slot_i32 = scf.if %replaying -> (i32) {
-            %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
-            %recorded_slot = arith.remsi %recorded, %capacity_i32 : i32
-            scf.yield %recorded_slot : i32
+          %repeat = func.call @repeats_earlier(%indices, %row, %j, %false) : (!ep.ptr<i32>, index, index, i1) -> i1
+          %after = scf.if %repeat -> (index) {
+            scf.yield %n : index
           } else {
-            %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
-            %taken = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
-            %dest_i32 = arith.index_cast %dest : index to i32
-            %base = arith.muli %dest_i32, %capacity_i32 : i32
-            %entry = arith.addi %base, %taken : i32
-            ep.store %entry, %route[%route_at] : !ep.ptr<i32>
-            scf.yield %taken : i32
+            %dest = arith.divui %expert, %epr : index
+            %route_at = arith.addi %row, %n : index
+            // The slot on the destination: recorded (replay) or taken from its counter.
+            %slot_i32 = scf.if %replaying -> (i32) {
+              %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
+              %recorded_slot = arith.remsi %recorded, %capacity_i32 : i32
+              scf.yield %recorded_slot : i32
+            } else {
+              %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
+              %taken = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
+              %dest_i32 = arith.index_cast %dest : index to i32
+              %base = arith.muli %dest_i32, %capacity_i32 : i32
+              %entry = arith.addi %base, %taken : i32
+              ep.store %entry, %route[%route_at] : !ep.ptr<i32>
+              scf.yield %taken : i32
+            }
+            %slot = arith.index_cast %slot_i32 : i32 to index
+            %fits = arith.cmpi ult, %slot, %capacity : index
+            %overflow = arith.xori %fits, %true : i1
+            scf.if %overflow {
+              // Not sent: combine skips the entry (the call's results are void; check() says why).
+              ep.store %none, %route[%route_at] : !ep.ptr<i32>
+              ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+            }
+            scf.if %fits {
+              %words_at = arith.muli %token, %token_words : index
+              %recv_words = arith.muli %slot, %token_words : index
+              %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%recv_words] : !ep.ptr<i32>
+              ep.warp.copy_row %input[%words_at], %to_tokens[%c0], %token_words : !ep.ptr<i32> -> !ep.ptr<i32>
+              %recv_row = arith.muli %slot, %topk : index
+              %to_weights = ep.peer_ptr %w[%dest] @recv_weights[%recv_row] : !ep.ptr<f32>
+              ep.warp.copy_row %weights[%row], %to_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
+              %to_indices = ep.peer_ptr %w[%dest] @recv_indices[%recv_row] : !ep.ptr<i32>
+              ep.warp.copy_row %indices[%row], %to_indices[%c0], %topk : !ep.ptr<i32> -> !ep.ptr<i32>
+              %scale_at = arith.muli %token, %scale_bytes : index
+              %recv_scale_at = arith.muli %slot, %scale_bytes : index
+              %to_scales = ep.peer_ptr %w[%dest] @recv_scales[%recv_scale_at] : !ep.ptr<i8>
+              ep.warp.copy_row %scales[%scale_at], %to_scales[%c0], %scale_bytes : !ep.ptr<i8> -> !ep.ptr<i8>
+              %origin_at = arith.muli %slot, %c2 : index
+              %to_origin = ep.peer_ptr %w[%dest] @recv_origin[%origin_at] : !ep.ptr<i32>
+              %ordinal = arith.index_cast %n : index to i32
+              ep.store %origin, %to_origin[%c0] : !ep.ptr<i32>
+              ep.store %ordinal, %to_origin[%c1] : !ep.ptr<i32>
+            }
+            %one_more = arith.addi %n, %c1 : index
+            scf.yield %one_more : index
           }
-          %slot = arith.index_cast %slot_i32 : i32 to index
-          %fits = arith.cmpi ult, %slot, %capacity : index
-          %overflow = arith.xori %fits, %true : i1
-          scf.if %overflow {
-            // Not sent: combine skips the entry (the call's results are void; check() says why).
-            ep.store %none, %route[%route_at] : !ep.ptr<i32>
-            ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
-          }
-          scf.if %fits {
-            %words_at = arith.muli %token, %token_words : index
-            %recv_words = arith.muli %slot, %token_words : index
-            %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%recv_words] : !ep.ptr<i32>
-            ep.warp.copy_row %input[%words_at], %to_tokens[%c0], %token_words : !ep.ptr<i32> -> !ep.ptr<i32>
-            %recv_row = arith.muli %slot, %topk : index
-            %to_weights = ep.peer_ptr %w[%dest] @recv_weights[%recv_row] : !ep.ptr<f32>
-            ep.warp.copy_row %weights[%row], %to_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
-            %to_indices = ep.peer_ptr %w[%dest] @recv_indices[%recv_row] : !ep.ptr<i32>
-            ep.warp.copy_row %indices[%row], %to_indices[%c0], %topk : !ep.ptr<i32> -> !ep.ptr<i32>
-            %scale_at = arith.muli %token, %scale_bytes : index
-            %recv_scale_at = arith.muli %slot, %scale_bytes : index
-            %to_scales = ep.peer_ptr %w[%dest] @recv_scales[%recv_scale_at] : !ep.ptr<i8>
-            ep.warp.copy_row %scales[%scale_at], %to_scales[%c0], %scale_bytes : !ep.ptr<i8> -> !ep.ptr<i8>
-            %origin_at = arith.muli %slot, %c2 : index
-            %to_origin = ep.peer_ptr %w[%dest] @recv_origin[%origin_at] : !ep.ptr<i32>
-            %ordinal = arith.index_cast %n : index to i32
-            ep.store %origin, %to_origin[%c0] : !ep.ptr<i32>
-            ep.store %ordinal, %to_origin[%c1] : !ep.ptr<i32>
-          }
-          %one_more = arith.addi %n, %c1 : index
-          scf.yield %one_more : index
+          scf.yield %after : index
         }
-        scf.yield %after : index
+        scf.yield %n_next : index
       }
-      scf.yield %n_next : index
+      // The item holding the token's first entry closes its route: -1 past its
+      // destinations (a whole-token item counted them as it went).
+      %first_entry = arith.cmpi eq, %j_first, %c0 : index
+      scf.if %first_entry {
+        %destinations = scf.if %split -> (index) {
+          %counted = func.call @destinations_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> index
+          scf.yield %counted : index
+        } else {
+          scf.yield %sent : index
+        }
+        scf.for %tail = %destinations to %topk step %c1 {
+          %tail_at = arith.addi %row, %tail : index
+          ep.store %none, %route[%tail_at] : !ep.ptr<i32>
+        }
+      }
     }
-    // The item holding the token's first entry closes its route: -1 past its
-    // destinations (a whole-token item counted them as it went).
-    %first_entry = arith.cmpi eq, %j_first, %c0 : index
-    scf.if %first_entry {
-      %destinations = scf.if %split -> (index) {
-        %counted = func.call @destinations_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> index
-        scf.yield %counted : index
-      } else {
-        scf.yield %sent : index
-      }
-      scf.for %tail = %destinations to %topk step %c1 {
-        %tail_at = arith.addi %row, %tail : index
-        ep.store %none, %route[%tail_at] : !ep.ptr<i32>
-      }
-    }
-  }
 
-  // The last block to finish tells every rank this one is done; its lead
-  // warp waits for all of them, then publishes what arrived and clears the
-  // receive counter.
-  %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %dispatch_meeting) : (!ep.window, index, i32, index, index) -> i1
-  scf.if %last {
-    func.call @poll_all(%w, %rank, %epoch, %dispatch_meeting) : (!ep.window, index, i32, index) -> ()
-    %total_at = arith.muli %max_tokens, %topk : index
-    %received = scf.if %replaying -> (i32) {
-      %recorded = ep.load %route[%total_at] : !ep.ptr<i32>
-      scf.yield %recorded : i32
-    } else {
-      %counted = ep.atomic_load %state[%counter_word] scope(system) order(acquire) : !ep.ptr<i32>
-      ep.atomic_store %zero, %state[%counter_word] scope(system) order(relaxed) : !ep.ptr<i32>
-      ep.store %counted, %route[%total_at] : !ep.ptr<i32>
-      scf.yield %counted : i32
+    // The last block to finish tells every rank this one is done; its lead
+    // warp waits for all of them, then publishes what arrived and clears the
+    // receive counter.
+    %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %dispatch_meeting) : (!ep.window, index, i32, index, index) -> i1
+    scf.if %last {
+      func.call @poll_all(%w, %rank, %epoch, %dispatch_meeting) : (!ep.window, index, i32, index) -> ()
+      func.call @stop_after_timeout(%w, %rank) : (!ep.window, index) -> ()
+      %total_at = arith.muli %max_tokens, %topk : index
+      %received = scf.if %replaying -> (i32) {
+        %recorded = ep.load %route[%total_at] : !ep.ptr<i32>
+        scf.yield %recorded : i32
+      } else {
+        %counted = ep.atomic_load %state[%counter_word] scope(system) order(acquire) : !ep.ptr<i32>
+        ep.atomic_store %zero, %state[%counter_word] scope(system) order(relaxed) : !ep.ptr<i32>
+        ep.store %counted, %route[%total_at] : !ep.ptr<i32>
+        scf.yield %counted : i32
+      }
+      // More than capacity arrived only with error 2 set; the rows that fit are valid.
+      %overflow = arith.cmpi sgt, %received, %capacity_i32 : i32
+      %kept = arith.select %overflow, %capacity_i32, %received : i32
+      ep.store %kept, %state[%total_word] : !ep.ptr<i32>
+      ep.atomic_store %epoch, %state[%epoch_word] scope(system) order(release) : !ep.ptr<i32>
     }
-    // More than capacity arrived only with error 2 set; the rows that fit are valid.
-    %overflow = arith.cmpi sgt, %received, %capacity_i32 : i32
-    %kept = arith.select %overflow, %capacity_i32, %received : i32
-    ep.store %kept, %state[%total_word] : !ep.ptr<i32>
-    ep.atomic_store %epoch, %state[%epoch_word] scope(system) order(release) : !ep.ptr<i32>
   }
 }

@@ -46,20 +46,57 @@ func.func private @arrive(%w: !ep.window, %rank: index, %epoch: i32, %counter: i
 }
 
 // Polls, on the calling warp alone, until every rank has raised its flag of
-// `meeting` to `epoch`. A rank that never comes sets error_peer_timeout
-// instead of hanging.
+// `meeting` to `epoch`. A rank that does not come within the op's peer
+// timeout (state_peer_timeout_ms) sets error_peer_timeout instead of hanging;
+// once any wait has failed, the others give up at once.
 func.func private @poll_all(%w: !ep.window, %rank: index, %epoch: i32, %meeting: index) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %error_word = ep.constant_value @state_error : index
   %timeout = ep.constant_value @error_peer_timeout : i32
+  %limit_word = ep.constant_value @state_peer_timeout_ms : index
   %world = ep.param_value @world : index
   %base = arith.muli %meeting, %world : index
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
   %flags = ep.peer_ptr %w[%rank] @signals[%base] : !ep.ptr<i32>
+  %limit = ep.load %state[%limit_word] : !ep.ptr<i32>
   scf.for %peer = %c0 to %world step %c1 {
-    %ok = ep.wait_until %flags[%peer] ge %epoch scope(system) max_spins(200000000)
+    %ok = ep.wait_until %flags[%peer] ge %epoch scope(system) timeout_ms(%limit)
         error(%state[%error_word], %timeout) : !ep.ptr<i32>, !ep.ptr<i32>
+  }
+  return
+}
+
+// False once a dispatch of this op has given up on a peer (state_stopped,
+// written by its last block after every block of it has started): every
+// kernel queued behind the failed call then does nothing (no sends into
+// peers' windows, no meetings) until reset(). The word changes only between
+// kernels, so every warp of a launch decides alike (a block barrier never
+// sees part of its block). A combine that times out stops the calls after
+// the next dispatch, whose waits give up at once. Data errors (capacity, a
+// bad expert) do not stop later calls: their meetings still complete.
+func.func private @peers_answered(%w: !ep.window, %rank: index) -> i1 {
+  %c0 = arith.constant 0 : index
+  %zero = arith.constant 0 : i32
+  %stopped_word = ep.constant_value @state_stopped : index
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %stopped = ep.atomic_load %state[%stopped_word] scope(system) order(relaxed) : !ep.ptr<i32>
+  %answered = arith.cmpi eq, %stopped, %zero : i32
+  return %answered : i1
+}
+
+// After a dispatch's meeting: a peer timeout stops every later kernel.
+func.func private @stop_after_timeout(%w: !ep.window, %rank: index) {
+  %c0 = arith.constant 0 : index
+  %one = arith.constant 1 : i32
+  %error_word = ep.constant_value @state_error : index
+  %stopped_word = ep.constant_value @state_stopped : index
+  %timed_out = ep.constant_value @error_peer_timeout : i32
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %error = ep.atomic_load %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+  %stop = arith.cmpi eq, %error, %timed_out : i32
+  scf.if %stop {
+    ep.atomic_store %one, %state[%stopped_word] scope(system) order(relaxed) : !ep.ptr<i32>
   }
   return
 }

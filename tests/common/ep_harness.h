@@ -54,6 +54,10 @@ struct EpCase {
   bool weights = true;  // combine weights
   bool zero_copy = false;  // gather: experts write into op.combine_input()
   uint32_t seed = 1;
+  double peer_timeout_s = 0;  // 0: the default
+  // Runs on every rank right before each dispatch is launched, once the
+  // ranks have met (fault injection: a rank stopping itself there).
+  std::function<void(int call, int rank, Communicator& comm)> before_dispatch;
 };
 
 // gtest prints a case by its name, not as a dump of its bytes.
@@ -76,6 +80,7 @@ inline EpDispatchCombineConfig configFor(const EpCase& c, int rank) {
   config.quant_type = c.quant;
   config.enable_std_moe = c.std_moe;
   config.target = c.target;
+  config.peer_timeout_s = c.peer_timeout_s;
   return config;
 }
 
@@ -283,6 +288,7 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
       const DType scale_type = c.scale_type_size == 4 ? DType::F32 : c.scale_type_size == 2 ? DType::BF16 : DType::U8;
       scales = tensor(d_scales, scale_type, {n, c.scale_dim});
     }
+    if (c.before_dispatch) c.before_dispatch(call, rank, comm);
     DispatchResult result = replay ? op.dispatch_replay(input, weights, scales, indices, *routing)
                                    : op.dispatch(input, weights, scales, indices, routing.get());
     op.check();

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 
 #include "../common/ep_harness.h"
+#include "../common/scoped_environment.h"
 #include "epjit/error.h"
 
 namespace epjit::testing {
@@ -217,15 +219,21 @@ TEST(EpOpErrors, CapacityOverflowIsReportedAndResetRecovers) {
   EXPECT_EQ(failures, "");
 }
 
-// Rank 1 never dispatches: rank 0's wait ends in the timeout error instead of a
-// hang; after reset() on both, they run together again.
+// Rank 1 never dispatches: rank 0's wait ends in the timeout error after the
+// configured peer timeout instead of a hang, the calls queued behind it fail
+// at once (not one timeout each), the error stays until reset(), and after
+// reset() on both ranks they run together again.
 TEST(EpOpErrors, APeerThatNeverArrivesIsATimeoutNotAHang) {
   EpCase c = smallCase();
   c.world = 2;
+  constexpr double kTimeout = 1.5;
+  constexpr int kQueuedRounds = 4;
   const std::string failures = runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
                                                                              KernelCache& cache) {
     std::string f;
-    EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+    EpDispatchCombineConfig config = configFor(c, rank);
+    config.peer_timeout_s = kTimeout;
+    EpDispatchCombineOp op(config, comm, {&cache, nullptr});
     Buffers b(comm.device());
     const int32_t experts[4] = {0, 5, 6, 1};
     comm.device().copy_to_device(b.pointers[2], experts, sizeof experts);
@@ -233,10 +241,17 @@ TEST(EpOpErrors, APeerThatNeverArrivesIsATimeoutNotAHang) {
         indices{b.pointers[2], DType::I32, {2, 2}};
     if (rank == 0) {
       const auto start = std::chrono::steady_clock::now();
-      op.dispatch(input, weights, std::nullopt, indices);
-      f += expectParts("timeout", thrown([&] { op.check(); }), {"a peer never arrived", "reset()"});
+      for (int round = 0; round < kQueuedRounds; ++round) {
+        op.dispatch(input, weights, std::nullopt, indices);
+        op.combine({b.pointers[3], DType::BF16, {16, 64}});
+      }
+      f += expectParts("timeout", thrown([&] { op.check(); }),
+                       {"a peer did not arrive", "within the peer timeout of 1500 ms", "reset()"});
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (seconds > 120) f += "the timeout took " + std::to_string(seconds) + " s\n";
+      if (seconds < kTimeout || seconds > kTimeout + 2)
+        f += std::to_string(kQueuedRounds) + " queued rounds failed after " + std::to_string(seconds) +
+             " s; expected the one timeout of " + std::to_string(kTimeout) + " s (queued calls fail at once)\n";
+      f += expectParts("sticky until reset", thrown([&] { op.check(); }), {"a peer did not arrive"});
     }
     op.reset();
     op.dispatch(input, weights, std::nullopt, indices);
@@ -246,6 +261,28 @@ TEST(EpOpErrors, APeerThatNeverArrivesIsATimeoutNotAHang) {
     return f;
   });
   EXPECT_EQ(failures, "");
+}
+
+TEST(EpOpErrors, PeerTimeoutsOutsideTheirRangeAreRefused) {
+  EpCase c = smallCase();
+  for (const double seconds : {-1.0, 0.0001, 1e9, std::numeric_limits<double>::quiet_NaN()}) {
+    EpDispatchCombineConfig config = configFor(c, 0);
+    config.world_size = 1;
+    config.peer_timeout_s = seconds;
+    config.target = "host";
+    EXPECT_NE(thrown([&] { config.validate(); }).find("peer_timeout_s"), std::string::npos) << seconds;
+  }
+  EpDispatchCombineConfig config = configFor(c, 0);
+  config.world_size = 1;
+  config.target = "host";
+  for (const char* text : {"5abc", "nan", "inf", "-3", "0", "1e10"}) {
+    ScopedEnvironment timeout("EPJIT_PEER_TIMEOUT_S", text);
+    EXPECT_NE(thrown([&] { config.validate(); }).find("EPJIT_PEER_TIMEOUT_S"), std::string::npos) << text;
+  }
+  ScopedEnvironment timeout("EPJIT_PEER_TIMEOUT_S", "2.5");
+  EXPECT_EQ(config.peer_timeout_ms(), 2500);
+  config.peer_timeout_s = 0.25;
+  EXPECT_EQ(config.peer_timeout_ms(), 250);
 }
 
 }  // namespace

@@ -244,12 +244,15 @@ TEST(GpuEpStress, TenThousandAlternatingCalls) {
   EXPECT_EQ(failures, "");
 }
 
-// Rank 1 never dispatches: rank 0's dispatch wait ends in the timeout error,
-// not a hang; reset() on both recovers.
+// Rank 1 never dispatches: rank 0's dispatch wait gives up after the peer
+// timeout measured on the GPU (%globaltimer), not after a spin count; the 20
+// rounds queued behind it fail at once; reset() on both recovers.
 TEST(GpuEpTimeout, APeerThatNeverArrivesIsATimeout) {
   if (gpus().count < 2) GTEST_SKIP() << "2 GPUs needed (" << gpus().count << " present): " << gpus().why_not;
+  constexpr double kTimeout = 3.0;
   EpCase c{.name = "timeout", .target = "sm90", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4,
            .max_tokens = 4};
+  c.peer_timeout_s = kTimeout;
   const std::string failures = runRanks(
       2, Ranks::Processes, gpuCache(),
       [&](int rank, Communicator& comm, KernelCache& cache) {
@@ -265,7 +268,10 @@ TEST(GpuEpTimeout, APeerThatNeverArrivesIsATimeout) {
             indices{idx, DType::I32, {2, 2}};
         if (rank == 0) {
           const auto start = std::chrono::steady_clock::now();
-          op.dispatch(input, weights, std::nullopt, indices);
+          for (int round = 0; round < 20; ++round) {
+            const DispatchResult d = op.dispatch(input, weights, std::nullopt, indices);
+            op.combine(d.tokens, d.weights);
+          }
           std::string message;
           try {
             op.check();
@@ -273,9 +279,13 @@ TEST(GpuEpTimeout, APeerThatNeverArrivesIsATimeout) {
             message = error.what();
           }
           const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          if (message.find("a peer never arrived") == std::string::npos)
+          if (message.find("a peer did not arrive") == std::string::npos)
             f += "rank 0: expected the timeout error, got '" + message + "'\n";
-          std::fprintf(stderr, "rank 0: the wait gave up after %.1f s\n", seconds);
+          if (seconds < kTimeout || seconds > kTimeout + 2)
+            f += "rank 0: 20 queued rounds failed after " + std::to_string(seconds) + " s (timeout " +
+                 std::to_string(kTimeout) + " s)\n";
+          std::fprintf(stderr, "rank 0: the wait gave up after %.2f s (timeout %.1f s, 20 rounds queued)\n", seconds,
+                       kTimeout);
         }
         op.reset();
         const DispatchResult d = op.dispatch(input, weights, std::nullopt, indices);

@@ -191,3 +191,64 @@ def test_targets_choose_their_device_and_the_amd_path_is_reachable():
             comm.destroy()
     with pytest.raises(epjit.Error, match="host, cuda or hip"):
         epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), device="rocm")
+
+
+def test_result_views_outlive_close_and_read_the_last_results():
+    comm, op = single_rank_op()
+    x, w, idx = make_inputs(0, 1, 5, "bf16", seed=11)
+    with op:
+        tokens, w_out, _, _, total = op.dispatch(x, w, None, idx)
+        op.synchronize()
+        received = int(total[0])
+        expert = op.combine_input()
+        expert[:received] = tokens[:received]
+        out, _ = op.combine(expert, w_out)
+    # The quick start's pattern: the results are read after the with block.
+    want = identity_expected(x, idx, "none", None)
+    np.testing.assert_array_equal(np.asarray(out).view(np.uint8), want.view(np.uint8))
+    assert int(total[0]) == received == 5
+    with pytest.raises(epjit.Error, match="closed"):
+        op.dispatch(x, w, None, idx)
+    comm.destroy()
+    del op  # the views still hold the op's memory
+    np.testing.assert_array_equal(np.asarray(out).view(np.uint8), want.view(np.uint8))
+
+
+def test_inputs_dropped_right_after_a_call_are_held_until_the_stream_has_read_them():
+    comm, op = single_rank_op()
+    for trial in range(12):
+        x, w, idx = make_inputs(0, 1, 8, "bf16", seed=100 + trial)
+        # Temporaries: freed as the call returns unless the op holds them, and
+        # the freed memory is reused at once by the garbage below.
+        tokens, w_out, _, _, total = op.dispatch(x.copy(), w.copy(), None, idx.copy())
+        garbage = [np.full(x.shape, 0x7F7F, dtype=np.uint16) for _ in range(16)]
+        op.synchronize()
+        received = int(total[0])
+        expert = op.combine_input()
+        expert[:received] = tokens[:received]
+        out, _ = op.combine(expert.copy(), w_out.copy())
+        garbage += [np.full(x.shape, 0x7F7F, dtype=np.uint16) for _ in range(16)]
+        op.check()
+        want = identity_expected(x, idx, "none", None)
+        np.testing.assert_array_equal(np.asarray(out).view(np.uint8), want.view(np.uint8))
+    op.close()
+    comm.destroy()
+
+
+def test_unsigned_arrays_are_not_read_as_float_or_signed_bits():
+    comm, op = single_rank_op()
+    x, w, idx = make_inputs(0, 1, 3, "bf16")
+    with pytest.raises(epjit.Error, match="weights has a DLPack dtype"):
+        op.dispatch(x, w.view(np.uint32), None, idx)
+    with pytest.raises(epjit.Error, match="indices has a DLPack dtype"):
+        op.dispatch(x, w, None, idx.view(np.uint32))
+    op.close()
+    comm.destroy()
+
+
+def test_the_peer_timeout_is_a_config_field_with_a_range():
+    comm, op = single_rank_op(peer_timeout_s=2.5)
+    op.close()
+    with pytest.raises(epjit.Error, match=r"peer_timeout_s.*\[0.001, 86400\]"):
+        single_rank_op(peer_timeout_s=-1)
+    comm.destroy()

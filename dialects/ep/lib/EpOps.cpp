@@ -229,7 +229,8 @@ LogicalResult FenceOp::verify() {
 }
 
 LogicalResult WaitUntilOp::verify() {
-  if (getMaxSpins() < 1) return emitOpError() << "max_spins must be >= 1 (a wait is always bounded)";
+  if (auto limit = getTimeoutMs().getDefiningOp<arith::ConstantIntOp>(); limit && limit.value() < 1)
+    return emitOpError() << "timeout_ms must be >= 1 (a wait is always bounded in time); got " << limit.value();
   if (!elementTypeOf(getError()).isInteger(32))
     return emitOpError() << "the error word is an i32; got " << getError().getType();
   if (auto code = getCode().getDefiningOp<arith::ConstantIntOp>(); code && code.value() == 0)

@@ -33,6 +33,8 @@ class Event {
   virtual ~Event() = default;
   virtual void record(Stream& stream) = 0;
   virtual void synchronize() = 0;
+  // True once the stream has passed the recorded point (never blocks).
+  virtual bool completed() = 0;
   // Milliseconds between two recorded events (both complete).
   virtual float elapsed_ms(const Event& start) const = 0;
 };

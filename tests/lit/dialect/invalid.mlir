@@ -142,8 +142,9 @@ func.func @relaxed_fence() {
 
 func.func @unbounded_wait(%p: !ep.ptr<i32>, %i: index, %v: i32) {
   %code = arith.constant 1 : i32
-  // expected-error @+1 {{max_spins must be >= 1 (a wait is always bounded)}}
-  %ok = ep.wait_until %p[%i] eq %v scope(system) max_spins(0) error(%p[%i], %code) : !ep.ptr<i32>, !ep.ptr<i32>
+  %never = arith.constant 0 : i32
+  // expected-error @+1 {{timeout_ms must be >= 1 (a wait is always bounded in time); got 0}}
+  %ok = ep.wait_until %p[%i] eq %v scope(system) timeout_ms(%never) error(%p[%i], %code) : !ep.ptr<i32>, !ep.ptr<i32>
   return
 }
 
@@ -152,7 +153,7 @@ func.func @unbounded_wait(%p: !ep.ptr<i32>, %i: index, %v: i32) {
 func.func @error_code_zero(%p: !ep.ptr<i32>, %i: index, %v: i32) {
   %code = arith.constant 0 : i32
   // expected-error @+1 {{error code 0 means no error; use a nonzero code}}
-  %ok = ep.wait_until %p[%i] eq %v scope(system) max_spins(10) error(%p[%i], %code) : !ep.ptr<i32>, !ep.ptr<i32>
+  %ok = ep.wait_until %p[%i] eq %v scope(system) timeout_ms(%v) error(%p[%i], %code) : !ep.ptr<i32>, !ep.ptr<i32>
   return
 }
 

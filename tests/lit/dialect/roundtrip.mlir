@@ -60,8 +60,8 @@ ep.kernel @scalars(%p: !ep.ptr<i32>, %w: !ep.window, %n: index) warps_per_block(
   %err = ep.constant_value @state_error : index
   // CHECK: ep.constant_value @error_timeout : i32
   %code = ep.constant_value @error_timeout : i32
-  // CHECK: ep.wait_until %{{.*}}[%{{.*}}] ge %{{.*}} scope(system) max_spins(1000) error(%{{.*}}[%{{.*}}], %{{.*}}) : !ep.ptr<i32>, !ep.ptr<i32>
-  %ok = ep.wait_until %p[%0] ge %v scope(system) max_spins(1000) error(%p[%err], %code) : !ep.ptr<i32>, !ep.ptr<i32>
+  // CHECK: ep.wait_until %{{.*}}[%{{.*}}] ge %{{.*}} scope(system) timeout_ms(%{{.*}}) error(%{{.*}}[%{{.*}}], %{{.*}}) : !ep.ptr<i32>, !ep.ptr<i32>
+  %ok = ep.wait_until %p[%0] ge %v scope(system) timeout_ms(%v) error(%p[%err], %code) : !ep.ptr<i32>, !ep.ptr<i32>
   // CHECK: ep.block_barrier
   ep.block_barrier
   ep.return

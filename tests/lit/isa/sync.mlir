@@ -11,12 +11,14 @@
 // GFX942: global_atomic_smax
 // GFX942: global_atomic_swap
 // GFX942: global_atomic_add_x2
+// GFX942: s_memrealtime
 // GFX942: s_sleep
 // GFX942: s_barrier
 // GFX942: ; resources sync_ops: wave 64 {{.*}} scratch 0 code
 // GFX950: {{flat|global}}_atomic_add
 // GFX950: ; resources sync_ops: wave 64 {{.*}} scratch 0 code
 // GFX1250: {{flat|global}}_atomic_add
+// GFX1250: s_sendmsg_rtn_b64 {{.*}}sendmsg(MSG_RTN_GET_REALTIME)
 // GFX1250: ; resources sync_ops: wave 32 {{.*}} scratch 0 code
 // Ordering is carried by the instruction (PTX ISA 7.0 memory model), not by
 // a separate membar around a relaxed access.
@@ -29,6 +31,7 @@
 // SM90: st.release.sys.b32
 // SM90: ld.acquire.sys.b32
 // SM90: nanosleep
+// SM90: %globaltimer
 // SM90: ld.acquire.gpu.b32
 // SM90: bar.sync
 // SM90-NOT: membar
@@ -61,7 +64,8 @@ ep.kernel @sync_ops(%flags: !ep.ptr<i32>, %counters: !ep.ptr<i64>, %errors: !ep.
   ep.fence scope(system) order(release)
   ep.atomic_store %old, %flags[%c0] scope(system) order(release) : !ep.ptr<i32>
   %timeout = ep.constant_value @error_timeout : i32
-  %ok = ep.wait_until %flags[%c1] ge %one scope(system) max_spins(100000) error(%errors[%c0], %timeout)
+  %limit = ep.load %errors[%c1] : !ep.ptr<i32>
+  %ok = ep.wait_until %flags[%c1] ge %one scope(system) timeout_ms(%limit) error(%errors[%c0], %timeout)
       : !ep.ptr<i32>, !ep.ptr<i32>
   %seen = ep.atomic_load %flags[%c1] scope(agent) order(acquire) : !ep.ptr<i32>
   ep.block_barrier

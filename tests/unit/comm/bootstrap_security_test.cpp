@@ -17,12 +17,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
+#include <sstream>
 #include <thread>
 
+#include "../../common/scoped_environment.h"
 #include "../../../runtime/comm/socket.h"
 #include "../../../runtime/comm/wire.h"
 #include "epjit/comm/communicator.h"
@@ -312,6 +317,100 @@ TEST(BootstrapSecurity, AnotherUsersConnectionToTheLocalSocketIsRefused) {
   EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
 }
 
+// The epjit local sockets this process listens on (its ranks'), found through
+// the socket inodes among its own fds.
+std::vector<std::string> ownLocalSockets() {
+  std::set<std::string> inodes;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::vector<std::string> names;
+  std::ifstream table("/proc/net/unix");
+  std::string line;
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, refs, protocol, flags, type, state, inode;
+    fields >> slot >> refs >> protocol >> flags >> type >> state >> inode;
+    const size_t at = line.find("@epjit-");
+    if (at != std::string::npos && inodes.count(inode)) names.push_back(line.substr(at + 1));
+  }
+  return names;
+}
+
+// A stranger fills both ranks' local-socket backlogs (and holds the
+// connections) before they allocate: each rank drains its own while it sends,
+// so the allocation completes instead of two ranks each blocked in a connect
+// to the other's full backlog.
+TEST(BootstrapSecurity, AFullLocalSocketBacklogCannotHangAnAllocation) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a second user (nobody)";
+  int to_stranger[2], from_stranger[2];
+  ASSERT_EQ(pipe(to_stranger), 0);
+  ASSERT_EQ(pipe(from_stranger), 0);
+  const pid_t stranger = fork();  // before this process starts any thread
+  if (stranger == 0) {
+    close(to_stranger[1]);
+    close(from_stranger[0]);
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(3);
+    char names[1024] = {};
+    ssize_t got = 0, n = 0;
+    while ((n = read(to_stranger[0], names + got, sizeof names - 1 - size_t(got))) > 0) got += n;
+    std::vector<int> held;
+    std::istringstream list(names);
+    for (std::string name; std::getline(list, name);) {
+      sockaddr_un address{};
+      address.sun_family = AF_UNIX;
+      std::memcpy(address.sun_path + 1, name.data(), name.size());
+      const socklen_t length = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+      for (int i = 0; i < 2000; ++i) {
+        const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&address), length) != 0) {
+          ::close(fd);
+          break;  // the backlog is full
+        }
+        held.push_back(fd);
+      }
+    }
+    const char filled = char(held.size() > 200 ? 1 : 0);
+    if (write(from_stranger[1], &filled, 1) != 1) _exit(4);
+    ::pause();
+    _exit(0);
+  }
+  close(to_stranger[0]);
+  close(from_stranger[1]);
+  const UniqueId id = Communicator::get_unique_id();
+  std::atomic<double> allocation_seconds{0};
+  char filled = 0;
+  const auto errors = onThreads(2, [&](int rank) {
+    auto device = make_host_device();
+    auto comm = Communicator::init(2, rank, id, *device, {20, std::nullopt});
+    comm->barrier();
+    if (rank == 0) {
+      std::string names;
+      for (const std::string& name : ownLocalSockets()) names += name + "\n";
+      if (write(to_stranger[1], names.data(), names.size()) != ssize_t(names.size())) throw Error("pipe", "", "");
+      close(to_stranger[1]);
+      if (read(from_stranger[0], &filled, 1) != 1) throw Error("the stranger did not report", "", "");
+    }
+    comm->barrier();
+    const auto start = std::chrono::steady_clock::now();
+    auto buffer = comm->allocate_symmetric(1 << 16);
+    allocation_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    static_cast<uint32_t*>(buffer->local)[7] = uint32_t(rank + 1);
+    comm->barrier();
+    if (static_cast<const uint32_t*>(buffer->peers[size_t(1 - rank)])[7] != uint32_t(2 - rank))
+      throw Error("a foreign mapping", "", "");
+    comm->barrier();
+  });
+  ::kill(stranger, SIGKILL);
+  waitpid(stranger, nullptr, 0);
+  close(from_stranger[0]);
+  EXPECT_EQ(filled, 1) << "the stranger could not fill the backlogs";
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  EXPECT_LT(allocation_seconds.load(), 10.0);
+}
+
 TEST(HostSharedMemory, AShortOrUnsealedMemfdIsRefused) {
   auto device = make_host_device();
   const int fd = memfd_create("short", MFD_CLOEXEC);
@@ -329,19 +428,17 @@ TEST(Environment, TimeoutsAreParsedStrictly) {
   const UniqueId id = Communicator::get_unique_id();
   auto device = make_host_device();
   for (const char* bad : {"5abc", "nan", "inf", "1e10", "-1", "0"}) {
-    ::setenv("EPJIT_COMM_TIMEOUT_S", bad, 1);
+    testing::ScopedEnvironment timeout("EPJIT_COMM_TIMEOUT_S", bad);
     const std::string error = errorOf([&] { Communicator::init(1, 0, id, *device); });
     EXPECT_NE(error.find("EPJIT_COMM_TIMEOUT_S is '" + std::string(bad) + "'"), std::string::npos) << bad << ": " << error;
   }
-  ::unsetenv("EPJIT_COMM_TIMEOUT_S");
 }
 
 TEST(Environment, AnUnknownLogLevelIsRefusedWhereWorkStarts) {
-  ::setenv("EPJIT_LOG_LEVEL", "verbose", 1);
+  testing::ScopedEnvironment level("EPJIT_LOG_LEVEL", "verbose");
   const UniqueId id = Communicator::get_unique_id();
   auto device = make_host_device();
   const std::string error = errorOf([&] { Communicator::init(1, 0, id, *device, {2, std::nullopt}); });
-  ::unsetenv("EPJIT_LOG_LEVEL");
   EXPECT_NE(error.find("EPJIT_LOG_LEVEL is 'verbose'"), std::string::npos) << error;
 }
 

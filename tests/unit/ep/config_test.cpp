@@ -121,6 +121,25 @@ const Rule kRules[] = {
     {"geometry_positive", [](auto& c) { c.warp_num_per_block = 0; }, {"warp_num_per_block = 0", "positive"}},
     {"known_backend", [](auto& c) { c.kernel_backend = "flydsl"; }, {"kernel_backend = flydsl", "one backend"}},
     {"known_target", [](auto& c) { c.target = "gfx90a"; }, {"target = 'gfx90a'", "gfx942, gfx950"}},
+    // 32-bit device indices: each product is computed in 64 bits and bounded.
+    {"experts_fit_an_index",
+     [](auto& c) {
+       c.num_experts_per_rank = 1 << 30;
+     },
+     {"num_experts_per_rank = 1073741824", "world_size * num_experts_per_rank = 8589934592", "2147483647"}},
+    {"receive_slots_fit_an_index",
+     [](auto& c) { c.max_total_recv_tokens = 300000000; },
+     {"max_total_recv_tokens = 300000000", "rank * capacity + slot", "2147483647"}},
+    {"worst_case_slots_fit_an_index",
+     [](auto& c) { c.max_num_inp_token_per_rank = 100000000; },
+     {"max_num_inp_token_per_rank = 100000000", "2147483647"}},
+    {"routed_entries_fit_an_index",
+     [](auto& c) {
+       c.max_num_inp_token_per_rank = 1 << 29;
+       c.max_total_recv_tokens = 1000;
+     },
+     {"max_num_inp_token_per_rank = 536870912", "num_experts_per_token"}},
+    {"peer_timeout_in_range", [](auto& c) { c.peer_timeout_s = -2; }, {"peer_timeout_s", "[0.001, 86400]"}},
 };
 
 void PrintTo(const Rule& rule, std::ostream* os) { *os << rule.name; }

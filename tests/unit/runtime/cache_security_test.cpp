@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../../../runtime/source/embedded.h"
+#include "../../common/scoped_environment.h"
 #include "../../common/work_dir.h"
 #include "epjit/cache.h"
 #include "epjit/error.h"
@@ -271,9 +272,10 @@ TEST(CacheOptions, NumbersFromTheEnvironmentAreStrict) {
            {"EPJIT_CACHE_LOCK_TIMEOUT_S", "nan"},
            {"EPJIT_CACHE_LOCK_TIMEOUT_S", "inf"},
            {"EPJIT_CACHE_LOCK_TIMEOUT_S", "-3"}}) {
-    setenv(name, value, 1);
-    const std::string error = errorOf([] { CacheOptions::from_environment(); });
-    unsetenv(name);
+    const std::string error = [&] {
+      testing::ScopedEnvironment variable(name, value);
+      return errorOf([] { CacheOptions::from_environment(); });
+    }();
     EXPECT_NE(error.find(std::string(name) + " is '" + value + "'"), std::string::npos) << name << "=" << value << ": " << error;
   }
 }

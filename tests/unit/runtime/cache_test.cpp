@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "../../common/scoped_environment.h"
 #include "../../common/work_dir.h"
 #include "epjit/cache.h"
 #include "epjit/error.h"
@@ -38,16 +39,7 @@ KernelSpec hostKernel(int hidden, const std::string& target = "host") {
   return {"quantize_fp8_direct", {{"hidden", std::to_string(hidden)}}, target};
 }
 
-// Sets an environment variable for one scope.
-struct ScopedEnv {
-  ScopedEnv(const char* name, const char* value) : name(name) {
-    if (const char* old = std::getenv(name)) previous = old;
-    value ? setenv(name, value, 1) : unsetenv(name);
-  }
-  ~ScopedEnv() { previous ? setenv(name, previous->c_str(), 1) : unsetenv(name); }
-  const char* name;
-  std::optional<std::string> previous;
-};
+using ScopedEnv = testing::ScopedEnvironment;
 
 // Runs `body` in a child process; returns its exit status (or 128 + signal).
 int inChild(const std::function<int()>& body) {

@@ -2,6 +2,10 @@
 // numerics.h; the GPU drivers load their symbol tables or say what is missing.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -93,6 +97,69 @@ TEST(HostDevice, HasNoGraphsAndSaysSo) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("no graph capture"), std::string::npos);
   }
+}
+
+// A host launch is one thread per warp: a grid beyond the device's warp
+// bound is refused when launched, and the op's schedule is cut to fit it.
+TEST(HostDevice, AGridBeyondTheWarpBoundIsRefusedAtLaunch) {
+  CacheOptions options;
+  options.dir = freshDir("device-big-grid");
+  options.opt_level = 1;
+  KernelCache cache(options);
+  auto device = make_host_device();
+  auto module = device->load_module(cache.get({"quantize_fp8_direct", {{"hidden", "64"}}, "host"})->binary);
+  const Kernel kernel = module->kernel("quantize_fp8_direct");
+  EXPECT_EQ(device->resident_blocks(kernel, 4), 1024u);
+  EXPECT_EQ(device->resident_blocks(kernel, 5000), 0u);
+  auto stream = device->create_stream();
+  KernelArgs args;
+  const size_t none = 0;
+  args.add<void*>(nullptr).add<void*>(nullptr).add(none);
+  try {
+    device->launch(kernel, {40000, 4}, args, *stream);
+    FAIL() << "a 160000-warp grid was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("at most 4096 warps per launch"), std::string::npos) << error.what();
+  }
+}
+
+// When the machine refuses a warp thread mid-launch (here: a child limited to
+// a few processes), no warp of the grid runs, nothing escapes the stream's
+// thread, and synchronize() reports it; the stream keeps working.
+TEST(HostDevice, ARefusedWarpThreadIsAnErrorAtSynchronize) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: the child drops to nobody, whose process limit applies";
+  CacheOptions options;
+  options.dir = freshDir("device-refused-thread");
+  options.opt_level = 1;
+  KernelCache cache(options);
+  const auto binary = cache.get({"quantize_fp8_direct", {{"hidden", "64"}}, "host"})->binary;
+  const pid_t child = fork();
+  if (child == 0) {
+    auto device = make_host_device();
+    auto module = device->load_module(binary);
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
+    const rlimit few{16, 16};
+    if (setrlimit(RLIMIT_NPROC, &few) != 0) _exit(11);
+    auto stream = device->create_stream();
+    const Kernel kernel = module->kernel("quantize_fp8_direct");
+    KernelArgs args;
+    const size_t none = 0;
+    args.add<void*>(nullptr).add<void*>(nullptr).add(none);
+    device->launch(kernel, {64, 4}, args, *stream);
+    try {
+      stream->synchronize();
+      _exit(12);
+    } catch (const Error& error) {
+      if (std::string(error.what()).find("could not start 256 warp threads") == std::string::npos) _exit(13);
+    }
+    device->launch(kernel, {1, 1}, args, *stream);  // zero tokens: runs and returns
+    stream->synchronize();
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(HostDevice, AModuleWithoutTheKernelSaysSo) {

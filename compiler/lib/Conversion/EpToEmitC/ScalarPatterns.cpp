@@ -137,8 +137,8 @@ struct WaitUntilPattern : OpConversionPattern<ep::WaitUntilOp> {
     Value error = offsetPointer(rewriter, loc, adaptor.getError(), adaptor.getErrorIndex());
     const std::string predicate = "epjit::Until::" + llvm::StringRef(stringifyEnum(op.getPredicate())).upper();
     rewriter.replaceOp(op, callPrelude(rewriter, loc, "epjit::warp_wait_until", rewriter.getI1Type(),
-                                       {flag, adaptor.getValue(), error, adaptor.getCode()},
-                                       {predicate, preludeName(op.getScope()), std::to_string(op.getMaxSpins()) + "LL"}));
+                                       {flag, adaptor.getValue(), error, adaptor.getCode(), adaptor.getTimeoutMs()},
+                                       {predicate, preludeName(op.getScope())}));
     return success();
   }
 };

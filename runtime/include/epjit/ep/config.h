@@ -71,12 +71,19 @@ struct EpDispatchCombineConfig {
   InternodeKernel internode_kernel = InternodeKernel::Auto;
   int64_t internode_auto_ll_max_tokens = 512;
   std::string target;                 // "" = the device's target, or EPJIT_TARGET
+  // How long a kernel waits for a peer before it reports error_peer_timeout
+  // (check() throws; later calls fail at once until reset()). 0 = the
+  // EPJIT_PEER_TIMEOUT_S variable, else 30 s. Changes no generated code.
+  double peer_timeout_s = 0;
 
   // Throws epjit::Error for the first rule broken. `target` must be resolved.
   void validate() const;
 
   // ------------------------------------------------ derived properties
-  int num_experts() const { return world_size * num_experts_per_rank; }
+  int64_t num_experts() const { return int64_t(world_size) * num_experts_per_rank; }
+  // The peer timeout in milliseconds after the environment default (what the
+  // kernels read from their state word).
+  int32_t peer_timeout_ms() const;
   DataType dispatch_type() const { return dispatch_data_type.value_or(data_type); }
   // data_type fp8/fp4 applies to the dispatch leg; the combine leg, which sums
   // in f32, is then bf16 (its transport is compressed by quant_type instead).

@@ -133,12 +133,17 @@ class EpDispatchCombineOp {
 
   std::unique_ptr<Routing> make_routing();
   // Synchronizes the op's stream and throws epjit::Error when a kernel
-  // reported a problem (a peer that never arrived, overflow, a bad expert).
+  // reported a problem (a peer that did not arrive within the peer timeout,
+  // overflow, a bad expert). The problem stays reported, and every later
+  // call's peer waits give up at once, until reset().
   void check();
-  // Collective: synchronize, clear every counter, flag and epoch on all ranks.
+  // Collective: synchronize, clear every counter, flag, epoch and error on all ranks.
   void reset();
-  // Collective: synchronize and free the arena; later calls throw.
-  void close();
+  // Collective: synchronize, wait for every rank, and free the arena (or,
+  // with KeepUntilDestroyed, keep it until the op is destroyed, so views of
+  // its results a binding handed out stay readable); later calls throw.
+  enum class Memory { Release, KeepUntilDestroyed };
+  void close(Memory memory = Memory::Release);
 
   const EpDispatchCombineConfig& config() const;
   Stream& stream();

@@ -1,7 +1,7 @@
 // AMD GPU primitives (SIMT): geometry, cross-lane reductions, warp-uniform
 // atomics, fences, bounded waits and the block barrier, from clang's AMDGPU
 // builtins alone (no HIP headers: code objects build with -nogpuinc).
-// The including prelude defines EPJIT_WAVE_SIZE.
+// The including prelude defines EPJIT_WAVE_SIZE and EPJIT_STEADY_COUNTER_HZ.
 #pragma once
 
 #include "epjit/targets/common/chunks.h"
@@ -15,8 +15,8 @@
 #define __launch_bounds__(threads) __attribute__((amdgpu_flat_work_group_size(1, threads)))
 #endif
 
-#ifndef EPJIT_WAVE_SIZE
-#error "include a target prelude (epjit/targets/<target>/prelude.h), which sets EPJIT_WAVE_SIZE"
+#if !defined(EPJIT_WAVE_SIZE) || !defined(EPJIT_STEADY_COUNTER_HZ)
+#error "include a target prelude (epjit/targets/<target>/prelude.h), which sets EPJIT_WAVE_SIZE and EPJIT_STEADY_COUNTER_HZ"
 #endif
 
 namespace epjit {
@@ -130,19 +130,33 @@ EPJIT_DEVICE void fence() {
   else __builtin_amdgcn_fence(amdgcn::c_order<O>(), "");
 }
 
-// Lane 0 polls; the outcome is broadcast. On timeout lane 0 stores code into
-// *error at system scope so the host can read it; the warp never hangs.
-template <Until U, Scope S, long long MaxSpins, typename T>
-EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code) {
-  int ok = 0;
-  if (lane_id() == 0) {
-    for (long long spin = 0; spin < MaxSpins && !ok; ++spin) {
-      const T seen = __hip_atomic_load(flag, __ATOMIC_ACQUIRE, amdgcn::hip_scope<S>());
-      ok = (U == Until::EQ && seen == value) || (U == Until::NE && seen != value) || (U == Until::GE && seen >= value);
-      if (!ok) __builtin_amdgcn_s_sleep(1);
-    }
-    if (!ok) __hip_atomic_store(error, code, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+namespace amdgcn {
+// What lane_wait_until needs. The steady counter is the constant-rate
+// realtime clock (s_memrealtime, or s_sendmsg_rtn on gfx11+), which the
+// including prelude states the rate of.
+struct WaitClock {
+  template <Scope S, typename T>
+  static EPJIT_DEVICE T load_acquire(T* flag) { return __hip_atomic_load(flag, __ATOMIC_ACQUIRE, hip_scope<S>()); }
+  static EPJIT_DEVICE int32_t load_error(int32_t* error) {
+    return __hip_atomic_load(error, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
   }
+  static EPJIT_DEVICE void store_error(int32_t* error, int32_t code) {
+    if (load_error(error) == 0) __hip_atomic_store(error, code, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+  }
+  static EPJIT_DEVICE uint64_t now_ns() {
+    static_assert(1000000000ull % EPJIT_STEADY_COUNTER_HZ == 0, "a steady counter whose tick is whole nanoseconds");
+    return __builtin_readsteadycounter() * (1000000000ull / EPJIT_STEADY_COUNTER_HZ);
+  }
+  static EPJIT_DEVICE void pause(unsigned) { __builtin_amdgcn_s_sleep(1); }
+};
+}  // namespace amdgcn
+
+// Lane 0 waits (common/base.h's lane_wait_until); the outcome is broadcast.
+// On timeout the error word is written at system scope so the host reads it.
+template <Until U, Scope S, typename T>
+EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code, int32_t timeout_ms) {
+  int ok = 0;
+  if (lane_id() == 0) ok = lane_wait_until<amdgcn::WaitClock, U, S>(flag, value, error, code, timeout_ms);
   return amdgcn::broadcast_first_lane(ok) != 0;
 }
 

@@ -43,6 +43,38 @@ enum class Order : int { Relaxed, Acquire, Release, AcqRel };
 enum class Reduce : int { Max, AbsMax, Sum };
 enum class Until : int { EQ, NE, GE };
 
+template <Until U, typename T>
+EPJIT_HD bool until_holds(T seen, T value) {
+  return (U == Until::EQ && seen == value) || (U == Until::NE && seen != value) || (U == Until::GE && seen >= value);
+}
+
+// The one bounded wait every target runs on one lane (a GPU warp's lane 0, a
+// host warp's thread). Clock supplies the target's primitives: acquire loads
+// at a scope, a relaxed system-scope load and store of the error word, a
+// steady clock in nanoseconds and a short pause. The clock and the error
+// word are read every kPollsPerCheck polls: a wait gives up when
+// `timeout_ms` has passed (storing `code`, unless an error is already there)
+// or as soon as an earlier wait has failed, so calls queued behind a failed
+// one fail at once.
+inline constexpr unsigned kWaitPollsPerCheck = 64;
+
+template <typename Clock, Until U, Scope S, typename T>
+EPJIT_HD bool lane_wait_until(T* flag, T value, int32_t* error, int32_t code, int32_t timeout_ms) {
+  if (Clock::load_error(error) != 0) return false;
+  const uint64_t limit_ns = uint64_t(timeout_ms < 1 ? 1 : timeout_ms) * 1000000ull;
+  const uint64_t start_ns = Clock::now_ns();
+  for (unsigned poll = 1;; ++poll) {
+    if (until_holds<U>(Clock::template load_acquire<S>(flag), value)) return true;
+    Clock::pause(poll);
+    if (poll % kWaitPollsPerCheck != 0) continue;
+    if (Clock::load_error(error) != 0) return false;
+    if (Clock::now_ns() - start_ns >= limit_ns) {
+      Clock::store_error(error, code);
+      return false;
+    }
+  }
+}
+
 template <typename T, int Region>
 EPJIT_HD T* peer_ptr(const Window* window, size_t rank, size_t offset) {
   return reinterpret_cast<T*>(window->peer_base[rank] + window->region_offset[Region]) + offset;

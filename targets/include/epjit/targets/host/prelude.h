@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -105,21 +106,30 @@ inline void fence() {
   std::atomic_thread_fence(host::memory_order(O));
 }
 
-// Polls flag with acquire loads until the predicate holds; after MaxSpins
-// failed polls stores code into *error and returns false. Yields the CPU now
-// and then so waiting warps do not starve the ones they wait for.
-template <Until U, Scope S, long long MaxSpins, typename T>
-inline bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code) {
-  std::atomic_ref<T> ref(*flag);
-  for (long long spin = 0; spin < MaxSpins; ++spin) {
-    const T seen = ref.load(std::memory_order_acquire);
-    if ((U == Until::EQ && seen == value) || (U == Until::NE && seen != value) ||
-        (U == Until::GE && seen >= value))
-      return true;
-    if ((spin & 63) == 63) std::this_thread::yield();
+namespace host {
+// What lane_wait_until needs: a warp is a CPU thread, so it yields now and
+// then to let the warps it waits for run.
+struct WaitClock {
+  template <Scope, typename T>
+  static T load_acquire(T* flag) { return std::atomic_ref<T>(*flag).load(std::memory_order_acquire); }
+  static int32_t load_error(int32_t* error) { return std::atomic_ref<int32_t>(*error).load(std::memory_order_relaxed); }
+  static void store_error(int32_t* error, int32_t code) {
+    int32_t none = 0;
+    std::atomic_ref<int32_t>(*error).compare_exchange_strong(none, code, std::memory_order_release);
   }
-  std::atomic_ref<int32_t>(*error).store(code, std::memory_order_release);
-  return false;
+  static uint64_t now_ns() {
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch()).count());
+  }
+  static void pause(unsigned poll) {
+    if (poll % 64 == 0) std::this_thread::yield();
+  }
+};
+}  // namespace host
+
+template <Until U, Scope S, typename T>
+inline bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code, int32_t timeout_ms) {
+  return lane_wait_until<host::WaitClock, U, S>(flag, value, error, code, timeout_ms);
 }
 
 }  // namespace epjit

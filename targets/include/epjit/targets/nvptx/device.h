@@ -200,17 +200,30 @@ EPJIT_DEVICE void warp_atomic_store(T* address, T value) {
   if (lane_id() == 0) nvptx::store<S, O>(address, value);
 }
 
-template <Until U, Scope S, long long MaxSpins, typename T>
-EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code) {
-  int ok = 0;
-  if (lane_id() == 0) {
-    for (long long spin = 0; spin < MaxSpins && !ok; ++spin) {
-      const T seen = nvptx::load<S, Order::Acquire>(flag);
-      ok = (U == Until::EQ && seen == value) || (U == Until::NE && seen != value) || (U == Until::GE && seen >= value);
-      if (!ok) __nanosleep(32);
-    }
-    if (!ok) nvptx::store<Scope::System, Order::Release>(error, code);
+namespace nvptx {
+// What lane_wait_until needs: %globaltimer counts nanoseconds on every GPU
+// since Volta (updated about every microsecond).
+struct WaitClock {
+  template <Scope S, typename T>
+  static EPJIT_DEVICE T load_acquire(T* flag) { return nvptx::load<S, Order::Acquire>(flag); }
+  static EPJIT_DEVICE int32_t load_error(int32_t* error) { return nvptx::load<Scope::System, Order::Relaxed>(error); }
+  static EPJIT_DEVICE void store_error(int32_t* error, int32_t code) {
+    if (load_error(error) == 0) nvptx::store<Scope::System, Order::Release>(error, code);
   }
+  static EPJIT_DEVICE uint64_t now_ns() {
+    uint64_t ns;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    return ns;
+  }
+  static EPJIT_DEVICE void pause(unsigned) { __nanosleep(32); }
+};
+}  // namespace nvptx
+
+// Lane 0 waits (common/base.h's lane_wait_until); the outcome is broadcast.
+template <Until U, Scope S, typename T>
+EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code, int32_t timeout_ms) {
+  int ok = 0;
+  if (lane_id() == 0) ok = lane_wait_until<nvptx::WaitClock, U, S>(flag, value, error, code, timeout_ms);
   return __shfl_sync(kFullMask, ok, 0) != 0;
 }
 

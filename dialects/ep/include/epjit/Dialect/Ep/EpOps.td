@@ -290,26 +290,31 @@ def Ep_FenceOp : Ep_Op<"fence"> {
 def Ep_WaitUntilOp : Ep_Op<"wait_until", [
     TypesMatchWith<"value is the flag's element type", "flag", "value",
                    "::llvm::cast<::epjit::ep::PtrType>($_self).getElementType()">]> {
-  let summary = "bounded spin until a flag satisfies a predicate";
+  let summary = "wait, bounded in time, until a flag satisfies a predicate";
   let description = [{
-    Spins with acquire loads of `flag[index]` at `scope` until the predicate
-    holds or `max_spins` polls have failed. On timeout it stores `code` (a
-    nonzero i32, usually a named constant) into `error[error_index]` (system
-    scope, so the host reads it) and returns false; it never hangs.
+    Polls `flag[index]` with acquire loads at `scope` until the predicate
+    holds. It gives up, returning false, when `timeout_ms` milliseconds of
+    device time have passed (the device's steady clock: `%globaltimer` on
+    NVIDIA, the 100 MHz realtime counter on AMD, a steady clock on the host;
+    then it stores `code`, a nonzero i32, into `error[error_index]` at system
+    scope, unless an error is already there) or as soon as it finds
+    `error[error_index]` nonzero (an earlier wait failed: a call queued behind
+    a failed one fails at once instead of waiting out its own timeout). It
+    never hangs. `timeout_ms` below 1 counts as 1.
 
     ```mlir
-    %ok = ep.wait_until %flags[%rank] ge %epoch scope(system) max_spins(100000000)
+    %ok = ep.wait_until %flags[%rank] ge %epoch scope(system) timeout_ms(%limit)
           error(%err[%c0], %timeout_code) : !ep.ptr<i32>, !ep.ptr<i32>
     ```
   }];
   let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$flag, Index:$index,
                        Ep_WaitPredicateAttr:$predicate, AnyTypeOf<[I32, I64]>:$value,
-                       Ep_MemoryScopeAttr:$scope, I64Attr:$max_spins,
-                       Arg<Ep_AnyPtr, "", [MemWrite]>:$error, Index:$error_index, I32:$code);
+                       Ep_MemoryScopeAttr:$scope, I32:$timeout_ms,
+                       Arg<Ep_AnyPtr, "", [MemRead, MemWrite]>:$error, Index:$error_index, I32:$code);
   let results = (outs I1:$ok);
   let assemblyFormat = [{
     $flag `[` $index `]` custom<BareEnum>($predicate) $value
-    `scope` `(` custom<BareEnum>($scope) `)` `max_spins` `(` $max_spins `)`
+    `scope` `(` custom<BareEnum>($scope) `)` `timeout_ms` `(` $timeout_ms `)`
     `error` `(` $error `[` $error_index `]` `,` $code `)` attr-dict `:` type($flag) `,` type($error)
   }];
   let hasVerifier = 1;
