@@ -79,6 +79,7 @@ cat > "$out/run.sh" <<'RUN'
 # no compiler reachable (every kernel must come from the bundle).
 set -uo pipefail
 logs=${1:-.}
+mkdir -p "$logs"
 cache=/tmp/epjit-gpu-cache
 rm -rf "$cache"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gpu.txt"

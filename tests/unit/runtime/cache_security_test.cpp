@@ -265,6 +265,27 @@ TEST(CacheDisk, AGarbageStoredSourceIsRegeneratedNotAPermanentFailure) {
   }
 }
 
+// A host compiler that "succeeds" and writes an empty shared object: the
+// compile is an error and nothing is published (a later run would load it).
+TEST(CacheDisk, AnEmptyArtifactIsNeverPublished) {
+  const std::string dir = freshDir("empty-artifact");
+  fs::create_directories(dir);
+  const std::string compiler = dir + "/empty-c++";
+  {
+    std::ofstream script(compiler);
+    script << "#!/bin/sh\n"
+              "if [ \"$1\" = --version ]; then echo 'empty-c++ 1.0'; exit 0; fi\n"
+              "while [ $# -gt 0 ]; do if [ \"$1\" = -o ]; then : > \"$2\"; fi; shift; done\n";
+  }
+  fs::permissions(compiler, fs::perms::owner_all);
+  testing::ScopedEnvironment host_cxx("EPJIT_HOST_CXX", compiler.c_str());
+  KernelCache cache(optionsFor(dir + "/cache"));
+  const std::string error = errorOf([&] { cache.get(hostKernel(88)); });
+  EXPECT_NE(error.find("empty"), std::string::npos) << error;
+  std::error_code ec;
+  EXPECT_TRUE(fs::is_empty(fs::path(dir) / "cache" / "entries", ec)) << "an empty artifact was published";
+}
+
 TEST(CacheOptions, NumbersFromTheEnvironmentAreStrict) {
   for (const auto& [name, value] : std::vector<std::pair<const char*, const char*>>{
            {"EPJIT_CACHE_MAX_BYTES", "-1"},
