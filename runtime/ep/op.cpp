@@ -386,10 +386,11 @@ struct EpDispatchCombineOp::Impl {
     if (device.host_addressable()) {
       const auto* experts = static_cast<const int32_t*>(indices.data);
       for (int64_t i = 0; i < n * k; ++i) {
-        if (experts[i] < 0 || experts[i] >= config.num_experts())
+        if (experts[i] != kNoExpert && (experts[i] < 0 || experts[i] >= config.num_experts()))
           throw Error(std::string(call) + ": indices[" + std::to_string(i / k) + ", " + std::to_string(i % k) +
                           "] = " + std::to_string(experts[i]) + " on rank " + std::to_string(config.rank),
-                      "an expert in [0, " + std::to_string(config.num_experts()) + ")", "fix the router's indices");
+                      "an expert in [0, " + std::to_string(config.num_experts()) + "), or -1 for none",
+                      "fix the router's indices");
       }
     }
   }
@@ -570,7 +571,8 @@ std::vector<int> EpDispatchCombineOp::local_expert_counts() {
   for (int i = 0; i < total; ++i) {
     const int32_t* row = &indices[size_t(i) * size_t(k)];
     for (int j = 0; j < k; ++j) {
-      if (row[j] / epr != op.config.rank || std::find(row, row + j, row[j]) != row + j) continue;
+      if (row[j] == kNoExpert || row[j] / epr != op.config.rank || std::find(row, row + j, row[j]) != row + j)
+        continue;
       counts[size_t(row[j] % epr)]++;
     }
   }
@@ -613,7 +615,7 @@ void EpDispatchCombineOp::check() {
                 "raise max_total_recv_tokens (0 = world_size * max_num_inp_token_per_rank)");
   if (code == op.window.error_expert_out_of_range)
     throw Error(where + "a dispatch met an expert index outside [0, " + std::to_string(op.config.num_experts()) + ")",
-                "indices in [0, world_size * num_experts_per_rank)", "fix the router's indices");
+                "indices in [0, world_size * num_experts_per_rank), or -1 for no expert", "fix the router's indices");
   throw Error(where + "a kernel reported error code " + std::to_string(code), "0", "report this as a bug");
 }
 

@@ -1,5 +1,10 @@
 #include "op_kernels.h"
 
+#include <string>
+
+#include "epjit/ep/config.h"
+#include "epjit/error.h"
+
 namespace epjit::ep {
 
 EpKernels EpKernels::bind(const KernelModule& module) {
@@ -34,6 +39,10 @@ EpWindowMap EpWindowMap::of(const ModuleInterface& record, const WindowLayout& l
   map.error_peer_timeout = int32_t(record.constant("error_peer_timeout"));
   map.error_capacity_exceeded = int32_t(record.constant("error_capacity_exceeded"));
   map.error_expert_out_of_range = int32_t(record.constant("error_expert_out_of_range"));
+  if (record.constant("expert_none") != kNoExpert)
+    throw Error(record.template_name + " names expert " + std::to_string(record.constant("expert_none")) +
+                    " as 'no expert'",
+                std::to_string(kNoExpert) + " (epjit::ep::kNoExpert)", "the template and the runtime disagree: report this as a bug");
   return map;
 }
 

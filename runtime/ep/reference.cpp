@@ -49,6 +49,7 @@ std::vector<float> through_quantization(const EpDispatchCombineConfig& config, s
 std::vector<int> destinations(const EpDispatchCombineConfig& config, const int32_t* experts) {
   std::vector<int> ranks;
   for (int j = 0; j < config.num_experts_per_token; ++j) {
+    if (experts[j] == kNoExpert) continue;
     const int rank = experts[j] / config.num_experts_per_rank;
     if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) ranks.push_back(rank);
   }
@@ -69,10 +70,11 @@ std::vector<std::vector<ReceivedToken>> dispatch(const EpDispatchCombineConfig& 
     for (int t = 0; t < in.tokens; ++t) {
       const int32_t* experts = &in.indices[size_t(t) * k];
       for (int j = 0; j < k; ++j)
-        if (experts[j] < 0 || experts[j] >= config.num_experts())
+        if (experts[j] != kNoExpert && (experts[j] < 0 || experts[j] >= config.num_experts()))
           throw Error("rank " + std::to_string(r) + " token " + std::to_string(t) + " routes to expert " +
                           std::to_string(experts[j]),
-                      "an expert in [0, " + std::to_string(config.num_experts()) + ")", "fix the router's indices");
+                      "an expert in [0, " + std::to_string(config.num_experts()) + "), or -1 for none",
+                      "fix the router's indices");
       for (int d : destinations(config, experts)) {
         ReceivedToken token;
         token.source_rank = r;
@@ -131,7 +133,7 @@ StdMoeLayout std_moe_layout(const EpDispatchCombineConfig& config, int rank, con
   layout.received_index.resize(size_t(config.num_experts_per_rank));
   for (size_t i = 0; i < received.size(); ++i) {
     for (int32_t expert : received[i].indices) {
-      if (expert / config.num_experts_per_rank != rank) continue;
+      if (expert == kNoExpert || expert / config.num_experts_per_rank != rank) continue;
       const int local = expert % config.num_experts_per_rank;
       auto& slots = layout.received_index[size_t(local)];
       if (std::find(slots.begin(), slots.end(), int(i)) != slots.end()) continue;  // top-k may repeat an expert

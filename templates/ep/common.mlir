@@ -33,6 +33,10 @@ ep.constant @error_peer_timeout = 1 : i32          // a peer did not arrive in t
 ep.constant @error_capacity_exceeded = 2 : i32     // more tokens arrived than capacity
 ep.constant @error_expert_out_of_range = 3 : i32   // an expert index outside [0, world * experts_per_rank)
 
+// An index slot that routes nowhere (DeepEP's and vLLM's masked or padded
+// slots): dispatch skips it, and it counts for no destination.
+ep.constant @expert_none = -1 : i32
+
 // @signals holds one flag per rank and meeting: signals[meeting * world + rank].
 ep.constant @meeting_dispatch = 0 : index
 ep.constant @meeting_combine = 1 : index

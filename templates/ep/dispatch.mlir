@@ -28,6 +28,7 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
     %counter_word = ep.constant_value @state_recv_counter : index
     %over_capacity = ep.constant_value @error_capacity_exceeded : i32
     %bad_expert = ep.constant_value @error_expert_out_of_range : i32
+    %no_expert = ep.constant_value @expert_none : i32
     %dispatch_meeting = ep.constant_value @meeting_dispatch : index
     %false = arith.constant false
     %true = arith.constant true
@@ -75,7 +76,11 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
         %expert = arith.index_cast %expert_i32 : i32 to index
         %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
         %n_next = scf.if %invalid -> (index) {
-          ep.atomic_store %bad_expert, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+          %masked = arith.cmpi eq, %expert_i32, %no_expert : i32
+          %bad = arith.xori %masked, %true : i1
+          scf.if %bad {
+            ep.atomic_store %bad_expert, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+          }
           scf.yield %n : index
         } else {
           %repeat = func.call @repeats_earlier(%indices, %row, %j, %false) : (!ep.ptr<i32>, index, index, i1) -> i1

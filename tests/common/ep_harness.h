@@ -29,7 +29,9 @@ namespace epjit::testing {
 
 using namespace epjit::ep;
 
-enum class RoutingKind { Uniform, Skewed, Local };
+// Masked: uniform, with about a quarter of the slots -1 ("no expert", as
+// DeepEP and vLLM mask padded slots) and every fifth token masked entirely.
+enum class RoutingKind { Uniform, Skewed, Local, Masked };
 enum class Ranks { Threads, Processes };
 
 struct EpCase {
@@ -130,6 +132,9 @@ inline reference::RankInput makeInput(const EpCase& c, const EpDispatchCombineCo
     for (int e = 0; e < pool; ++e) choices[size_t(e)] = first + e;
     std::shuffle(choices.begin(), choices.end(), rng);
     for (int j = 0; j < k; ++j) in.indices[size_t(t) * size_t(k) + size_t(j)] = choices[size_t(j % pool)];
+    if (c.routing == RoutingKind::Masked)
+      for (int j = 0; j < k; ++j)
+        if (t % 5 == 4 || rng() % 4 == 0) in.indices[size_t(t) * size_t(k) + size_t(j)] = -1;
   }
   return in;
 }
@@ -407,7 +412,7 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
           std::vector<float> sum;
           for (int j = 0; j < k; ++j) {
             const int32_t e = token.indices[size_t(j)];
-            if (e / c.experts_per_rank != d || std::find(token.indices.begin(), token.indices.begin() + j, e) !=
+            if (e < 0 || e / c.experts_per_rank != d || std::find(token.indices.begin(), token.indices.begin() + j, e) !=
                                                     token.indices.begin() + j)
               continue;
             std::vector<float> term(static_cast<size_t>(hidden));
@@ -475,7 +480,7 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
         const size_t u = reference::destinations(config, &in.indices[size_t(t) * size_t(k)]).size();
         for (int j = 0; j < k; ++j) {
           const float w = in.weights[size_t(t * k + j)];
-          float sum = w;
+          float sum = u ? w : 0.0f;  // a token routed nowhere gets nothing back
           for (size_t d = 1; d < u; ++d) sum += w;
           if (got[size_t(t * k + j)] != sum) {
             failures.add("call ", call, ": combined weight [", t, ", ", j, "] = ", got[size_t(t * k + j)],

@@ -60,6 +60,13 @@ std::vector<EpCase> matrix() {
   add({.name = "skewed_w4", .world = 4, .topk = 3, .routing = RoutingKind::Skewed});
   add({.name = "skewed_top8_w2", .topk = 8, .experts_per_rank = 8, .routing = RoutingKind::Skewed});
   add({.name = "local_w4", .world = 4, .routing = RoutingKind::Local});
+  // -1 slots ("no expert") in every kind of call.
+  add({.name = "masked_gather_w4", .world = 4, .routing = RoutingKind::Masked});
+  add({.name = "masked_scatter_quant_w2", .target = "host-gfx950", .mode = scatter, .quant = QuantType::Fp8Blockwise,
+       .routing = RoutingKind::Masked});
+  add({.name = "masked_std_moe_w2", .routing = RoutingKind::Masked, .std_moe = true});
+  add({.name = "masked_replay_w2_processes", .ranks = Ranks::Processes, .routing = RoutingKind::Masked,
+       .replay = true});
   add({.name = "no_tokens_w2", .calls = {0, 0}});
   add({.name = "no_combine_weights_w2", .weights = false});
   add({.name = "zero_copy_gather_w4", .world = 4, .zero_copy = true});
@@ -77,7 +84,7 @@ std::vector<EpCase> matrix() {
   // every kernel and protocol, processes only where TSan allows forking.
   std::vector<std::string> subset = {"bf16_gather_w4",          "bf16_scatter_w2",          "quant_blockwise_gfx950_w4",
                                      "std_moe_scatter_w4",      "replay_scatter_quant_w4", "skewed_w4",
-                                     "fp4_gfx1250_scatter_w4", "alternating_200_gather_w4"};
+                                     "fp4_gfx1250_scatter_w4", "alternating_200_gather_w4", "masked_gather_w4"};
   if (std::string(EPJIT_E2E_SANITIZER) != "thread")
     subset.insert(subset.end(), {"bf16_scatter_w4_processes", "quant_direct_fp8_dispatch_w4_processes"});
   std::erase_if(cases, [&](const EpCase& c) { return std::find(subset.begin(), subset.end(), c.name) == subset.end(); });

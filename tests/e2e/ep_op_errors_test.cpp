@@ -6,6 +6,7 @@
 #include <chrono>
 #include <limits>
 
+#include "../common/errors.h"
 #include "../common/ep_harness.h"
 #include "../common/scoped_environment.h"
 #include "epjit/error.h"
@@ -15,15 +16,10 @@ namespace {
 
 KernelCache& testCache() { return e2eCache(EPJIT_TEST_WORK_DIR); }
 
-// Runs `body` and returns the message it threw ("" when it did not throw).
+// The message `body` threw ("" when it did not throw).
 template <typename Body>
 std::string thrown(Body&& body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
+  return errorOf(std::forward<Body>(body));
 }
 
 // "" when `message` holds every part, else what is missing.
@@ -89,6 +85,10 @@ TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
     comm.device().copy_to_device(idx, bad, sizeof bad);
     f += expectParts("expert out of range", thrown([&] { op.dispatch(input, weights, std::nullopt, indices); }),
                      {"indices[1, 0] = 4", "[0, 4)"});
+    const int32_t negative[6] = {0, -1, -1, -1, -2, 0};  // -1 is "no expert"; -2 is an error
+    comm.device().copy_to_device(idx, negative, sizeof negative);
+    f += expectParts("negative expert", thrown([&] { op.dispatch(input, weights, std::nullopt, indices); }),
+                     {"indices[2, 0] = -2", "or -1 for none"});
     f += expectParts("combine first", thrown([&] { op.combine({y, DType::BF16, {8, 64}}); }), {"without a dispatch"});
     f += expectParts("std-MoE off", thrown([&] { op.std_moe_pack(); }), {"enable_std_moe"});
 

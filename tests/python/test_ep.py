@@ -13,7 +13,9 @@ import epjit
 HIDDEN, TOPK, EPR, MAX_TOKENS = 256, 3, 4, 19
 
 
-def make_inputs(rank, world, tokens, dtype, seed=7):
+def make_inputs(rank, world, tokens, dtype, seed=7, masked=False):
+    """masked: about a third of the index slots are -1 ("no expert"), and every
+    fourth token is masked entirely."""
     rng = np.random.default_rng(seed * 1000 + rank)
     x = rng.normal(0, 1, (tokens, HIDDEN)).astype(np.float32)
     if dtype == "bf16":
@@ -21,6 +23,9 @@ def make_inputs(rank, world, tokens, dtype, seed=7):
     weights = rng.random((tokens, TOPK), dtype=np.float32)
     rows = [rng.choice(world * EPR, TOPK, replace=False) for _ in range(tokens)]
     indices = np.array(rows, dtype=np.int32).reshape(tokens, TOPK)
+    if masked:
+        indices[rng.random(indices.shape) < 0.33] = -1
+        indices[3::4] = -1
     return x, weights, indices
 
 
@@ -30,8 +35,11 @@ def identity_expected(x, indices, quant, target_fp8):
     for t in range(x.shape[0]):
         ranks = []
         for e in indices[t]:
-            if e // EPR not in ranks:
+            if e >= 0 and e // EPR not in ranks:
                 ranks.append(e // EPR)
+        if not ranks:  # routed nowhere: nothing comes back
+            out[t] = 0
+            continue
         c = x[t].astype(np.float32)
         if quant == "fp8_direct_cast":
             c = c.astype(target_fp8).astype(np.float32)
@@ -42,7 +50,7 @@ def identity_expected(x, indices, quant, target_fp8):
     return out.astype(x.dtype)
 
 
-def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results):
+def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results, masked=False):
     try:
         comm = epjit.Communicator.init(world, rank, uid, target=target)
         config = epjit.EpDispatchCombineConfig(
@@ -52,7 +60,7 @@ def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results):
         with epjit.EpDispatchCombineOp(config, comm) as op:
             for call, tokens in enumerate(calls):
                 n = max(0, tokens - rank % 2)
-                x, w, idx = make_inputs(rank, world, n, dtype, seed=call)
+                x, w, idx = make_inputs(rank, world, n, dtype, seed=call, masked=masked)
                 tokens_out, w_out, _, idx_out, total = op.dispatch(x, w, None, idx)
                 op.synchronize()
                 received = int(total[0])
@@ -91,6 +99,12 @@ def run_threads(world, **kwargs):
 ])
 def test_identity_experts_on_python_threads(world, dtype, mode, quant, target):
     run_threads(world, dtype=dtype, mode=mode, quant=quant, target=target, calls=[19, 0, 5])
+
+
+def test_minus_one_indices_route_nowhere():
+    run_threads(2, dtype="bf16", mode="gather", quant="none", target="host", calls=[19, 7], masked=True)
+    run_threads(2, dtype="bf16", mode="scatter", quant="fp8_direct_cast", target="host-gfx942", calls=[12],
+                masked=True)
 
 
 def _process_rank(world, rank, uid, queue):
@@ -135,6 +149,8 @@ def test_bad_inputs_raise_naming_the_argument():
                     np.zeros((9, TOPK), np.int32))
     with pytest.raises(epjit.Error, match=r"indices\[0, 0\] = 99"):
         op.dispatch(x, w, None, np.full((3, TOPK), 99, dtype=np.int32))
+    with pytest.raises(epjit.Error, match=r"indices\[0, 0\] = -2.*or -1 for none"):
+        op.dispatch(x, w, None, np.full((3, TOPK), -2, dtype=np.int32))
     with pytest.raises(epjit.Error, match="without a dispatch"):
         op.combine(np.zeros((op.capacity, HIDDEN), dtype=ml_dtypes.bfloat16))
     with pytest.raises(ValueError, match="dtype epjit knows"):

@@ -27,6 +27,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../../common/errors.h"
 #include "../../common/scoped_environment.h"
 #include "../../../runtime/comm/socket.h"
 #include "../../../runtime/comm/wire.h"
@@ -39,14 +40,7 @@ namespace {
 
 using Seconds = std::chrono::duration<double>;
 
-std::string errorOf(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
+using testing::errorOf;
 
 // The bootstrap's port, as the unique id carries it.
 uint16_t portOf(const UniqueId& id) {

@@ -17,8 +17,11 @@
 #include <nlohmann/json.hpp>
 
 #include "../../../runtime/source/embedded.h"
+#include "../../common/child_process.h"
+#include "../../common/errors.h"
 #include "../../common/scoped_environment.h"
 #include "../../common/work_dir.h"
+#include "cache_fixtures.h"
 #include "epjit/cache.h"
 #include "epjit/error.h"
 
@@ -28,38 +31,10 @@ namespace {
 namespace fs = std::filesystem;
 using testing::freshDir;
 
-CacheOptions optionsFor(const std::string& dir) {
-  CacheOptions options;
-  options.dir = dir;
-  options.opt_level = 1;
-  return options;
-}
-
-KernelSpec hostKernel(int hidden) { return {"quantize_fp8_direct", {{"hidden", std::to_string(hidden)}}, "host"}; }
-
-std::string errorOf(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
-
-int inChild(const std::function<int()>& body) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    int code = 99;
-    try {
-      code = body();
-    } catch (...) {
-    }
-    _exit(code);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+using testing::errorOf;
+using testing::hostKernel;
+using testing::inChild;
+using testing::optionsFor;
 
 std::string entryDirOf(const std::string& dir) {
   for (const auto& item : fs::directory_iterator(fs::path(dir) / "entries")) return item.path().string();

@@ -16,8 +16,10 @@
 #include <set>
 #include <sstream>
 
+#include "../../common/child_process.h"
 #include "../../common/scoped_environment.h"
 #include "../../common/work_dir.h"
+#include "cache_fixtures.h"
 #include "epjit/cache.h"
 #include "epjit/error.h"
 
@@ -28,27 +30,13 @@ namespace fs = std::filesystem;
 
 using testing::freshDir;
 
-CacheOptions optionsFor(const std::string& dir) {
-  CacheOptions options;
-  options.dir = dir;
-  options.opt_level = 1;  // quick host compiles; the level is part of the key
-  return options;
-}
 
-KernelSpec hostKernel(int hidden, const std::string& target = "host") {
-  return {"quantize_fp8_direct", {{"hidden", std::to_string(hidden)}}, target};
-}
+using testing::hostKernel;
+using testing::inChild;
+using testing::optionsFor;
 
 using ScopedEnv = testing::ScopedEnvironment;
 
-// Runs `body` in a child process; returns its exit status (or 128 + signal).
-int inChild(const std::function<int()>& body) {
-  const pid_t pid = fork();
-  if (pid == 0) _exit(body());
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 TEST(CacheKey, EveryKeyInputMissesAndTheSameRequestHits) {
   const std::string dir = freshDir("keys");

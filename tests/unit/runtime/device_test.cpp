@@ -99,24 +99,34 @@ TEST(HostDevice, HasNoGraphsAndSaysSo) {
   }
 }
 
+// The host binary of quantize_fp8_direct (hidden 64), from a cache in `scratch`.
+std::vector<uint8_t> quantizeBinary(const std::string& scratch) {
+  CacheOptions options;
+  options.dir = freshDir(scratch);
+  options.opt_level = 1;
+  KernelCache cache(options);
+  return cache.get({"quantize_fp8_direct", {{"hidden", "64"}}, "host"})->binary;
+}
+
+// quantize_fp8_direct's arguments for a call of no tokens (nothing is read).
+KernelArgs noTokens() {
+  KernelArgs args;
+  const size_t none = 0;
+  args.add<void*>(nullptr).add<void*>(nullptr).add(none);
+  return args;
+}
+
 // A host launch is one thread per warp: a grid beyond the device's warp
 // bound is refused when launched, and the op's schedule is cut to fit it.
 TEST(HostDevice, AGridBeyondTheWarpBoundIsRefusedAtLaunch) {
-  CacheOptions options;
-  options.dir = freshDir("device-big-grid");
-  options.opt_level = 1;
-  KernelCache cache(options);
   auto device = make_host_device();
-  auto module = device->load_module(cache.get({"quantize_fp8_direct", {{"hidden", "64"}}, "host"})->binary);
+  auto module = device->load_module(quantizeBinary("device-big-grid"));
   const Kernel kernel = module->kernel("quantize_fp8_direct");
   EXPECT_EQ(device->resident_blocks(kernel, 4), 1024u);
   EXPECT_EQ(device->resident_blocks(kernel, 5000), 0u);
   auto stream = device->create_stream();
-  KernelArgs args;
-  const size_t none = 0;
-  args.add<void*>(nullptr).add<void*>(nullptr).add(none);
   try {
-    device->launch(kernel, {40000, 4}, args, *stream);
+    device->launch(kernel, {40000, 4}, noTokens(), *stream);
     FAIL() << "a 160000-warp grid was accepted";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("at most 4096 warps per launch"), std::string::npos) << error.what();
@@ -128,11 +138,7 @@ TEST(HostDevice, AGridBeyondTheWarpBoundIsRefusedAtLaunch) {
 // thread, and synchronize() reports it; the stream keeps working.
 TEST(HostDevice, ARefusedWarpThreadIsAnErrorAtSynchronize) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root: the child drops to nobody, whose process limit applies";
-  CacheOptions options;
-  options.dir = freshDir("device-refused-thread");
-  options.opt_level = 1;
-  KernelCache cache(options);
-  const auto binary = cache.get({"quantize_fp8_direct", {{"hidden", "64"}}, "host"})->binary;
+  const auto binary = quantizeBinary("device-refused-thread");
   const pid_t child = fork();
   if (child == 0) {
     auto device = make_host_device();
@@ -142,9 +148,7 @@ TEST(HostDevice, ARefusedWarpThreadIsAnErrorAtSynchronize) {
     if (setrlimit(RLIMIT_NPROC, &few) != 0) _exit(11);
     auto stream = device->create_stream();
     const Kernel kernel = module->kernel("quantize_fp8_direct");
-    KernelArgs args;
-    const size_t none = 0;
-    args.add<void*>(nullptr).add<void*>(nullptr).add(none);
+    const KernelArgs args = noTokens();
     device->launch(kernel, {64, 4}, args, *stream);
     try {
       stream->synchronize();
@@ -163,12 +167,8 @@ TEST(HostDevice, ARefusedWarpThreadIsAnErrorAtSynchronize) {
 }
 
 TEST(HostDevice, AModuleWithoutTheKernelSaysSo) {
-  CacheOptions options;
-  options.dir = freshDir("device-missing-kernel");
-  options.opt_level = 1;
-  KernelCache cache(options);
   auto device = make_host_device();
-  auto module = device->load_module(cache.get({"quantize_fp8_direct", {{"hidden", "64"}}, "host"})->binary);
+  auto module = device->load_module(quantizeBinary("device-missing-kernel"));
   try {
     module->kernel("dispatch");
     FAIL();

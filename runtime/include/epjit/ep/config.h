@@ -13,6 +13,11 @@
 
 namespace epjit::ep {
 
+// An index slot routed nowhere: dispatch skips it and it counts for no
+// destination (DeepEP's and vLLM's masked or padded slots). Any other index
+// outside [0, world_size * num_experts_per_rank) is an error.
+inline constexpr int32_t kNoExpert = -1;
+
 // Payload element types. fp8 is the target's fp8 (e4m3fnuz on gfx942, e4m3fn
 // elsewhere); fp4 is E2M1, two per byte.
 enum class DataType : uint8_t { BF16, F32, FP8, FP4 };
