@@ -97,6 +97,9 @@ std::vector<EpCase> gpuCases(int world) {
   add({.name = "top1", .topk = 1});
   add({.name = "zero_copy", .zero_copy = true});
   add({.name = "skewed", .topk = 3, .routing = RoutingKind::Skewed});
+  add({.name = "masked_gather", .routing = RoutingKind::Masked});
+  add({.name = "masked_std_moe", .routing = RoutingKind::Masked, .std_moe = true});
+  add({.name = "masked_replay", .routing = RoutingKind::Masked, .replay = true});
   std::mt19937 rng(2026);
   std::vector<int64_t> counts(200);
   for (int64_t& n : counts) n = std::uniform_int_distribution<int64_t>(0, 37)(rng);
