@@ -29,12 +29,15 @@ JSON
 "$build/bin/epjit-warm" "$out/manifest.json" --cache-dir "$out/warm" --json
 # The EP op's kernels: every configuration the GPU tests and the benchmark use.
 EPJIT_GPU_WARM_ONLY="$PWD/$out/warm" "$build/bin/gpu_ep_test" --gtest_filter='GpuEpWarm.*' > "$out/warm-tests.log"
-for world in 1 2; do
+for world in 1 2 4; do
   for dtype in bf16 fp8; do
     "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes $(bench_shape $world) \
       --dtype "$dtype" --cache-dir "$out/warm"
   done
 done
+# EP4 (issue 17) also times scatter combine.
+"$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes $(bench_shape 4) \
+  --dtype bf16 --combine-mode scatter --cache-dir "$out/warm"
 # The other configurations issue 13 reports at EP2 (one per line: the model
 # shape and the op's flags), warmed here and run by run.sh with MATRIX=1.
 ds=(--hidden 7168 --topk 8 --experts-per-rank 128)
@@ -68,7 +71,7 @@ rm -rf "$out/warm"
 for tool in gpu_templates_test gpu_ep_test epjit-bench epjit-warm epjit-cache; do
   cp "$build/bin/$tool" "$out/" && strip "$out/$tool"
 done
-for world in 1 2; do bench_shape $world > "$out/bench-shape-$world.txt"; done
+for world in 1 2 4; do bench_shape $world > "$out/bench-shape-$world.txt"; done
 # Header-only dependencies the GPU host lacks, to build the Python module there
 # (its Python differs from this machine's).
 mkdir -p "$out/deps/include"
@@ -88,9 +91,10 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$logs/gp
 ./epjit-warm --import sm90.bundle --cache-dir "$cache" --json | tee "$logs/import.json"
 ./epjit-cache --cache-dir "$cache" verify | tee "$logs/verify.txt"
 export EPJIT_CACHE_DIR=$cache EPJIT_KERNEL_SOURCE_LIBRARY=/nonexistent
-# EP2 where two GPUs are lent, else EP1.
+# EP4 where four GPUs are lent (issue 17), EP2 where two are, else EP1.
 world=$(nvidia-smi -L | wc -l)
-(( world > 2 )) && world=2
+(( world > 4 )) && world=4
+(( world == 3 )) && world=2
 shape=$(cat bench-shape-$world.txt)
 # SWEEP=1: only the geometry sweep at EP2 (bench-sweep.txt), then stop.
 if [[ ${SWEEP:-0} == 1 ]]; then
@@ -142,6 +146,10 @@ for dtype in bf16 fp8; do
   timeout 100 ./epjit-bench --target sm90 --device cuda --ranks-as processes $shape --dtype $dtype --graph --baselines \
     --iters 20 --warmup 3 --json "$logs/bench-$dtype.json" 2>&1 | tee "$logs/bench-$dtype.txt"
 done
+if (( world == 4 )); then
+  timeout 100 ./epjit-bench --target sm90 --device cuda --ranks-as processes $shape --dtype bf16 --combine-mode scatter \
+    --graph --baselines --iters 20 --warmup 3 --json "$logs/bench-bf16-scatter.json" 2>&1 | tee "$logs/bench-bf16-scatter.txt"
+fi
 RUN
 chmod +x "$out/run.sh"
 du -sh "$out"

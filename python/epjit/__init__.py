@@ -13,8 +13,10 @@ MORI EPv2's API (mori.ops.dispatch_combine_v2) over DLPack tensors:
         out, out_weights = op.combine(expert_out, weights)
 
 Tensors are numpy arrays or torch tensors (anything with __dlpack__), C-contiguous, on
-the op's device. bf16 from numpy: ml_dtypes.bfloat16 or uint16 bits. Outputs are views
-of the op's memory (valid until the next call) in the input's framework.
+the op's device. bf16 from numpy: ml_dtypes.bfloat16 or uint16 bits; fp8: the target's
+flavor (ml_dtypes / torch float8_e4m3fn, or float8_e4m3fnuz on gfx942) or uint8 bits.
+Outputs are views of the op's memory in the input's framework, with the payload's dtype
+(fp8 dispatch returns the target's fp8 type).
 """
 import os
 
@@ -140,11 +142,44 @@ def _is_torch(value):
     return type(value).__module__.startswith("torch")
 
 
-def _to_native(value):
-    """numpy bf16 (ml_dtypes) as uint16 bits; everything else as is (DLPack)."""
-    if _np is not None and isinstance(value, _np.ndarray) and value.dtype.name == "bfloat16":
+_NUMPY_FP8 = {"float8_e4m3fn": "e4m3fn", "float8_e4m3fnuz": "e4m3fnuz"}  # ml_dtypes' and torch's names
+
+
+def _target_fp8(target):
+    """The target's fp8 flavor: "e4m3fn" (OCP) or "e4m3fnuz" (gfx942)."""
+    for row in _epjit.targets():
+        if row["name"] == target:
+            return row["fp8"]
+    return "e4m3fn"
+
+
+def _to_native(value, target=None):
+    """numpy arrays whose dtypes DLPack cannot carry go as their bits: bf16
+    (ml_dtypes) as uint16, fp8 (ml_dtypes, the target's flavor) as uint8;
+    everything else as is (DLPack)."""
+    if _is_torch(value):
+        name = str(value.dtype).replace("torch.", "")
+        if name in _NUMPY_FP8:  # the flavor checked here, then its bytes (DLPack fp8 support varies)
+            _require_fp8_flavor(name, target, "torch.")
+            import torch
+            return value.view(torch.uint8)
+        return value
+    if _np is None or not isinstance(value, _np.ndarray):
+        return value
+    name = value.dtype.name
+    if name == "bfloat16":
         return value.view(_np.uint16)
+    if name in _NUMPY_FP8:
+        _require_fp8_flavor(name, target, "ml_dtypes.")
+        return value.view(_np.uint8)
     return value
+
+
+def _require_fp8_flavor(name, target, module):
+    wanted = _target_fp8(target)
+    if _NUMPY_FP8[name] != wanted:
+        raise Error(f"input is {module}{name} (expected {module}float8_{wanted}, the fp8 of target {target}); "
+                    f"fix: convert the input to {module}float8_{wanted}")
 
 
 class EpDispatchCombineOp:
@@ -182,6 +217,27 @@ class EpDispatchCombineOp:
             return value.view(ml_dtypes.bfloat16)
         return value
 
+    def _wrap_payload(self, value, data_type):
+        """A dispatched payload in its own dtype: bf16 as above; fp8 as the target's
+        torch.float8_e4m3fn / float8_e4m3fnuz (ml_dtypes' for numpy); fp4 as
+        torch.float4_e2m1fn_x2 (numpy keeps the packed bytes: ml_dtypes' fp4 is one
+        element per byte)."""
+        if data_type != "fp8" and data_type != "fp4":
+            return self._wrap(value, data_type == "bf16")
+        wrapped = self._wrap(value)
+        if wrapped is None:
+            return None
+        if self._torch:
+            import torch
+            if data_type == "fp8":
+                return wrapped.view(getattr(torch, "float8_" + _target_fp8(self.target)))
+            fp4 = getattr(torch, "float4_e2m1fn_x2", None)  # torch >= 2.8
+            return wrapped.view(fp4) if fp4 is not None else wrapped
+        if data_type == "fp8":
+            import ml_dtypes
+            return wrapped.view(getattr(ml_dtypes, "float8_" + _target_fp8(self.target)))
+        return wrapped
+
     def _follow_stream(self, tensor, stream):
         """GPU calls run on the caller's stream: `stream` (a CUDA stream pointer or a
         torch stream), else torch's current stream for torch CUDA tensors."""
@@ -198,17 +254,17 @@ class EpDispatchCombineOp:
         self._follow_stream(input, stream)
         self._bf16_numpy = _np is not None and isinstance(input, _np.ndarray) and input.dtype.name == "bfloat16"
         record = self._op.make_routing() if return_routing else None
-        out = self._op.dispatch(_to_native(input), weights, _to_native(scales), indices, record, routing)
-        bf16 = self.config_dispatch_type == "bf16"
-        result = (self._wrap(out[0], bf16), self._wrap(out[1]), self._wrap(out[2]), self._wrap(out[3]),
-                  self._wrap(out[4]))
+        out = self._op.dispatch(_to_native(input, self.target), weights, _to_native(scales, self.target), indices,
+                                record, routing)
+        result = (self._wrap_payload(out[0], self.config_dispatch_type), self._wrap(out[1]), self._wrap(out[2]),
+                  self._wrap(out[3]), self._wrap(out[4]))
         return result + (record,) if return_routing else result
 
     def combine(self, input, weights=None, indices=None, *, routing=None, stream=None):
         """Returns (out [tokens, hidden], out_weights or None). `indices` and `routing`
         are accepted for MORI compatibility: combine always answers the last dispatch."""
         self._follow_stream(input, stream)
-        out = self._op.combine(_to_native(input), weights)
+        out = self._op.combine(_to_native(input, self.target), weights)
         bf16 = self.config_combine_type == "bf16"
         return self._wrap(out[0], bf16), self._wrap(out[1])
 

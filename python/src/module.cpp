@@ -367,6 +367,7 @@ NB_MODULE(_epjit, m) {
                       {"vendor", std::string(target.vendor_name())},
                       {"arch", std::string(target.arch)},
                       {"wave_size", std::to_string(target.wave_size)},
+                      {"fp8", fp8_format_name(target.fp8_e4m3)},
                       {"numerics_of", std::string(target.numerics_of)}});
     return rows;
   });

@@ -107,9 +107,11 @@ std::vector<EpCase> gpuCases(int world) {
   return cases;
 }
 
+// World 1 and every world up to the GPUs a 4-GPU host has (3: an odd world).
 std::vector<EpCase> allGpuCases() {
-  std::vector<EpCase> cases = gpuCases(1);
-  for (EpCase& c : gpuCases(2)) cases.push_back(std::move(c));
+  std::vector<EpCase> cases;
+  for (int world = 1; world <= 4; ++world)
+    for (EpCase& c : gpuCases(world)) cases.push_back(std::move(c));
   return cases;
 }
 
@@ -187,7 +189,7 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
 
 TEST(GpuEpGraph, CapturedDispatchCombineReplaysWithFreshInputs) {
   if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
-  EpCase c{.name = "graph", .target = "sm90", .world = std::min(gpus().count, 2), .hidden = 7168, .topk = 8,
+  EpCase c{.name = "graph", .target = "sm90", .world = std::min(gpus().count, 4), .hidden = 7168, .topk = 8,
            .experts_per_rank = 16, .max_tokens = 96};
   const std::string failures = runRanks(
       c.world, Ranks::Processes, gpuCache(),
@@ -200,7 +202,7 @@ TEST(GpuEpGraph, CapturedDispatchCombineReplaysWithFreshInputs) {
 // call's identity combine checked against the reference.
 TEST(GpuEpStress, TenThousandAlternatingCalls) {
   if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
-  EpCase c{.name = "stress", .target = "sm90", .world = std::min(gpus().count, 2), .hidden = 256, .topk = 4,
+  EpCase c{.name = "stress", .target = "sm90", .world = std::min(gpus().count, 4), .hidden = 256, .topk = 4,
            .experts_per_rank = 4, .max_tokens = 64};
   const std::string failures = runRanks(
       c.world, Ranks::Processes, gpuCache(),
@@ -315,10 +317,10 @@ TEST(GpuEpWarm, BuildsTheKernelsForAGpuHost) {
   options.dir = dir;
   KernelCache cache(options);
   std::vector<EpCase> cases = allGpuCases();
-  cases.push_back({.name = "graph", .target = "sm90", .world = 1, .hidden = 7168, .topk = 8, .experts_per_rank = 16, .max_tokens = 96});
-  cases.push_back({.name = "graph", .target = "sm90", .world = 2, .hidden = 7168, .topk = 8, .experts_per_rank = 16, .max_tokens = 96});
-  cases.push_back({.name = "stress", .target = "sm90", .world = 1, .hidden = 256, .topk = 4, .experts_per_rank = 4, .max_tokens = 64});
-  cases.push_back({.name = "stress", .target = "sm90", .world = 2, .hidden = 256, .topk = 4, .experts_per_rank = 4, .max_tokens = 64});
+  for (int world = 1; world <= 4; ++world) {
+    cases.push_back({.name = "graph", .target = "sm90", .world = world, .hidden = 7168, .topk = 8, .experts_per_rank = 16, .max_tokens = 96});
+    cases.push_back({.name = "stress", .target = "sm90", .world = world, .hidden = 256, .topk = 4, .experts_per_rank = 4, .max_tokens = 64});
+  }
   cases.push_back({.name = "timeout", .target = "sm90", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4, .max_tokens = 4});
   for (const EpCase& c : cases) {
     const KernelSpec spec = kernel_spec(configFor(c, 0));

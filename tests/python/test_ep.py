@@ -268,3 +268,28 @@ def test_the_peer_timeout_is_a_config_field_with_a_range():
     with pytest.raises(epjit.Error, match=r"peer_timeout_s.*\[0.001, 86400\]"):
         single_rank_op(peer_timeout_s=-1)
     comm.destroy()
+
+
+@pytest.mark.parametrize("target,fp8", [("host-gfx950", ml_dtypes.float8_e4m3fn),
+                                        ("host-gfx942", ml_dtypes.float8_e4m3fnuz)])
+def test_fp8_goes_in_and_comes_out_as_the_targets_ml_dtypes_type(target, fp8):
+    comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target=target)
+    config = epjit.EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim=HIDDEN, max_num_inp_token_per_rank=8,
+                                           num_experts_per_rank=EPR, num_experts_per_token=TOPK, data_type="fp8")
+    op = epjit.EpDispatchCombineOp(config, comm)
+    x32, w, idx = make_inputs(0, 1, 7, "f32", seed=5)
+    x = x32.astype(fp8)
+    other = ml_dtypes.float8_e4m3fnuz if fp8 is ml_dtypes.float8_e4m3fn else ml_dtypes.float8_e4m3fn
+    with pytest.raises(epjit.Error, match=f"expected ml_dtypes.float8_{np.dtype(fp8).name[7:]}"):
+        op.dispatch(x32.astype(other), w, None, idx)
+    tokens, _, _, _, total = op.dispatch(x, w, None, idx)
+    op.synchronize()
+    assert tokens.dtype == np.dtype(fp8)
+    received = int(total[0])
+    assert received == 7
+    # One rank: every token arrives once, in slot order; compare as sets of rows.
+    got = sorted(bytes(row) for row in tokens[:received].view(np.uint8))
+    assert got == sorted(bytes(row) for row in x.view(np.uint8))
+    op.combine(np.zeros((op.capacity, HIDDEN), dtype=ml_dtypes.bfloat16))
+    op.close()
+    comm.destroy()

@@ -15,10 +15,10 @@ import epjit
 HIDDEN, TOPK, EPR, MAX_TOKENS = 1024, 4, 8, 64
 
 
-def make_config(world, rank, mode):
+def make_config(world, rank, mode, data_type="bf16"):
     return epjit.EpDispatchCombineConfig(rank=rank, world_size=world, hidden_dim=HIDDEN,
                                          max_num_inp_token_per_rank=MAX_TOKENS, num_experts_per_rank=EPR,
-                                         num_experts_per_token=TOPK, data_type="bf16", combine_mode=mode,
+                                         num_experts_per_token=TOPK, data_type=data_type, combine_mode=mode,
                                          target="sm90")
 
 
@@ -56,6 +56,21 @@ def rank_main(world, rank, uid, failures):
                     if not torch.equal(out.view(torch.int16), want.view(torch.int16)):
                         raise AssertionError(f"{mode} call {call}: combine(dispatch(x)) != U * x")
                     comm.barrier()
+        # fp8 in as torch.float8_e4m3fn, out as torch.float8_e4m3fn: the received rows
+        # are the sent ones (compared as bytes, per origin).
+        with epjit.EpDispatchCombineOp(make_config(world, rank, "gather", "fp8"), comm) as op:
+            x, w, idx = inputs(torch, world, rank, 16, 300)
+            x8 = x.to(torch.float8_e4m3fn)
+            recv, _, _, _, total = op.dispatch(x8, w, None, idx)
+            n = int(total.item())
+            if recv.dtype != torch.float8_e4m3fn:
+                raise AssertionError(f"fp8 dispatch returned {recv.dtype}, not torch.float8_e4m3fn")
+            sent = {bytes(row.cpu().view(torch.uint8).numpy()) for row in x8}
+            if world == 1 and {bytes(row.cpu().view(torch.uint8).numpy()) for row in recv[:n]} != sent:
+                raise AssertionError("fp8 rows changed on the way")
+            op.combine(op.combine_input())
+            torch.cuda.synchronize()
+            comm.barrier()
         # One CUDA graph: dispatch, then combine of the dispatched rows (identity experts).
         with epjit.EpDispatchCombineOp(make_config(world, rank, "gather"), comm) as op:
             x, w, idx = inputs(torch, world, rank, MAX_TOKENS, 100)
@@ -113,3 +128,4 @@ if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--warm":
     for world in (1, 2):
         for mode in ("gather", "scatter"):
             print(epjit.cache.warm_op(make_config(world, 0, mode)))
+        print(epjit.cache.warm_op(make_config(world, 0, "gather", "fp8")))

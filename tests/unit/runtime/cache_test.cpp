@@ -238,16 +238,26 @@ TEST(CacheTiers, AMissingOrUnwritableDirectoryMeansMemoryOnly) {
 // A cache this user can read but not write (a pre-warmed one shipped to a
 // fleet): its entries are used read-only, new kernels stay in memory. Root
 // ignores permissions, so as root the child drops to nobody, with scratch
-// space outside the checkout (which nobody may not be able to enter).
+// space outside the checkout and its own copy of the compiler provider:
+// nobody may not be able to enter the checkout at all (make test from an
+// owner-only directory), as another user could not read this one's build.
 TEST(CacheTiers, AReadOnlyCacheDirectoryServesItsEntries) {
-  const uid_t user = geteuid() == 0 ? 65534 : geteuid();
+  const bool drop = geteuid() == 0;
+  const uid_t user = drop ? 65534 : geteuid();
   const std::string home = testing::scratchOutsideCheckout("read-only", user);
   ASSERT_FALSE(home.empty());
   const std::string dir = home + "/cache";
+  const std::string provider = home + "/libepjit_kernel_source.so";
+  if (drop) {
+    ASSERT_TRUE(fs::copy_file(EPJIT_TEST_KERNEL_SOURCE_LIBRARY, provider));
+    fs::permissions(provider, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read |
+                                  fs::perms::group_exec | fs::perms::others_exec);
+  }
   const auto asUser = [&](const std::function<int()>& body) {
     return inChild([&] {
-      if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) return 10;
+      if (drop && (setgid(65534) != 0 || setuid(65534) != 0)) return 10;
       setenv("TMPDIR", home.c_str(), 1);
+      if (drop) setenv("EPJIT_KERNEL_SOURCE_LIBRARY", provider.c_str(), 1);
       return body();
     });
   };
