@@ -25,7 +25,7 @@ def main():
     fig, (bw_ax, lat_ax) = plt.subplots(1, 2, figsize=(13, 5))
     for path in paths:
         record = json.load(open(path))
-        label = f"{record['dispatch_dtype']} dispatch / {record['combine_dtype']} combine"
+        label = f"{record['dispatch_dtype']} dispatch / {record['combine_dtype']} {record.get('combine_mode', 'gather')} combine"
         points = [p for p in record["points"] if "dispatch_us_max_rank" in p]
         tokens = [p["tokens_per_rank"] for p in points]
         bw_ax.plot(tokens, [p["dispatch_algbw_GBps_per_rank"] for p in points], "o-", label=f"epjit dispatch ({label})")
