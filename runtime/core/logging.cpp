@@ -25,9 +25,8 @@ constexpr std::array kLevels = {
     LevelName{"off", spdlog::level::off},
 };
 
-std::shared_ptr<spdlog::logger> make_logger() {
-  auto logger = std::make_shared<spdlog::logger>(
-      "epjit", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+spdlog::logger* make_logger() {
+  auto* logger = new spdlog::logger("epjit", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   logger->set_pattern("[epjit %L] %v");
   // Never throws: the logger is used from destructors and threads. A bad
   // level is refused where work starts (check_log_level); here it falls
@@ -58,8 +57,10 @@ spdlog::level::level_enum parse_log_level(std::string_view name) {
               "set EPJIT_LOG_LEVEL to one of those names or unset it (default warn)");
 }
 
+// Never destroyed: threads that live as long as the process (the bootstrap
+// root) may log while static destructors run at exit.
 spdlog::logger& log() {
-  static const std::shared_ptr<spdlog::logger> logger = make_logger();
+  static spdlog::logger* const logger = make_logger();
   return *logger;
 }
 

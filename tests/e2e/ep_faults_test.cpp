@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <string>
 #include <thread>
 
 #include "../common/ep_harness.h"
@@ -22,16 +21,6 @@ namespace {
 KernelCache& testCache() { return e2eCache(EPJIT_TEST_WORK_DIR); }
 
 constexpr double kPeerTimeout = 2.0;
-
-// Ranks here are processes, which the TSan run leaves out (as the matrix does:
-// its runtime is not meant to run in forked children); ASan runs them.
-bool forkedRanksUnsupported() {
-#ifdef EPJIT_E2E_SANITIZER
-  return std::string(EPJIT_E2E_SANITIZER) == "thread";
-#else
-  return false;
-#endif
-}
 
 EpCase faultCase(int world) {
   EpCase c;
@@ -64,7 +53,6 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 // survivors then form a new communicator (the new unique id travels through a
 // pipe made before the fork) whose op gives exact results for a whole case.
 TEST(EpFaults, AKilledRankIsReportedWithinTheTimeoutAndSurvivorsRecover) {
-  if (forkedRanksUnsupported()) GTEST_SKIP() << "rank processes are not run under ThreadSanitizer";
   int id_pipe[2];
   ASSERT_EQ(pipe(id_pipe), 0);
   const EpCase c = faultCase(3);
@@ -134,7 +122,6 @@ TEST(EpFaults, AKilledRankIsReportedWithinTheTimeoutAndSurvivorsRecover) {
 // timeout. No error, and every call's results are exact (the harness checks
 // each against the reference).
 TEST(EpFaults, ARankStoppedForLessThanTheTimeoutCostsNothing) {
-  if (forkedRanksUnsupported()) GTEST_SKIP() << "rank processes are not run under ThreadSanitizer";
   EpCase c = faultCase(3);
   c.before_dispatch = [](int call, int rank, Communicator& comm) {
     if (call != 1) return;
