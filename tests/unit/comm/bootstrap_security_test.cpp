@@ -117,6 +117,28 @@ std::vector<std::string> epjitLocalSockets() {
   return names;
 }
 
+// A stranger process (of another user with as_nobody) that, for about two
+// seconds, offers a 4 KiB memfd claiming to be rank 1's 1 MiB window to every
+// epjit local socket it sees, as an attacker on the host would.
+pid_t forkMemfdStranger(bool as_nobody) {
+  const pid_t stranger = fork();
+  if (stranger != 0) return stranger;
+  if (as_nobody && (::setgid(65534) != 0 || ::setuid(65534) != 0)) _exit(3);
+  const int memfd = memfd_create("stranger", MFD_CLOEXEC);
+  if (ftruncate(memfd, 4096) != 0) _exit(1);
+  for (int round = 0; round < 400; ++round) {
+    for (const std::string& name : epjitLocalSockets()) {
+      try {
+        comm::Socket channel = comm::Socket::connect_unix(name, comm::Clock::now() + std::chrono::milliseconds(50));
+        channel.send_fd(memfd, comm::Writer().u32(1).u64(1 << 20).fixed(Mac{}).out);
+      } catch (...) {
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  _exit(0);
+}
+
 TEST(BootstrapSecurity, AWrongSecretIsRefusedWithoutNamingWhy) {
   UniqueId id = Communicator::get_unique_id();
   id.bytes[60] ^= 0x01;  // inside the secret (after magic, port, the address and the group id)
@@ -237,22 +259,7 @@ TEST(BootstrapSecurity, AStrangersMemfdIsNeverMapped) {
   // allocates 1 MiB: the ranks map only each other's memory (no SIGBUS, the
   // pattern each wrote is what the other reads).
   const UniqueId id = Communicator::get_unique_id();
-  const pid_t stranger = fork();
-  if (stranger == 0) {
-    const int memfd = memfd_create("stranger", MFD_CLOEXEC);
-    if (ftruncate(memfd, 4096) != 0) _exit(1);
-    for (int round = 0; round < 400; ++round) {
-      for (const std::string& name : epjitLocalSockets()) {
-        try {
-          comm::Socket channel = comm::Socket::connect_unix(name, comm::Clock::now() + std::chrono::milliseconds(50));
-          channel.send_fd(memfd, comm::Writer().u32(1).u64(1 << 20).fixed(Mac{}).out);
-        } catch (...) {
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    _exit(0);
-  }
+  const pid_t stranger = forkMemfdStranger(false);
   const auto errors = onThreads(2, [&](int rank) {
     auto device = make_host_device();
     auto comm = Communicator::init(2, rank, id, *device, {20, std::nullopt});
@@ -277,23 +284,7 @@ TEST(BootstrapSecurity, AStrangersMemfdIsNeverMapped) {
 TEST(BootstrapSecurity, AnotherUsersConnectionToTheLocalSocketIsRefused) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a second user (nobody)";
   const UniqueId id = Communicator::get_unique_id();
-  const pid_t stranger = fork();
-  if (stranger == 0) {
-    if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(3);
-    const int memfd = memfd_create("stranger", MFD_CLOEXEC);
-    if (ftruncate(memfd, 4096) != 0) _exit(1);
-    for (int round = 0; round < 400; ++round) {
-      for (const std::string& name : epjitLocalSockets()) {
-        try {
-          comm::Socket channel = comm::Socket::connect_unix(name, comm::Clock::now() + std::chrono::milliseconds(50));
-          channel.send_fd(memfd, comm::Writer().u32(1).u64(1 << 20).fixed(Mac{}).out);
-        } catch (...) {
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    _exit(0);
-  }
+  const pid_t stranger = forkMemfdStranger(true);
   const auto errors = onThreads(2, [&](int rank) {
     auto device = make_host_device();
     auto comm = Communicator::init(2, rank, id, *device, {20, std::nullopt});
