@@ -153,14 +153,14 @@ def _target_fp8(target):
     return "e4m3fn"
 
 
-def _to_native(value, target=None):
+def _to_native(value, target=None, fp8="e4m3fn"):
     """numpy arrays whose dtypes DLPack cannot carry go as their bits: bf16
-    (ml_dtypes) as uint16, fp8 (ml_dtypes, the target's flavor) as uint8;
-    everything else as is (DLPack)."""
+    (ml_dtypes) as uint16, fp8 (ml_dtypes, the target's flavor `fp8`) as
+    uint8; everything else as is (DLPack)."""
     if _is_torch(value):
         name = str(value.dtype).replace("torch.", "")
         if name in _NUMPY_FP8:  # the flavor checked here, then its bytes (DLPack fp8 support varies)
-            _require_fp8_flavor(name, target, "torch.")
+            _require_fp8_flavor(name, target, fp8, "torch.")
             import torch
             return value.view(torch.uint8)
         return value
@@ -170,13 +170,12 @@ def _to_native(value, target=None):
     if name == "bfloat16":
         return value.view(_np.uint16)
     if name in _NUMPY_FP8:
-        _require_fp8_flavor(name, target, "ml_dtypes.")
+        _require_fp8_flavor(name, target, fp8, "ml_dtypes.")
         return value.view(_np.uint8)
     return value
 
 
-def _require_fp8_flavor(name, target, module):
-    wanted = _target_fp8(target)
+def _require_fp8_flavor(name, target, wanted, module):
     if _NUMPY_FP8[name] != wanted:
         raise Error(f"input is {module}{name} (expected {module}float8_{wanted}, the fp8 of target {target}); "
                     f"fix: convert the input to {module}float8_{wanted}")
@@ -191,6 +190,7 @@ class EpDispatchCombineOp:
         if not native_config.target and comm.target:
             native_config.target = comm.target
         self._op = _epjit._Op(native_config, comm._native)
+        self._fp8 = _target_fp8(self._op.target)  # the target's fp8 flavor, looked up once
         self._config = native_config
         self._comm = comm
         self._bf16_numpy = False
@@ -230,12 +230,12 @@ class EpDispatchCombineOp:
         if self._torch:
             import torch
             if data_type == "fp8":
-                return wrapped.view(getattr(torch, "float8_" + _target_fp8(self.target)))
+                return wrapped.view(getattr(torch, "float8_" + self._fp8))
             fp4 = getattr(torch, "float4_e2m1fn_x2", None)  # torch >= 2.8
             return wrapped.view(fp4) if fp4 is not None else wrapped
         if data_type == "fp8":
             import ml_dtypes
-            return wrapped.view(getattr(ml_dtypes, "float8_" + _target_fp8(self.target)))
+            return wrapped.view(getattr(ml_dtypes, "float8_" + self._fp8))
         return wrapped
 
     def _follow_stream(self, tensor, stream):
@@ -254,7 +254,8 @@ class EpDispatchCombineOp:
         self._follow_stream(input, stream)
         self._bf16_numpy = _np is not None and isinstance(input, _np.ndarray) and input.dtype.name == "bfloat16"
         record = self._op.make_routing() if return_routing else None
-        out = self._op.dispatch(_to_native(input, self.target), weights, _to_native(scales, self.target), indices,
+        out = self._op.dispatch(_to_native(input, self.target, self._fp8), weights,
+                                _to_native(scales, self.target, self._fp8), indices,
                                 record, routing)
         result = (self._wrap_payload(out[0], self.config_dispatch_type), self._wrap(out[1]), self._wrap(out[2]),
                   self._wrap(out[3]), self._wrap(out[4]))
@@ -264,7 +265,7 @@ class EpDispatchCombineOp:
         """Returns (out [tokens, hidden], out_weights or None). `indices` and `routing`
         are accepted for MORI compatibility: combine always answers the last dispatch."""
         self._follow_stream(input, stream)
-        out = self._op.combine(_to_native(input, self.target), weights)
+        out = self._op.combine(_to_native(input, self.target, self._fp8), weights)
         bf16 = self.config_combine_type == "bf16"
         return self._wrap(out[0], bf16), self._wrap(out[1])
 

@@ -80,20 +80,8 @@ struct Reader {
     need(1);
     return in[at++];
   }
-  uint32_t u32() {
-    need(4);
-    uint32_t v;
-    std::memcpy(&v, &in[at], 4);
-    at += 4;
-    return v;
-  }
-  uint64_t u64() {
-    need(8);
-    uint64_t v;
-    std::memcpy(&v, &in[at], 8);
-    at += 8;
-    return v;
-  }
+  uint32_t u32() { return number<uint32_t>(); }
+  uint64_t u64() { return number<uint64_t>(); }
   Bytes bytes(size_t limit = SIZE_MAX) {
     const uint32_t n = u32();
     if (n > limit)
@@ -115,6 +103,15 @@ struct Reader {
     std::memcpy(a.data(), &in[at], N);
     at += N;
     return a;
+  }
+
+ private:
+  template <typename T>
+  T number() {
+    const auto bytes = fixed<sizeof(T)>();
+    T v;
+    std::memcpy(&v, bytes.data(), sizeof(T));
+    return v;
   }
 };
 
