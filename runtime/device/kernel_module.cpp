@@ -38,8 +38,17 @@ void LaunchArgs::store(size_t index, Value value) {
 void LaunchArgs::set_pointer(std::string_view name, void* value) {
   const size_t index = index_of(name);
   const KernelParam& param = kernel_->signature->params[index];
-  if (param.kind != ParamKind::Pointer && param.kind != ParamKind::Window) mismatch(param, "a pointer");
+  if (param.kind != ParamKind::Pointer) mismatch(param, "a pointer");
   store(index, {Value::Kind::Pointer, value});
+}
+
+void LaunchArgs::set_window(std::string_view name, const Window& window) {
+  const size_t index = index_of(name);
+  const KernelParam& param = kernel_->signature->params[index];
+  if (param.kind != ParamKind::Window) mismatch(param, "a window table");
+  Value value{Value::Kind::Window};
+  value.window = window;
+  store(index, value);
 }
 
 void LaunchArgs::set_unsigned(std::string_view name, uint64_t value) {
@@ -82,8 +91,8 @@ KernelArgs LaunchArgs::build() const {
     const Value& value = *values_[i];
     const uint64_t bits = value.kind == Value::Kind::Signed ? uint64_t(value.signed_value) : value.unsigned_value;
     switch (params[i].kind) {
-      case ParamKind::Pointer:
-      case ParamKind::Window: args.add(value.pointer); break;
+      case ParamKind::Pointer: args.add(value.pointer); break;
+      case ParamKind::Window: args.add(value.window); break;
       case ParamKind::Index: args.add(uint64_t(bits)); break;
       case ParamKind::I32: args.add(int32_t(int64_t(bits))); break;
       case ParamKind::I64: args.add(int64_t(bits)); break;

@@ -4,6 +4,7 @@
 
 #include "epjit/device.h"
 #include "epjit/error.h"
+#include "epjit/targets/common/window.h"
 
 namespace epjit {
 namespace {
@@ -20,8 +21,8 @@ const char* kind_name(KernelArgs::Kind kind) {
 
 bool matches(const KernelParam& param, const KernelArgs::Slot& slot) {
   switch (param.kind) {
-    case ParamKind::Pointer:
-    case ParamKind::Window: return slot.kind == KernelArgs::Kind::Pointer;
+    case ParamKind::Pointer: return slot.kind == KernelArgs::Kind::Pointer;
+    case ParamKind::Window: return slot.kind == KernelArgs::Kind::Other && slot.bytes == sizeof(Window);
     case ParamKind::Index:
     case ParamKind::I32:
     case ParamKind::I64: return slot.kind == KernelArgs::Kind::Integer && slot.bytes == param.value_bytes;

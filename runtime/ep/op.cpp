@@ -148,8 +148,8 @@ struct EpDispatchCombineOp::Impl {
   EpWindowMap window;
   std::shared_ptr<SymmetricBuffer> arena;
 
-  void* window_table = nullptr;  // epjit::Window, on the device
-  void* route = nullptr;         // the op's own route map
+  Window window_table{};  // every kernel's window parameter (by value)
+  void* route = nullptr;  // the op's own route map
   void* out_tokens = nullptr;
   void* out_weights = nullptr;
   void* moe_tokens = nullptr;
@@ -294,9 +294,7 @@ struct EpDispatchCombineOp::Impl {
 
   void allocate() {
     arena = comm.allocate_symmetric(layout.total);
-    const Window table = layout.table(arena->peers);
-    window_table = device.allocate(sizeof(Window));
-    device.copy_to_device(window_table, &table, sizeof(Window));
+    window_table = layout.table(arena->peers);
     route = allocate_zeroed(route_words(config) * 4);
     const size_t max_tokens = size_t(config.max_num_inp_token_per_rank);
     out_tokens = allocate_zeroed(max_tokens * config.combine_token_bytes());
@@ -327,7 +325,7 @@ struct EpDispatchCombineOp::Impl {
     } catch (const std::exception& error) {
       log().warn("EpDispatchCombineOp: synchronize before release failed: {}", error.what());
     }
-    for (void* pointer : {window_table, route, out_tokens, out_weights, moe_tokens, moe_counts, moe_sources,
+    for (void* pointer : {route, out_tokens, out_weights, moe_tokens, moe_counts, moe_sources,
                           moe_combine_in})
       if (pointer) device.release(pointer);
     module.reset();

@@ -10,6 +10,165 @@
 ep.include "ep/common"
 ep.include "ep/sync"
 
+// Dispatch of a tiny call: block b sends top-k entries b, b + blocks, ... .
+// Every warp of the block decides alike (the entry's checks read the same
+// indices); warp 0 takes the slot and records it in the route, the block's
+// barrier publishes it, and each warp copies its share of the row (whole
+// 16-byte chunks) while warps 1-3 copy the weights, indices and scales and
+// warp 0 the origin, so no warp has more than one round of loads.
+func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
+                                         %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index,
+                                         %rank: index, %replaying: i1, %w: !ep.window) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
+  %one = arith.constant 1 : i32
+  %zero = arith.constant 0 : i32
+  %none = arith.constant -1 : i32
+  %true = arith.constant true
+  %false = arith.constant false
+  %error_word = ep.constant_value @state_error : index
+  %counter_word = ep.constant_value @state_recv_counter : index
+  %over_capacity = ep.constant_value @error_capacity_exceeded : i32
+  %bad_expert = ep.constant_value @error_expert_out_of_range : i32
+  %no_expert = ep.constant_value @expert_none : i32
+  %token_words = ep.param_value @token_words : index
+  %scale_bytes = ep.param_value @scale_bytes : index
+  %topk = ep.param_value @topk : index
+  %epr = ep.param_value @experts_per_rank : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %capacity = ep.param_value @capacity : index
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %rank_i32 = arith.index_cast %rank : index to i32
+  %max_tokens_i32 = arith.index_cast %max_tokens : index to i32
+  %capacity_i32 = arith.index_cast %capacity : index to i32
+
+  %block = ep.block_index : index
+  %blocks = ep.block_count : index
+  %warp = ep.warp_index : index
+  %all_warps = ep.global_warp_count : index
+  %warps = arith.divui %all_warps, %blocks : index
+  %lead = arith.cmpi eq, %warp, %c0 : index
+  %weights_warp = arith.remui %c1, %warps : index
+  %indices_warp = arith.remui %c2, %warps : index
+  %scales_warp = arith.remui %c3, %warps : index
+  %copies_weights = arith.cmpi eq, %warp, %weights_warp : index
+  %copies_indices = arith.cmpi eq, %warp, %indices_warp : index
+  %copies_scales = arith.cmpi eq, %warp, %scales_warp : index
+  // This warp's share of a row: [piece_at, piece_at + piece_count) words, a
+  // whole number of 16-byte chunks except at the row's end.
+  %share = arith.addi %token_words, %warps : index
+  %share_1 = arith.subi %share, %c1 : index
+  %words_per_warp = arith.divui %share_1, %warps : index
+  %chunk_span = arith.addi %words_per_warp, %c3 : index
+  %piece_chunks = arith.divui %chunk_span, %c4 : index
+  %piece_words = arith.muli %piece_chunks, %c4 : index
+  %piece_at = arith.muli %warp, %piece_words : index
+  %piece_end = arith.addi %piece_at, %piece_words : index
+  %past_row = arith.cmpi ugt, %piece_end, %token_words : index
+  %clipped_end = arith.select %past_row, %token_words, %piece_end : index
+  %has_piece = arith.cmpi ult, %piece_at, %token_words : index
+  %clipped_count = arith.subi %clipped_end, %piece_at : index
+  %piece_count = arith.select %has_piece, %clipped_count, %c0 : index
+
+  %entries = arith.muli %tokens, %topk : index
+  scf.for %entry = %block to %entries step %blocks {
+    %token = arith.divui %entry, %topk : index
+    %j = arith.remui %entry, %topk : index
+    %row = arith.muli %token, %topk : index
+    %at = arith.addi %row, %j : index
+    %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+    %expert = arith.index_cast %expert_i32 : i32 to index
+    %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
+    scf.if %invalid {
+      %masked = arith.cmpi eq, %expert_i32, %no_expert : i32
+      %bad = arith.xori %masked, %true : i1
+      %reports = arith.andi %bad, %lead : i1
+      scf.if %reports {
+        ep.atomic_store %bad_expert, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+      }
+    } else {
+      %repeat = func.call @repeats_earlier(%indices, %row, %j, %false) : (!ep.ptr<i32>, index, index, i1) -> i1
+      %opens = arith.xori %repeat, %true : i1
+      scf.if %opens {
+        %n = func.call @destinations_before(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> index
+        %dest = arith.divui %expert, %epr : index
+        %route_at = arith.addi %row, %n : index
+        %not_replaying = arith.xori %replaying, %true : i1
+        %takes_slot = arith.andi %lead, %not_replaying : i1
+        scf.if %takes_slot {
+          %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
+          %taken = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
+          %taken_fits = arith.cmpi slt, %taken, %capacity_i32 : i32
+          %dest_i32 = arith.index_cast %dest : index to i32
+          %base = arith.muli %dest_i32, %capacity_i32 : i32
+          %entry_value = arith.addi %base, %taken : i32
+          %recorded_value = arith.select %taken_fits, %entry_value, %none : i32
+          ep.store %recorded_value, %route[%route_at] : !ep.ptr<i32>
+        }
+        ep.block_barrier
+        // The slot, as recorded by warp 0 just now or by the dispatch being
+        // replayed; -1: it did not fit (combine skips the entry).
+        %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
+        %fits = arith.cmpi sge, %recorded, %zero : i32
+        %overflow = arith.xori %fits, %true : i1
+        %reports = arith.andi %overflow, %lead : i1
+        scf.if %reports {
+          ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+        }
+        scf.if %fits {
+          %slot_i32 = arith.remsi %recorded, %capacity_i32 : i32
+          %slot = arith.index_cast %slot_i32 : i32 to index
+          %words_at = arith.muli %token, %token_words : index
+          %from_words = arith.addi %words_at, %piece_at : index
+          %recv_words = arith.muli %slot, %token_words : index
+          %to_words = arith.addi %recv_words, %piece_at : index
+          %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%to_words] : !ep.ptr<i32>
+          ep.warp.copy_row %input[%from_words], %to_tokens[%c0], %piece_count : !ep.ptr<i32> -> !ep.ptr<i32>
+          %recv_row = arith.muli %slot, %topk : index
+          scf.if %copies_weights {
+            %to_weights = ep.peer_ptr %w[%dest] @recv_weights[%recv_row] : !ep.ptr<f32>
+            ep.warp.copy_row %weights[%row], %to_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
+          }
+          scf.if %copies_indices {
+            %to_indices = ep.peer_ptr %w[%dest] @recv_indices[%recv_row] : !ep.ptr<i32>
+            ep.warp.copy_row %indices[%row], %to_indices[%c0], %topk : !ep.ptr<i32> -> !ep.ptr<i32>
+          }
+          scf.if %copies_scales {
+            %scale_at = arith.muli %token, %scale_bytes : index
+            %recv_scale_at = arith.muli %slot, %scale_bytes : index
+            %to_scales = ep.peer_ptr %w[%dest] @recv_scales[%recv_scale_at] : !ep.ptr<i8>
+            ep.warp.copy_row %scales[%scale_at], %to_scales[%c0], %scale_bytes : !ep.ptr<i8> -> !ep.ptr<i8>
+          }
+          scf.if %lead {
+            %origin_at = arith.muli %slot, %c2 : index
+            %to_origin = ep.peer_ptr %w[%dest] @recv_origin[%origin_at] : !ep.ptr<i32>
+            %token_i32 = arith.index_cast %token : index to i32
+            %origin_base = arith.muli %rank_i32, %max_tokens_i32 : i32
+            %origin = arith.addi %origin_base, %token_i32 : i32
+            %ordinal = arith.index_cast %n : index to i32
+            ep.store %origin, %to_origin[%c0] : !ep.ptr<i32>
+            ep.store %ordinal, %to_origin[%c1] : !ep.ptr<i32>
+          }
+        }
+      }
+    }
+    // The block of the token's first entry closes its route: -1 past its destinations.
+    %first_entry = arith.cmpi eq, %j, %c0 : index
+    %closes = arith.andi %first_entry, %lead : i1
+    scf.if %closes {
+      %destinations = func.call @destinations_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> index
+      scf.for %tail = %destinations to %topk step %c1 {
+        %tail_at = arith.addi %row, %tail : index
+        ep.store %none, %route[%tail_at] : !ep.ptr<i32>
+      }
+    }
+  }
+  return
+}
+
 ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                        %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index, %rank: index,
                        %replay: index, %w: !ep.window) warps_per_block(4) {
@@ -46,111 +205,121 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
     %max_tokens_i32 = arith.index_cast %max_tokens : index to i32
     %capacity_i32 = arith.index_cast %capacity : index to i32
 
-    // A work item is one token (all its top-k entries, in order) or, when the
-    // grid has warps to spare (at most two entries per warp), one top-k entry:
-    // the entry that first names a destination rank sends the token there, so
-    // a small call's copies to different ranks run on different warps and its
-    // latency is one slot reservation and one row copy, not one per rank.
-    %first = ep.global_warp_index : index
-    %stride = ep.global_warp_count : index
+    // A tiny call (no more top-k entries than blocks) gives each entry a
+    // whole block: one warp takes the slot, then every warp copies its share
+    // of the row, so the row crosses in one round of loads.
     %entries = arith.muli %tokens, %topk : index
-    %two_per_warp = arith.muli %stride, %c2 : index
-    %split = arith.cmpi ule, %entries, %two_per_warp : index
-    %per_item = arith.select %split, %c1, %topk : index
-    %items_per_token = arith.select %split, %topk, %c1 : index
-    %items = arith.muli %tokens, %items_per_token : index
-    scf.for %item = %first to %items step %stride {
-      %token = arith.divui %item, %items_per_token : index
-      %part = arith.remui %item, %items_per_token : index
-      %j_first = arith.muli %part, %per_item : index
-      %j_end = arith.addi %j_first, %per_item : index
-      %row = arith.muli %token, %topk : index
-      %token_i32 = arith.index_cast %token : index to i32
-      %origin_base = arith.muli %rank_i32, %max_tokens_i32 : i32
-      %origin = arith.addi %origin_base, %token_i32 : i32
-      // n: the ordinal, among the token's distinct destinations, of the next one.
-      %n_first = func.call @destinations_before(%indices, %row, %j_first) : (!ep.ptr<i32>, index, index) -> index
-      %sent = scf.for %j = %j_first to %j_end step %c1 iter_args(%n = %n_first) -> (index) {
-        %at = arith.addi %row, %j : index
-        %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
-        %expert = arith.index_cast %expert_i32 : i32 to index
-        %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
-        %n_next = scf.if %invalid -> (index) {
-          %masked = arith.cmpi eq, %expert_i32, %no_expert : i32
-          %bad = arith.xori %masked, %true : i1
-          scf.if %bad {
-            ep.atomic_store %bad_expert, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
-          }
-          scf.yield %n : index
-        } else {
-          %repeat = func.call @repeats_earlier(%indices, %row, %j, %false) : (!ep.ptr<i32>, index, index, i1) -> i1
-          %after = scf.if %repeat -> (index) {
+    %blocks = ep.block_count : index
+    %by_block = arith.cmpi ule, %entries, %blocks : index
+    scf.if %by_block {
+      func.call @send_entries_by_block(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying, %w)
+          : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, !ep.window) -> ()
+    } else {
+      // A work item is one token (all its top-k entries, in order) or, when the
+      // grid has warps to spare (at most two entries per warp), one top-k entry:
+      // the entry that first names a destination rank sends the token there, so
+      // a small call's copies to different ranks run on different warps and its
+      // latency is one slot reservation and one row copy, not one per rank.
+      %first = ep.global_warp_index : index
+      %stride = ep.global_warp_count : index
+      %two_per_warp = arith.muli %stride, %c2 : index
+      %split = arith.cmpi ule, %entries, %two_per_warp : index
+      %per_item = arith.select %split, %c1, %topk : index
+      %items_per_token = arith.select %split, %topk, %c1 : index
+      %items = arith.muli %tokens, %items_per_token : index
+      scf.for %item = %first to %items step %stride {
+        %token = arith.divui %item, %items_per_token : index
+        %part = arith.remui %item, %items_per_token : index
+        %j_first = arith.muli %part, %per_item : index
+        %j_end = arith.addi %j_first, %per_item : index
+        %row = arith.muli %token, %topk : index
+        %token_i32 = arith.index_cast %token : index to i32
+        %origin_base = arith.muli %rank_i32, %max_tokens_i32 : i32
+        %origin = arith.addi %origin_base, %token_i32 : i32
+        // n: the ordinal, among the token's distinct destinations, of the next one.
+        %n_first = func.call @destinations_before(%indices, %row, %j_first) : (!ep.ptr<i32>, index, index) -> index
+        %sent = scf.for %j = %j_first to %j_end step %c1 iter_args(%n = %n_first) -> (index) {
+          %at = arith.addi %row, %j : index
+          %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+          %expert = arith.index_cast %expert_i32 : i32 to index
+          %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
+          %n_next = scf.if %invalid -> (index) {
+            %masked = arith.cmpi eq, %expert_i32, %no_expert : i32
+            %bad = arith.xori %masked, %true : i1
+            scf.if %bad {
+              ep.atomic_store %bad_expert, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+            }
             scf.yield %n : index
           } else {
-            %dest = arith.divui %expert, %epr : index
-            %route_at = arith.addi %row, %n : index
-            // The slot on the destination: recorded (replay) or taken from its counter.
-            %slot_i32 = scf.if %replaying -> (i32) {
-              %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
-              %recorded_slot = arith.remsi %recorded, %capacity_i32 : i32
-              scf.yield %recorded_slot : i32
+            %repeat = func.call @repeats_earlier(%indices, %row, %j, %false) : (!ep.ptr<i32>, index, index, i1) -> i1
+            %after = scf.if %repeat -> (index) {
+              scf.yield %n : index
             } else {
-              %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
-              %taken = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
-              %dest_i32 = arith.index_cast %dest : index to i32
-              %base = arith.muli %dest_i32, %capacity_i32 : i32
-              %entry = arith.addi %base, %taken : i32
-              ep.store %entry, %route[%route_at] : !ep.ptr<i32>
-              scf.yield %taken : i32
+              %dest = arith.divui %expert, %epr : index
+              %route_at = arith.addi %row, %n : index
+              // The slot on the destination: recorded (replay) or taken from its counter.
+              %slot_i32 = scf.if %replaying -> (i32) {
+                %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
+                %recorded_slot = arith.remsi %recorded, %capacity_i32 : i32
+                scf.yield %recorded_slot : i32
+              } else {
+                %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
+                %taken = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
+                %dest_i32 = arith.index_cast %dest : index to i32
+                %base = arith.muli %dest_i32, %capacity_i32 : i32
+                %entry = arith.addi %base, %taken : i32
+                ep.store %entry, %route[%route_at] : !ep.ptr<i32>
+                scf.yield %taken : i32
+              }
+              %slot = arith.index_cast %slot_i32 : i32 to index
+              %fits = arith.cmpi ult, %slot, %capacity : index
+              %overflow = arith.xori %fits, %true : i1
+              scf.if %overflow {
+                // Not sent: combine skips the entry (the call's results are void; check() says why).
+                ep.store %none, %route[%route_at] : !ep.ptr<i32>
+                ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+              }
+              scf.if %fits {
+                %words_at = arith.muli %token, %token_words : index
+                %recv_words = arith.muli %slot, %token_words : index
+                %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%recv_words] : !ep.ptr<i32>
+                ep.warp.copy_row %input[%words_at], %to_tokens[%c0], %token_words : !ep.ptr<i32> -> !ep.ptr<i32>
+                %recv_row = arith.muli %slot, %topk : index
+                %to_weights = ep.peer_ptr %w[%dest] @recv_weights[%recv_row] : !ep.ptr<f32>
+                ep.warp.copy_row %weights[%row], %to_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
+                %to_indices = ep.peer_ptr %w[%dest] @recv_indices[%recv_row] : !ep.ptr<i32>
+                ep.warp.copy_row %indices[%row], %to_indices[%c0], %topk : !ep.ptr<i32> -> !ep.ptr<i32>
+                %scale_at = arith.muli %token, %scale_bytes : index
+                %recv_scale_at = arith.muli %slot, %scale_bytes : index
+                %to_scales = ep.peer_ptr %w[%dest] @recv_scales[%recv_scale_at] : !ep.ptr<i8>
+                ep.warp.copy_row %scales[%scale_at], %to_scales[%c0], %scale_bytes : !ep.ptr<i8> -> !ep.ptr<i8>
+                %origin_at = arith.muli %slot, %c2 : index
+                %to_origin = ep.peer_ptr %w[%dest] @recv_origin[%origin_at] : !ep.ptr<i32>
+                %ordinal = arith.index_cast %n : index to i32
+                ep.store %origin, %to_origin[%c0] : !ep.ptr<i32>
+                ep.store %ordinal, %to_origin[%c1] : !ep.ptr<i32>
+              }
+              %one_more = arith.addi %n, %c1 : index
+              scf.yield %one_more : index
             }
-            %slot = arith.index_cast %slot_i32 : i32 to index
-            %fits = arith.cmpi ult, %slot, %capacity : index
-            %overflow = arith.xori %fits, %true : i1
-            scf.if %overflow {
-              // Not sent: combine skips the entry (the call's results are void; check() says why).
-              ep.store %none, %route[%route_at] : !ep.ptr<i32>
-              ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
-            }
-            scf.if %fits {
-              %words_at = arith.muli %token, %token_words : index
-              %recv_words = arith.muli %slot, %token_words : index
-              %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%recv_words] : !ep.ptr<i32>
-              ep.warp.copy_row %input[%words_at], %to_tokens[%c0], %token_words : !ep.ptr<i32> -> !ep.ptr<i32>
-              %recv_row = arith.muli %slot, %topk : index
-              %to_weights = ep.peer_ptr %w[%dest] @recv_weights[%recv_row] : !ep.ptr<f32>
-              ep.warp.copy_row %weights[%row], %to_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
-              %to_indices = ep.peer_ptr %w[%dest] @recv_indices[%recv_row] : !ep.ptr<i32>
-              ep.warp.copy_row %indices[%row], %to_indices[%c0], %topk : !ep.ptr<i32> -> !ep.ptr<i32>
-              %scale_at = arith.muli %token, %scale_bytes : index
-              %recv_scale_at = arith.muli %slot, %scale_bytes : index
-              %to_scales = ep.peer_ptr %w[%dest] @recv_scales[%recv_scale_at] : !ep.ptr<i8>
-              ep.warp.copy_row %scales[%scale_at], %to_scales[%c0], %scale_bytes : !ep.ptr<i8> -> !ep.ptr<i8>
-              %origin_at = arith.muli %slot, %c2 : index
-              %to_origin = ep.peer_ptr %w[%dest] @recv_origin[%origin_at] : !ep.ptr<i32>
-              %ordinal = arith.index_cast %n : index to i32
-              ep.store %origin, %to_origin[%c0] : !ep.ptr<i32>
-              ep.store %ordinal, %to_origin[%c1] : !ep.ptr<i32>
-            }
-            %one_more = arith.addi %n, %c1 : index
-            scf.yield %one_more : index
+            scf.yield %after : index
           }
-          scf.yield %after : index
+          scf.yield %n_next : index
         }
-        scf.yield %n_next : index
-      }
-      // The item holding the token's first entry closes its route: -1 past its
-      // destinations (a whole-token item counted them as it went).
-      %first_entry = arith.cmpi eq, %j_first, %c0 : index
-      scf.if %first_entry {
-        %destinations = scf.if %split -> (index) {
-          %counted = func.call @destinations_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> index
-          scf.yield %counted : index
-        } else {
-          scf.yield %sent : index
-        }
-        scf.for %tail = %destinations to %topk step %c1 {
-          %tail_at = arith.addi %row, %tail : index
-          ep.store %none, %route[%tail_at] : !ep.ptr<i32>
+        // The item holding the token's first entry closes its route: -1 past its
+        // destinations (a whole-token item counted them as it went).
+        %first_entry = arith.cmpi eq, %j_first, %c0 : index
+        scf.if %first_entry {
+          %destinations = scf.if %split -> (index) {
+            %counted = func.call @destinations_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> index
+            scf.yield %counted : index
+          } else {
+            scf.yield %sent : index
+          }
+          scf.for %tail = %destinations to %topk step %c1 {
+            %tail_at = arith.addi %row, %tail : index
+            ep.store %none, %route[%tail_at] : !ep.ptr<i32>
+          }
         }
       }
     }
@@ -176,7 +345,9 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
       %overflow = arith.cmpi sgt, %received, %capacity_i32 : i32
       %kept = arith.select %overflow, %capacity_i32, %received : i32
       ep.store %kept, %state[%total_word] : !ep.ptr<i32>
-      ep.atomic_store %epoch, %state[%epoch_word] scope(system) order(release) : !ep.ptr<i32>
+      // Read only by this rank's later kernels, which the stream orders after this one.
+      ep.atomic_store %epoch, %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
     }
   }
 }
+

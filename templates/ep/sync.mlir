@@ -7,10 +7,15 @@
 ep.include "ep/common"
 
 // The calling block's arrival at a cross-rank meeting, once all its warps
-// are there: one warp per block counts the block in state[counter] (one
-// release fence and one atomic per block, not per warp); the last block
-// resets the count and raises this rank's flag (signals[meeting * world +
-// rank] = epoch) on every rank. Returns true on that one warp.
+// are there: one warp per block counts the block in state[counter] with one
+// acq_rel atomic at agent scope (the block barrier puts its warps' writes
+// before it); the last block resets the count and, after one system-scope
+// release fence, raises this rank's flag (signals[meeting * world + rank] =
+// epoch) on every rank. Release is cumulative: that fence orders every
+// block's writes the last block's atomic acquired, so only one block per
+// meeting pays for a system-scope fence (it was every block's costliest
+// step: ncu's stall samples of a one-token dispatch sat on its ERRBAR).
+// Returns true on that one warp.
 func.func private @arrive(%w: !ep.window, %rank: index, %epoch: i32, %counter: index, %meeting: index) -> i1 {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -23,7 +28,6 @@ func.func private @arrive(%w: !ep.window, %rank: index, %epoch: i32, %counter: i
   %warp = ep.warp_index : index
   %lead = arith.cmpi eq, %warp, %c0 : index
   %last = scf.if %lead -> (i1) {
-    ep.fence scope(system) order(release)
     %before = ep.atomic_rmw add %state[%counter], %one scope(agent) order(acq_rel) : !ep.ptr<i32>
     %blocks = ep.block_count : index
     %blocks_i32 = arith.index_cast %blocks : index to i32
@@ -33,9 +37,12 @@ func.func private @arrive(%w: !ep.window, %rank: index, %epoch: i32, %counter: i
       ep.atomic_store %zero, %state[%counter] scope(agent) order(relaxed) : !ep.ptr<i32>
       %base = arith.muli %meeting, %world : index
       %slot = arith.addi %base, %rank : index
+      // One release fence for all the flags (a fence, then relaxed stores, is
+      // a release of each), not a release store per peer.
+      ep.fence scope(system) order(release)
       scf.for %peer = %c0 to %world step %c1 {
         %flags = ep.peer_ptr %w[%peer] @signals[%c0] : !ep.ptr<i32>
-        ep.atomic_store %epoch, %flags[%slot] scope(system) order(release) : !ep.ptr<i32>
+        ep.atomic_store %epoch, %flags[%slot] scope(system) order(relaxed) : !ep.ptr<i32>
       }
     }
     scf.yield %is_last : i1

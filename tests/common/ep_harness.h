@@ -57,6 +57,9 @@ struct EpCase {
   bool zero_copy = false;  // gather: experts write into op.combine_input()
   uint32_t seed = 1;
   double peer_timeout_s = 0;  // 0: the default
+  // Dispatch geometry (unset: the target's schedule). A call with no more
+  // top-k entries than dispatch blocks sends each entry with a whole block.
+  std::optional<int> dispatch_blocks, warps_per_block;
   // Runs on every rank right before each dispatch is launched, once the
   // ranks have met (fault injection: a rank stopping itself there).
   std::function<void(int call, int rank, Communicator& comm)> before_dispatch;
@@ -83,6 +86,8 @@ inline EpDispatchCombineConfig configFor(const EpCase& c, int rank) {
   config.enable_std_moe = c.std_moe;
   config.target = c.target;
   config.peer_timeout_s = c.peer_timeout_s;
+  config.dispatch_block_num = c.dispatch_blocks;
+  config.warp_num_per_block = c.warps_per_block;
   return config;
 }
 

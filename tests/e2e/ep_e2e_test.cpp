@@ -67,6 +67,17 @@ std::vector<EpCase> matrix() {
   add({.name = "masked_std_moe_w2", .routing = RoutingKind::Masked, .std_moe = true});
   add({.name = "masked_replay_w2_processes", .ranks = Ranks::Processes, .routing = RoutingKind::Masked,
        .replay = true});
+  // Tiny calls sent a block per top-k entry, each warp a share of the row (3
+  // warps: shares of 56, 56 and 48 words of a 160-word row; fp8: 20 + 20 + 20 + 20).
+  const std::vector<int64_t> tiny = {1, 2, 0, 3, 1, 37, 2};
+  add({.name = "tiny_by_block_w4", .world = 4, .calls = tiny, .dispatch_blocks = 9, .warps_per_block = 3});
+  add({.name = "tiny_by_block_replay_masked_w2", .routing = RoutingKind::Masked, .calls = tiny, .replay = true,
+       .dispatch_blocks = 9, .warps_per_block = 3});
+  add({.name = "tiny_by_block_fp8_scales_gfx942_w2", .target = "host-gfx942", .data_type = FP8, .scale_dim = 5,
+       .scale_type_size = 4, .calls = tiny, .dispatch_blocks = 7, .warps_per_block = 4});
+  add({.name = "tiny_by_block_skewed_top8_w2_processes", .ranks = Ranks::Processes, .hidden = 7168, .topk = 8,
+       .experts_per_rank = 8, .max_tokens = 9, .routing = RoutingKind::Skewed, .calls = {1, 2, 9, 1},
+       .dispatch_blocks = 16, .warps_per_block = 2});
   add({.name = "no_tokens_w2", .calls = {0, 0}});
   add({.name = "no_combine_weights_w2", .weights = false});
   add({.name = "zero_copy_gather_w4", .world = 4, .zero_copy = true});

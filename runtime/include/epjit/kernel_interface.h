@@ -18,7 +18,7 @@ namespace epjit {
 // How a kernel parameter is passed.
 enum class ParamKind : uint8_t {
   Pointer,  // ptr<ELEMENT>: a device pointer
-  Window,   // the symmetric window table (a device pointer to epjit::Window)
+  Window,   // the symmetric window table (epjit::Window, passed by value)
   Index,    // an unsigned 64-bit count (size_t in the kernel)
   I32,
   I64,

@@ -20,6 +20,7 @@
 #include "epjit/cache.h"
 #include "epjit/device.h"
 #include "epjit/kernel_interface.h"
+#include "epjit/targets/common/window.h"
 
 namespace epjit {
 
@@ -29,10 +30,15 @@ class LaunchArgs {
   // Throws epjit::Error when the kernel has no signature (a bare Module's).
   explicit LaunchArgs(const Kernel& kernel);
 
-  // Pointers go to pointer and window parameters, integers to index, i32 and
-  // i64 ones (range-checked), floats to f32 ones. A name the kernel does not
-  // have, a value of the wrong kind or out of range, or a parameter set twice
-  // is an epjit::Error naming the kernel and the parameter.
+  // Pointers go to pointer parameters, the window table (epjit::Window, by
+  // value) to the window parameter, integers to index, i32 and i64 ones
+  // (range-checked), floats to f32 ones. A name the kernel does not have, a
+  // value of the wrong kind or out of range, or a parameter set twice is an
+  // epjit::Error naming the kernel and the parameter.
+  LaunchArgs& set(std::string_view name, const Window& window) {
+    set_window(name, window);
+    return *this;
+  }
   template <typename T>
   LaunchArgs& set(std::string_view name, T value) {
     if constexpr (std::is_pointer_v<T> || std::is_null_pointer_v<T>) {
@@ -55,11 +61,12 @@ class LaunchArgs {
 
  private:
   struct Value {
-    enum class Kind : uint8_t { Pointer, Unsigned, Signed, Float } kind;
+    enum class Kind : uint8_t { Pointer, Unsigned, Signed, Float, Window } kind;
     void* pointer = nullptr;
     uint64_t unsigned_value = 0;
     int64_t signed_value = 0;
     float float_value = 0;
+    Window window{};
   };
   size_t index_of(std::string_view name) const;
   [[noreturn]] void mismatch(const KernelParam& param, const std::string& given) const;
@@ -67,6 +74,7 @@ class LaunchArgs {
   void set_unsigned(std::string_view name, uint64_t value);
   void set_signed(std::string_view name, int64_t value);
   void set_float(std::string_view name, float value);
+  void set_window(std::string_view name, const Window& window);
   void store(size_t index, Value value);
 
   const Kernel* kernel_;

@@ -26,12 +26,14 @@ ep.window_region @recv_counts : bf16 {
 }
 
 // CHECK-LABEL: emitc.func @kernel
-// CHECK-SAME: (%{{.*}}: !emitc.ptr<ui16>, %{{.*}}: !emitc.ptr<i8>, %{{.*}}: !emitc.ptr<i32>, %{{.*}}: !emitc.ptr<!emitc.opaque<"const epjit::Window">>, %{{.*}}: !emitc.size_t)
+// The window table comes by value (constant/scalar cache); the body takes its address.
+// CHECK-SAME: (%{{.*}}: !emitc.ptr<ui16>, %{{.*}}: !emitc.ptr<i8>, %{{.*}}: !emitc.ptr<i32>, %[[W:.*]]: !emitc.opaque<"EPJIT_WINDOW_PARAM">, %{{.*}}: !emitc.size_t)
 // GFX942-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(128)"]
 // GFX950-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(128)"]
 // GFX1250-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(64)"]
 // SM90-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(64, 1)"]
 // HOST-SAME: specifiers = ["extern \22C\22"]
+// CHECK: call_opaque "epjit::window_address"(%[[W]]) : (!emitc.opaque<"EPJIT_WINDOW_PARAM">) -> !emitc.ptr<!emitc.opaque<"const epjit::Window">>
 // CHECK: call_opaque "epjit::global_warp_index"()
 // CHECK: call_opaque "epjit::peer_ptr"({{.*}}) {template_args = [#emitc.opaque<"uint16_t">, #emitc.opaque<"1">]}
 // CHECK: call_opaque "epjit::warp_atomic_add"({{.*}}) {template_args = [#emitc.opaque<"epjit::Scope::System">, #emitc.opaque<"epjit::Order::AcqRel">]}

@@ -114,11 +114,14 @@ TEST(LaunchArgs, SetsByNameInTheSignaturesOrderAndRefusesWhatDoesNotFit) {
   Kernel kernel;
   kernel.name = "k";
   kernel.signature = &record.kernel("k");
-  int rows = 0, window = 0;
+  int rows = 0;
+  Window window{};
+  window.peer_base[1] = reinterpret_cast<char*>(&rows);
+  window.region_offset[2] = 4096;
   const KernelArgs args = LaunchArgs(kernel)
                               .set("scale", 0.5f)
                               .set("n", size_t(37))
-                              .set("w", &window)
+                              .set("w", window)
                               .set("code", -7)
                               .set("rows", &rows)
                               .set("big", int64_t(1) << 40)
@@ -126,6 +129,11 @@ TEST(LaunchArgs, SetsByNameInTheSignaturesOrderAndRefusesWhatDoesNotFit) {
   ASSERT_EQ(args.size(), 6u);
   EXPECT_EQ(*static_cast<int**>(args.pointers()[0]), &rows);
   EXPECT_EQ(*static_cast<uint64_t*>(args.pointers()[2]), 37u);
+  // The window table travels by value, as the kernels take it.
+  const auto* passed = static_cast<const Window*>(args.pointers()[1]);
+  EXPECT_EQ(args.slot(1).bytes, sizeof(Window));
+  EXPECT_EQ(passed->peer_base[1], reinterpret_cast<char*>(&rows));
+  EXPECT_EQ(passed->region_offset[2], 4096u);
   EXPECT_EQ(*static_cast<int32_t*>(args.pointers()[3]), -7);
   EXPECT_EQ(args.slot(3).bytes, 4u);
   EXPECT_EQ(*static_cast<int64_t*>(args.pointers()[4]), int64_t(1) << 40);
@@ -136,6 +144,10 @@ TEST(LaunchArgs, SetsByNameInTheSignaturesOrderAndRefusesWhatDoesNotFit) {
   EXPECT_NE(errorOf([&] { LaunchArgs(kernel).set("n", &rows); }).find("parameter 'n' is given a pointer"),
             std::string::npos);
   EXPECT_NE(errorOf([&] { LaunchArgs(kernel).set("rows", 5); }).find("parameter 'rows' is given the integer 5"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { LaunchArgs(kernel).set("w", &rows); }).find("parameter 'w' is given a pointer"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { LaunchArgs(kernel).set("rows", window); }).find("parameter 'rows' is given a window table"),
             std::string::npos);
   EXPECT_NE(errorOf([&] { LaunchArgs(kernel).set("n", -1); }).find("parameter 'n' is given the integer -1"),
             std::string::npos);

@@ -60,6 +60,31 @@ void buildHostEntry(OpBuilder& builder, emitc::FuncOp kernel) {
   emitc::ReturnOp::create(builder, loc, Value());
 }
 
+// A kernel takes the window table by value (EPJIT_WINDOW_PARAM, which the
+// prelude defines: a __grid_constant__ parameter on NVIDIA, a kernarg on
+// AMD), so its loads come from the constant/scalar cache, not global memory:
+// a table in global memory cost one dependent L2 round trip before every
+// peer access on the critical path of a small call (acquire loads invalidate
+// L1). The body keeps using a pointer: epjit::window_address(param).
+void takeWindowByValue(OpBuilder& builder, emitc::FuncOp kernel) {
+  MLIRContext* context = builder.getContext();
+  auto pointerType = emitc::PointerType::get(emitc::OpaqueType::get(context, "const epjit::Window"));
+  auto valueType = emitc::OpaqueType::get(context, "EPJIT_WINDOW_PARAM");
+  Block& entry = kernel.getBody().front();
+  SmallVector<Type> inputs(kernel.getArgumentTypes());
+  for (BlockArgument argument : entry.getArguments()) {
+    if (argument.getType() != pointerType) continue;
+    argument.setType(valueType);
+    inputs[argument.getArgNumber()] = valueType;
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&entry);
+    auto address = emitc::CallOpaqueOp::create(builder, kernel.getLoc(), TypeRange{pointerType},
+                                               "epjit::window_address", ValueRange{argument});
+    argument.replaceAllUsesExcept(address.getResult(0), address);
+  }
+  kernel.setFunctionTypeAttr(TypeAttr::get(FunctionType::get(context, inputs, kernel.getResultTypes())));
+}
+
 // ep.kernel -> emitc.func with the converted parameter types; the specifiers
 // (extern "C", __global__, launch bounds) are set once every op is converted.
 struct KernelPattern : OpConversionPattern<ep::KernelOp> {
@@ -158,6 +183,7 @@ struct EpToEmitC : impl::EpToEmitCBase<EpToEmitC> {
     for (const Kernel& kernel : kernels) {
       auto func = module.lookupSymbol<emitc::FuncOp>(kernel.name);
       func.setSpecifiersAttr(kernelSpecifiers(builder, *target, kernel));
+      takeWindowByValue(builder, func);
       if (target->is_host()) {
         builder.setInsertionPointAfter(func);
         buildHostEntry(builder, func);

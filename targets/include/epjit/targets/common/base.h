@@ -15,6 +15,15 @@
 #endif
 #define EPJIT_HD EPJIT_HOST_DEVICE inline
 
+// How a kernel takes the window table: by value, so its reads hit the
+// constant (NVIDIA: a __grid_constant__ parameter, whose address may be taken
+// without a copy) or scalar (AMD: the kernarg segment) cache.
+#if defined(__NVCC__) || defined(__CUDACC_RTC__)
+#define EPJIT_WINDOW_PARAM const __grid_constant__ epjit::Window
+#else
+#define EPJIT_WINDOW_PARAM const epjit::Window
+#endif
+
 // One explicit fused multiply-add (NVRTC has no __builtin_fmaf).
 #if defined(__NVCC__) || defined(__CUDACC_RTC__)
 #define EPJIT_FMAF(a, b, c) __fmaf_rn(a, b, c)
@@ -74,6 +83,9 @@ EPJIT_HD bool lane_wait_until(T* flag, T value, int32_t* error, int32_t code, in
     }
   }
 }
+
+// The kernel's window parameter, for the helpers that take a pointer.
+EPJIT_HD const Window* window_address(const Window& window) { return &window; }
 
 template <typename T, int Region>
 EPJIT_HD T* peer_ptr(const Window* window, size_t rank, size_t offset) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 
 #include "epjit/targets/common/chunks.h"
 
@@ -34,7 +35,7 @@ inline void enter(const WarpContext* warp) { current_warp = *warp; }
 // Argument i of a launch, from the array of pointers to argument values.
 template <typename T>
 inline T arg(void** args, int index) {
-  T value;
+  std::remove_const_t<T> value;
   std::memcpy(&value, args[index], sizeof(T));
   return value;
 }
