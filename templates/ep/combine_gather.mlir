@@ -11,19 +11,20 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
                              %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                              %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
                              %staged: index, %w: !ep.window) warps_per_block(4) {
+  // The epoch and the received count are read before the stopped check, all three loads in flight at once.
+  %c0 = arith.constant 0 : index
+  %epoch_word = ep.constant_value @state_epoch : index
+  %total_word = ep.constant_value @state_total_recv : index
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %epoch = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
+  %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
   scf.if %answered {
-    %c0 = arith.constant 0 : index
     %hidden = ep.param_value @hidden : index
     %topk = ep.param_value @topk : index
-    %epoch_word = ep.constant_value @state_epoch : index
-    %total_word = ep.constant_value @state_total_recv : index
     %arrivals = ep.constant_value @state_combine_arrivals : index
     %combine_meeting = ep.constant_value @meeting_combine : index
     %weighted = arith.cmpi ne, %has_weights, %c0 : index
-    %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
-    %epoch = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
-    %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
     %total = arith.index_cast %total_i32 : i32 to index
     %first = ep.global_warp_index : index
     %stride = ep.global_warp_count : index

@@ -172,15 +172,18 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
 ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                        %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index, %rank: index,
                        %replay: index, %w: !ep.window) warps_per_block(4) {
+  // The epoch is read before the stopped check so both loads are in flight at once.
+  %c0 = arith.constant 0 : index
+  %one = arith.constant 1 : i32
+  %epoch_word = ep.constant_value @state_epoch : index
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %previous = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
   scf.if %answered {
-    %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
     %c2 = arith.constant 2 : index
-    %one = arith.constant 1 : i32
     %zero = arith.constant 0 : i32
     %none = arith.constant -1 : i32
-    %epoch_word = ep.constant_value @state_epoch : index
     %arrivals = ep.constant_value @state_dispatch_arrivals : index
     %total_word = ep.constant_value @state_total_recv : index
     %error_word = ep.constant_value @state_error : index
@@ -198,8 +201,6 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
     %max_tokens = ep.param_value @max_tokens : index
     %capacity = ep.param_value @capacity : index
     %replaying = arith.cmpi ne, %replay, %c0 : index
-    %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
-    %previous = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
     %epoch = arith.addi %previous, %one : i32
     %rank_i32 = arith.index_cast %rank : index to i32
     %max_tokens_i32 = arith.index_cast %max_tokens : index to i32
@@ -330,16 +331,18 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
     %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %dispatch_meeting) : (!ep.window, index, i32, index, index) -> i1
     scf.if %last {
       func.call @poll_all(%w, %rank, %epoch, %dispatch_meeting) : (!ep.window, index, i32, index) -> ()
-      func.call @stop_after_timeout(%w, %rank) : (!ep.window, index) -> ()
+      // The received count, counted or recorded, read with the error word in
+      // one round: the flags' acquire already ordered every sender's
+      // increment before these loads, so they need no acquire of their own.
       %total_at = arith.muli %max_tokens, %topk : index
-      %received = scf.if %replaying -> (i32) {
-        %recorded = ep.load %route[%total_at] : !ep.ptr<i32>
-        scf.yield %recorded : i32
-      } else {
-        %counted = ep.atomic_load %state[%counter_word] scope(system) order(acquire) : !ep.ptr<i32>
+      %counted = ep.atomic_load %state[%counter_word] scope(system) order(relaxed) : !ep.ptr<i32>
+      %recorded = ep.load %route[%total_at] : !ep.ptr<i32>
+      func.call @stop_after_timeout(%w, %rank) : (!ep.window, index) -> ()
+      %received = arith.select %replaying, %recorded, %counted : i32
+      %counting = arith.xori %replaying, %true : i1
+      scf.if %counting {
         ep.atomic_store %zero, %state[%counter_word] scope(system) order(relaxed) : !ep.ptr<i32>
         ep.store %counted, %route[%total_at] : !ep.ptr<i32>
-        scf.yield %counted : i32
       }
       // More than capacity arrived only with error 2 set; the rows that fit are valid.
       %overflow = arith.cmpi sgt, %received, %capacity_i32 : i32
