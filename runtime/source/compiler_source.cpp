@@ -74,15 +74,20 @@ std::vector<std::string> candidates() {
     paths.push_back(explicit_path);
     return paths;
   }
+  // Beside the library this code is in (libepjit.so of an install), then
+  // beside or below the executable (the tools, a program linking the static runtime).
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<const void*>(&candidates), &self) != 0 && self.dli_fname) {
+    const fs::path library = fs::path(self.dli_fname);
+    if (library.filename().string().starts_with("libepjit"))
+      paths.push_back((library.parent_path() / "libepjit_kernel_source.so").string());
+  }
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     paths.push_back((exe.parent_path() / "../lib/libepjit_kernel_source.so").lexically_normal().string());
     paths.push_back((exe.parent_path() / "libepjit_kernel_source.so").string());
   }
-#ifdef EPJIT_BUILD_KERNEL_SOURCE_LIBRARY
-  paths.push_back(EPJIT_BUILD_KERNEL_SOURCE_LIBRARY);
-#endif
   return paths;
 }
 
