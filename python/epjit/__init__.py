@@ -90,6 +90,32 @@ class Communicator:
         native = _epjit.Communicator.init(world_size, rank, bytes(unique_id), device, device_ordinal, timeout_seconds)
         return Communicator(native, target)
 
+    @staticmethod
+    def from_process_group(group=None, target=None, device=None, device_ordinal=-1, timeout_seconds=0.0):
+        """Joins the ranks of a torch.distributed process group (gloo or nccl; None:
+        the default group): rank and world size are the group's, and the unique id
+        travels over the group from its rank 0. Collective over the group; the other
+        arguments are init()'s. With an nccl group, set torch's current CUDA device
+        first (torch.cuda.set_device), as torch.distributed asks."""
+        try:
+            import torch.distributed as dist
+        except ImportError as error:
+            raise Error(f"from_process_group needs torch.distributed ({error}); fix: install torch, or use "
+                        "Communicator.init with a unique id you distribute") from None
+        if not dist.is_available() or not dist.is_initialized():
+            raise Error("from_process_group: torch.distributed has no initialized process group (expected "
+                        "init_process_group to have run); fix: call torch.distributed.init_process_group first")
+        rank = dist.get_rank(group)
+        if rank < 0:
+            raise Error("from_process_group: this process is not a member of the group (expected a group that "
+                        "holds it); fix: call it on the group's ranks only")
+        world_size = dist.get_world_size(group)
+        source = 0 if group is None else dist.get_global_rank(group, 0)
+        box = [bytes(Communicator.get_unique_id()) if rank == 0 else None]
+        dist.broadcast_object_list(box, src=source, group=group)
+        return Communicator.init(world_size, rank, box[0], target=target, device=device,
+                                 device_ordinal=device_ordinal, timeout_seconds=timeout_seconds)
+
     rank = property(lambda self: self._native.rank)
     world_size = property(lambda self: self._native.world_size)
     device = property(lambda self: self._native.device)

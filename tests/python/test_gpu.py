@@ -1,8 +1,9 @@
 """The Python op with torch CUDA tensors, one process per GPU (world = the GPUs
 present, at most 2): the identity-expert check for gather and scatter on
-torch's current stream, and dispatch->combine captured in one
-torch.cuda.CUDAGraph, replayed with fresh inputs. Skipped without torch or a
-GPU. `python test_gpu.py --warm DIR` builds the sm90 kernels these tests use
+torch's current stream, dispatch->combine captured in one torch.cuda.CUDAGraph
+and replayed with fresh inputs, and communicators made from torch.distributed
+groups (gloo and nccl). Skipped without torch or a GPU.
+`python test_gpu.py --warm DIR` builds the sm90 kernels these tests use
 into DIR (on a machine without a GPU; NVRTC needs none).
 """
 import os
@@ -121,6 +122,67 @@ def test_torch_cuda_identity_and_graph():
     for p in ranks:
         p.join(timeout=60)
     assert [r for r in results if r] == []
+
+
+def group_rank_main(backend, world, rank, port, failures):
+    """One rank of a torch.distributed group: the epjit communicator comes from
+    the group, then one identity-expert round trip on the GPU."""
+    import torch
+    import torch.distributed as dist
+    try:
+        torch.cuda.set_device(rank)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        comm = epjit.Communicator.from_process_group(target="sm90", device_ordinal=rank)
+        if (comm.rank, comm.world_size) != (rank, world):
+            raise AssertionError(f"from_process_group gave rank {comm.rank} of {comm.world_size}")
+        with epjit.EpDispatchCombineOp(make_config(world, rank, "gather"), comm) as op:
+            x, w, idx = inputs(torch, world, rank, 37 - rank, 400)
+            recv, recv_w, _, _, total = op.dispatch(x, w, None, idx)
+            n = int(total.item())
+            expert = op.combine_input()
+            expert[:n] = recv[:n]
+            out, _ = op.combine(expert, recv_w)
+            torch.cuda.synchronize()
+            if not torch.equal(out.view(torch.int16), identity_expected(torch, x, idx).view(torch.int16)):
+                raise AssertionError(f"{backend} group: combine(dispatch(x)) != U * x")
+            comm.barrier()
+        comm.destroy()
+        dist.destroy_process_group()
+    except Exception as error:  # reported by the test
+        failures.put(f"rank {rank} ({backend}): {type(error).__name__}: {error}")
+        return
+    failures.put("")
+
+
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_communicator_from_process_group(backend):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    import multiprocessing
+    import socket
+    world = min(torch.cuda.device_count(), 2)
+    with socket.socket() as probe:  # a free port for the group's TCP store
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    context = multiprocessing.get_context("spawn")
+    failures = context.Queue()
+    ranks = [context.Process(target=group_rank_main, args=(backend, world, r, port, failures)) for r in range(world)]
+    for p in ranks:
+        p.start()
+    results = [failures.get(timeout=600) for _ in ranks]
+    for p in ranks:
+        p.join(timeout=60)
+    assert [r for r in results if r] == []
+
+
+def test_from_process_group_needs_an_initialized_group():
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        pytest.skip("a process group is already initialized here")
+    with pytest.raises(epjit.Error, match="init_process_group"):
+        epjit.Communicator.from_process_group()
 
 
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--warm":
