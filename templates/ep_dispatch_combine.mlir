@@ -7,6 +7,7 @@
 //   ep/combine_gather   ep_combine_gather
 //   ep/combine_scatter  ep_combine_scatter
 //   ep/std_moe          ep_std_moe_pack, ep_std_moe_unpack
+//   ep/counts           ep_count_experts (received tokens per local expert, on the device)
 //
 // Every rank runs the same kernels on its own stream; ranks meet only through
 // the symmetric window, with system-scope atomics and bounded waits. What the
@@ -16,3 +17,4 @@ ep.include "ep/dispatch"
 ep.include "ep/combine_gather"
 ep.include "ep/combine_scatter"
 ep.include "ep/std_moe"
+ep.include "ep/counts"

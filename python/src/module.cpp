@@ -313,6 +313,10 @@ NB_MODULE(_epjit, m) {
             return nb::make_tuple(view(r.tokens, *self.comm, self_handle), view(r.weights, *self.comm, self_handle));
           },
           "input"_a, "weights"_a.none() = nb::none())
+      .def("local_expert_counts_device", [](nb::handle self_handle) {
+        PyOp& self = nb::cast<PyOp&>(self_handle);
+        return view(self.op->local_expert_counts_device(), *self.comm, self_handle);
+      })
       .def("combine_input", [](nb::handle self_handle) {
         PyOp& self = nb::cast<PyOp&>(self_handle);
         return view(self.op->combine_input(), *self.comm, self_handle);

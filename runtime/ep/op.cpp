@@ -156,6 +156,7 @@ struct EpDispatchCombineOp::Impl {
   void* moe_counts = nullptr;
   void* moe_sources = nullptr;
   void* moe_combine_in = nullptr;
+  void* expert_counts = nullptr;  // local_expert_counts_device()'s output
 
   double fetch_seconds = 0;
   int32_t peer_timeout_ms = 0;  // resolved once (config, else EPJIT_PEER_TIMEOUT_S, else 30 s)
@@ -299,6 +300,7 @@ struct EpDispatchCombineOp::Impl {
     const size_t max_tokens = size_t(config.max_num_inp_token_per_rank);
     out_tokens = allocate_zeroed(max_tokens * config.combine_token_bytes());
     out_weights = allocate_zeroed(max_tokens * size_t(config.num_experts_per_token) * 4);
+    expert_counts = allocate_zeroed(size_t(config.num_experts_per_rank) * 4);
     if (config.enable_std_moe) {
       const size_t rows = size_t(config.num_experts_per_rank) * size_t(config.world_size) * max_tokens;
       moe_tokens = allocate_zeroed(rows * size_t(config.hidden_dim) * 2);
@@ -326,7 +328,7 @@ struct EpDispatchCombineOp::Impl {
       log().warn("EpDispatchCombineOp: synchronize before release failed: {}", error.what());
     }
     for (void* pointer : {route, out_tokens, out_weights, moe_tokens, moe_counts, moe_sources,
-                          moe_combine_in})
+                          moe_combine_in, expert_counts})
       if (pointer) device.release(pointer);
     module.reset();
     arena.reset();
@@ -575,6 +577,22 @@ std::vector<int> EpDispatchCombineOp::local_expert_counts() {
     }
   }
   return counts;
+}
+
+TensorRef EpDispatchCombineOp::local_expert_counts_device() {
+  Impl& op = *impl_;
+  op.require_open("local_expert_counts_device");
+  // One block: the kernel clears the counts, then counts, with a block barrier between.
+  const Kernel& kernel = *op.kernels.count_experts;
+  const ScheduleEntry geometry = op.geometry_for(op.config.max_num_inp_token_per_rank);
+  op.device.launch(kernel, {1, uint32_t(geometry.combine_warps)},
+                   LaunchArgs(kernel)
+                       .set("counts", op.expert_counts)
+                       .set("rank", op.config.rank)
+                       .set("w", op.window_table)
+                       .build(),
+                   *op.stream);
+  return {op.expert_counts, DType::I32, {op.config.num_experts_per_rank}};
 }
 
 TensorRef EpDispatchCombineOp::combine_input() {

@@ -14,6 +14,7 @@ EpKernels EpKernels::bind(const KernelModule& module) {
   kernels.combine_scatter = &module.kernel("ep_combine_scatter");
   kernels.std_moe_pack = &module.kernel("ep_std_moe_pack");
   kernels.std_moe_unpack = &module.kernel("ep_std_moe_unpack");
+  kernels.count_experts = &module.kernel("ep_count_experts");
   return kernels;
 }
 

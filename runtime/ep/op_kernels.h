@@ -19,6 +19,7 @@ struct EpKernels {
   const Kernel* combine_scatter = nullptr;
   const Kernel* std_moe_pack = nullptr;
   const Kernel* std_moe_unpack = nullptr;
+  const Kernel* count_experts = nullptr;
 
   static EpKernels bind(const KernelModule& module);
 };

@@ -317,6 +317,30 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
     device.copy_to_host(indices_out.data(), result.indices.data, indices_out.size() * 4);
     device.copy_to_host(origins.data(), result.origins.data, origins.size() * 4);
     if (scale_bytes) device.copy_to_host(scales_out.data(), result.scales.data, scales_out.size());
+    // Received tokens per local expert, on the host and on the device (its
+    // output poisoned first, so a count the kernel leaves unwritten shows).
+    {
+      const int epr = config.num_experts_per_rank;
+      std::vector<int> want(size_t(epr), 0);
+      for (const auto& token : expected)
+        for (size_t j = 0; j < token.indices.size(); ++j) {
+          const int32_t e = token.indices[j];
+          if (e < 0 || e >= c.world * epr || e / epr != rank ||
+              std::find(token.indices.begin(), token.indices.begin() + long(j), e) != token.indices.begin() + long(j))
+            continue;
+          want[size_t(e % epr)]++;
+        }
+      if (op.local_expert_counts() != want) failures.add("call ", call, ": local_expert_counts() differs");
+      const TensorRef counts = op.local_expert_counts_device();
+      op.stream().synchronize();
+      const std::vector<int32_t> poison_counts(size_t(epr), 0x7f7f7f7f);
+      device.copy_to_device(counts.data, poison_counts.data(), size_t(epr) * 4);
+      op.local_expert_counts_device();
+      op.stream().synchronize();
+      std::vector<int32_t> got(static_cast<size_t>(epr));
+      device.copy_to_host(got.data(), counts.data, got.size() * 4);
+      if (std::vector<int>(got.begin(), got.end()) != want) failures.add("call ", call, ": local_expert_counts_device() differs");
+    }
     std::map<std::pair<int, int>, size_t> where;  // (source rank, token) -> expected index
     for (size_t i = 0; i < expected.size(); ++i) where[{expected[i].source_rank, expected[i].source_token}] = i;
     std::vector<int> expected_row_of(size_t(std::max(total, 0)), -1);

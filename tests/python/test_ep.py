@@ -64,6 +64,16 @@ def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results, maske
                 tokens_out, w_out, _, idx_out, total = op.dispatch(x, w, None, idx)
                 op.synchronize()
                 received = int(total[0])
+                # Per local expert, the received tokens naming it (once each), host and device.
+                want_counts = [0] * EPR
+                for row in np.asarray(idx_out[:received]):
+                    for e in set(int(v) for v in row):
+                        if e >= 0 and e // EPR == rank:
+                            want_counts[e % EPR] += 1
+                assert op.local_expert_counts() == want_counts
+                on_device = op.local_expert_counts(on_device=True)
+                op.synchronize()
+                assert on_device.dtype == np.int32 and on_device.tolist() == want_counts
                 expert = op.combine_input() if mode == "gather" else np.zeros_like(tokens_out)
                 expert[:received] = tokens_out[:received]  # identity experts
                 out, out_w = op.combine(expert, w_out)

@@ -2,7 +2,8 @@
 present, at most 2): the identity-expert check for gather and scatter on
 torch's current stream, dispatch->combine captured in one torch.cuda.CUDAGraph
 and replayed with fresh inputs, and communicators made from torch.distributed
-groups (gloo and nccl). Skipped without torch or a GPU.
+groups (gloo and nccl) with the expert counts on the device. Skipped without
+torch or a GPU.
 `python test_gpu.py --warm DIR` builds the sm90 kernels these tests use
 into DIR (on a machine without a GPU; NVRTC needs none).
 """
@@ -138,7 +139,10 @@ def group_rank_main(backend, world, rank, port, failures):
         with epjit.EpDispatchCombineOp(make_config(world, rank, "gather"), comm) as op:
             x, w, idx = inputs(torch, world, rank, 37 - rank, 400)
             recv, recv_w, _, _, total = op.dispatch(x, w, None, idx)
+            counts = op.local_expert_counts(on_device=True)  # on torch's stream, no synchronization
             n = int(total.item())
+            if not counts.is_cuda or counts.dtype != torch.int32 or counts.tolist() != op.local_expert_counts():
+                raise AssertionError(f"device expert counts {counts} != {op.local_expert_counts()}")
             expert = op.combine_input()
             expert[:n] = recv[:n]
             out, _ = op.combine(expert, recv_w)

@@ -130,6 +130,10 @@ class EpDispatchCombineOp {
   // Tokens each local expert receives in the last dispatch, counted on the
   // host from that dispatch's indices: synchronizes the stream.
   std::vector<int> local_expert_counts();
+  // The same counts computed on the device into [num_experts_per_rank] i32 of
+  // the op's memory, enqueued on the op's stream (no synchronization): for
+  // grouped GEMMs that read them on the GPU. Valid until the next call of it.
+  TensorRef local_expert_counts_device();
 
   std::unique_ptr<Routing> make_routing();
   // Synchronizes the op's stream and throws epjit::Error when a kernel
