@@ -107,22 +107,28 @@ def rank_main(world, rank, uid, failures):
     failures.put("")
 
 
-def test_torch_cuda_identity_and_graph():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
+def run_ranks(world, main, args_of):
+    """Runs main(*args_of(rank), failures) in a spawned process per rank; each
+    puts "" or what went wrong on the queue."""
     import multiprocessing
-    world = min(torch.cuda.device_count(), 2)
     context = multiprocessing.get_context("spawn")
-    uid = epjit.Communicator.get_unique_id()
     failures = context.Queue()
-    ranks = [context.Process(target=rank_main, args=(world, r, uid, failures)) for r in range(world)]
+    ranks = [context.Process(target=main, args=(*args_of(r), failures)) for r in range(world)]
     for p in ranks:
         p.start()
     results = [failures.get(timeout=600) for _ in ranks]
     for p in ranks:
         p.join(timeout=60)
     assert [r for r in results if r] == []
+
+
+def test_torch_cuda_identity_and_graph():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    world = min(torch.cuda.device_count(), 2)
+    uid = epjit.Communicator.get_unique_id()
+    run_ranks(world, rank_main, lambda rank: (world, rank, uid))
 
 
 def group_rank_main(backend, world, rank, port, failures):
@@ -163,21 +169,12 @@ def test_communicator_from_process_group(backend):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    import multiprocessing
     import socket
     world = min(torch.cuda.device_count(), 2)
     with socket.socket() as probe:  # a free port for the group's TCP store
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    context = multiprocessing.get_context("spawn")
-    failures = context.Queue()
-    ranks = [context.Process(target=group_rank_main, args=(backend, world, r, port, failures)) for r in range(world)]
-    for p in ranks:
-        p.start()
-    results = [failures.get(timeout=600) for _ in ranks]
-    for p in ranks:
-        p.join(timeout=60)
-    assert [r for r in results if r] == []
+    run_ranks(world, group_rank_main, lambda rank: (backend, world, rank, port))
 
 
 def test_from_process_group_needs_an_initialized_group():
