@@ -285,6 +285,7 @@ class EpDispatchCombineOp:
                                 record, routing)
         result = (self._wrap_payload(out[0], self.config_dispatch_type), self._wrap(out[1]), self._wrap(out[2]),
                   self._wrap(out[3]), self._wrap(out[4]))
+        self._origins = out[5]
         return result + (record,) if return_routing else result
 
     def combine(self, input, weights=None, indices=None, *, routing=None, stream=None):
@@ -294,6 +295,29 @@ class EpDispatchCombineOp:
         out = self._op.combine(_to_native(input, self.target, self._fp8), weights)
         bf16 = self.config_combine_type == "bf16"
         return self._wrap(out[0], bf16), self._wrap(out[1])
+
+    def received_origins(self):
+        """[capacity, 2] int32 for the last dispatch: per received row, its source
+        rank * max_num_inp_token_per_rank + source token, and its ordinal among that
+        token's destinations (MORI's disp_tok_id_to_src_tok_id / get_dispatch_src_token_pos)."""
+        if getattr(self, "_origins", None) is None:
+            raise Error("received_origins() before any dispatch (expected a dispatch first); fix: call dispatch()")
+        return self._wrap(self._origins)
+
+    def std_moe_pack(self):
+        """Standard MoE, after dispatch: (tokens [experts_per_rank, world * max_tokens,
+        hidden] bf16, counts [experts_per_rank] int32, sources [experts_per_rank, world *
+        max_tokens] int32): each received token once per local expert it names, packed
+        per expert in arrival order, with its receive row. Needs enable_std_moe."""
+        out = self._op.std_moe_pack()
+        return self._wrap(out[0], True), self._wrap(out[1]), self._wrap(out[2])
+
+    def std_moe_combine(self, expert_out, weights=None):
+        """Standard MoE, back: expert_out in std_moe_pack's layout (bf16) is summed per
+        received token (its local experts in top-k order, in f32, rounded once), then
+        combined as combine() would; returns (out, out_weights or None)."""
+        out = self._op.std_moe_combine(_to_native(expert_out, self.target, self._fp8), weights)
+        return self._wrap(out[0], self.config_combine_type == "bf16"), self._wrap(out[1])
 
     def combine_input(self):
         """Gather combine: write expert outputs here to skip combine's staging copy."""

@@ -313,6 +313,36 @@ NB_MODULE(_epjit, m) {
             return nb::make_tuple(view(r.tokens, *self.comm, self_handle), view(r.weights, *self.comm, self_handle));
           },
           "input"_a, "weights"_a.none() = nb::none())
+      .def("std_moe_pack",
+           [](nb::handle self_handle) {
+             PyOp& self = nb::cast<PyOp&>(self_handle);
+             StdMoeResult r;
+             {
+               nb::gil_scoped_release release;
+               r = self.op->std_moe_pack();
+             }
+             return nb::make_tuple(view(r.tokens, *self.comm, self_handle), view(r.counts, *self.comm, self_handle),
+                                   view(r.sources, *self.comm, self_handle));
+           })
+      .def(
+          "std_moe_combine",
+          [](nb::handle self_handle, nb::ndarray<> expert_out, std::optional<nb::ndarray<>> weights) {
+            PyOp& self = nb::cast<PyOp&>(self_handle);
+            const TensorRef out = tensor_of(expert_out, "expert_out", *self.comm, DType::BF16);
+            std::optional<TensorRef> w;
+            if (weights) w = tensor_of(*weights, "weights", *self.comm, DType::F32);
+            CombineResult r;
+            self.drop_passed();
+            {
+              nb::gil_scoped_release release;
+              r = self.op->std_moe_combine(out, w);
+            }
+            std::vector<nb::ndarray<>> inputs{expert_out};
+            if (weights) inputs.push_back(*weights);
+            self.hold(std::move(inputs));
+            return nb::make_tuple(view(r.tokens, *self.comm, self_handle), view(r.weights, *self.comm, self_handle));
+          },
+          "expert_out"_a, "weights"_a.none() = nb::none())
       .def("local_expert_counts_device", [](nb::handle self_handle) {
         PyOp& self = nb::cast<PyOp&>(self_handle);
         return view(self.op->local_expert_counts_device(), *self.comm, self_handle);

@@ -123,6 +123,71 @@ def _process_rank(world, rank, uid, queue):
     queue.put(results[rank])
 
 
+def std_moe_rank(world, rank, uid, results):
+    """std-MoE from Python with identity experts: every received token once per
+    local expert, summed back per rank (rounded once), then over ranks; and the
+    received rows' origins name the rows they are."""
+    try:
+        comm = epjit.Communicator.init(world, rank, uid, target="host")
+        config = epjit.EpDispatchCombineConfig(
+            rank=rank, world_size=world, hidden_dim=HIDDEN, max_num_inp_token_per_rank=MAX_TOKENS,
+            num_experts_per_rank=EPR, num_experts_per_token=TOPK, data_type="bf16", enable_std_moe=True)
+        with epjit.EpDispatchCombineOp(config, comm) as op:
+            for call, tokens in enumerate([MAX_TOKENS, 5, 0, 11]):
+                n = max(0, tokens - rank % 2)
+                x, w, idx = make_inputs(rank, world, n, "bf16", seed=40 + call)
+                recv, recv_w, _, recv_idx, total = op.dispatch(x, w, None, idx)
+                origins = op.received_origins()
+                packed, counts, sources = op.std_moe_pack()
+                op.synchronize()
+                received = int(total[0])
+                for i in range(received):  # each received row is its origin's token
+                    source, token = divmod(int(origins[i, 0]), MAX_TOKENS)
+                    sx, _, _ = make_inputs(source, world, max(0, tokens - source % 2), "bf16", seed=40 + call)
+                    np.testing.assert_array_equal(np.asarray(recv[i]).view(np.uint16), sx[token].view(np.uint16))
+                locals_of = [sorted({int(e) % EPR for e in recv_idx[i] if e // EPR == rank}) for i in range(received)]
+                assert np.asarray(counts).tolist() == [sum(e in l for l in locals_of) for e in range(EPR)]
+                for e in range(EPR):
+                    rows = np.asarray(sources[e, :int(counts[e])])
+                    assert sorted(rows.tolist()) == [i for i in range(received) if e in locals_of[i]]
+                    np.testing.assert_array_equal(np.asarray(packed[e, :int(counts[e])]).view(np.uint16),
+                                                  np.asarray(recv[rows]).view(np.uint16))
+                out, _ = op.std_moe_combine(packed, recv_w)  # identity experts: packed rows as outputs
+                op.check()
+                want = np.empty((n, HIDDEN), dtype=np.float32)
+                for t in range(n):
+                    per_rank = {}
+                    for e in idx[t]:
+                        per_rank.setdefault(int(e) // EPR, set()).add(int(e))
+                    acc = None
+                    for r in dict.fromkeys(int(e) // EPR for e in idx[t]):  # first-appearance order
+                        c = x[t].astype(np.float32)
+                        s = c.copy()
+                        for _ in range(len(per_rank[r]) - 1):
+                            s = (s + c).astype(np.float32)
+                        s = s.astype(ml_dtypes.bfloat16).astype(np.float32)
+                        acc = s if acc is None else (acc + s).astype(np.float32)
+                    want[t] = acc
+                np.testing.assert_array_equal(np.asarray(out).view(np.uint16),
+                                              want.astype(ml_dtypes.bfloat16).view(np.uint16))
+        comm.destroy()
+        results[rank] = None
+    except Exception as error:  # reported by the test
+        results[rank] = f"rank {rank}: {type(error).__name__}: {error}"
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_std_moe_and_origins_from_python(world):
+    uid = epjit.Communicator.get_unique_id()
+    results = [None] * world
+    threads = [threading.Thread(target=std_moe_rank, args=(world, r, uid, results)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert [r for r in results if r] == []
+
+
 def test_identity_experts_on_processes():
     context = multiprocessing.get_context("spawn")
     uid = epjit.Communicator.get_unique_id()
