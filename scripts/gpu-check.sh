@@ -63,9 +63,13 @@ for warps in 8 16; do
   "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes --world 2 "${ds[@]}" \
     --dtype bf16 --tokens 1,128,4096,8192 --dispatch-warps $warps --combine-warps $warps --cache-dir "$out/warm"
 done
-# The Python GPU test's kernels.
+# The Python GPU test's kernels, and examples/moe_layer.py's (EP2, DeepSeek-V3's MoE).
 EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/$build/lib/libepjit_kernel_source.so" PYTHONPATH="$build/python" \
   .venv/bin/python tests/python/test_gpu.py --warm "$PWD/$out/warm" > "$out/warm-python.log"
+EPJIT_CACHE_DIR="$PWD/$out/warm" EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/$build/lib/libepjit_kernel_source.so" \
+  PYTHONPATH="$build/python:examples" .venv/bin/python -c "import epjit, moe_layer
+print(epjit.cache.warm_op(moe_layer.config_for(moe_layer.Shape(2, 7168, 2048, 256, 8, 4096), 0, 'sm90')))" \
+  >> "$out/warm-python.log"
 "$build/bin/epjit-warm" "$out/manifest.json" --cache-dir "$out/warm" --export "$out/sm90.bundle" --json
 rm -rf "$out/warm"
 for tool in gpu_templates_test gpu_ep_test epjit-bench epjit-warm epjit-cache; do
@@ -137,6 +141,11 @@ if [[ ${PY:-1} == 1 ]]; then
      -DEPJIT_TEST_PYTHON="$py" > "$logs/py-configure.log" 2>&1 && ninja -C /tmp/epjit-py _epjit > "$logs/py-build.log" 2>&1)
   echo "python module build exit $?"; tail -3 "$logs/py-build.log"
   (cd ../tests/python && PYTHONPATH=/tmp/epjit-py/python timeout 300 "$py" -m pytest -q -p no:cacheprovider test_gpu.py 2>&1 | tail -15 | tee "$logs/pytest-gpu.log")
+  # MOE=1: examples/moe_layer.py against all_to_all_single over NCCL, 2 GPUs.
+  if [[ ${MOE:-0} == 1 ]]; then
+    (cd ../examples && PYTHONPATH=/tmp/epjit-py/python timeout 400 "$py" -m torch.distributed.run --nproc-per-node 2 \
+       moe_layer.py --torch --tokens 128,4096 --json "$logs/moe-layer.json" 2>&1 | tail -20 | tee "$logs/moe-layer.log")
+  fi
 fi
 [[ ${PY_ONLY:-0} == 1 ]] && exit 0
 timeout 60 ./gpu_templates_test 2>&1 | tail -5 | tee "$logs/gpu_templates_test.log"
