@@ -159,6 +159,26 @@ struct PyOp {
   void drop_passed(bool synchronized = false) {
     while (!held.empty() && (synchronized || held.front().passed->completed())) held.pop_front();
   }
+  // A combine-like call: `input` (as `name`, of `dtype`) and optional f32
+  // weights in, run without the GIL, held until the stream has read them;
+  // returns (tokens, weights) views owned by `self_handle`.
+  template <typename Call>
+  nb::tuple combine_call(nb::handle self_handle, nb::ndarray<> input, const char* name, DType dtype,
+                         std::optional<nb::ndarray<>> weights, Call&& call) {
+    const TensorRef in = tensor_of(input, name, *comm, dtype);
+    std::optional<TensorRef> w;
+    if (weights) w = tensor_of(*weights, "weights", *comm, DType::F32);
+    CombineResult r;
+    drop_passed();
+    {
+      nb::gil_scoped_release release;
+      r = call(in, w);
+    }
+    std::vector<nb::ndarray<>> inputs{input};
+    if (weights) inputs.push_back(*weights);
+    hold(std::move(inputs));
+    return nb::make_tuple(view(r.tokens, *comm, self_handle), view(r.weights, *comm, self_handle));
+  }
   // Runs a call that synchronizes the stream without the GIL, then drops
   // every held input (the stream has passed them, whether or not it throws).
   template <typename Body>
@@ -297,20 +317,11 @@ NB_MODULE(_epjit, m) {
           [](nb::handle self_handle, nb::ndarray<> input, std::optional<nb::ndarray<>> weights) {
             PyOp& self = nb::cast<PyOp&>(self_handle);
             const EpDispatchCombineConfig& config = self.op->config();
-            const TensorRef in = tensor_of(input, "input", *self.comm,
-                                           tensor_type_of(config.combine_type(), config.target_info()));
-            std::optional<TensorRef> w;
-            if (weights) w = tensor_of(*weights, "weights", *self.comm, DType::F32);
-            CombineResult r;
-            self.drop_passed();
-            {
-              nb::gil_scoped_release release;
-              r = self.op->combine(in, w);
-            }
-            std::vector<nb::ndarray<>> inputs{input};
-            if (weights) inputs.push_back(*weights);
-            self.hold(std::move(inputs));
-            return nb::make_tuple(view(r.tokens, *self.comm, self_handle), view(r.weights, *self.comm, self_handle));
+            return self.combine_call(self_handle, input, "input",
+                                     tensor_type_of(config.combine_type(), config.target_info()), weights,
+                                     [&](const TensorRef& in, const std::optional<TensorRef>& w) {
+                                       return self.op->combine(in, w);
+                                     });
           },
           "input"_a, "weights"_a.none() = nb::none())
       .def("std_moe_pack",
@@ -328,19 +339,10 @@ NB_MODULE(_epjit, m) {
           "std_moe_combine",
           [](nb::handle self_handle, nb::ndarray<> expert_out, std::optional<nb::ndarray<>> weights) {
             PyOp& self = nb::cast<PyOp&>(self_handle);
-            const TensorRef out = tensor_of(expert_out, "expert_out", *self.comm, DType::BF16);
-            std::optional<TensorRef> w;
-            if (weights) w = tensor_of(*weights, "weights", *self.comm, DType::F32);
-            CombineResult r;
-            self.drop_passed();
-            {
-              nb::gil_scoped_release release;
-              r = self.op->std_moe_combine(out, w);
-            }
-            std::vector<nb::ndarray<>> inputs{expert_out};
-            if (weights) inputs.push_back(*weights);
-            self.hold(std::move(inputs));
-            return nb::make_tuple(view(r.tokens, *self.comm, self_handle), view(r.weights, *self.comm, self_handle));
+            return self.combine_call(self_handle, expert_out, "expert_out", DType::BF16, weights,
+                                     [&](const TensorRef& out, const std::optional<TensorRef>& w) {
+                                       return self.op->std_moe_combine(out, w);
+                                     });
           },
           "expert_out"_a, "weights"_a.none() = nb::none())
       .def("local_expert_counts_device", [](nb::handle self_handle) {

@@ -86,7 +86,7 @@ void takeWindowByValue(OpBuilder& builder, emitc::FuncOp kernel) {
 }
 
 // ep.kernel -> emitc.func with the converted parameter types; the specifiers
-// (extern "C", __global__, launch bounds) are set once every op is converted.
+// (extern "C", the target's kernel qualifiers and launch bounds) are set once every op is converted.
 struct KernelPattern : OpConversionPattern<ep::KernelOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(ep::KernelOp op, OpAdaptor, ConversionPatternRewriter& rewriter) const override {
