@@ -33,8 +33,8 @@ endforeach()
 install(TARGETS epjit-bench epjit-cache epjit-info epjit-warm RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         COMPONENT development)
 if(EPJIT_HAVE_COMPILER)
-  # It needs LLVM/MLIR's shared libraries where they were at build time.
-  set_target_properties(epjit_kernel_source epjit-compile PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
+  # The provider is self-contained; epjit-compile needs libMLIR.so where it was at build time.
+  set_target_properties(epjit-compile PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
   install(TARGETS epjit_kernel_source LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development)
   install(TARGETS epjit-compile RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT development)
 endif()

@@ -76,6 +76,9 @@ for tool in gpu_templates_test gpu_ep_test epjit-bench epjit-warm epjit-cache; d
   cp "$build/bin/$tool" "$out/" && strip "$out/$tool"
 done
 for world in 1 2 4; do bench_shape $world > "$out/bench-shape-$world.txt"; done
+# The compiler provider (self-contained), beside the tools that find it there:
+# the GPU host compiles from the DSL what no bundle holds (HOST_JIT=1 in run.sh).
+strip -o "$out/libepjit_kernel_source.so" "$build/lib/libepjit_kernel_source.so"
 # Header-only dependencies the GPU host lacks, to build the Python module there
 # (its Python differs from this machine's).
 mkdir -p "$out/deps/include"
@@ -133,6 +136,18 @@ for run in cold warm; do
     --cache-dir "$jit" --json "$logs/jit-$run.json" 2>&1 | grep -E 'JIT|passed|FAILED|error' | head -3 | tee "$logs/jit-$run.txt"
 done
 [[ ${JIT_ONLY:-0} == 1 ]] && exit 0
+# HOST_JIT=1: a configuration no bundle holds, compiled here from the DSL by
+# the provider beside epjit-bench (no EPJIT_ variable points at it): cold,
+# then a second process hitting the disk cache; the identity check must pass.
+if [[ ${HOST_JIT:-0} == 1 ]]; then
+  fresh=/tmp/epjit-host-jit && rm -rf "$fresh"
+  for run in cold warm; do
+    env -u EPJIT_KERNEL_SOURCE_LIBRARY -u EPJIT_CACHE_DIR timeout 200 ./epjit-bench --target sm90 --device cuda \
+      --ranks-as processes --world "$world" --hidden 6144 --topk 6 --experts-per-rank 40 --tokens 1,77,300 --dtype bf16 \
+      --check-only --cache-dir "$fresh" --json "$logs/host-jit-$run.json" 2>&1 | tee "$logs/host-jit-$run.txt" | grep -E 'JIT|passed|FAIL|rror'
+  done
+  exit 0
+fi
 # The Python module, built here for this host's Python, then its GPU tests with torch.
 if [[ ${PY:-1} == 1 ]]; then
   py=$(command -v python3)

@@ -18,6 +18,10 @@ done
 if grep -rl --binary-files=text "$build/lib" "$prefix/lib" "$prefix/bin" | grep -v '\.a$'; then
   echo "installed files above name the build tree ($build/lib)"; exit 1
 fi
+# The provider is self-contained: nothing beyond the C and C++ runtimes.
+if ldd "$prefix/lib/libepjit_kernel_source.so" | grep -vE 'linux-vdso|ld-linux|/libc\.so|/libm\.so|/libstdc\+\+\.so|/libgcc_s\.so'; then
+  echo "the installed provider needs the libraries above"; exit 1
+fi
 # libepjit.so exports epjit's API only, not the header-only libraries inside it.
 if nm -D --defined-only "$prefix/lib/libepjit.so" | grep -E ' (T|W) _ZN(6spdlog|3fmt|8nlohmann)' | head -3 | grep .; then
   echo "libepjit.so exports the symbols above"; exit 1
