@@ -10,6 +10,242 @@
 ep.include "ep/common"
 ep.include "ep/sync"
 
+// One warp sends token `token` to slot `slot` on rank `dest`, its
+// destination number `ordinal`: the row, its weights, indices and scales,
+// and its origin.
+func.func private @send_token(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
+                              %indices: !ep.ptr<i32>, %token: index, %dest: index, %slot: index,
+                              %ordinal: index, %rank: index, %w: !ep.window) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %token_words = ep.param_value @token_words : index
+  %scale_bytes = ep.param_value @scale_bytes : index
+  %topk = ep.param_value @topk : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %row = arith.muli %token, %topk : index
+  %words_at = arith.muli %token, %token_words : index
+  %recv_words = arith.muli %slot, %token_words : index
+  %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%recv_words] : !ep.ptr<i32>
+  ep.warp.copy_row %input[%words_at], %to_tokens[%c0], %token_words : !ep.ptr<i32> -> !ep.ptr<i32>
+  %recv_row = arith.muli %slot, %topk : index
+  %to_weights = ep.peer_ptr %w[%dest] @recv_weights[%recv_row] : !ep.ptr<f32>
+  ep.warp.copy_row %weights[%row], %to_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
+  %to_indices = ep.peer_ptr %w[%dest] @recv_indices[%recv_row] : !ep.ptr<i32>
+  ep.warp.copy_row %indices[%row], %to_indices[%c0], %topk : !ep.ptr<i32> -> !ep.ptr<i32>
+  %scale_at = arith.muli %token, %scale_bytes : index
+  %recv_scale_at = arith.muli %slot, %scale_bytes : index
+  %to_scales = ep.peer_ptr %w[%dest] @recv_scales[%recv_scale_at] : !ep.ptr<i8>
+  ep.warp.copy_row %scales[%scale_at], %to_scales[%c0], %scale_bytes : !ep.ptr<i8> -> !ep.ptr<i8>
+  %origin_at = arith.muli %slot, %c2 : index
+  %to_origin = ep.peer_ptr %w[%dest] @recv_origin[%origin_at] : !ep.ptr<i32>
+  %rank_i32 = arith.index_cast %rank : index to i32
+  %max_tokens_i32 = arith.index_cast %max_tokens : index to i32
+  %token_i32 = arith.index_cast %token : index to i32
+  %origin_base = arith.muli %rank_i32, %max_tokens_i32 : i32
+  %origin = arith.addi %origin_base, %token_i32 : i32
+  %ordinal_i32 = arith.index_cast %ordinal : index to i32
+  ep.store %origin, %to_origin[%c0] : !ep.ptr<i32>
+  ep.store %ordinal_i32, %to_origin[%c1] : !ep.ptr<i32>
+  return
+}
+
+// The route entry of a sent (or refused) token: `taken` is the slot the
+// sender got on `dest`, or the route's recorded entry when replaying. Writes
+// the route (-1 where the slot is past capacity, with error 2) and returns
+// the slot, or capacity when there is none.
+func.func private @record_slot(%route: !ep.ptr<i32>, %route_at: index, %dest: index, %taken: i32,
+                               %replaying: i1, %w: !ep.window, %rank: index) -> index {
+  %c0 = arith.constant 0 : index
+  %none = arith.constant -1 : i32
+  %true = arith.constant true
+  %error_word = ep.constant_value @state_error : index
+  %over_capacity = ep.constant_value @error_capacity_exceeded : i32
+  %capacity = ep.param_value @capacity : index
+  %capacity_i32 = arith.index_cast %capacity : index to i32
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %slot_i32 = scf.if %replaying -> (i32) {
+    %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
+    %recorded_slot = arith.remsi %recorded, %capacity_i32 : i32
+    scf.yield %recorded_slot : i32
+  } else {
+    %dest_i32 = arith.index_cast %dest : index to i32
+    %base = arith.muli %dest_i32, %capacity_i32 : i32
+    %entry = arith.addi %base, %taken : i32
+    ep.store %entry, %route[%route_at] : !ep.ptr<i32>
+    scf.yield %taken : i32
+  }
+  %slot = arith.index_cast %slot_i32 : i32 to index
+  %fits = arith.cmpi ult, %slot, %capacity : index
+  %overflow = arith.xori %fits, %true : i1
+  scf.if %overflow {
+    // Not sent: combine skips the entry (the call's results are void; check() says why).
+    ep.store %none, %route[%route_at] : !ep.ptr<i32>
+    ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+  }
+  %kept = arith.select %fits, %slot, %capacity : index
+  return %kept : index
+}
+
+// Reports the token's bad experts (error 3; masked ones are fine) and
+// closes its route: -1 past its destinations.
+func.func private @check_token(%indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %token: index,
+                               %w: !ep.window, %rank: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %none = arith.constant -1 : i32
+  %true = arith.constant true
+  %error_word = ep.constant_value @state_error : index
+  %bad_expert = ep.constant_value @error_expert_out_of_range : i32
+  %no_expert = ep.constant_value @expert_none : i32
+  %topk = ep.param_value @topk : index
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %row = arith.muli %token, %topk : index
+  scf.for %j = %c0 to %topk step %c1 {
+    %at = arith.addi %row, %j : index
+    %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+    %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
+    %masked = arith.cmpi eq, %expert_i32, %no_expert : i32
+    %unmasked = arith.xori %masked, %true : i1
+    %bad = arith.andi %invalid, %unmasked : i1
+    scf.if %bad {
+      ep.atomic_store %bad_expert, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+    }
+  }
+  %destinations = func.call @destinations_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> index
+  scf.for %tail = %destinations to %topk step %c1 {
+    %tail_at = arith.addi %row, %tail : index
+    ep.store %none, %route[%tail_at] : !ep.ptr<i32>
+  }
+  return
+}
+
+// Sends top-k entry `entry` (token entry / topk, its entry entry % topk)
+// when it is the first to name its rank: one remote atomic for the slot,
+// then the copy. The token's first entry also checks the token.
+func.func private @send_entry(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
+                              %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %entry: index, %rank: index,
+                              %replaying: i1, %w: !ep.window) {
+  %c0 = arith.constant 0 : index
+  %zero = arith.constant 0 : i64
+  %one = arith.constant 1 : i32
+  %counter_word = ep.constant_value @state_recv_counter : index
+  %topk = ep.param_value @topk : index
+  %epr = ep.param_value @experts_per_rank : index
+  %capacity = ep.param_value @capacity : index
+  %token = arith.divui %entry, %topk : index
+  %j = arith.remui %entry, %topk : index
+  %row = arith.muli %token, %topk : index
+  %first_entry = arith.cmpi eq, %j, %c0 : index
+  scf.if %first_entry {
+    func.call @check_token(%indices, %route, %token, %w, %rank) : (!ep.ptr<i32>, !ep.ptr<i32>, index, !ep.window, index) -> ()
+  }
+  %at = arith.addi %row, %j : index
+  %bit = func.call @rank_bit(%indices, %at) : (!ep.ptr<i32>, index) -> i64
+  %earlier = func.call @ranks_before(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i64
+  %known = arith.andi %earlier, %bit : i64
+  %is_new = arith.cmpi eq, %known, %zero : i64
+  %is_valid = arith.cmpi ne, %bit, %zero : i64
+  %opens = arith.andi %is_new, %is_valid : i1
+  scf.if %opens {
+    %n = func.call @rank_count(%earlier) : (i64) -> index
+    %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+    %expert = arith.index_cast %expert_i32 : i32 to index
+    %dest = arith.divui %expert, %epr : index
+    %route_at = arith.addi %row, %n : index
+    %taken = scf.if %replaying -> (i32) {
+      %unused = arith.constant 0 : i32
+      scf.yield %unused : i32
+    } else {
+      %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
+      %got = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
+      scf.yield %got : i32
+    }
+    %slot = func.call @record_slot(%route, %route_at, %dest, %taken, %replaying, %w, %rank)
+        : (!ep.ptr<i32>, index, index, i32, i1, !ep.window, index) -> index
+    %fits = arith.cmpi ult, %slot, %capacity : index
+    scf.if %fits {
+      func.call @send_token(%input, %weights, %scales, %indices, %token, %dest, %slot, %n, %rank, %w)
+          : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, index, index, index, index, index, !ep.window) -> ()
+    }
+  }
+  return
+}
+
+// Whole tokens per warp (tokens first, first + stride, ...), destination by
+// destination: the warp counts its tokens for a rank, reserves that many
+// slots there with one remote atomic, then sends them. Warps start at
+// different ranks so the links share the load. One remote atomic per
+// (warp, destination) instead of one per (token, destination): the atomic's
+// round trip (about a microsecond over NVLink) no longer stalls every copy.
+func.func private @send_tokens_reserved(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
+                                        %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index,
+                                        %rank: index, %replaying: i1, %w: !ep.window) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0 : i32
+  %one = arith.constant 1 : i32
+  %one_i64 = arith.constant 1 : i64
+  %counter_word = ep.constant_value @state_recv_counter : index
+  %topk = ep.param_value @topk : index
+  %world = ep.param_value @world : index
+  %capacity = ep.param_value @capacity : index
+  %first = ep.global_warp_index : index
+  %stride = ep.global_warp_count : index
+  scf.for %token = %first to %tokens step %stride {
+    func.call @check_token(%indices, %route, %token, %w, %rank) : (!ep.ptr<i32>, !ep.ptr<i32>, index, !ep.window, index) -> ()
+  }
+  %start = arith.addi %rank, %first : index
+  scf.for %step = %c0 to %world step %c1 {
+    %turn = arith.addi %start, %step : index
+    %dest = arith.remui %turn, %world : index
+    %dest_i64 = arith.index_cast %dest : index to i64
+    %count = scf.for %token = %first to %tokens step %stride iter_args(%n = %zero) -> (i32) {
+      %row = arith.muli %token, %topk : index
+      %ranks = func.call @ranks_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> i64
+      %shifted = arith.shrui %ranks, %dest_i64 : i64
+      %bit = arith.andi %shifted, %one_i64 : i64
+      %bit_i32 = arith.trunci %bit : i64 to i32
+      %more = arith.addi %n, %bit_i32 : i32
+      scf.yield %more : i32
+    }
+    %sends = arith.cmpi sgt, %count, %zero : i32
+    scf.if %sends {
+      %base = scf.if %replaying -> (i32) {
+        scf.yield %zero : i32
+      } else {
+        %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
+        %got = ep.atomic_rmw add %counter[%counter_word], %count scope(system) order(relaxed) : !ep.ptr<i32>
+        scf.yield %got : i32
+      }
+      %sent = scf.for %token = %first to %tokens step %stride iter_args(%taken = %base) -> (i32) {
+        %row = arith.muli %token, %topk : index
+        %ranks = func.call @ranks_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> i64
+        %shifted = arith.shrui %ranks, %dest_i64 : i64
+        %bit = arith.andi %shifted, %one_i64 : i64
+        %goes = arith.cmpi ne, %bit, %one_i64 : i64
+        %next = scf.if %goes -> (i32) {
+          scf.yield %taken : i32
+        } else {
+          %n = func.call @rank_ordinal(%indices, %row, %dest) : (!ep.ptr<i32>, index, index) -> index
+          %route_at = arith.addi %row, %n : index
+          %slot = func.call @record_slot(%route, %route_at, %dest, %taken, %replaying, %w, %rank)
+              : (!ep.ptr<i32>, index, index, i32, i1, !ep.window, index) -> index
+          %fits = arith.cmpi ult, %slot, %capacity : index
+          scf.if %fits {
+            func.call @send_token(%input, %weights, %scales, %indices, %token, %dest, %slot, %n, %rank, %w)
+                : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, index, index, index, index, index, !ep.window) -> ()
+          }
+          %taken_next = arith.addi %taken, %one : i32
+          scf.yield %taken_next : i32
+        }
+        scf.yield %next : i32
+      }
+    }
+  }
+  return
+}
+
 // Dispatch of a tiny call: block b sends top-k entries b, b + blocks, ... .
 // Every warp of the block decides alike (the entry's checks read the same
 // indices); warp 0 takes the slot and records it in the route, the block's
@@ -28,12 +264,10 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
   %zero = arith.constant 0 : i32
   %none = arith.constant -1 : i32
   %true = arith.constant true
-  %false = arith.constant false
+  %no_rank = arith.constant 0 : i64
   %error_word = ep.constant_value @state_error : index
   %counter_word = ep.constant_value @state_recv_counter : index
   %over_capacity = ep.constant_value @error_capacity_exceeded : i32
-  %bad_expert = ep.constant_value @error_expert_out_of_range : i32
-  %no_expert = ep.constant_value @expert_none : i32
   %token_words = ep.param_value @token_words : index
   %scale_bytes = ep.param_value @scale_bytes : index
   %topk = ep.param_value @topk : index
@@ -79,90 +313,79 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
     %j = arith.remui %entry, %topk : index
     %row = arith.muli %token, %topk : index
     %at = arith.addi %row, %j : index
-    %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
-    %expert = arith.index_cast %expert_i32 : i32 to index
-    %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
-    scf.if %invalid {
-      %masked = arith.cmpi eq, %expert_i32, %no_expert : i32
-      %bad = arith.xori %masked, %true : i1
-      %reports = arith.andi %bad, %lead : i1
-      scf.if %reports {
-        ep.atomic_store %bad_expert, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
-      }
-    } else {
-      %repeat = func.call @repeats_earlier(%indices, %row, %j, %false) : (!ep.ptr<i32>, index, index, i1) -> i1
-      %opens = arith.xori %repeat, %true : i1
-      scf.if %opens {
-        %n = func.call @destinations_before(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> index
-        %dest = arith.divui %expert, %epr : index
-        %route_at = arith.addi %row, %n : index
-        %not_replaying = arith.xori %replaying, %true : i1
-        %takes_slot = arith.andi %lead, %not_replaying : i1
-        scf.if %takes_slot {
-          %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
-          %taken = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
-          %taken_fits = arith.cmpi slt, %taken, %capacity_i32 : i32
-          %dest_i32 = arith.index_cast %dest : index to i32
-          %base = arith.muli %dest_i32, %capacity_i32 : i32
-          %entry_value = arith.addi %base, %taken : i32
-          %recorded_value = arith.select %taken_fits, %entry_value, %none : i32
-          ep.store %recorded_value, %route[%route_at] : !ep.ptr<i32>
-        }
-        ep.block_barrier
-        // The slot, as recorded by warp 0 just now or by the dispatch being
-        // replayed; -1: it did not fit (combine skips the entry).
-        %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
-        %fits = arith.cmpi sge, %recorded, %zero : i32
-        %overflow = arith.xori %fits, %true : i1
-        %reports = arith.andi %overflow, %lead : i1
-        scf.if %reports {
-          ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
-        }
-        scf.if %fits {
-          %slot_i32 = arith.remsi %recorded, %capacity_i32 : i32
-          %slot = arith.index_cast %slot_i32 : i32 to index
-          %words_at = arith.muli %token, %token_words : index
-          %from_words = arith.addi %words_at, %piece_at : index
-          %recv_words = arith.muli %slot, %token_words : index
-          %to_words = arith.addi %recv_words, %piece_at : index
-          %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%to_words] : !ep.ptr<i32>
-          ep.warp.copy_row %input[%from_words], %to_tokens[%c0], %piece_count : !ep.ptr<i32> -> !ep.ptr<i32>
-          %recv_row = arith.muli %slot, %topk : index
-          scf.if %copies_weights {
-            %to_weights = ep.peer_ptr %w[%dest] @recv_weights[%recv_row] : !ep.ptr<f32>
-            ep.warp.copy_row %weights[%row], %to_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
-          }
-          scf.if %copies_indices {
-            %to_indices = ep.peer_ptr %w[%dest] @recv_indices[%recv_row] : !ep.ptr<i32>
-            ep.warp.copy_row %indices[%row], %to_indices[%c0], %topk : !ep.ptr<i32> -> !ep.ptr<i32>
-          }
-          scf.if %copies_scales {
-            %scale_at = arith.muli %token, %scale_bytes : index
-            %recv_scale_at = arith.muli %slot, %scale_bytes : index
-            %to_scales = ep.peer_ptr %w[%dest] @recv_scales[%recv_scale_at] : !ep.ptr<i8>
-            ep.warp.copy_row %scales[%scale_at], %to_scales[%c0], %scale_bytes : !ep.ptr<i8> -> !ep.ptr<i8>
-          }
-          scf.if %lead {
-            %origin_at = arith.muli %slot, %c2 : index
-            %to_origin = ep.peer_ptr %w[%dest] @recv_origin[%origin_at] : !ep.ptr<i32>
-            %token_i32 = arith.index_cast %token : index to i32
-            %origin_base = arith.muli %rank_i32, %max_tokens_i32 : i32
-            %origin = arith.addi %origin_base, %token_i32 : i32
-            %ordinal = arith.index_cast %n : index to i32
-            ep.store %origin, %to_origin[%c0] : !ep.ptr<i32>
-            ep.store %ordinal, %to_origin[%c1] : !ep.ptr<i32>
-          }
-        }
-      }
-    }
-    // The block of the token's first entry closes its route: -1 past its destinations.
     %first_entry = arith.cmpi eq, %j, %c0 : index
-    %closes = arith.andi %first_entry, %lead : i1
-    scf.if %closes {
-      %destinations = func.call @destinations_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> index
-      scf.for %tail = %destinations to %topk step %c1 {
-        %tail_at = arith.addi %row, %tail : index
-        ep.store %none, %route[%tail_at] : !ep.ptr<i32>
+    %checks = arith.andi %first_entry, %lead : i1
+    scf.if %checks {
+      func.call @check_token(%indices, %route, %token, %w, %rank) : (!ep.ptr<i32>, !ep.ptr<i32>, index, !ep.window, index) -> ()
+    }
+    %bit = func.call @rank_bit(%indices, %at) : (!ep.ptr<i32>, index) -> i64
+    %earlier = func.call @ranks_before(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i64
+    %known = arith.andi %earlier, %bit : i64
+    %is_new = arith.cmpi eq, %known, %no_rank : i64
+    %is_valid = arith.cmpi ne, %bit, %no_rank : i64
+    %opens = arith.andi %is_new, %is_valid : i1
+    scf.if %opens {
+      %n = func.call @rank_count(%earlier) : (i64) -> index
+      %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+      %expert = arith.index_cast %expert_i32 : i32 to index
+      %dest = arith.divui %expert, %epr : index
+      %route_at = arith.addi %row, %n : index
+      %not_replaying = arith.xori %replaying, %true : i1
+      %takes_slot = arith.andi %lead, %not_replaying : i1
+      scf.if %takes_slot {
+        %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
+        %taken = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
+        %taken_fits = arith.cmpi slt, %taken, %capacity_i32 : i32
+        %dest_i32 = arith.index_cast %dest : index to i32
+        %base = arith.muli %dest_i32, %capacity_i32 : i32
+        %entry_value = arith.addi %base, %taken : i32
+        %recorded_value = arith.select %taken_fits, %entry_value, %none : i32
+        ep.store %recorded_value, %route[%route_at] : !ep.ptr<i32>
+      }
+      ep.block_barrier
+      // The slot, as recorded by warp 0 just now or by the dispatch being
+      // replayed; -1: it did not fit (combine skips the entry).
+      %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
+      %fits = arith.cmpi sge, %recorded, %zero : i32
+      %overflow = arith.xori %fits, %true : i1
+      %reports = arith.andi %overflow, %lead : i1
+      scf.if %reports {
+        ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+      }
+      scf.if %fits {
+        %slot_i32 = arith.remsi %recorded, %capacity_i32 : i32
+        %slot = arith.index_cast %slot_i32 : i32 to index
+        %words_at = arith.muli %token, %token_words : index
+        %from_words = arith.addi %words_at, %piece_at : index
+        %recv_words = arith.muli %slot, %token_words : index
+        %to_words = arith.addi %recv_words, %piece_at : index
+        %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%to_words] : !ep.ptr<i32>
+        ep.warp.copy_row %input[%from_words], %to_tokens[%c0], %piece_count : !ep.ptr<i32> -> !ep.ptr<i32>
+        %recv_row = arith.muli %slot, %topk : index
+        scf.if %copies_weights {
+          %to_weights = ep.peer_ptr %w[%dest] @recv_weights[%recv_row] : !ep.ptr<f32>
+          ep.warp.copy_row %weights[%row], %to_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
+        }
+        scf.if %copies_indices {
+          %to_indices = ep.peer_ptr %w[%dest] @recv_indices[%recv_row] : !ep.ptr<i32>
+          ep.warp.copy_row %indices[%row], %to_indices[%c0], %topk : !ep.ptr<i32> -> !ep.ptr<i32>
+        }
+        scf.if %copies_scales {
+          %scale_at = arith.muli %token, %scale_bytes : index
+          %recv_scale_at = arith.muli %slot, %scale_bytes : index
+          %to_scales = ep.peer_ptr %w[%dest] @recv_scales[%recv_scale_at] : !ep.ptr<i8>
+          ep.warp.copy_row %scales[%scale_at], %to_scales[%c0], %scale_bytes : !ep.ptr<i8> -> !ep.ptr<i8>
+        }
+        scf.if %lead {
+          %origin_at = arith.muli %slot, %c2 : index
+          %to_origin = ep.peer_ptr %w[%dest] @recv_origin[%origin_at] : !ep.ptr<i32>
+          %token_i32 = arith.index_cast %token : index to i32
+          %origin_base = arith.muli %rank_i32, %max_tokens_i32 : i32
+          %origin = arith.addi %origin_base, %token_i32 : i32
+          %ordinal = arith.index_cast %n : index to i32
+          ep.store %origin, %to_origin[%c0] : !ep.ptr<i32>
+          ep.store %ordinal, %to_origin[%c1] : !ep.ptr<i32>
+        }
       }
     }
   }
@@ -180,30 +403,18 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   %previous = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
   scf.if %answered {
-    %c1 = arith.constant 1 : index
     %c2 = arith.constant 2 : index
     %zero = arith.constant 0 : i32
-    %none = arith.constant -1 : i32
+    %true = arith.constant true
     %arrivals = ep.constant_value @state_dispatch_arrivals : index
     %total_word = ep.constant_value @state_total_recv : index
-    %error_word = ep.constant_value @state_error : index
     %counter_word = ep.constant_value @state_recv_counter : index
-    %over_capacity = ep.constant_value @error_capacity_exceeded : i32
-    %bad_expert = ep.constant_value @error_expert_out_of_range : i32
-    %no_expert = ep.constant_value @expert_none : i32
     %dispatch_meeting = ep.constant_value @meeting_dispatch : index
-    %false = arith.constant false
-    %true = arith.constant true
-    %token_words = ep.param_value @token_words : index
-    %scale_bytes = ep.param_value @scale_bytes : index
     %topk = ep.param_value @topk : index
-    %epr = ep.param_value @experts_per_rank : index
     %max_tokens = ep.param_value @max_tokens : index
     %capacity = ep.param_value @capacity : index
     %replaying = arith.cmpi ne, %replay, %c0 : index
     %epoch = arith.addi %previous, %one : i32
-    %rank_i32 = arith.index_cast %rank : index to i32
-    %max_tokens_i32 = arith.index_cast %max_tokens : index to i32
     %capacity_i32 = arith.index_cast %capacity : index to i32
 
     // A tiny call (no more top-k entries than blocks) gives each entry a
@@ -216,112 +427,23 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
       func.call @send_entries_by_block(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying, %w)
           : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, !ep.window) -> ()
     } else {
-      // A work item is one token (all its top-k entries, in order) or, when the
-      // grid has warps to spare (at most two entries per warp), one top-k entry:
-      // the entry that first names a destination rank sends the token there, so
-      // a small call's copies to different ranks run on different warps and its
-      // latency is one slot reservation and one row copy, not one per rank.
+      // At most two top-k entries per warp: one entry per work item, so a
+      // small call's copies to different ranks run on different warps and
+      // its latency is one slot reservation and one row copy. More: whole
+      // tokens per warp, with the warp's slots on each destination reserved
+      // at once.
       %first = ep.global_warp_index : index
       %stride = ep.global_warp_count : index
       %two_per_warp = arith.muli %stride, %c2 : index
       %split = arith.cmpi ule, %entries, %two_per_warp : index
-      %per_item = arith.select %split, %c1, %topk : index
-      %items_per_token = arith.select %split, %topk, %c1 : index
-      %items = arith.muli %tokens, %items_per_token : index
-      scf.for %item = %first to %items step %stride {
-        %token = arith.divui %item, %items_per_token : index
-        %part = arith.remui %item, %items_per_token : index
-        %j_first = arith.muli %part, %per_item : index
-        %j_end = arith.addi %j_first, %per_item : index
-        %row = arith.muli %token, %topk : index
-        %token_i32 = arith.index_cast %token : index to i32
-        %origin_base = arith.muli %rank_i32, %max_tokens_i32 : i32
-        %origin = arith.addi %origin_base, %token_i32 : i32
-        // n: the ordinal, among the token's distinct destinations, of the next one.
-        %n_first = func.call @destinations_before(%indices, %row, %j_first) : (!ep.ptr<i32>, index, index) -> index
-        %sent = scf.for %j = %j_first to %j_end step %c1 iter_args(%n = %n_first) -> (index) {
-          %at = arith.addi %row, %j : index
-          %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
-          %expert = arith.index_cast %expert_i32 : i32 to index
-          %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
-          %n_next = scf.if %invalid -> (index) {
-            %masked = arith.cmpi eq, %expert_i32, %no_expert : i32
-            %bad = arith.xori %masked, %true : i1
-            scf.if %bad {
-              ep.atomic_store %bad_expert, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
-            }
-            scf.yield %n : index
-          } else {
-            %repeat = func.call @repeats_earlier(%indices, %row, %j, %false) : (!ep.ptr<i32>, index, index, i1) -> i1
-            %after = scf.if %repeat -> (index) {
-              scf.yield %n : index
-            } else {
-              %dest = arith.divui %expert, %epr : index
-              %route_at = arith.addi %row, %n : index
-              // The slot on the destination: recorded (replay) or taken from its counter.
-              %slot_i32 = scf.if %replaying -> (i32) {
-                %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
-                %recorded_slot = arith.remsi %recorded, %capacity_i32 : i32
-                scf.yield %recorded_slot : i32
-              } else {
-                %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
-                %taken = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
-                %dest_i32 = arith.index_cast %dest : index to i32
-                %base = arith.muli %dest_i32, %capacity_i32 : i32
-                %entry = arith.addi %base, %taken : i32
-                ep.store %entry, %route[%route_at] : !ep.ptr<i32>
-                scf.yield %taken : i32
-              }
-              %slot = arith.index_cast %slot_i32 : i32 to index
-              %fits = arith.cmpi ult, %slot, %capacity : index
-              %overflow = arith.xori %fits, %true : i1
-              scf.if %overflow {
-                // Not sent: combine skips the entry (the call's results are void; check() says why).
-                ep.store %none, %route[%route_at] : !ep.ptr<i32>
-                ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
-              }
-              scf.if %fits {
-                %words_at = arith.muli %token, %token_words : index
-                %recv_words = arith.muli %slot, %token_words : index
-                %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%recv_words] : !ep.ptr<i32>
-                ep.warp.copy_row %input[%words_at], %to_tokens[%c0], %token_words : !ep.ptr<i32> -> !ep.ptr<i32>
-                %recv_row = arith.muli %slot, %topk : index
-                %to_weights = ep.peer_ptr %w[%dest] @recv_weights[%recv_row] : !ep.ptr<f32>
-                ep.warp.copy_row %weights[%row], %to_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
-                %to_indices = ep.peer_ptr %w[%dest] @recv_indices[%recv_row] : !ep.ptr<i32>
-                ep.warp.copy_row %indices[%row], %to_indices[%c0], %topk : !ep.ptr<i32> -> !ep.ptr<i32>
-                %scale_at = arith.muli %token, %scale_bytes : index
-                %recv_scale_at = arith.muli %slot, %scale_bytes : index
-                %to_scales = ep.peer_ptr %w[%dest] @recv_scales[%recv_scale_at] : !ep.ptr<i8>
-                ep.warp.copy_row %scales[%scale_at], %to_scales[%c0], %scale_bytes : !ep.ptr<i8> -> !ep.ptr<i8>
-                %origin_at = arith.muli %slot, %c2 : index
-                %to_origin = ep.peer_ptr %w[%dest] @recv_origin[%origin_at] : !ep.ptr<i32>
-                %ordinal = arith.index_cast %n : index to i32
-                ep.store %origin, %to_origin[%c0] : !ep.ptr<i32>
-                ep.store %ordinal, %to_origin[%c1] : !ep.ptr<i32>
-              }
-              %one_more = arith.addi %n, %c1 : index
-              scf.yield %one_more : index
-            }
-            scf.yield %after : index
-          }
-          scf.yield %n_next : index
+      scf.if %split {
+        scf.for %entry = %first to %entries step %stride {
+          func.call @send_entry(%input, %weights, %scales, %indices, %route, %entry, %rank, %replaying, %w)
+              : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, !ep.window) -> ()
         }
-        // The item holding the token's first entry closes its route: -1 past its
-        // destinations (a whole-token item counted them as it went).
-        %first_entry = arith.cmpi eq, %j_first, %c0 : index
-        scf.if %first_entry {
-          %destinations = scf.if %split -> (index) {
-            %counted = func.call @destinations_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> index
-            scf.yield %counted : index
-          } else {
-            scf.yield %sent : index
-          }
-          scf.for %tail = %destinations to %topk step %c1 {
-            %tail_at = arith.addi %row, %tail : index
-            ep.store %none, %route[%tail_at] : !ep.ptr<i32>
-          }
-        }
+      } else {
+        func.call @send_tokens_reserved(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying, %w)
+            : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, !ep.window) -> ()
       }
     }
 

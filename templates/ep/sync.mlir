@@ -159,21 +159,90 @@ func.func private @invalid_expert(%expert_i32: i32) -> i1 {
   return %invalid : i1
 }
 
-// How many distinct destination ranks indices[row .. row + j) name (valid
-// experts only): the ordinal of the destination entry j would open.
-func.func private @destinations_before(%indices: !ep.ptr<i32>, %row: index, %j: index) -> index {
+// The bit of the rank expert `indices[at]` lives on (world <= 64: the
+// config bounds it by the wave size), or 0 for a masked or invalid expert.
+func.func private @rank_bit(%indices: !ep.ptr<i32>, %at: index) -> i64 {
+  %zero = arith.constant 0 : i64
+  %one = arith.constant 1 : i64
+  %epr = ep.param_value @experts_per_rank : index
+  %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+  %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
+  %expert = arith.index_cast %expert_i32 : i32 to index
+  %rank = arith.divui %expert, %epr : index
+  %rank_i64 = arith.index_cast %rank : index to i64
+  %shifted = arith.shli %one, %rank_i64 : i64
+  %bit = arith.select %invalid, %zero, %shifted : i64
+  return %bit : i64
+}
+
+// The ranks indices[row .. row + j) name (valid experts only), one bit each.
+func.func private @ranks_before(%indices: !ep.ptr<i32>, %row: index, %j: index) -> i64 {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
-  %false = arith.constant false
-  %count = scf.for %i = %c0 to %j step %c1 iter_args(%n = %c0) -> (index) {
+  %none = arith.constant 0 : i64
+  %mask = scf.for %i = %c0 to %j step %c1 iter_args(%seen = %none) -> (i64) {
     %at = arith.addi %row, %i : index
-    %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
-    %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
-    %repeat = func.call @repeats_earlier(%indices, %row, %i, %false) : (!ep.ptr<i32>, index, index, i1) -> i1
-    %skip = arith.ori %invalid, %repeat : i1
-    %one_more = arith.addi %n, %c1 : index
-    %next = arith.select %skip, %n, %one_more : index
-    scf.yield %next : index
+    %bit = func.call @rank_bit(%indices, %at) : (!ep.ptr<i32>, index) -> i64
+    %more = arith.ori %seen, %bit : i64
+    scf.yield %more : i64
+  }
+  return %mask : i64
+}
+
+// The number of ranks in a mask of ranks.
+func.func private @rank_count(%mask: i64) -> index {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %one = arith.constant 1 : i64
+  %world = ep.param_value @world : index
+  %count = scf.for %r = %c0 to %world step %c1 iter_args(%n = %c0) -> (index) {
+    %r_i64 = arith.index_cast %r : index to i64
+    %shifted = arith.shrui %mask, %r_i64 : i64
+    %bit = arith.andi %shifted, %one : i64
+    %bit_index = arith.index_cast %bit : i64 to index
+    %more = arith.addi %n, %bit_index : index
+    scf.yield %more : index
   }
   return %count : index
+}
+
+// How many distinct destination ranks indices[row .. row + j) name (valid
+// experts only): the ordinal of the destination entry j would open. One pass
+// with a mask of the ranks seen (was a pass per entry: O(top-k^2) loads).
+func.func private @destinations_before(%indices: !ep.ptr<i32>, %row: index, %j: index) -> index {
+  %mask = func.call @ranks_before(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i64
+  %count = func.call @rank_count(%mask) : (i64) -> index
+  return %count : index
+}
+
+// The ordinal of rank `dest` among the token's destinations in order of
+// first appearance (where dispatch records its slot in the route); the
+// token's destination count if it does not go to `dest`.
+func.func private @rank_ordinal(%indices: !ep.ptr<i32>, %row: index, %dest: index) -> index {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %none = arith.constant 0 : i64
+  %one = arith.constant 1 : i64
+  %false = arith.constant false
+  %topk = ep.param_value @topk : index
+  %dest_i64 = arith.index_cast %dest : index to i64
+  %dest_bit = arith.shli %one, %dest_i64 : i64
+  %ordinal:3 = scf.for %j = %c0 to %topk step %c1 iter_args(%seen = %none, %n = %c0, %found = %false)
+      -> (i64, index, i1) {
+    %at = arith.addi %row, %j : index
+    %bit = func.call @rank_bit(%indices, %at) : (!ep.ptr<i32>, index) -> i64
+    %known = arith.andi %seen, %bit : i64
+    %is_new = arith.cmpi eq, %known, %none : i64
+    %is_bit = arith.cmpi ne, %bit, %none : i64
+    %fresh = arith.andi %is_new, %is_bit : i1
+    %is_dest = arith.cmpi eq, %bit, %dest_bit : i64
+    %stops = arith.ori %found, %is_dest : i1
+    %n_more = arith.addi %n, %c1 : index
+    %counts = arith.cmpi eq, %stops, %false : i1
+    %counts_fresh = arith.andi %counts, %fresh : i1
+    %n_next = arith.select %counts_fresh, %n_more, %n : index
+    %seen_next = arith.ori %seen, %bit : i64
+    scf.yield %seen_next, %n_next, %stops : i64, index, i1
+  }
+  return %ordinal#1 : index
 }
