@@ -35,11 +35,16 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
     %blocks = arith.divui %padded, %c128 : index
     %weighted = arith.cmpi ne, %has_weights, %c0 : index
     %total = arith.index_cast %total_i32 : i32 to index
-    %first = ep.global_warp_index : index
-    %stride = ep.global_warp_count : index
     %origins = ep.peer_ptr %w[%rank] @recv_origin[%c0] : !ep.ptr<i32>
+    // Each warp takes a contiguous run of received slots, so at any moment
+    // the grid works on slots spread over the whole range: dispatch hands
+    // out slots in runs per sender warp, and a source's runs cluster in time
+    // (a rank reserves on itself faster than its peers can), so a cyclic
+    // split would have every warp writing to the same origin at once.
+    %slots = func.call @warp_run(%total) : (index) -> index
+    %slots_end = func.call @warp_run_end(%total) : (index) -> index
 
-    scf.for %i = %first to %total step %stride {
+    scf.for %i = %slots to %slots_end step %c1 {
       %origin_at = arith.muli %i, %c2 : index
       %ordinal_at = arith.addi %origin_at, %c1 : index
       %origin_i32 = ep.load %origins[%origin_at] : !ep.ptr<i32>

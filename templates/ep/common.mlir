@@ -83,6 +83,35 @@ func.func private @pieces_per_row(%piece: index) -> index {
   return %pieces : index
 }
 
+// The calling warp's run of [0, count) when the grid's warps split it into
+// contiguous runs of ceil(count / warps): [warp_run, warp_run_end).
+func.func private @warp_run_length(%count: index) -> index {
+  %c1 = arith.constant 1 : index
+  %warps = ep.global_warp_count : index
+  %span = arith.addi %count, %warps : index
+  %span_1 = arith.subi %span, %c1 : index
+  %length = arith.divui %span_1, %warps : index
+  return %length : index
+}
+func.func private @warp_run(%count: index) -> index {
+  %warp = ep.global_warp_index : index
+  %length = func.call @warp_run_length(%count) : (index) -> index
+  %begin = arith.muli %warp, %length : index
+  %past = arith.cmpi ugt, %begin, %count : index
+  %clipped = arith.select %past, %count, %begin : index
+  return %clipped : index
+}
+func.func private @warp_run_end(%count: index) -> index {
+  %c1 = arith.constant 1 : index
+  %warp = ep.global_warp_index : index
+  %length = func.call @warp_run_length(%count) : (index) -> index
+  %next = arith.addi %warp, %c1 : index
+  %end = arith.muli %next, %length : index
+  %past = arith.cmpi ugt, %end, %count : index
+  %clipped = arith.select %past, %count, %end : index
+  return %clipped : index
+}
+
 // The symmetric window, in this order. Counts are in elements; 0 leaves a
 // region empty in specializations that do not use it.
 ep.window_region @state : i32 {
