@@ -162,6 +162,11 @@ struct EpDispatchCombineOp::Impl {
   int32_t peer_timeout_ms = 0;  // resolved once (config, else EPJIT_PEER_TIMEOUT_S, else 30 s)
 
   int64_t dispatched_tokens = -1;  // tokens of the dispatch awaiting combine; -1 none
+  // The dispatch awaiting combine took slots from the receive counters (not a
+  // replay). Another such dispatch must wait for a combine: a peer that has
+  // finished this one could add to a counter this rank's last block has not
+  // read and cleared yet. A replay takes no slots, so it may follow directly.
+  bool pending_counted_slots = false;
   void* route_in_use = nullptr;    // the route map of the pending dispatch
   bool closed = false;    // calls throw
   bool released = false;  // memory freed (at close(), or at destruction)
@@ -351,11 +356,12 @@ struct EpDispatchCombineOp::Impl {
   TensorRef total_recv_tensor() const { return {state_word(window.total_recv_word), DType::I32, {1}}; }
 
   void check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
-                             const std::optional<TensorRef>& scales, const TensorRef& indices) {
+                             const std::optional<TensorRef>& scales, const TensorRef& indices, bool counts_slots) {
     require_open(call);
-    if (dispatched_tokens >= 0)
+    if (counts_slots && dispatched_tokens >= 0 && pending_counted_slots)
       throw Error(std::string(call) + " while the previous dispatch awaits its combine",
-                  "dispatch and combine alternate", "call combine() first, or reset() to abandon the previous dispatch");
+                  "a combine between two dispatches that take slots (a replay may follow a dispatch directly)",
+                  "call combine() first, replay a recorded routing, or reset() to abandon the previous dispatch");
     if (input.shape.size() != 2)
       throw Error(std::string(call) + ": input has shape " + shape_text(input.shape), "[tokens, hidden_dim]",
                   "pass a 2-D token tensor");
@@ -415,6 +421,7 @@ struct EpDispatchCombineOp::Impl {
                       .build(),
                   *stream);
     dispatched_tokens = n;
+    pending_counted_slots = !replay;
 
     const int64_t cap = capacity(), k = config.num_experts_per_token;
     DispatchResult result;
@@ -480,7 +487,7 @@ DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const Tenso
                                              const std::optional<TensorRef>& scales, const TensorRef& indices,
                                              Routing* record) {
   Impl& op = *impl_;
-  op.check_dispatch_inputs("dispatch", input, weights, scales, indices);
+  op.check_dispatch_inputs("dispatch", input, weights, scales, indices, /*counts_slots=*/true);
   if (record && record->op_id_ != op.id)
     throw Error("dispatch: the routing to record into belongs to another op", "a Routing from this op's make_routing()",
                 "record with this op's make_routing()");
@@ -494,7 +501,7 @@ DispatchResult EpDispatchCombineOp::dispatch_replay(const TensorRef& input, cons
                                                     const std::optional<TensorRef>& scales, const TensorRef& indices,
                                                     const Routing& routing) {
   Impl& op = *impl_;
-  op.check_dispatch_inputs("dispatch_replay", input, weights, scales, indices);
+  op.check_dispatch_inputs("dispatch_replay", input, weights, scales, indices, /*counts_slots=*/false);
   if (routing.op_id_ != op.id || !routing.recorded())
     throw Error("dispatch_replay: the routing was not recorded by this op", "a Routing a dispatch of this op recorded",
                 "pass record= to an earlier dispatch of this op, then replay that routing");

@@ -53,6 +53,9 @@ struct EpCase {
   std::vector<int64_t> calls = {37, 0, 1, 37, 13};
   bool std_moe = false;
   bool replay = false;  // each call also replays its routing with new payloads
+  // With replay: the replay follows the dispatch directly (MORI's order) and
+  // combine answers the replay; the dispatch's own results are still checked.
+  bool replay_before_combine = false;
   bool weights = true;  // combine weights
   bool zero_copy = false;  // gather: experts write into op.combine_input()
   uint32_t seed = 1;
@@ -284,7 +287,8 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
       device.copy_to_device(last_dispatch.weights.data, poison.data(), size_t(cap * k) * 4);
       device.copy_to_device(last_dispatch.indices.data, poison.data(), size_t(cap * k) * 4);
       std::vector<uint8_t> out_poison(size_t(max_tokens) * std::max(row_bytes, size_t(k) * 4), kPoison);
-      device.copy_to_device(last_combine.tokens.data, out_poison.data(), size_t(max_tokens) * row_bytes);
+      if (last_combine.tokens.data)  // none yet when a replay follows the first dispatch
+        device.copy_to_device(last_combine.tokens.data, out_poison.data(), size_t(max_tokens) * row_bytes);
       if (last_combine.weights.data)
         device.copy_to_device(last_combine.weights.data, out_poison.data(), size_t(max_tokens * k) * 4);
     }
@@ -524,6 +528,13 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
 
   for (size_t call = 0; call < c.calls.size(); ++call) {
     auto [inputs, received, expected_row_of, tokens, recv_weights, total] = oneDispatch(int(call), c.calls[call], false);
+    if (c.replay && c.replay_before_combine) {
+      have_pointers = true;
+      auto [r_inputs, r_received, r_rows, r_tokens, r_weights, r_total] = oneDispatch(int(call), c.calls[call], true);
+      oneCombine(int(call), r_inputs, r_received, r_rows, r_tokens, r_weights, r_total);
+      if (failures.any()) break;
+      continue;
+    }
     oneCombine(int(call), inputs, received, expected_row_of, tokens, recv_weights, total);
     have_pointers = true;
     if (c.replay) {

@@ -53,6 +53,10 @@ std::vector<EpCase> matrix() {
   add({.name = "replay_gather_w2", .replay = true});
   add({.name = "replay_scatter_quant_w4", .target = "host-gfx942", .world = 4, .mode = scatter,
        .quant = QuantType::Fp8Blockwise, .replay = true});
+  // MORI's order: a replay right after the dispatch it reuses, then one combine.
+  add({.name = "replay_before_combine_w3", .world = 3, .replay = true, .replay_before_combine = true});
+  add({.name = "replay_before_combine_scatter_w2_processes", .ranks = Ranks::Processes, .mode = scatter,
+       .routing = RoutingKind::Masked, .replay = true, .replay_before_combine = true});
   // Shapes and routings.
   add({.name = "hidden7168_top8_w4", .world = 4, .hidden = 7168, .topk = 8, .max_tokens = 9, .calls = {9, 0, 1, 5}});
   add({.name = "top1_w2", .topk = 1});

@@ -101,7 +101,13 @@ TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
     auto routing = op.make_routing();
     op.dispatch(input, weights, std::nullopt, indices, routing.get());
     f += expectParts("dispatch twice", thrown([&] { op.dispatch(input, weights, std::nullopt, indices); }),
-                     {"awaits its combine", "call combine() first"});
+                     {"awaits its combine", "call combine() first", "a replay may follow"});
+    // A replay takes no slots: it may follow the dispatch directly (MORI's order),
+    // and a dispatch may follow the replay.
+    if (const std::string why = thrown([&] { op.dispatch_replay(input, weights, std::nullopt, indices, *routing); });
+        !why.empty())
+      f += "replay after dispatch threw: " + why + "\n";
+    op.check();
     f += expectParts("combine dtype", thrown([&] { op.combine({y, DType::F32, {8, 64}}); }), {"input is f32", "bf16"});
     f += expectParts("combine rows", thrown([&] { op.combine({y, DType::BF16, {7, 64}}); }),
                      {"input has shape [7, 64]", "at least [8, 64]"});
