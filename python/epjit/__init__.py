@@ -19,6 +19,7 @@ Outputs are views of the op's memory in the input's framework, with the payload'
 (fp8 dispatch returns the target's fp8 type).
 """
 import os
+import weakref
 
 _library = os.path.join(os.path.dirname(__file__), "lib", "libepjit_kernel_source.so")
 if os.path.exists(_library):  # the compiler provider installed with the wheel
@@ -77,6 +78,7 @@ class Communicator:
     def __init__(self, native, target):
         self._native = native
         self.target = target
+        self._ops = weakref.WeakSet()  # closed before the communicator goes
 
     @staticmethod
     def init(world_size, rank, unique_id, target=None, device=None, device_ordinal=-1, timeout_seconds=0.0):
@@ -124,6 +126,11 @@ class Communicator:
         self._native.barrier()
 
     def destroy(self):
+        """Closes the ops built on this communicator (their memory is its), then
+        leaves it: an op dropped later, by the garbage collector after the
+        communicator's `with` block, has nothing left to free."""
+        for op in list(self._ops):
+            op._op.close(keep_memory=False)  # views of its results die with the communicator
         self._native.destroy()
 
 
@@ -137,7 +144,7 @@ class EpDispatchCombineConfig:
 
     def __init__(self, *, rank, world_size, hidden_dim, max_num_inp_token_per_rank, num_experts_per_rank,
                  num_experts_per_token, data_type="bf16", dispatch_data_type=None, combine_data_type=None,
-                 combine_mode="gather", quant_type="none", internode_kernel="auto", **fields):
+                 combine_mode="gather", quant_type="none", internode_kernel="auto", schedule=None, **fields):
         self._native = _epjit._Config()
         values = dict(rank=rank, world_size=world_size, hidden_dim=hidden_dim,
                       max_num_inp_token_per_rank=max_num_inp_token_per_rank,
@@ -156,12 +163,19 @@ class EpDispatchCombineConfig:
         self._native.set_combine_mode(str(combine_mode))
         self._native.set_quant_type(str(quant_type))
         self._native.set_internode_kernel(str(internode_kernel))
+        if schedule:  # [(max_tokens or None, dispatch blocks, dispatch warps, combine blocks, combine warps), ...]
+            self._native.set_schedule([tuple(row) for row in schedule])
 
     def __getattr__(self, name):
         return getattr(self._native, name)
 
     def validate(self):
         self._native.validate()
+
+    def resolved_schedule(self):
+        """The geometry variants the op will compile: the schedule given, else the
+        target's measured table with any geometry fields applied."""
+        return self._native.resolved_schedule()
 
 
 def _is_torch(value):
@@ -219,6 +233,7 @@ class EpDispatchCombineOp:
         self._fp8 = _target_fp8(self._op.target)  # the target's fp8 flavor, looked up once
         self._config = native_config
         self._comm = comm
+        comm._ops.add(self)
         self._bf16_numpy = False
         self._torch = False
 
@@ -335,6 +350,20 @@ class EpDispatchCombineOp:
         if on_device:
             return self._wrap(self._op.local_expert_counts_device())
         return self._op.local_expert_counts()
+
+    def route_map(self, routing):
+        """A recorded routing's map, [max_num_inp_token_per_rank * top-k + 1] int32 on
+        the op's device: per token its distinct destinations (first appearance order)
+        as rank * capacity + slot, then -1s; the last word is the received count."""
+        return self._wrap(self._op.route_map(routing))
+
+    def load_routing(self, routing, map, tokens):
+        """Makes `routing` (from make_routing()) replay `map` (route_map()'s layout, on
+        the op's device) for `tokens` tokens; checked first (synchronizes)."""
+        self._op.load_routing(routing, map, int(tokens))
+
+    def make_routing(self):
+        return self._op.make_routing()
 
     def synchronize(self):
         self._op.synchronize()

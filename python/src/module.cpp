@@ -27,6 +27,8 @@ using namespace nb::literals;
 using namespace epjit;
 using namespace epjit::ep;
 
+using ScheduleTuple = std::tuple<std::optional<int64_t>, int, int, int, int>;
+
 namespace {
 
 KernelCache& module_cache() {
@@ -273,6 +275,20 @@ NB_MODULE(_epjit, m) {
       .def_prop_ro("combine_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.combine_type())); })
       .def_prop_ro("combine_mode", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.combine_mode)); })
       .def_prop_ro("quant_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.quant_type)); })
+      // Schedules as (max_tokens or None, dispatch blocks, dispatch warps, combine blocks, combine warps).
+      .def("set_schedule",
+           [](EpDispatchCombineConfig& c, const std::vector<ScheduleTuple>& rows) {
+             c.schedule.clear();
+             for (const auto& [max_tokens, dispatch_blocks, dispatch_warps, combine_blocks, combine_warps] : rows)
+               c.schedule.push_back({max_tokens, dispatch_blocks, dispatch_warps, combine_blocks, combine_warps});
+           })
+      .def("resolved_schedule",
+           [](const EpDispatchCombineConfig& c) {
+             std::vector<ScheduleTuple> rows;
+             for (const ScheduleEntry& e : c.resolved_schedule())
+               rows.emplace_back(e.max_tokens, e.dispatch_blocks, e.dispatch_warps, e.combine_blocks, e.combine_warps);
+             return rows;
+           })
       .def("validate", &EpDispatchCombineConfig::validate);
 
   nb::class_<Routing>(m, "Routing").def_prop_ro("tokens", &Routing::tokens);
@@ -364,6 +380,18 @@ NB_MODULE(_epjit, m) {
            "handle"_a)
       .def("use_own_stream", [](PyOp& self) { self.op->set_stream(nullptr); })
       .def("make_routing", [](PyOp& self) { return self.op->make_routing(); })
+      .def("route_map",
+           [](nb::handle self_handle, const Routing& routing) {
+             PyOp& self = nb::cast<PyOp&>(self_handle);
+             return view(self.op->route_map(routing), *self.comm, self_handle);
+           })
+      .def("load_routing",
+           [](PyOp& self, Routing& routing, nb::ndarray<> map, int64_t tokens) {
+             const TensorRef ref = tensor_of(map, "map", *self.comm, DType::I32);
+             nb::gil_scoped_release release;
+             self.op->load_routing(routing, ref, tokens);
+           },
+           "routing"_a, "map"_a, "tokens"_a)
       .def("local_expert_counts", [](PyOp& self) { return self.op->local_expert_counts(); },
            nb::call_guard<nb::gil_scoped_release>())
       .def("check", [](PyOp& self) { self.synchronized([&] { self.op->check(); }); })
@@ -371,9 +399,15 @@ NB_MODULE(_epjit, m) {
       // Memory stays until the op and every view of its results are gone: a
       // view read after close() (the quick start's pattern) reads what the
       // last call left.
-      .def("close", [](PyOp& self) {
-        self.synchronized([&] { self.op->close(EpDispatchCombineOp::Memory::KeepUntilDestroyed); });
-      })
+      .def(
+          "close",
+          [](PyOp& self, bool keep_memory) {
+            self.synchronized([&] {
+              self.op->close(keep_memory ? EpDispatchCombineOp::Memory::KeepUntilDestroyed
+                                         : EpDispatchCombineOp::Memory::Release);
+            });
+          },
+          "keep_memory"_a = true)
       .def("synchronize", [](PyOp& self) { self.synchronized([&] { self.op->stream().synchronize(); }); })
       .def_prop_ro("capacity", [](PyOp& self) { return self.op->capacity(); })
       .def_prop_ro("target", [](PyOp& self) { return self.op->config().target; });

@@ -617,6 +617,48 @@ std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
   return std::unique_ptr<Routing>(new Routing(impl_->device, route_words(impl_->config), impl_->id));
 }
 
+TensorRef EpDispatchCombineOp::route_map(const Routing& routing) const {
+  const Impl& op = *impl_;
+  op.require_open("route_map");
+  if (routing.op_id_ != op.id || !routing.recorded())
+    throw Error("route_map: the routing was not recorded by this op", "a Routing a dispatch of this op recorded",
+                "pass record= to a dispatch of this op first");
+  return {routing.route_, DType::I32, {int64_t(route_words(op.config))}};
+}
+
+void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, int64_t tokens) {
+  Impl& op = *impl_;
+  op.require_open("load_routing");
+  if (routing.op_id_ != op.id)
+    throw Error("load_routing: the routing belongs to another op", "a Routing from this op's make_routing()",
+                "load into this op's make_routing()");
+  const int64_t words = int64_t(route_words(op.config)), k = op.config.num_experts_per_token;
+  expect_tensor("load_routing", "map", map, DType::I32, {words});
+  if (tokens < 0 || tokens > op.config.max_num_inp_token_per_rank)
+    throw Error("load_routing: " + std::to_string(tokens) + " tokens",
+                "at most max_num_inp_token_per_rank = " + std::to_string(op.config.max_num_inp_token_per_rank),
+                "pass the token count the map was recorded for");
+  std::vector<int32_t> host(size_t(words), 0);
+  op.stream->synchronize();
+  op.device.copy_to_host(host.data(), map.data, host.size() * 4);
+  const int64_t cap = op.capacity(), ranks = op.config.world_size;
+  for (int64_t i = 0; i + 1 < words; ++i) {
+    const int32_t entry = host[size_t(i)];
+    if (entry == -1) continue;
+    if (entry < 0 || entry / cap >= ranks || i / k >= tokens)
+      throw Error("load_routing: map[" + std::to_string(i) + "] = " + std::to_string(entry),
+                  "-1, or rank * capacity + slot with rank < " + std::to_string(ranks) + " and slot < " +
+                      std::to_string(cap) + " for the first " + std::to_string(tokens) + " tokens",
+                  "pass a map route_map() returned for this op's configuration");
+  }
+  const int32_t received = host.back();
+  if (received < 0 || received > cap)
+    throw Error("load_routing: received count " + std::to_string(received), "in [0, capacity = " + std::to_string(cap) + "]",
+                "pass a map route_map() returned for this op's configuration");
+  op.device.copy_to_device(routing.route_, host.data(), host.size() * 4);
+  routing.tokens_ = tokens;
+}
+
 void EpDispatchCombineOp::check() {
   Impl& op = *impl_;
   op.require_open("check");
@@ -658,7 +700,11 @@ void EpDispatchCombineOp::reset() {
 
 void EpDispatchCombineOp::close(Memory memory) {
   Impl& op = *impl_;
-  if (op.closed) return;
+  if (op.closed) {
+    // A close that kept the memory, then one that releases it (the communicator is going).
+    if (memory == Memory::Release && !op.released) op.release();
+    return;
+  }
   op.stream->synchronize();
   op.comm.barrier();  // no peer reads this rank's window any more
   op.closed = true;

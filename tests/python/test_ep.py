@@ -300,9 +300,41 @@ def test_result_views_outlive_close_and_read_the_last_results():
     assert int(total[0]) == received == 5
     with pytest.raises(epjit.Error, match="closed"):
         op.dispatch(x, w, None, idx)
-    comm.destroy()
     del op  # the views still hold the op's memory
     np.testing.assert_array_equal(np.asarray(out).view(np.uint8), want.view(np.uint8))
+    comm.destroy()  # and it goes with the communicator
+
+
+def test_an_op_left_to_the_collector_after_its_communicator_is_destroyed():
+    """MORI's examples drop the op after the communicator's `with` block: the
+    communicator's destroy() frees the memory of the ops built on it, so the
+    collector (or the interpreter's exit) has nothing left to free."""
+    import subprocess
+    import sys
+    import textwrap
+    program = textwrap.dedent(f"""
+        import gc, sys
+        sys.path[:0] = {sys.path!r}
+        import numpy as np, ml_dtypes, epjit
+        comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target="host")
+        config = epjit.EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim={HIDDEN},
+            max_num_inp_token_per_rank={MAX_TOKENS}, num_experts_per_rank={EPR}, num_experts_per_token={TOPK})
+        op = epjit.EpDispatchCombineOp(config, comm)
+        x = np.ones((3, {HIDDEN}), dtype=ml_dtypes.bfloat16)
+        tokens = op.dispatch(x, np.ones((3, {TOPK}), np.float32), None, np.zeros((3, {TOPK}), np.int32))[0]
+        comm.destroy()
+        try:
+            op.dispatch(x, np.ones((3, {TOPK}), np.float32), None, np.zeros((3, {TOPK}), np.int32))
+            print("dispatch after destroy did not raise")
+        except epjit.Error as error:
+            assert "closed" in str(error), error
+        keep = op  # left for the interpreter's exit
+        del tokens
+        gc.collect()
+        print("survived")
+    """)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "survived", (done.returncode, done.stdout, done.stderr)
 
 
 def test_inputs_dropped_right_after_a_call_are_held_until_the_stream_has_read_them():

@@ -136,6 +136,16 @@ class EpDispatchCombineOp {
   TensorRef local_expert_counts_device();
 
   std::unique_ptr<Routing> make_routing();
+  // A recorded routing's map as an [max_tokens * top-k + 1] i32 device tensor:
+  // per source token, its distinct destinations in order of first appearance
+  // as rank * capacity + slot, then -1s; the last word is the received count.
+  TensorRef route_map(const Routing& routing) const;
+  // Makes `routing` (of this op) replay `map`, a map in route_map()'s layout
+  // (in the op's device memory) recorded for `tokens` tokens, e.g. one
+  // saved and restored by a framework. Checked on the host before use (every
+  // entry -1 or a rank and slot inside the op, the count inside capacity), so
+  // it synchronizes; a bad map throws and leaves the routing as it was.
+  void load_routing(Routing& routing, const TensorRef& map, int64_t tokens);
   // Synchronizes the op's stream and throws epjit::Error when a kernel
   // reported a problem (a peer that did not arrive within the peer timeout,
   // overflow, a bad expert). The problem stays reported, and every later
@@ -145,7 +155,9 @@ class EpDispatchCombineOp {
   void reset();
   // Collective: synchronize, wait for every rank, and free the arena (or,
   // with KeepUntilDestroyed, keep it until the op is destroyed, so views of
-  // its results a binding handed out stay readable); later calls throw.
+  // its results a binding handed out stay readable); later calls throw. A
+  // Release after a KeepUntilDestroyed close frees the kept memory (before
+  // the communicator it came from is destroyed).
   enum class Memory { Release, KeepUntilDestroyed };
   void close(Memory memory = Memory::Release);
 

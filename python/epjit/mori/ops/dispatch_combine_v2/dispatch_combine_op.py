@@ -1,0 +1,350 @@
+"""MORI EPv2's EpDispatchCombineOp and routing handle on epjit's op.
+
+The numerics are epjit's (the same as MORI's: f32 sums in destination order, one
+rounding). What this layer adds is MORI's contract where epjit's own API differs:
+combine takes the origin's weights (or none) and returns the summed forwarded ones,
+local_expert_count() counts every (token, k) assignment, the routing handle exposes
+MORI's maps, std-MoE conversion applies the routing weights, and a symmetric fp8
+op combines fp8 tokens. docs/PYTHON.md lists what still differs.
+"""
+from dataclasses import dataclass
+from typing import Optional
+
+import epjit
+
+from .config import _is_fp8
+
+_SCALE_DTYPES = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _epjit_dtype(dtype):
+    return epjit._dtype_name(dtype, "data_type")
+
+
+@dataclass
+class EpDispatchRoutingHandle:
+    """One dispatch's routing, replayable (MORI's EpDispatchRoutingHandle).
+
+    disp_dest_tok_id_map: [max_tokens * k] int32, per (source token, k) the receive
+    slot on the rank of expert k, as rank * max_recv + slot (-1: masked or not sent).
+    disp_tok_id_to_src_tok_id_local: [max_recv] int32, per receive slot its source
+    rank * max_tokens + source token (valid below total_recv_token_num).
+    inter_node_*: empty (this op is intranode), kept for MORI's five-tensor layout.
+    """
+    disp_dest_tok_id_map: object
+    inter_node_disp_dest_tok_id_map: object
+    inter_node_disp_send_map: object
+    total_recv_token_num: object
+    disp_tok_id_to_src_tok_id_local: object
+    cur_rank_num_token: int = 0
+    _routing: object = None   # epjit's Routing when this op recorded it
+    _op_id: Optional[int] = None
+
+    def tensors(self):
+        return (self.disp_dest_tok_id_map, self.inter_node_disp_dest_tok_id_map, self.inter_node_disp_send_map,
+                self.total_recv_token_num, self.disp_tok_id_to_src_tok_id_local)
+
+    @classmethod
+    def from_tensors(cls, tensors, cur_rank_num_token=0):
+        return cls(*tensors, cur_rank_num_token=cur_rank_num_token)
+
+
+class EpDispatchCombineOp:
+    """MORI's v2 op: collective construction over a mori.cco Communicator; calls
+    enqueue on torch's current stream and never synchronize the host (except
+    replaying a handle rebuilt with from_tensors, whose maps are checked first)."""
+
+    def __init__(self, cfg, comm):
+        comm._check_valid("build an op")
+        self.cfg, self.comm = cfg, comm
+        torch = _torch()
+        legs = {}
+        data_type = _epjit_dtype(cfg.data_type)
+        if cfg.dispatch_data_type is not None:
+            legs = dict(dispatch_data_type=_epjit_dtype(cfg.dispatch_data_type),
+                        combine_data_type=_epjit_dtype(cfg.combine_data_type))
+        elif data_type == "fp8":
+            # A symmetric fp8 op: fp8 crosses on dispatch; combine sums the fp8
+            # expert outputs (widened exactly to bf16) in f32 and returns fp8.
+            legs = dict(dispatch_data_type="fp8", combine_data_type="bf16")
+        geometry = {name: getattr(cfg, name) for name in
+                    ("dispatch_block_num", "combine_block_num", "warp_num_per_block", "combine_warp_num_per_block")
+                    if getattr(cfg, name) is not None}
+        self._config = epjit.EpDispatchCombineConfig(
+            rank=cfg.rank, world_size=cfg.world_size, hidden_dim=cfg.hidden_dim,
+            max_num_inp_token_per_rank=cfg.max_num_inp_token_per_rank,
+            num_experts_per_rank=cfg.num_experts_per_rank, num_experts_per_token=cfg.num_experts_per_token,
+            data_type=data_type, combine_mode=cfg.combine_mode, quant_type=cfg.quant_type,
+            internode_kernel=cfg.internode_kernel, schedule=cfg.schedule, scale_dim=cfg.scale_dim,
+            scale_type_size=cfg.scale_type_size, enable_std_moe=cfg.enable_std_moe,
+            max_total_recv_tokens=cfg.effective_max_recv if cfg.max_total_recv_tokens > 0 else 0,
+            gpu_per_node=cfg.gpu_per_node, internode_auto_ll_max_tokens=cfg.internode_auto_ll_max_tokens,
+            **legs, **geometry)
+        self._op = epjit.EpDispatchCombineOp(self._config, comm._epjit)
+        self._fp8_symmetric = data_type == "fp8" and cfg.dispatch_data_type is None
+        self._last = None      # the latest dispatch's outputs
+        self._latest = None    # the handle (or epjit routing) that dispatch used or recorded
+        self._no_weights = None
+        self._scatter_input = None
+        self._empty = None
+        comm._track(self)
+
+    # -- helpers -----------------------------------------------------------------
+    @property
+    def _device(self):
+        return "cuda" if self.comm._epjit.device in ("cuda", "hip") else "cpu"
+
+    @property
+    def max_recv(self):
+        return self._op.capacity
+
+    def _settle(self):
+        """Host ranks: wait for the op's call. CPU tensors have no stream to order
+        torch's reads after it (on GPUs both run on torch's current stream)."""
+        if self._device == "cpu":
+            self._op.synchronize()
+
+    def _weights_or_zeros(self, weights, n):
+        if weights is not None:
+            return weights
+        torch = _torch()
+        k = self.cfg.num_experts_per_token
+        if self._no_weights is None:
+            self._no_weights = torch.zeros(self.cfg.max_num_inp_token_per_rank, k, dtype=torch.float32,
+                                           device=self._device)
+        return self._no_weights[:n]
+
+    def _scales_of(self, scales, n):
+        """MORI takes scales as any tensor with scale_dim * scale_type_size bytes per
+        token; epjit as [n, scale_dim] elements of scale_type_size bytes."""
+        if scales is None or self.cfg.scale_dim == 0:
+            return None
+        torch = _torch()
+        per_token = self.cfg.scale_dim * self.cfg.scale_type_size
+        raw = scales.contiguous().view(torch.uint8).reshape(n, -1)
+        if raw.shape[1] != per_token:
+            raise epjit.Error(f"scales have {raw.shape[1]} bytes per token (expected scale_dim * scale_type_size = "
+                              f"{per_token}); fix: pass [tokens, scale_dim] scales of scale_type_size bytes each")
+        return raw.view(getattr(torch, _SCALE_DTYPES[self.cfg.scale_type_size]))
+
+    def _mori_maps(self, routing, indices, n):
+        """MORI's forward map [max_tokens * k] and the slot -> source map from
+        epjit's route (per token, its distinct ranks in order of first appearance)."""
+        torch = _torch()
+        cfg = self.cfg
+        k, epr, m = cfg.num_experts_per_token, cfg.num_experts_per_rank, cfg.max_num_inp_token_per_rank
+        cap = self.max_recv
+        route = self._op.route_map(routing)[:-1].view(m, k)
+        forward = torch.full((m, k), -1, dtype=torch.int32, device=route.device)
+        if n:
+            idx = indices[:n].long()
+            valid = idx >= 0
+            ranks = torch.where(valid, idx // epr, torch.full_like(idx, -1))
+            # ordinal of each entry's rank among the token's distinct ranks, first appearance order
+            same = (ranks[:, :, None] == ranks[:, None, :]) & valid[:, None, :]
+            earlier = torch.tril(torch.ones(k, k, dtype=torch.bool, device=idx.device), diagonal=-1)
+            first = valid & ~(same & earlier[None]).any(dim=2)
+            opener = (same & (earlier | torch.eye(k, dtype=torch.bool, device=idx.device))[None]).int().argmax(dim=2)
+            ordinal = torch.cumsum(first.int(), dim=1) - 1
+            ordinal_of_entry = torch.gather(ordinal, 1, opener)
+            entry = torch.gather(route[:n].long(), 1, ordinal_of_entry.clamp(min=0))
+            # epjit's entry is rank * capacity + slot, MORI's rank * max_recv + slot: the same numbers.
+            forward[:n] = torch.where(valid & (entry >= 0), entry, torch.full_like(entry, -1)).int()
+        sources = self._last["origins"][:, 0].clone()
+        return forward.reshape(-1), sources
+
+    def _handle_routing(self, routing, indices, n):
+        """epjit's Routing for a handle: its own, or one loaded from MORI's maps."""
+        if routing._routing is not None and routing._op_id == id(self):
+            return routing._routing
+        return self._load_mori_maps(routing, indices, n)
+
+    def _load_mori_maps(self, handle, indices, n):
+        """A handle from from_tensors: MORI's forward map back to epjit's route."""
+        torch = _torch()
+        cfg = self.cfg
+        k, m = cfg.num_experts_per_token, cfg.max_num_inp_token_per_rank
+        if handle.cur_rank_num_token and handle.cur_rank_num_token != n:
+            raise epjit.Error(f"replay of {n} tokens with a routing recorded for {handle.cur_rank_num_token}; fix: "
+                              "replay with the batch the routing was recorded for")
+        forward = handle.disp_dest_tok_id_map.reshape(m, k).long()
+        idx = indices[:n].long()
+        valid = idx >= 0
+        ranks = torch.where(valid, idx // cfg.num_experts_per_rank, torch.full_like(idx, -1))
+        same = (ranks[:, :, None] == ranks[:, None, :]) & valid[:, None, :]
+        earlier = torch.tril(torch.ones(k, k, dtype=torch.bool, device=idx.device), diagonal=-1)
+        first = valid & ~(same & earlier[None]).any(dim=2)
+        route = torch.full((m, k), -1, dtype=torch.int64, device=idx.device)
+        ordinal = torch.cumsum(first.int(), dim=1) - 1
+        rows = torch.arange(n, device=idx.device)[:, None].expand(n, k)
+        route[rows[first], ordinal[first].long()] = forward[:n][first]
+        total = handle.total_recv_token_num.reshape(-1)[:1].long().to(idx.device)
+        flat = torch.cat([route.reshape(-1), total]).int()
+        recorded = self._op.make_routing()
+        self._op.load_routing(recorded, flat, n)  # checked on the host: synchronizes
+        handle._routing, handle._op_id = recorded, id(self)
+        return recorded
+
+    # -- the op ----------------------------------------------------------------
+    def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False):
+        """Returns (out [max_recv, hidden], out_weights [max_recv, k], out_scales or
+        None, out_indices [max_recv, k], total_recv [1] int32 on the device[, routing])."""
+        if routing is not None and return_routing:
+            raise ValueError("pass either routing= (replay) or return_routing=True, not both")
+        n = int(input.shape[0])
+        weights = self._weights_or_zeros(weights, n)
+        scales = self._scales_of(scales, n)
+        replay = self._handle_routing(routing, indices, n) if routing is not None else None
+        result = self._op.dispatch(input, weights, scales, indices, routing=replay, return_routing=return_routing)
+        out, out_w, out_s, out_idx, total = result[:5]
+        self._settle()
+        self._last = dict(n=n, out=out, weights=out_w, indices=out_idx, total=total,
+                          origins=self._op.received_origins())
+        base = (out, out_w, out_s, out_idx, total)
+        if not return_routing:
+            self._latest = routing
+            return base
+        recorded = result[5]
+        forward, sources = self._mori_maps(recorded, indices, n)
+        torch = _torch()
+        if self._empty is None:
+            self._empty = torch.empty(0, dtype=torch.int32, device=forward.device)
+        handle = EpDispatchRoutingHandle(forward, self._empty, self._empty, total.clone(), sources,
+                                         cur_rank_num_token=n, _routing=recorded, _op_id=id(self))
+        self._latest = handle
+        return base + (handle,)
+
+    def _combine_staging(self, input):
+        """Where combine reads expert outputs: the window's staging rows (gather) or
+        the op's own [max_recv, hidden] buffer (scatter); `input` is copied in
+        unless it is already there (MORI takes fewer rows than max_recv)."""
+        torch = _torch()
+        if self.cfg.combine_mode == "gather":
+            staging = self._op.combine_input()
+        else:
+            if self._scatter_input is None:
+                self._scatter_input = torch.empty(self.max_recv, self.cfg.hidden_dim, dtype=torch.bfloat16
+                                                  if self._op.config_combine_type == "bf16" else torch.float32,
+                                                  device=self._device)
+            staging = self._scatter_input
+        if input.data_ptr() != staging.data_ptr():
+            rows = int(input.shape[0])
+            if rows > self.max_recv:
+                raise epjit.Error(f"combine input has {rows} rows (expected at most max_recv = {self.max_recv}); "
+                                  "fix: pass the expert outputs of the received rows")
+            staging[:rows].copy_(input.reshape(rows, -1))  # widens fp8 exactly
+        return staging
+
+    def combine(self, input, weights=None, indices=None, *, routing=None):
+        """Returns (out [tokens, hidden], out_weights [tokens, k]): every token's expert
+        outputs summed in f32 in destination order, rounded once; out_weights the
+        forwarded weights summed alike. `weights` and `indices` are accepted as MORI
+        accepts them (the weights that travel are the dispatched ones)."""
+        if self._last is None:
+            raise epjit.Error("combine without a dispatch before it; fix: call dispatch() first")
+        if routing is not None and self._latest is not None and routing is not self._latest:
+            raise epjit.Error("combine with a routing other than the latest dispatch's (epjit combines the latest "
+                              "dispatch); fix: combine after each dispatch, or pass that dispatch's routing")
+        staging = self._combine_staging(input)
+        out, out_w = self._op.combine(staging, self._last["weights"])
+        self._settle()
+        if self._fp8_symmetric:
+            out = out.to(_torch().float8_e4m3fn if self._op._fp8 == "e4m3fn" else _torch().float8_e4m3fnuz)
+        return out, out_w
+
+    def local_expert_count(self):
+        """[num_experts_per_rank] int32 on the device: received (token, k) assignments
+        per local expert, every k counted (MORI's rule; the sum over ranks is the
+        number of valid (token, k) entries sent). Enqueued, no synchronization."""
+        if self._last is None:
+            raise epjit.Error("local_expert_count before any dispatch; fix: call dispatch() first")
+        torch = _torch()
+        epr = self.cfg.num_experts_per_rank
+        idx = self._last["indices"].long()
+        local = idx - self.cfg.rank * epr
+        rows = torch.arange(idx.shape[0], device=idx.device)[:, None]
+        counted = (local >= 0) & (local < epr) & (rows < self._last["total"].long())
+        counts = torch.zeros(epr, dtype=torch.int32, device=idx.device)
+        counts.scatter_add_(0, local.clamp(0, epr - 1).reshape(-1), counted.int().reshape(-1))
+        return counts
+
+    # -- standard MoE ------------------------------------------------------------
+    def convert_dispatch_output(self):
+        """(packed_x [experts_per_rank, world * max_tokens, hidden] bf16, packed_count
+        [experts_per_rank] int32, packed_src [experts_per_rank, world * max_tokens]
+        int32 = source rank * max_tokens + source token): each received token once
+        per local expert it names, packed per expert. The expert GEMM overwrites
+        packed_x in place."""
+        torch = _torch()
+        tokens, counts, rows = self._op.std_moe_pack()
+        self._settle()
+        origins = self._last["origins"][:, 0]
+        filled = torch.arange(rows.shape[1], device=rows.device)[None, :] < counts[:, None].long()
+        src = torch.where(filled, origins[rows.long().clamp(min=0)], torch.full_like(rows, -1))
+        self._packed = (tokens, counts, rows)
+        return tokens, counts, src
+
+    def convert_combine_input(self, routing=None):
+        """Writes each received token's weighted sum of its local experts' outputs
+        (sum over k of weight[k] * packed_x[slot of k] in k order, f32, one rounding;
+        MORI's ConvertCombineInput) over the dispatch's output rows, as MORI does;
+        combine() of those rows then sums the partials across ranks. Returns them."""
+        if getattr(self, "_packed", None) is None:
+            raise epjit.Error("convert_combine_input before convert_dispatch_output; fix: convert the dispatch "
+                              "output first")
+        torch = _torch()
+        cfg = self.cfg
+        epr, k = cfg.num_experts_per_rank, cfg.num_experts_per_token
+        tokens, counts, rows = self._packed
+        cap = self.max_recv
+        idx = self._last["indices"].long()
+        w = self._last["weights"]
+        # The packed row of each (received row, local expert).
+        position = torch.full((cap, epr), -1, dtype=torch.long, device=rows.device)
+        filled = torch.arange(rows.shape[1], device=rows.device)[None, :] < counts[:, None].long()
+        experts = torch.arange(epr, device=rows.device)[:, None].expand_as(rows)
+        slots = torch.arange(rows.shape[1], device=rows.device)[None, :].expand_as(rows)
+        position[rows.long()[filled], experts[filled]] = experts[filled] * rows.shape[1] + slots[filled]
+        packed = tokens.reshape(-1, cfg.hidden_dim)
+        total = torch.zeros(cap, cfg.hidden_dim, dtype=torch.float32, device=rows.device)
+        received = torch.arange(cap, device=rows.device)
+        for j in range(k):
+            local = idx[:, j] - cfg.rank * epr
+            is_local = (local >= 0) & (local < epr)
+            at = position[received, local.clamp(0, epr - 1)]
+            use = is_local & (at >= 0)
+            weight = torch.where(use, w[:, j], torch.zeros_like(w[:, j]))
+            total += weight[:, None] * packed[at.clamp(min=0)].float()
+        out = self._last["out"]  # MORI writes the partials over the received rows
+        out.copy_(total.to(out.dtype))
+        return out
+
+    # -- the rest of MORI's surface -------------------------------------------------
+    @property
+    def capabilities(self):
+        return dict(kernel_backend="epjit", target=self._op.target, combine_modes=("gather", "scatter"),
+                    quant_types=("none", "fp8_direct_cast", "fp8_blockwise"), std_moe=True, replay=True,
+                    graph_capture=True, scales=True, intranode=True, internode=False,
+                    max_recv=self.max_recv)
+
+    def reset(self):
+        """Collective: clears every counter, flag and error on all ranks."""
+        self._op.reset()
+        self._last = self._latest = None
+
+    def close(self):
+        """Collective: frees the op's memory; later calls raise. Idempotent."""
+        self._op.close()
+        self.comm._untrack(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -1,0 +1,311 @@
+"""epjit.mori, MORI EPv2's API on epjit, checked against epjit's semantics and
+MORI's stated ones: one process per rank (world 1 and 2; GPUs where torch has
+them, else host ranks with CPU tensors). Needs torch (MORI's tensors are torch
+tensors): skipped, with the reason, where it is absent.
+"""
+import gc
+import pickle
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="epjit.mori works on torch tensors; torch is not installed here")
+
+import epjit  # noqa: E402
+import epjit.mori  # noqa: E402
+from epjit.mori import cco  # noqa: E402
+from epjit.mori.ops.dispatch_combine_v2 import (EpDispatchCombineConfig, EpDispatchCombineOp,  # noqa: E402
+                                                EpDispatchRoutingHandle, tuning_configs)
+
+HIDDEN, TOPK, EPR, MAX_TOKENS = 512, 4, 6, 40
+GPU = False      # set per rank process: CUDA tensors on GPU ranks, else CPU tensors on host ranks
+DEVICE = "cpu"
+
+
+def make_cfg(world, rank, **fields):
+    base = dict(rank=rank, world_size=world, hidden_dim=HIDDEN, max_num_inp_token_per_rank=MAX_TOKENS,
+                num_experts_per_rank=EPR, num_experts_per_token=TOPK)
+    base.update(fields)
+    return EpDispatchCombineConfig(**base)
+
+
+def rank_inputs(world, rank, tokens, seed, dtype=torch.bfloat16):
+    """Rank `rank`'s inputs of call `seed` (any rank can rebuild any rank's)."""
+    g = torch.Generator().manual_seed(seed * 977 + rank)
+    x = torch.randn(tokens, HIDDEN, generator=g).to(dtype)
+    w = torch.rand(tokens, TOPK, generator=g)
+    idx = torch.stack([torch.randperm(world * EPR, generator=g)[:TOPK] for _ in range(tokens)]).to(torch.int32)
+    if tokens > 2:
+        idx[1, 1] = idx[1, 0]   # a duplicate expert: MORI counts it twice
+        idx[2, 3] = -1          # a masked slot
+    return x.to(DEVICE), w.to(DEVICE), idx.reshape(tokens, TOPK).to(DEVICE)
+
+
+def distinct_ranks(idx):
+    """Per token, its ranks in order of first appearance (masked slots skipped)."""
+    out = []
+    for row in idx.tolist():
+        seen = []
+        for e in row:
+            if e >= 0 and e // EPR not in seen:
+                seen.append(e // EPR)
+        out.append(seen)
+    return out
+
+
+def identity_expected(x, idx):
+    """U copies of x summed in f32 and rounded once (U = distinct destination ranks)."""
+    u = torch.tensor([len(r) for r in distinct_ranks(idx)], dtype=torch.float32, device=x.device)
+    return (x.float() * u[:, None]).to(x.dtype)
+
+
+def sync():
+    if GPU:
+        torch.cuda.synchronize()
+
+
+class Checks:
+    def __init__(self, rank):
+        self.rank, self.failed = rank, []
+
+    def expect(self, ok, what):
+        if not ok:
+            self.failed.append(what)
+
+
+def round_trip(op, x, w, idx, **dispatch_kw):
+    out, out_w, out_s, out_idx, total, handle = op.dispatch(x, w, None, idx, return_routing=True, **dispatch_kw)
+    sync()
+    n = int(total.item())
+    back, back_w = op.combine(out[:n], routing=handle)
+    sync()
+    return out, out_w, out_idx, n, handle, back, back_w
+
+
+def body(world, rank, uid_bytes, seed, checks):
+    extra = {}
+    if GPU:
+        torch.cuda.set_device(rank)  # the communicator follows torch's current device
+    else:
+        extra = dict(device="host")  # epjit's keyword: host ranks
+    uid = pickle.loads(uid_bytes)  # MORI's UniqueId travels pickled
+    # timeout_seconds (epjit's keyword): a rank whose peer failed gives up instead of waiting forever.
+    with cco.Communicator.init(world, rank, uid, per_rank_vmm=1 << 30, timeout_seconds=120, **extra) as comm:
+        checks.expect((comm.rank, comm.nranks) == (rank, world), "communicator rank / nranks")
+        # bf16 gather: the identity check, summed weights, MORI's expert counts.
+        op = EpDispatchCombineOp(make_cfg(world, rank), comm)
+        x, w, idx = rank_inputs(world, rank, MAX_TOKENS - rank, seed)
+        out, out_w, out_idx, n, handle, back, back_w = round_trip(op, x, w, idx)
+        checks.expect(torch.equal(back.view(torch.int16), identity_expected(x, idx).view(torch.int16)),
+                      "bf16 gather: combine(dispatch(x)) != U * x")
+        u = torch.tensor([len(r) for r in distinct_ranks(idx)], dtype=torch.float32, device=w.device)
+        checks.expect(torch.allclose(back_w, w * u[:, None]), "combine's weights are not the summed forwarded ones")
+        counts = op.local_expert_count()
+        want = torch.zeros(EPR, dtype=torch.int64)
+        for r in range(world):  # every (token, k) of every rank naming one of my experts, duplicates too
+            _, _, their_idx = rank_inputs(world, r, MAX_TOKENS - r, seed)
+            for e in their_idx.reshape(-1).tolist():
+                if e >= 0 and e // EPR == rank:
+                    want[e % EPR] += 1
+        checks.expect(counts.is_cuda == GPU and counts.tolist() == want.tolist(),
+                      f"local_expert_count {counts.tolist()} != MORI's rule {want.tolist()}")
+        # The handle's maps: slot -> source, and (token, k) -> rank * max_recv + slot.
+        src = handle.disp_tok_id_to_src_tok_id_local[:n].tolist()
+        origins = sorted(src)
+        checks.expect(len(set(src)) == n and all(0 <= s < world * MAX_TOKENS for s in src), "slot -> source map")
+        fwd = handle.disp_dest_tok_id_map.reshape(MAX_TOKENS, TOPK)[: x.shape[0]].tolist()
+        for t, row in enumerate(idx.tolist()):
+            for j, e in enumerate(row):
+                want_rank = -1 if e < 0 else e // EPR
+                got_rank = -1 if fwd[t][j] < 0 else fwd[t][j] // op.max_recv
+                checks.expect(got_rank == want_rank, f"forward map [{t}, {j}] names rank {got_rank}, not {want_rank}")
+        del origins
+        # Replay right after a dispatch (MORI's order), then from_tensors.
+        x2 = (x.float() * 0.5).to(torch.bfloat16)
+        op.dispatch(x, w, None, idx, return_routing=False)
+        out2, *_, total2 = op.dispatch(x2, w, None, idx, routing=handle)
+        sync()
+        back2, _ = op.combine(out2[: int(total2.item())], routing=handle)
+        sync()
+        checks.expect(torch.equal(back2.view(torch.int16), identity_expected(x2, idx).view(torch.int16)),
+                      "replay after dispatch: combine != U * x")
+        rebuilt = EpDispatchRoutingHandle.from_tensors(handle.tensors(), cur_rank_num_token=x.shape[0])
+        out3, *_, total3 = op.dispatch(x2, w, None, idx, routing=rebuilt)
+        sync()
+        back3, _ = op.combine(out3[: int(total3.item())], routing=rebuilt)
+        sync()
+        checks.expect(torch.equal(back3.view(torch.int16), identity_expected(x2, idx).view(torch.int16)),
+                      "replay of from_tensors: combine != U * x")
+        op.close()
+        # f32 gather, and scatter with fp8 quant (a tolerance: the wire is fp8).
+        with EpDispatchCombineOp(make_cfg(world, rank, data_type=torch.float32), comm) as op32:
+            xf, wf, idxf = rank_inputs(world, rank, 17 + rank, seed + 1, torch.float32)
+            *_, back, _ = round_trip(op32, xf, wf, idxf)
+            checks.expect(torch.equal(back, identity_expected(xf, idxf)), "f32 gather: combine != U * x")
+        for quant in ("fp8_direct_cast", "fp8_blockwise"):
+            with EpDispatchCombineOp(make_cfg(world, rank, quant_type=quant), comm) as opq:
+                checks.expect(opq.cfg.combine_mode == "scatter", f"{quant} did not force scatter")
+                xq, wq, idxq = rank_inputs(world, rank, 23, seed + 2)
+                *_, back, _ = round_trip(opq, xq, wq, idxq)
+                want = identity_expected(xq, idxq).float()
+                err = (back.float() - want).abs().max().item()
+                checks.expect(err <= 0.07 * want.abs().max().item(), f"{quant}: error {err} beyond fp8's")
+        # A symmetric fp8 op: fp8 in, fp8 out.
+        fp8 = torch.float8_e4m3fn
+        with EpDispatchCombineOp(make_cfg(world, rank, data_type=fp8), comm) as op8:
+            checks.expect(op8.cfg.is_fp8, "fp8 config is_fp8")
+            x8, w8, idx8 = rank_inputs(world, rank, 19, seed + 3)
+            x8 = x8.to(fp8)
+            *_, back, _ = round_trip(op8, x8, w8, idx8)
+            u8 = torch.tensor([len(r) for r in distinct_ranks(idx8)], dtype=torch.float32, device=w8.device)
+            want = (x8.float() * u8[:, None]).to(torch.bfloat16).to(fp8)
+            checks.expect(back.dtype == fp8 and torch.equal(back.view(torch.uint8), want.view(torch.uint8)),
+                          "fp8 symmetric: combine != U * x")
+        # Scales forwarded (float32, 3 per token), with max_total_recv_tokens.
+        cfg = make_cfg(world, rank, scale_dim=3, scale_type_size=4, max_total_recv_tokens=world * 30)
+        with EpDispatchCombineOp(cfg, comm) as ops:
+            checks.expect(ops.max_recv == cfg.effective_max_recv, "max_recv != effective_max_recv")
+            xs, ws, idxs = rank_inputs(world, rank, 11, seed + 4)
+            scales = torch.arange(11 * 3, dtype=torch.float32, device=DEVICE).reshape(11, 3) + 1000 * rank
+            out, _, out_s, _, total, h = ops.dispatch(xs, ws, scales, idxs, return_routing=True)
+            sync()
+            checks.expect(int(total.item()) > 0, f"scales: nothing received (total {total})")
+            for slot in range(int(total.item())):
+                source = int(h.disp_tok_id_to_src_tok_id_local[slot])
+                r, t = divmod(source, MAX_TOKENS)
+                want_s = torch.arange(t * 3, t * 3 + 3, dtype=torch.float32) + 1000 * r
+                checks.expect(torch.equal(out_s[slot].cpu().view(torch.float32), want_s), f"scales of slot {slot}")
+            ops.combine(out[: int(total.item())], routing=h)
+            sync()
+        # Standard MoE: packed per expert, weighted back, combined.
+        with EpDispatchCombineOp(make_cfg(world, rank, enable_std_moe=True), comm) as opm:
+            xm, wm, idxm = rank_inputs(world, rank, 29, seed + 5)
+            out, out_w, _, _, total, h = opm.dispatch(xm, wm, None, idxm, return_routing=True)
+            packed, count, src = opm.convert_dispatch_output()
+            sync()
+            checks.expect(int(count.sum()) > 0 or int(total.item()) == 0, "std-MoE packed nothing")
+            rows = opm.convert_combine_input(h)  # identity experts: packed_x left as is
+            back, _ = opm.combine(rows[: int(total.item())], routing=h)
+            sync()
+            want = torch.empty_like(xm)
+            for t, ranks in enumerate(distinct_ranks(idxm)):
+                partials = []
+                for r in ranks:
+                    acc = torch.zeros(HIDDEN, dtype=torch.float32, device=xm.device)
+                    for j, e in enumerate(idxm[t].tolist()):
+                        if e >= 0 and e // EPR == r:
+                            acc += wm[t, j] * xm[t].float()
+                    partials.append(acc.to(torch.bfloat16).float())
+                total_row = torch.zeros(HIDDEN, dtype=torch.float32, device=xm.device)
+                for p in partials:
+                    total_row += p
+                want[t] = total_row.to(torch.bfloat16)
+            checks.expect(torch.equal(back.view(torch.int16), want.view(torch.int16)),
+                          "std-MoE: combine(convert_combine_input) != sum_k w_k x")
+        # Graph capture of dispatch -> combine (GPUs).
+        if GPU:
+            with EpDispatchCombineOp(make_cfg(world, rank), comm) as opg:
+                xg, wg, ig = rank_inputs(world, rank, MAX_TOKENS, seed + 6)
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    out, *_ = opg.dispatch(xg, wg, None, ig)
+                    opg.combine(out)
+                torch.cuda.synchronize()
+                comm.barrier()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    out, *_ = opg.dispatch(xg, wg, None, ig)
+                    back, _ = opg.combine(out)
+                for replay in range(5):
+                    fresh = rank_inputs(world, rank, MAX_TOKENS, seed + 100 + replay)
+                    for dst, src_t in zip((xg, wg, ig), fresh):
+                        dst.copy_(src_t)
+                    torch.cuda.synchronize()
+                    comm.barrier()
+                    graph.replay()
+                    torch.cuda.synchronize()
+                    checks.expect(torch.equal(back.view(torch.int16), identity_expected(xg, ig).view(torch.int16)),
+                                  f"graph replay {replay}: combine != U * x")
+                    comm.barrier()
+                del graph
+        # Left to the garbage collector after the communicator's block (MORI's examples do).
+        leftover = EpDispatchCombineOp(make_cfg(world, rank), comm)
+        lx, lw, li = rank_inputs(world, rank, 5, seed + 7)
+        leftover.dispatch(lx, lw, None, li)
+        sync()
+    del leftover
+    gc.collect()
+
+
+def rank_main(device, world, rank, uid_bytes, seed, results):
+    global GPU, DEVICE
+    GPU, DEVICE = device == "cuda", device
+    checks = Checks(rank)
+    try:
+        body(world, rank, uid_bytes, seed, checks)
+        results.put("; ".join(f"rank {rank}: {f}" for f in checks.failed))
+    except Exception as error:  # reported by the test, with the checks that failed before it
+        import traceback
+        earlier = "; ".join(checks.failed)
+        results.put(f"rank {rank}: {type(error).__name__}: {error} (failed before it: {earlier or 'none'})\n"
+                    f"{traceback.format_exc()}")
+
+
+def run_world(device, world):
+    import multiprocessing
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    uid = pickle.dumps(cco.get_unique_id())
+    procs = [context.Process(target=rank_main, args=(device, world, r, uid, 1, results)) for r in range(world)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=120)
+    failed = [g for g in got if g]
+    assert not failed, "\n".join(failed)
+    assert all(p.exitcode == 0 for p in procs), f"exit codes {[p.exitcode for p in procs]}"
+
+
+@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_mori_api_on_epjit(device, world):
+    if device == "cuda" and torch.cuda.device_count() < world:
+        pytest.skip(f"{world} CUDA ranks need {world} GPUs (torch sees {torch.cuda.device_count()})")
+    run_world(device, world)
+
+
+def test_config_follows_mori():
+    cfg = make_cfg(2, 0, quant_type="fp8_blockwise", max_total_recv_tokens=50)
+    assert cfg.combine_mode == "scatter" and cfg.kernel_backend == "epjit"
+    assert cfg.effective_max_recv == 2 * 25 and cfg.combine_scale_dim == (HIDDEN + 127) // 128
+    assert cfg.token_nbytes == HIDDEN * 2 and not cfg.is_fp8
+    with pytest.raises(ValueError, match="quant_type"):
+        make_cfg(2, 0, quant_type="int4")
+    with pytest.raises(ValueError, match="set together"):
+        make_cfg(2, 0, dispatch_data_type=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="kernel_backend"):
+        make_cfg(2, 0, kernel_backend="cuda-magic")
+    assert make_cfg(2, 0, kernel_backend="flydsl").kernel_backend == "epjit"
+
+
+def test_tuning_lookup_is_epjit_table():
+    found = tuning_configs.lookup(8, 7168, 8, dtype=torch.bfloat16, target="sm90")
+    assert all(found[k] > 0 for k in ("dispatch_block_num", "combine_block_num", "warp_num_per_block",
+                                      "combine_warp_num_per_block"))
+    cfg = epjit.EpDispatchCombineConfig(rank=0, world_size=8, hidden_dim=7168, max_num_inp_token_per_rank=4096,
+                                        num_experts_per_rank=8, num_experts_per_token=8, target="sm90")
+    assert found["schedule"] == [tuple(row) for row in cfg.resolved_schedule()]
+    with pytest.raises(epjit.Error, match="not one epjit knows"):
+        tuning_configs.lookup(8, 7168, 8, target="gfx9999")
+
+
+def test_install_names_mori():
+    import importlib.util
+    import sys
+    if importlib.util.find_spec("mori") is not None and sys.modules.get("mori") is not epjit.mori:
+        pytest.skip("a real MORI is installed here; install() leaves it in place")
+    assert epjit.mori.install()
+    from mori.ops.dispatch_combine_v2 import EpDispatchCombineOp as Imported
+    import mori.cco
+    assert Imported is EpDispatchCombineOp and mori.cco.Communicator is cco.Communicator
