@@ -156,6 +156,17 @@ if [[ ${PY:-1} == 1 ]]; then
      -DEPJIT_TEST_PYTHON="$py" > "$logs/py-configure.log" 2>&1 && ninja -C /tmp/epjit-py _epjit > "$logs/py-build.log" 2>&1)
   echo "python module build exit $?"; tail -3 "$logs/py-build.log"
   (cd ../tests/python && PYTHONPATH=/tmp/epjit-py/python timeout 300 "$py" -m pytest -q -p no:cacheprovider test_gpu.py 2>&1 | tail -15 | tee "$logs/pytest-gpu.log")
+  # epjit.mori (MORI's API) on CUDA and host ranks; its kernels compile here
+  # from the DSL with the provider beside this script (a wheel carries it alike).
+  (cd ../tests/python && EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/../../.gpu/libepjit_kernel_source.so" \
+     EPJIT_CACHE_DIR=/tmp/epjit-mori-cache PYTHONPATH=/tmp/epjit-py/python timeout 400 "$py" -m pytest -v \
+     -p no:cacheprovider -rs test_mori.py 2>&1 | tail -15 | tee "$logs/pytest-mori.log")
+  # MORI=1: examples/mori_style.py, a MORI program, unchanged after epjit.mori.install(), one rank per GPU.
+  if [[ ${MORI:-0} == 1 ]]; then
+    (cd ../examples && EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/../.gpu/libepjit_kernel_source.so" \
+       EPJIT_CACHE_DIR=/tmp/epjit-mori-cache PYTHONPATH=/tmp/epjit-py/python timeout 300 "$py" -m torch.distributed.run \
+       --nproc-per-node "$world" mori_style.py 2>&1 | tail -20 | tee "$logs/mori-style.log")
+  fi
   # MOE=1: examples/moe_layer.py against all_to_all_single over NCCL, 2 GPUs.
   if [[ ${MOE:-0} == 1 ]]; then
     (cd ../examples && PYTHONPATH=/tmp/epjit-py/python timeout 400 "$py" -m torch.distributed.run --nproc-per-node 2 \

@@ -115,6 +115,36 @@ TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
                      {"weights has shape [8, 3]"});
     op.combine({y, DType::BF16, {8, 64}});
     op.check();
+    // A map saved with route_map() loads into another routing and replays; a
+    // crafted one is refused before any kernel reads it.
+    {
+      const TensorRef saved = op.route_map(*routing);
+      const size_t words = size_t(saved.shape[0]);
+      std::vector<int32_t> host(words);
+      comm.device().copy_to_host(host.data(), saved.data, words * 4);
+      void* copy = comm.device().allocate(words * 4);
+      auto restored = op.make_routing();
+      comm.device().copy_to_device(copy, host.data(), words * 4);
+      if (const std::string why = thrown([&] { op.load_routing(*restored, {copy, DType::I32, {int64_t(words)}}, 3); });
+          !why.empty())
+        f += "load_routing of a saved map threw: " + why + "\n";
+      op.dispatch_replay(input, weights, std::nullopt, indices, *restored);
+      op.combine({y, DType::BF16, {8, 64}});
+      op.check();
+      std::vector<int32_t> crafted = host;
+      crafted[0] = int32_t(op.capacity() * 5);  // rank 5 of a world of 1
+      comm.device().copy_to_device(copy, crafted.data(), words * 4);
+      f += expectParts("crafted map", thrown([&] { op.load_routing(*restored, {copy, DType::I32, {int64_t(words)}}, 3); }),
+                       {"load_routing: map[0]", "rank < 1"});
+      crafted = host;
+      crafted.back() = -7;  // a negative received count
+      comm.device().copy_to_device(copy, crafted.data(), words * 4);
+      f += expectParts("crafted count", thrown([&] { op.load_routing(*restored, {copy, DType::I32, {int64_t(words)}}, 3); }),
+                       {"received count -7"});
+      f += expectParts("map too short", thrown([&] { op.load_routing(*restored, {copy, DType::I32, {2}}, 3); }),
+                       {"map has shape [2]"});
+      comm.device().release(copy);
+    }
     f += expectParts("replay other count",
                      thrown([&] { op.dispatch_replay({x, DType::BF16, {2, 64}}, {w, DType::F32, {2, 2}}, std::nullopt,
                                                      {idx, DType::I32, {2, 2}}, *routing); }),
