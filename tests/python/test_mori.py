@@ -81,6 +81,16 @@ def round_trip(op, x, w, idx, **dispatch_kw):
     return out, out_w, out_idx, n, handle, back, back_w
 
 
+def replay_identity(op, x, w, idx, routing, what, checks):
+    """Replays `routing` with payload x, combines, and checks U * x."""
+    out, *_, total = op.dispatch(x, w, None, idx, routing=routing)
+    sync()
+    back, _ = op.combine(out[: int(total.item())], routing=routing)
+    sync()
+    checks.expect(torch.equal(back.view(torch.int16), identity_expected(x, idx).view(torch.int16)),
+                  f"{what}: combine != U * x")
+
+
 def body(world, rank, uid_bytes, seed, checks):
     extra = {}
     if GPU:
@@ -110,7 +120,6 @@ def body(world, rank, uid_bytes, seed, checks):
                       f"local_expert_count {counts.tolist()} != MORI's rule {want.tolist()}")
         # The handle's maps: slot -> source, and (token, k) -> rank * max_recv + slot.
         src = handle.disp_tok_id_to_src_tok_id_local[:n].tolist()
-        origins = sorted(src)
         checks.expect(len(set(src)) == n and all(0 <= s < world * MAX_TOKENS for s in src), "slot -> source map")
         fwd = handle.disp_dest_tok_id_map.reshape(MAX_TOKENS, TOPK)[: x.shape[0]].tolist()
         for t, row in enumerate(idx.tolist()):
@@ -118,23 +127,12 @@ def body(world, rank, uid_bytes, seed, checks):
                 want_rank = -1 if e < 0 else e // EPR
                 got_rank = -1 if fwd[t][j] < 0 else fwd[t][j] // op.max_recv
                 checks.expect(got_rank == want_rank, f"forward map [{t}, {j}] names rank {got_rank}, not {want_rank}")
-        del origins
         # Replay right after a dispatch (MORI's order), then from_tensors.
         x2 = (x.float() * 0.5).to(torch.bfloat16)
         op.dispatch(x, w, None, idx, return_routing=False)
-        out2, *_, total2 = op.dispatch(x2, w, None, idx, routing=handle)
-        sync()
-        back2, _ = op.combine(out2[: int(total2.item())], routing=handle)
-        sync()
-        checks.expect(torch.equal(back2.view(torch.int16), identity_expected(x2, idx).view(torch.int16)),
-                      "replay after dispatch: combine != U * x")
+        replay_identity(op, x2, w, idx, handle, "replay after dispatch", checks)
         rebuilt = EpDispatchRoutingHandle.from_tensors(handle.tensors(), cur_rank_num_token=x.shape[0])
-        out3, *_, total3 = op.dispatch(x2, w, None, idx, routing=rebuilt)
-        sync()
-        back3, _ = op.combine(out3[: int(total3.item())], routing=rebuilt)
-        sync()
-        checks.expect(torch.equal(back3.view(torch.int16), identity_expected(x2, idx).view(torch.int16)),
-                      "replay of from_tensors: combine != U * x")
+        replay_identity(op, x2, w, idx, rebuilt, "replay of from_tensors", checks)
         op.close()
         # f32 gather, and scatter with fp8 quant (a tolerance: the wire is fp8).
         with EpDispatchCombineOp(make_cfg(world, rank, data_type=torch.float32), comm) as op32:
