@@ -132,26 +132,33 @@ class EpDispatchCombineOp:
                               f"{per_token}); fix: pass [tokens, scale_dim] scales of scale_type_size bytes each")
         return raw.view(getattr(torch, _SCALE_DTYPES[self.cfg.scale_type_size]))
 
+    def _destination_ordinals(self, indices, n):
+        """Per (token, k) of the first n tokens: valid (not masked), first (the entry
+        that opens its rank), and the ordinal of its rank among the token's distinct
+        ranks in order of first appearance (epjit's route order)."""
+        torch = _torch()
+        k = self.cfg.num_experts_per_token
+        idx = indices[:n].long()
+        valid = idx >= 0
+        ranks = torch.where(valid, idx // self.cfg.num_experts_per_rank, torch.full_like(idx, -1))
+        same = (ranks[:, :, None] == ranks[:, None, :]) & valid[:, None, :]
+        earlier = torch.tril(torch.ones(k, k, dtype=torch.bool, device=idx.device), diagonal=-1)
+        first = valid & ~(same & earlier[None]).any(dim=2)
+        upto = earlier | torch.eye(k, dtype=torch.bool, device=idx.device)
+        opener = (same & upto[None]).int().argmax(dim=2)  # the entry that opened this one's rank
+        ordinal_of_first = torch.cumsum(first.long(), dim=1) - 1
+        return valid, first, torch.gather(ordinal_of_first, 1, opener)
+
     def _mori_maps(self, routing, indices, n):
         """MORI's forward map [max_tokens * k] and the slot -> source map from
         epjit's route (per token, its distinct ranks in order of first appearance)."""
         torch = _torch()
         cfg = self.cfg
-        k, epr, m = cfg.num_experts_per_token, cfg.num_experts_per_rank, cfg.max_num_inp_token_per_rank
-        cap = self.max_recv
+        k, m = cfg.num_experts_per_token, cfg.max_num_inp_token_per_rank
         route = self._op.route_map(routing)[:-1].view(m, k)
         forward = torch.full((m, k), -1, dtype=torch.int32, device=route.device)
         if n:
-            idx = indices[:n].long()
-            valid = idx >= 0
-            ranks = torch.where(valid, idx // epr, torch.full_like(idx, -1))
-            # ordinal of each entry's rank among the token's distinct ranks, first appearance order
-            same = (ranks[:, :, None] == ranks[:, None, :]) & valid[:, None, :]
-            earlier = torch.tril(torch.ones(k, k, dtype=torch.bool, device=idx.device), diagonal=-1)
-            first = valid & ~(same & earlier[None]).any(dim=2)
-            opener = (same & (earlier | torch.eye(k, dtype=torch.bool, device=idx.device))[None]).int().argmax(dim=2)
-            ordinal = torch.cumsum(first.int(), dim=1) - 1
-            ordinal_of_entry = torch.gather(ordinal, 1, opener)
+            valid, _, ordinal_of_entry = self._destination_ordinals(indices, n)
             entry = torch.gather(route[:n].long(), 1, ordinal_of_entry.clamp(min=0))
             # epjit's entry is rank * capacity + slot, MORI's rank * max_recv + slot: the same numbers.
             forward[:n] = torch.where(valid & (entry >= 0), entry, torch.full_like(entry, -1)).int()
@@ -173,17 +180,11 @@ class EpDispatchCombineOp:
             raise epjit.Error(f"replay of {n} tokens with a routing recorded for {handle.cur_rank_num_token}; fix: "
                               "replay with the batch the routing was recorded for")
         forward = handle.disp_dest_tok_id_map.reshape(m, k).long()
-        idx = indices[:n].long()
-        valid = idx >= 0
-        ranks = torch.where(valid, idx // cfg.num_experts_per_rank, torch.full_like(idx, -1))
-        same = (ranks[:, :, None] == ranks[:, None, :]) & valid[:, None, :]
-        earlier = torch.tril(torch.ones(k, k, dtype=torch.bool, device=idx.device), diagonal=-1)
-        first = valid & ~(same & earlier[None]).any(dim=2)
-        route = torch.full((m, k), -1, dtype=torch.int64, device=idx.device)
-        ordinal = torch.cumsum(first.int(), dim=1) - 1
-        rows = torch.arange(n, device=idx.device)[:, None].expand(n, k)
-        route[rows[first], ordinal[first].long()] = forward[:n][first]
-        total = handle.total_recv_token_num.reshape(-1)[:1].long().to(idx.device)
+        _, first, ordinal = self._destination_ordinals(indices, n)
+        route = torch.full((m, k), -1, dtype=torch.int64, device=forward.device)
+        rows = torch.arange(n, device=forward.device)[:, None].expand(n, k)
+        route[rows[first], ordinal[first]] = forward[:n][first]
+        total = handle.total_recv_token_num.reshape(-1)[:1].long().to(forward.device)
         flat = torch.cat([route.reshape(-1), total]).int()
         recorded = self._op.make_routing()
         self._op.load_routing(recorded, flat, n)  # checked on the host: synchronizes
