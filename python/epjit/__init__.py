@@ -341,15 +341,16 @@ class EpDispatchCombineOp:
     config_dispatch_type = property(lambda self: self._config.dispatch_type)
     config_combine_type = property(lambda self: self._config.combine_type)
 
-    def local_expert_counts(self, on_device=False):
-        """Received tokens per local expert in the last dispatch (each token once per
-        expert). By default a list, counted on the host (synchronizes); with
-        on_device=True a [num_experts_per_rank] int32 device array (a torch tensor
-        after torch inputs) filled on the op's stream without synchronizing, valid
-        until the next such call."""
+    def local_expert_counts(self, on_device=False, every_entry=False):
+        """Received tokens per local expert in the last dispatch, each token once per
+        expert it names; with every_entry=True every received (token, k) on a local
+        expert counts, repeats too (MORI's rule). By default a list, counted on the
+        host (synchronizes); with on_device=True a [num_experts_per_rank] int32 device
+        array (a torch tensor after torch inputs) filled on the op's stream without
+        synchronizing, valid until the next such call."""
         if on_device:
-            return self._wrap(self._op.local_expert_counts_device())
-        return self._op.local_expert_counts()
+            return self._wrap(self._op.local_expert_counts_device(every_entry))
+        return self._op.local_expert_counts(every_entry)
 
     def route_map(self, routing):
         """A recorded routing's map, [max_num_inp_token_per_rank * top-k + 1] int32 on

@@ -31,6 +31,11 @@ using ScheduleTuple = std::tuple<std::optional<int64_t>, int, int, int, int>;
 
 namespace {
 
+EpDispatchCombineOp::ExpertCountRule count_rule(bool every_entry) {
+  return every_entry ? EpDispatchCombineOp::ExpertCountRule::EveryEntry
+                     : EpDispatchCombineOp::ExpertCountRule::DistinctPerToken;
+}
+
 KernelCache& module_cache() {
   static KernelCache cache;
   return cache;
@@ -361,10 +366,13 @@ NB_MODULE(_epjit, m) {
                                      });
           },
           "expert_out"_a, "weights"_a.none() = nb::none())
-      .def("local_expert_counts_device", [](nb::handle self_handle) {
-        PyOp& self = nb::cast<PyOp&>(self_handle);
-        return view(self.op->local_expert_counts_device(), *self.comm, self_handle);
-      })
+      .def(
+          "local_expert_counts_device",
+          [](nb::handle self_handle, bool every_entry) {
+            PyOp& self = nb::cast<PyOp&>(self_handle);
+            return view(self.op->local_expert_counts_device(count_rule(every_entry)), *self.comm, self_handle);
+          },
+          "every_entry"_a = false)
       .def("combine_input", [](nb::handle self_handle) {
         PyOp& self = nb::cast<PyOp&>(self_handle);
         return view(self.op->combine_input(), *self.comm, self_handle);
@@ -392,8 +400,10 @@ NB_MODULE(_epjit, m) {
              self.op->load_routing(routing, ref, tokens);
            },
            "routing"_a, "map"_a, "tokens"_a)
-      .def("local_expert_counts", [](PyOp& self) { return self.op->local_expert_counts(); },
-           nb::call_guard<nb::gil_scoped_release>())
+      .def(
+          "local_expert_counts",
+          [](PyOp& self, bool every_entry) { return self.op->local_expert_counts(count_rule(every_entry)); },
+          "every_entry"_a = false, nb::call_guard<nb::gil_scoped_release>())
       .def("check", [](PyOp& self) { self.synchronized([&] { self.op->check(); }); })
       .def("reset", [](PyOp& self) { self.synchronized([&] { self.op->reset(); }); })
       // Memory stays until the op and every view of its results are gone: a

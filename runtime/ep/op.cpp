@@ -566,7 +566,7 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
                            {op.moe_combine_in, DType::BF16, {op.capacity(), op.config.hidden_dim}}, weights);
 }
 
-std::vector<int> EpDispatchCombineOp::local_expert_counts() {
+std::vector<int> EpDispatchCombineOp::local_expert_counts(ExpertCountRule rule) {
   Impl& op = *impl_;
   op.require_open("local_expert_counts");
   op.stream->synchronize();
@@ -578,15 +578,15 @@ std::vector<int> EpDispatchCombineOp::local_expert_counts() {
   for (int i = 0; i < total; ++i) {
     const int32_t* row = &indices[size_t(i) * size_t(k)];
     for (int j = 0; j < k; ++j) {
-      if (row[j] == kNoExpert || row[j] / epr != op.config.rank || std::find(row, row + j, row[j]) != row + j)
-        continue;
+      if (row[j] == kNoExpert || row[j] / epr != op.config.rank) continue;
+      if (rule == ExpertCountRule::DistinctPerToken && std::find(row, row + j, row[j]) != row + j) continue;
       counts[size_t(row[j] % epr)]++;
     }
   }
   return counts;
 }
 
-TensorRef EpDispatchCombineOp::local_expert_counts_device() {
+TensorRef EpDispatchCombineOp::local_expert_counts_device(ExpertCountRule rule) {
   Impl& op = *impl_;
   op.require_open("local_expert_counts_device");
   // One block: the kernel clears the counts, then counts, with a block barrier between.
@@ -596,6 +596,7 @@ TensorRef EpDispatchCombineOp::local_expert_counts_device() {
                    LaunchArgs(kernel)
                        .set("counts", op.expert_counts)
                        .set("rank", op.config.rank)
+                       .set("every_entry", rule == ExpertCountRule::EveryEntry)
                        .set("w", op.window_table)
                        .build(),
                    *op.stream);

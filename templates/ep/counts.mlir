@@ -1,7 +1,9 @@
 // ep/counts: how many received tokens each local expert got in the last
 // dispatch, counted on the device so grouped GEMMs can read them there with
 // no host round trip. A token counts once per local expert it names (repeats
-// and -1 slots skipped), as EpDispatchCombineOp::local_expert_counts() counts.
+// and -1 slots skipped), as EpDispatchCombineOp::local_expert_counts() counts;
+// with every_entry set, every (token, k) on a local expert counts, repeats
+// too (MORI's rule).
 ep.include "ep/common"
 ep.include "ep/sync"
 
@@ -9,7 +11,8 @@ ep.include "ep/sync"
 // the received rows (warp w takes rows w, w + warps, ...) with agent-scope
 // atomics. Launched on the op's stream after a dispatch, so the rows and the
 // received count are this call's.
-ep.kernel @ep_count_experts(%counts: !ep.ptr<i32>, %rank: index, %w: !ep.window) warps_per_block(4) {
+ep.kernel @ep_count_experts(%counts: !ep.ptr<i32>, %rank: index, %every_entry: index, %w: !ep.window)
+    warps_per_block(4) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %one = arith.constant 1 : i32
@@ -22,6 +25,7 @@ ep.kernel @ep_count_experts(%counts: !ep.ptr<i32>, %rank: index, %w: !ep.window)
   %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
   %total = arith.index_cast %total_i32 : i32 to index
   %indices = ep.peer_ptr %w[%rank] @recv_indices[%c0] : !ep.ptr<i32>
+  %counts_repeats = arith.cmpi ne, %every_entry, %c0 : index
   %warp = ep.warp_index : index
   %all_warps = ep.global_warp_count : index
   %blocks = ep.block_count : index
@@ -44,7 +48,8 @@ ep.kernel @ep_count_experts(%counts: !ep.ptr<i32>, %rank: index, %w: !ep.window)
         scf.if %here {
           %repeat = func.call @repeats_earlier(%indices, %row, %j, %true) : (!ep.ptr<i32>, index, index, i1) -> i1
           %fresh = arith.xori %repeat, %true : i1
-          scf.if %fresh {
+          %counted = arith.ori %fresh, %counts_repeats : i1
+          scf.if %counted {
             %local = arith.remui %expert, %epr : index
             %before = ep.atomic_rmw add %counts[%local], %one scope(agent) order(relaxed) : !ep.ptr<i32>
           }

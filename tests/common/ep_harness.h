@@ -31,7 +31,8 @@ using namespace epjit::ep;
 
 // Masked: uniform, with about a quarter of the slots -1 ("no expert", as
 // DeepEP and vLLM mask padded slots) and every fifth token masked entirely.
-enum class RoutingKind { Uniform, Skewed, Local, Masked };
+// Repeats: uniform, with every third token naming its first expert twice.
+enum class RoutingKind { Uniform, Skewed, Local, Masked, Repeats };
 enum class Ranks { Threads, Processes };
 
 struct EpCase {
@@ -143,6 +144,8 @@ inline reference::RankInput makeInput(const EpCase& c, const EpDispatchCombineCo
     if (c.routing == RoutingKind::Masked)
       for (int j = 0; j < k; ++j)
         if (t % 5 == 4 || rng() % 4 == 0) in.indices[size_t(t) * size_t(k) + size_t(j)] = -1;
+    if (c.routing == RoutingKind::Repeats && k > 1 && t % 3 == 0)
+      in.indices[size_t(t) * size_t(k) + 1] = in.indices[size_t(t) * size_t(k)];
   }
   return in;
 }
@@ -325,25 +328,31 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
     // output poisoned first, so a count the kernel leaves unwritten shows).
     {
       const int epr = config.num_experts_per_rank;
-      std::vector<int> want(size_t(epr), 0);
+      std::vector<int> want(size_t(epr), 0), want_every(size_t(epr), 0);
       for (const auto& token : expected)
         for (size_t j = 0; j < token.indices.size(); ++j) {
           const int32_t e = token.indices[j];
-          if (e < 0 || e >= c.world * epr || e / epr != rank ||
-              std::find(token.indices.begin(), token.indices.begin() + long(j), e) != token.indices.begin() + long(j))
-            continue;
-          want[size_t(e % epr)]++;
+          if (e < 0 || e >= c.world * epr || e / epr != rank) continue;
+          want_every[size_t(e % epr)]++;  // MORI's rule: every entry
+          if (std::find(token.indices.begin(), token.indices.begin() + long(j), e) == token.indices.begin() + long(j))
+            want[size_t(e % epr)]++;
         }
-      if (op.local_expert_counts() != want) failures.add("call ", call, ": local_expert_counts() differs");
-      const TensorRef counts = op.local_expert_counts_device();
-      op.stream().synchronize();
-      const std::vector<int32_t> poison_counts(size_t(epr), 0x7f7f7f7f);
-      device.copy_to_device(counts.data, poison_counts.data(), size_t(epr) * 4);
-      op.local_expert_counts_device();
-      op.stream().synchronize();
-      std::vector<int32_t> got(static_cast<size_t>(epr));
-      device.copy_to_host(got.data(), counts.data, got.size() * 4);
-      if (std::vector<int>(got.begin(), got.end()) != want) failures.add("call ", call, ": local_expert_counts_device() differs");
+      using Rule = EpDispatchCombineOp::ExpertCountRule;
+      for (const auto& [rule, expected_counts] : {std::pair{Rule::DistinctPerToken, &want}, {Rule::EveryEntry, &want_every}}) {
+        const char* name = rule == Rule::EveryEntry ? " (every entry)" : "";
+        if (op.local_expert_counts(rule) != *expected_counts)
+          failures.add("call ", call, ": local_expert_counts", name, " differs");
+        const TensorRef counts = op.local_expert_counts_device(rule);
+        op.stream().synchronize();
+        const std::vector<int32_t> poison_counts(size_t(epr), 0x7f7f7f7f);
+        device.copy_to_device(counts.data, poison_counts.data(), size_t(epr) * 4);
+        op.local_expert_counts_device(rule);
+        op.stream().synchronize();
+        std::vector<int32_t> got(static_cast<size_t>(epr));
+        device.copy_to_host(got.data(), counts.data, got.size() * 4);
+        if (std::vector<int>(got.begin(), got.end()) != *expected_counts)
+          failures.add("call ", call, ": local_expert_counts_device", name, " differs");
+      }
     }
     std::map<std::pair<int, int>, size_t> where;  // (source rank, token) -> expected index
     for (size_t i = 0; i < expected.size(); ++i) where[{expected[i].source_rank, expected[i].source_token}] = i;

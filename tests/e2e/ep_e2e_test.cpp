@@ -53,6 +53,10 @@ std::vector<EpCase> matrix() {
   add({.name = "replay_gather_w2", .replay = true});
   add({.name = "replay_scatter_quant_w4", .target = "host-gfx942", .world = 4, .mode = scatter,
        .quant = QuantType::Fp8Blockwise, .replay = true});
+  // Top-k lists that name an expert twice (counted once or per entry, packed once).
+  add({.name = "repeated_experts_w3", .world = 3, .routing = RoutingKind::Repeats});
+  add({.name = "repeated_experts_std_moe_w2_processes", .ranks = Ranks::Processes, .routing = RoutingKind::Repeats,
+       .std_moe = true});
   // MORI's order: a replay right after the dispatch it reuses, then one combine.
   add({.name = "replay_before_combine_w3", .world = 3, .replay = true, .replay_before_combine = true});
   add({.name = "replay_before_combine_scatter_w2_processes", .ranks = Ranks::Processes, .mode = scatter,

@@ -129,11 +129,15 @@ class EpDispatchCombineOp {
 
   // Tokens each local expert receives in the last dispatch, counted on the
   // host from that dispatch's indices: synchronizes the stream.
-  std::vector<int> local_expert_counts();
+  // Which received (token, k) entries a local expert's count includes: each
+  // expert once per token (repeats in a token's top-k skipped), or every entry
+  // (MORI's rule: the counts over all ranks sum to the valid entries sent).
+  enum class ExpertCountRule { DistinctPerToken, EveryEntry };
+  std::vector<int> local_expert_counts(ExpertCountRule rule = ExpertCountRule::DistinctPerToken);
   // The same counts computed on the device into [num_experts_per_rank] i32 of
   // the op's memory, enqueued on the op's stream (no synchronization): for
   // grouped GEMMs that read them on the GPU. Valid until the next call of it.
-  TensorRef local_expert_counts_device();
+  TensorRef local_expert_counts_device(ExpertCountRule rule = ExpertCountRule::DistinctPerToken);
 
   std::unique_ptr<Routing> make_routing();
   // A recorded routing's map as an [max_tokens * top-k + 1] i32 device tensor:

@@ -261,17 +261,12 @@ class EpDispatchCombineOp:
     def local_expert_count(self):
         """[num_experts_per_rank] int32 on the device: received (token, k) assignments
         per local expert, every k counted (MORI's rule; the sum over ranks is the
-        number of valid (token, k) entries sent). Enqueued, no synchronization."""
+        number of valid (token, k) entries sent). Counted by a generated kernel on
+        the op's stream, no synchronization; valid until the next call of it."""
         if self._last is None:
             raise epjit.Error("local_expert_count before any dispatch; fix: call dispatch() first")
-        torch = _torch()
-        epr = self.cfg.num_experts_per_rank
-        idx = self._last["indices"].long()
-        local = idx - self.cfg.rank * epr
-        rows = torch.arange(idx.shape[0], device=idx.device)[:, None]
-        counted = (local >= 0) & (local < epr) & (rows < self._last["total"].long())
-        counts = torch.zeros(epr, dtype=torch.int32, device=idx.device)
-        counts.scatter_add_(0, local.clamp(0, epr - 1).reshape(-1), counted.int().reshape(-1))
+        counts = self._op.local_expert_counts(on_device=True, every_entry=True)
+        self._settle()
         return counts
 
     # -- standard MoE ------------------------------------------------------------
