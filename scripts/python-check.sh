@@ -25,6 +25,10 @@ echo "python-check: pip install . took $(( $(date +%s) - start )) s"
 cd "$venv"  # import the installed package, not the source tree
 provider=$("$venv/bin/python" -c 'import epjit, os; print(os.path.join(os.path.dirname(epjit.__file__), "lib", "libepjit_kernel_source.so"))')
 [[ -f $provider ]] || { echo "python-check: the wheel carries no compiler provider ($provider)"; exit 1; }
+if readelf -S "$provider" | grep -q '\.debug_'; then
+  echo "python-check: the wheel's provider carries debug info ($(du -h "$provider" | cut -f1)); it should be stripped"; exit 1
+fi
+echo "python-check: the wheel's provider is $(du -h "$provider" | cut -f1)"
 # Self-contained: nothing beyond the C and C++ runtimes.
 extra=$(ldd "$provider" | grep -vE 'linux-vdso|ld-linux|/libc\.so|/libm\.so|/libstdc\+\+\.so|/libgcc_s\.so' || true)
 if [[ -n $extra ]]; then
