@@ -288,13 +288,19 @@ class EpDispatchCombineOp:
         if stream is not None:
             self._op.use_stream(int(getattr(stream, "cuda_stream", stream)))
 
-    def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False, stream=None):
+    def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False, stream=None,
+                 record=None):
         """Returns (tokens, weights, scales, indices, total_recv[, routing]); total_recv
-        is a 1-element device array (read it after synchronizing)."""
+        is a 1-element device array (read it after synchronizing). With
+        return_routing the routing is recorded into `record` (a make_routing() to
+        reuse: no allocation on the call) or into a new one."""
         self._torch = _is_torch(input)
         self._follow_stream(input, stream)
         self._bf16_numpy = _np is not None and isinstance(input, _np.ndarray) and input.dtype.name == "bfloat16"
-        record = self._op.make_routing() if return_routing else None
+        if return_routing and record is None:
+            record = self._op.make_routing()
+        elif not return_routing:
+            record = None
         out = self._op.dispatch(_to_native(input, self.target, self._fp8), weights,
                                 _to_native(scales, self.target, self._fp8), indices,
                                 record, routing)

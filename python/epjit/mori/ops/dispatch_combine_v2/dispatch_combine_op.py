@@ -7,8 +7,7 @@ local_expert_count() counts every (token, k) assignment, the routing handle expo
 MORI's maps, std-MoE conversion applies the routing weights, and a symmetric fp8
 op combines fp8 tokens. docs/PYTHON.md lists what still differs.
 """
-from dataclasses import dataclass
-from typing import Optional
+import weakref
 
 import epjit
 
@@ -26,24 +25,34 @@ def _epjit_dtype(dtype):
     return epjit._dtype_name(dtype, "data_type")
 
 
-@dataclass
 class EpDispatchRoutingHandle:
     """One dispatch's routing, replayable (MORI's EpDispatchRoutingHandle).
 
     disp_dest_tok_id_map: [max_tokens * k] int32, per (source token, k) the receive
-    slot on the rank of expert k, as rank * max_recv + slot (-1: masked or not sent).
+    slot on the rank of expert k, as rank * max_recv + slot (-1: masked or not sent);
+    made on first use, since most programs only pass the handle back.
     disp_tok_id_to_src_tok_id_local: [max_recv] int32, per receive slot its source
     rank * max_tokens + source token (valid below total_recv_token_num).
     inter_node_*: empty (this op is intranode), kept for MORI's five-tensor layout.
     """
-    disp_dest_tok_id_map: object
-    inter_node_disp_dest_tok_id_map: object
-    inter_node_disp_send_map: object
-    total_recv_token_num: object
-    disp_tok_id_to_src_tok_id_local: object
-    cur_rank_num_token: int = 0
-    _routing: object = None   # epjit's Routing when this op recorded it
-    _op_id: Optional[int] = None
+
+    def __init__(self, disp_dest_tok_id_map, inter_node_disp_dest_tok_id_map, inter_node_disp_send_map,
+                 total_recv_token_num, disp_tok_id_to_src_tok_id_local, cur_rank_num_token=0):
+        self._forward = disp_dest_tok_id_map
+        self._make_forward = None
+        self.inter_node_disp_dest_tok_id_map = inter_node_disp_dest_tok_id_map
+        self.inter_node_disp_send_map = inter_node_disp_send_map
+        self.total_recv_token_num = total_recv_token_num
+        self.disp_tok_id_to_src_tok_id_local = disp_tok_id_to_src_tok_id_local
+        self.cur_rank_num_token = cur_rank_num_token
+        self._routing = None  # epjit's Routing when an op of this process recorded it
+        self._op_id = None
+
+    @property
+    def disp_dest_tok_id_map(self):
+        if self._forward is None:
+            self._forward, self._make_forward = self._make_forward(), None
+        return self._forward
 
     def tensors(self):
         return (self.disp_dest_tok_id_map, self.inter_node_disp_dest_tok_id_map, self.inter_node_disp_send_map,
@@ -92,6 +101,7 @@ class EpDispatchCombineOp:
         self._no_weights = None
         self._scatter_input = None
         self._empty = None
+        self._spare_routings = []  # Routings of dropped handles, recorded into again
         comm._track(self)
 
     # -- helpers -----------------------------------------------------------------
@@ -149,9 +159,9 @@ class EpDispatchCombineOp:
         ordinal_of_first = torch.cumsum(first.long(), dim=1) - 1
         return valid, first, torch.gather(ordinal_of_first, 1, opener)
 
-    def _mori_maps(self, routing, indices, n):
-        """MORI's forward map [max_tokens * k] and the slot -> source map from
-        epjit's route (per token, its distinct ranks in order of first appearance)."""
+    def _mori_forward(self, routing, indices, n):
+        """MORI's forward map [max_tokens * k] from epjit's route (per token, its
+        distinct ranks in order of first appearance) and the dispatch's indices."""
         torch = _torch()
         cfg = self.cfg
         k, m = cfg.num_experts_per_token, cfg.max_num_inp_token_per_rank
@@ -162,8 +172,7 @@ class EpDispatchCombineOp:
             entry = torch.gather(route[:n].long(), 1, ordinal_of_entry.clamp(min=0))
             # epjit's entry is rank * capacity + slot, MORI's rank * max_recv + slot: the same numbers.
             forward[:n] = torch.where(valid & (entry >= 0), entry, torch.full_like(entry, -1)).int()
-        sources = self._last["origins"][:, 0].clone()
-        return forward.reshape(-1), sources
+        return forward.reshape(-1)
 
     def _handle_routing(self, routing, indices, n):
         """epjit's Routing for a handle: its own, or one loaded from MORI's maps."""
@@ -186,9 +195,9 @@ class EpDispatchCombineOp:
         route[rows[first], ordinal[first]] = forward[:n][first]
         total = handle.total_recv_token_num.reshape(-1)[:1].long().to(forward.device)
         flat = torch.cat([route.reshape(-1), total]).int()
-        recorded = self._op.make_routing()
+        recorded = self._take_routing()
         self._op.load_routing(recorded, flat, n)  # checked on the host: synchronizes
-        handle._routing, handle._op_id = recorded, id(self)
+        self._adopt(handle, recorded)
         return recorded
 
     # -- the op ----------------------------------------------------------------
@@ -201,7 +210,9 @@ class EpDispatchCombineOp:
         weights = self._weights_or_zeros(weights, n)
         scales = self._scales_of(scales, n)
         replay = self._handle_routing(routing, indices, n) if routing is not None else None
-        result = self._op.dispatch(input, weights, scales, indices, routing=replay, return_routing=return_routing)
+        record = self._take_routing() if return_routing else None
+        result = self._op.dispatch(input, weights, scales, indices, routing=replay, return_routing=return_routing,
+                                   record=record)
         out, out_w, out_s, out_idx, total = result[:5]
         self._settle()
         self._last = dict(n=n, out=out, weights=out_w, indices=out_idx, total=total,
@@ -211,14 +222,27 @@ class EpDispatchCombineOp:
             self._latest = routing
             return base
         recorded = result[5]
-        forward, sources = self._mori_maps(recorded, indices, n)
         torch = _torch()
         if self._empty is None:
-            self._empty = torch.empty(0, dtype=torch.int32, device=forward.device)
-        handle = EpDispatchRoutingHandle(forward, self._empty, self._empty, total.clone(), sources,
-                                         cur_rank_num_token=n, _routing=recorded, _op_id=id(self))
+            self._empty = torch.empty(0, dtype=torch.int32, device=total.device)
+        # Snapshots, as MORI takes them: the next dispatch rewrites the op's copies.
+        sources = self._last["origins"][:, 0].clone()
+        handle = EpDispatchRoutingHandle(None, self._empty, self._empty, total.clone(), sources,
+                                         cur_rank_num_token=n)
+        kept_indices = indices[:n].clone()
+        handle._make_forward = lambda: self._mori_forward(recorded, kept_indices, n)
+        self._adopt(handle, recorded)
         self._latest = handle
         return base + (handle,)
+
+    def _take_routing(self):
+        """A Routing to record into: one a dropped handle gave back, else a new one."""
+        return self._spare_routings.pop() if self._spare_routings else self._op.make_routing()
+
+    def _adopt(self, handle, routing):
+        """Ties `routing` to `handle`; it returns to the spares when the handle goes."""
+        handle._routing, handle._op_id = routing, id(self)
+        weakref.finalize(handle, self._spare_routings.append, routing)
 
     def _combine_staging(self, input):
         """Where combine reads expert outputs: the window's staging rows (gather) or
