@@ -133,6 +133,16 @@ def body(world, rank, uid_bytes, seed, checks):
         replay_identity(op, x2, w, idx, handle, "replay after dispatch", checks)
         rebuilt = EpDispatchRoutingHandle.from_tensors(handle.tensors(), cur_rank_num_token=x.shape[0])
         replay_identity(op, x2, w, idx, rebuilt, "replay of from_tensors", checks)
+        # Dropped handles give their routings back; the next ones record into them.
+        del handle, rebuilt
+        gc.collect()
+        for call in range(3):
+            x4, w4, idx4 = rank_inputs(world, rank, 13 + call, seed + 9 + call)
+            *_, kept, back4, _ = round_trip(op, x4, w4, idx4)
+            checks.expect(torch.equal(back4.view(torch.int16), identity_expected(x4, idx4).view(torch.int16)),
+                          f"round trip {call} on a recycled routing: combine != U * x")
+            replay_identity(op, x4, w4, idx4, kept, f"replay {call} of a recycled routing", checks)
+            del kept
         op.close()
         # f32 gather, and scatter with fp8 quant (a tolerance: the wire is fp8).
         with EpDispatchCombineOp(make_cfg(world, rank, data_type=torch.float32), comm) as op32:
