@@ -223,8 +223,8 @@ func.func private @send_tokens_reserved(%input: !ep.ptr<i32>, %weights: !ep.ptr<
         %ranks = func.call @ranks_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> i64
         %shifted = arith.shrui %ranks, %dest_i64 : i64
         %bit = arith.andi %shifted, %one_i64 : i64
-        %goes = arith.cmpi ne, %bit, %one_i64 : i64
-        %next = scf.if %goes -> (i32) {
+        %skips = arith.cmpi ne, %bit, %one_i64 : i64
+        %next = scf.if %skips -> (i32) {
           scf.yield %taken : i32
         } else {
           %n = func.call @rank_ordinal(%indices, %row, %dest) : (!ep.ptr<i32>, index, index) -> index
