@@ -95,9 +95,8 @@ class Communicator:
         if "device" not in options and "target" not in options:
             options["device"], ordinal = _torch_device()
             options.setdefault("device_ordinal", ordinal)
-        raw = bytes(unique_id) if not isinstance(unique_id, (bytes, bytearray, memoryview)) else bytes(unique_id)
         comm = cls()
-        comm._epjit = epjit.Communicator.init(nranks, rank, raw, **options)
+        comm._epjit = epjit.Communicator.init(nranks, rank, bytes(unique_id), **options)  # a UniqueId or its bytes
         comm._rank, comm._nranks = rank, nranks
         return comm
 

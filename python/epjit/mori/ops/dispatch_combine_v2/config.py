@@ -1,11 +1,10 @@
 """MORI EPv2's EpDispatchCombineConfig: the same fields, defaults, validation and
 derived properties, plus kernel_backend "epjit"."""
-import logging
 import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-_log = logging.getLogger("epjit.mori")
+from ...cco import _log_once
 
 _QUANT_TYPES = ("none", "fp8_direct_cast", "fp8_blockwise")
 _COMBINE_MODES = ("gather", "scatter")
@@ -13,7 +12,6 @@ _INTERNODE_KERNELS = ("auto", "v2", "v2_ll")
 # MORI's backends run MORI's kernels; here every one of them runs epjit's, with
 # the same results, so naming one is accepted (and said once in the log).
 _MORI_BACKENDS = ("hip", "flydsl", "hybrid", "default")
-_logged = set()
 
 
 def _default_data_type():
@@ -91,9 +89,8 @@ class EpDispatchCombineConfig:
             if backend not in _MORI_BACKENDS:
                 raise ValueError(f"kernel_backend {backend!r} is not known (expected 'epjit', or one of MORI's "
                                  f"{_MORI_BACKENDS}, which epjit's kernels stand in for)")
-            if backend not in _logged:
-                _logged.add(backend)
-                _log.info("kernel_backend %r: epjit's kernels run in its place (the same results)", backend)
+            _log_once(f"kernel_backend {backend}",
+                      f"kernel_backend {backend!r}: epjit's kernels run in its place (the same results)")
         self.kernel_backend = "epjit"
         _dtype_bytes(self.data_type)
 

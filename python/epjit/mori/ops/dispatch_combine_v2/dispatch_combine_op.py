@@ -11,8 +11,6 @@ import weakref
 
 import epjit
 
-from .config import _is_fp8
-
 _SCALE_DTYPES = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 
@@ -71,7 +69,6 @@ class EpDispatchCombineOp:
     def __init__(self, cfg, comm):
         comm._check_valid("build an op")
         self.cfg, self.comm = cfg, comm
-        torch = _torch()
         legs = {}
         data_type = _epjit_dtype(cfg.data_type)
         if cfg.dispatch_data_type is not None:
@@ -101,6 +98,7 @@ class EpDispatchCombineOp:
         self._no_weights = None
         self._scatter_input = None
         self._empty = None
+        self._packed = None    # convert_dispatch_output()'s (tokens, counts, receive rows)
         self._spare_routings = []  # Routings of dropped handles, recorded into again
         comm._track(self)
 
@@ -215,8 +213,7 @@ class EpDispatchCombineOp:
                                    record=record)
         out, out_w, out_s, out_idx, total = result[:5]
         self._settle()
-        self._last = dict(n=n, out=out, weights=out_w, indices=out_idx, total=total,
-                          origins=self._op.received_origins())
+        self._last = dict(n=n, out=out, weights=out_w, indices=out_idx, total=total)
         base = (out, out_w, out_s, out_idx, total)
         if not return_routing:
             self._latest = routing
@@ -226,7 +223,7 @@ class EpDispatchCombineOp:
         if self._empty is None:
             self._empty = torch.empty(0, dtype=torch.int32, device=total.device)
         # Snapshots, as MORI takes them: the next dispatch rewrites the op's copies.
-        sources = self._last["origins"][:, 0].clone()
+        sources = self._op.received_origins()[:, 0].clone()
         handle = EpDispatchRoutingHandle(None, self._empty, self._empty, total.clone(), sources,
                                          cur_rank_num_token=n)
         kept_indices = indices[:n].clone()
@@ -303,7 +300,7 @@ class EpDispatchCombineOp:
         torch = _torch()
         tokens, counts, rows = self._op.std_moe_pack()
         self._settle()
-        origins = self._last["origins"][:, 0]
+        origins = self._op.received_origins()[:, 0]
         filled = torch.arange(rows.shape[1], device=rows.device)[None, :] < counts[:, None].long()
         src = torch.where(filled, origins[rows.long().clamp(min=0)], torch.full_like(rows, -1))
         self._packed = (tokens, counts, rows)
@@ -314,7 +311,7 @@ class EpDispatchCombineOp:
         (sum over k of weight[k] * packed_x[slot of k] in k order, f32, one rounding;
         MORI's ConvertCombineInput) over the dispatch's output rows, as MORI does;
         combine() of those rows then sums the partials across ranks. Returns them."""
-        if getattr(self, "_packed", None) is None:
+        if self._packed is None:
             raise epjit.Error("convert_combine_input before convert_dispatch_output; fix: convert the dispatch "
                               "output first")
         torch = _torch()
