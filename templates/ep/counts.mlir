@@ -46,7 +46,7 @@ ep.kernel @ep_count_experts(%counts: !ep.ptr<i32>, %rank: index, %every_entry: i
         %owner = arith.divui %expert, %epr : index
         %here = arith.cmpi eq, %owner, %rank : index
         scf.if %here {
-          %repeat = func.call @repeats_earlier(%indices, %row, %j, %true) : (!ep.ptr<i32>, index, index, i1) -> i1
+          %repeat = func.call @expert_repeats_earlier(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i1
           %fresh = arith.xori %repeat, %true : i1
           %counted = arith.ori %fresh, %counts_repeats : i1
           scf.if %counted {

@@ -43,7 +43,7 @@ ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sourc
       %owner = arith.divui %expert, %epr : index
       %here = arith.cmpi eq, %owner, %rank : index
       scf.if %here {
-        %repeat = func.call @repeats_earlier(%indices, %row, %j, %true) : (!ep.ptr<i32>, index, index, i1) -> i1
+        %repeat = func.call @expert_repeats_earlier(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i1
         %fresh = arith.xori %repeat, %true : i1
         scf.if %fresh {
           %local = arith.remui %expert, %epr : index
@@ -120,7 +120,7 @@ ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<bf
       %expert = arith.index_cast %expert_i32 : i32 to index
       %owner = arith.divui %expert, %epr : index
       %here = arith.cmpi eq, %owner, %rank : index
-      %repeat = func.call @repeats_earlier(%indices, %row, %j, %true) : (!ep.ptr<i32>, index, index, i1) -> i1
+      %repeat = func.call @expert_repeats_earlier(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i1
       %fresh = arith.xori %repeat, %true : i1
       %valid = arith.andi %here, %fresh : i1
       %local = arith.remui %expert, %epr : index

@@ -121,25 +121,18 @@ func.func private @wait_for_all(%w: !ep.window, %rank: index, %epoch: i32, %meet
   return
 }
 
-// Is expert `indices[row + j]` on the same rank (or, with same_expert, the
-// same expert) as one of indices[row .. row + j)?
-func.func private @repeats_earlier(%indices: !ep.ptr<i32>, %row: index, %j: index, %same_expert: i1) -> i1 {
+// Does indices[row .. row + j) name expert `indices[row + j]` already? (A
+// rank seen earlier is a mask question: @ranks_before.)
+func.func private @expert_repeats_earlier(%indices: !ep.ptr<i32>, %row: index, %j: index) -> i1 {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %false = arith.constant false
-  %epr = ep.param_value @experts_per_rank : index
   %at = arith.addi %row, %j : index
-  %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
-  %expert = arith.index_cast %expert_i32 : i32 to index
-  %rank = arith.divui %expert, %epr : index
-  %key = arith.select %same_expert, %expert, %rank : index
+  %expert = ep.load %indices[%at] : !ep.ptr<i32>
   %seen = scf.for %i = %c0 to %j step %c1 iter_args(%found = %false) -> (i1) {
     %earlier_at = arith.addi %row, %i : index
-    %earlier_i32 = ep.load %indices[%earlier_at] : !ep.ptr<i32>
-    %earlier = arith.index_cast %earlier_i32 : i32 to index
-    %earlier_rank = arith.divui %earlier, %epr : index
-    %earlier_key = arith.select %same_expert, %earlier, %earlier_rank : index
-    %match = arith.cmpi eq, %earlier_key, %key : index
+    %earlier = ep.load %indices[%earlier_at] : !ep.ptr<i32>
+    %match = arith.cmpi eq, %earlier, %expert : i32
     %any = arith.ori %found, %match : i1
     scf.yield %any : i1
   }
