@@ -23,8 +23,7 @@ namespace {
 constexpr auto kUnusedGroupLifetime = std::chrono::hours(24);
 // The largest frame a connection may send before it has authenticated.
 constexpr size_t kHelloLimit = 8192;
-// The largest collective contribution a member may send.
-constexpr size_t kMemberLimit = size_t(64) << 20;
+constexpr size_t kMemberLimit = kMaxContributionBytes;
 
 struct Connection {
   Socket socket;
@@ -295,6 +294,10 @@ class Service {
         return;
       }
     }
+    if (Collective(group.kinds[*first]) == Collective::AllToAll) {
+      deliver_parts(id, group);
+      return;
+    }
     Writer result;
     result.u8(uint8_t(Message::Result)).u32(group.world);
     for (auto& contribution : group.contributions) {
@@ -302,6 +305,38 @@ class Service {
       contribution.reset();
     }
     broadcast(group, result.out);
+  }
+
+  // AllToAll: rank r gets, from every rank s, the part s addressed to r. A
+  // contribution that is not world parts fails the group (its sender is not
+  // an epjit rank of this build).
+  void deliver_parts(const GroupId& id, Group& group) {
+    std::vector<std::vector<Bytes>> parts(group.world);
+    for (uint32_t s = 0; s < group.world; ++s) {
+      if (group.gone[s] || !group.contributions[s]) continue;
+      try {
+        Reader r{*group.contributions[s]};
+        if (r.u32() != group.world) throw Error("", "", "");
+        for (uint32_t d = 0; d < group.world; ++d) parts[s].push_back(r.bytes());
+      } catch (const Error&) {
+        fail(id, group, "rank " + std::to_string(s) + " sent a malformed alltoall contribution");
+        return;
+      }
+      group.contributions[s].reset();
+    }
+    for (uint32_t d = 0; d < group.world; ++d) {
+      if (!group.members[d] || group.gone[d]) continue;
+      Writer result;
+      result.u8(uint8_t(Message::Result)).u32(group.world);
+      for (uint32_t s = 0; s < group.world; ++s) result.bytes(parts[s].empty() ? Bytes() : parts[s][d]);
+      auto found = connections_.find(*group.members[d]);
+      if (found == connections_.end()) continue;
+      try {
+        found->second.socket.send_message(result.out, "rank " + std::to_string(d));
+      } catch (const Error&) {
+        // Its closed socket is noticed by the poll loop.
+      }
+    }
   }
 
   void broadcast(Group& group, const Bytes& message) {

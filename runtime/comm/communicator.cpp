@@ -326,6 +326,17 @@ std::vector<Bytes> Communicator::allgather(const Bytes& mine) {
   return impl_->collective(comm::Collective::Allgather, mine);
 }
 
+std::vector<Bytes> Communicator::alltoall(const std::vector<Bytes>& to_each) {
+  if (to_each.size() != size_t(impl_->world))
+    throw Error("alltoall with " + std::to_string(to_each.size()) + " parts", std::to_string(impl_->world) + " (one per rank)",
+                "pass one (possibly empty) part per rank");
+  Writer contribution;
+  contribution.u32(uint32_t(impl_->world));
+  for (const Bytes& part : to_each) contribution.bytes(part);
+  std::lock_guard lock(impl_->mutex);
+  return impl_->collective(comm::Collective::AllToAll, contribution.out);
+}
+
 void Communicator::barrier() {
   std::lock_guard lock(impl_->mutex);
   impl_->collective(comm::Collective::Barrier, {});

@@ -19,6 +19,7 @@ const char* collective_name(uint8_t kind) {
     case Collective::Allgather: return "allgather";
     case Collective::AllocateSizes: return "allocate_symmetric";
     case Collective::AllocateMapped: return "allocate_symmetric (mapping)";
+    case Collective::AllToAll: return "alltoall";
   }
   return "an unknown collective";
 }

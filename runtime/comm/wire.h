@@ -23,6 +23,8 @@ constexpr size_t kSecretBytes = 32;      // secret: never sent, only MACs of it
 constexpr size_t kNonceBytes = 32;
 // The largest group a bootstrap forms (docs/RUNTIME.md).
 constexpr uint32_t kMaxWorldSize = 65536;
+// The largest collective contribution a rank may send (the root reads no larger frame).
+constexpr size_t kMaxContributionBytes = size_t(64) << 20;
 // What a rank tells the others about itself (hostname, local socket name).
 constexpr size_t kMaxRankBlobBytes = 4096;
 // A connection that has not proved it belongs to a group within this long is closed.
@@ -46,7 +48,9 @@ enum class Message : uint8_t {
 };
 
 // What each collective is, so that ranks calling different ones is an error.
-enum class Collective : uint8_t { Barrier = 1, Allgather = 2, AllocateSizes = 3, AllocateMapped = 4 };
+// AllToAll: each contribution is u32 world, then one bytes() per destination
+// rank; the root sends each rank only what was addressed to it.
+enum class Collective : uint8_t { Barrier = 1, Allgather = 2, AllocateSizes = 3, AllocateMapped = 4, AllToAll = 5 };
 const char* collective_name(uint8_t kind);
 
 struct Writer {

@@ -225,6 +225,25 @@ TEST(BootstrapSecurity, MismatchedCollectivesFailOnEveryRank) {
   }
 }
 
+TEST(BootstrapSecurity, AnAlltoallNeedsOnePartPerRankAndMatchingCalls) {
+  const UniqueId id = Communicator::get_unique_id();
+  const auto errors = onThreads(2, [&](int rank) {
+    auto device = make_host_device();
+    auto comm = Communicator::init(2, rank, id, *device, {10, std::nullopt});
+    try {
+      comm->alltoall({{1}});  // one part for two ranks: refused before anything is sent
+    } catch (const Error& error) {
+      if (std::string(error.what()).find("alltoall with 1 parts") == std::string::npos) throw;
+    }
+    if (rank == 0) comm->alltoall({{1}, {2}});
+    else comm->allgather({1, 2, 3});
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[size_t(r)].find("collectives do not match"), std::string::npos) << errors[size_t(r)];
+    EXPECT_NE(errors[size_t(r)].find("alltoall #1"), std::string::npos) << errors[size_t(r)];
+  }
+}
+
 TEST(BootstrapSecurity, ACollectiveTimesOutAfterTheCommTimeout) {
   const UniqueId id = Communicator::get_unique_id();
   std::atomic<bool> done{false};

@@ -27,6 +27,21 @@ std::string exercise(Communicator& comm) {
   const auto gathered = comm.allgather({uint8_t(rank * 10), uint8_t(world)});
   for (int r = 0; r < world; ++r)
     if (gathered[size_t(r)] != std::vector<uint8_t>{uint8_t(r * 10), uint8_t(world)}) return "allgather mismatch";
+  // alltoall: rank r sends rank d (r, d, then r + d bytes of r ^ d); each
+  // receives exactly its parts, empty ones included.
+  std::vector<std::vector<uint8_t>> parts(static_cast<size_t>(world));
+  for (int d = 0; d < world; ++d) {
+    parts[size_t(d)] = {uint8_t(rank), uint8_t(d)};
+    parts[size_t(d)].resize(size_t(2 + rank + d), uint8_t(rank ^ d));
+  }
+  if (rank == 0 && world > 1) parts[1].clear();
+  const auto received = comm.alltoall(parts);
+  for (int s = 0; s < world; ++s) {
+    std::vector<uint8_t> expected = {uint8_t(s), uint8_t(rank)};
+    expected.resize(size_t(2 + s + rank), uint8_t(s ^ rank));
+    if (s == 0 && rank == 1) expected.clear();
+    if (received[size_t(s)] != expected) return "alltoall: wrong part from rank " + std::to_string(s);
+  }
   const size_t words = 4099;  // odd size
   auto buffer = comm.allocate_symmetric(words * 4);
   auto* local = static_cast<uint32_t*>(buffer->local);

@@ -62,6 +62,10 @@ class Communicator {
   void barrier();
   // Every rank's bytes, indexed by rank.
   std::vector<std::vector<uint8_t>> allgather(const std::vector<uint8_t>& mine);
+  // to_each[r] goes to rank r; returns what each rank sent this one, by
+  // rank. Through the bootstrap (a control channel, not a data path: the
+  // internode host transport stands in for a network with it).
+  std::vector<std::vector<uint8_t>> alltoall(const std::vector<std::vector<uint8_t>>& to_each);
   // Collective: every rank allocates `bytes` (zeroed) and maps its node peers' copies.
   std::shared_ptr<SymmetricBuffer> allocate_symmetric(size_t bytes);
   // Collective; also done by the destructor. Further calls throw.
