@@ -8,6 +8,8 @@
 //   ep/combine_scatter  ep_combine_scatter
 //   ep/std_moe          ep_std_moe_pack, ep_std_moe_unpack
 //   ep/counts           ep_count_experts (received tokens per local expert, on the device)
+//   ep/internode        ep_internode_ingest, ep_internode_return_pack, ep_internode_return_unpack
+//                       (included by ep/dispatch, whose last block seals the outboxes)
 //
 // Every rank runs the same kernels on its own stream; ranks meet only through
 // the symmetric window, with system-scope atomics and bounded waits. What the

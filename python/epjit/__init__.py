@@ -359,9 +359,11 @@ class EpDispatchCombineOp:
         return self._op.local_expert_counts(every_entry)
 
     def route_map(self, routing):
-        """A recorded routing's map, [max_num_inp_token_per_rank * top-k + 1] int32 on
-        the op's device: per token its distinct destinations (first appearance order)
-        as rank * capacity + slot, then -1s; the last word is the received count."""
+        """A recorded routing's map, [max_num_inp_token_per_rank * top-k + 1 + world_size]
+        int32 on the op's device: per token its distinct destinations (first appearance
+        order) as rank * capacity + slot, then -1s; then the count received from this
+        rank's node; then, per world rank, the tokens sent to it if it is on another
+        node (internode; 0 otherwise)."""
         return self._wrap(self._op.route_map(routing))
 
     def load_routing(self, routing, map, tokens):

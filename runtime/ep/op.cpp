@@ -11,6 +11,7 @@
 #include "epjit/kernel_module.h"
 #include "epjit/logging.h"
 #include "epjit/window_layout.h"
+#include "internode.h"
 #include "op_kernels.h"
 
 namespace epjit::ep {
@@ -61,10 +62,12 @@ void expect_tensor(const char* call, const char* what, const TensorRef& tensor, 
                 "pass an allocated tensor");
 }
 
-// Words of a route map: max tokens * top-k entries, then the received count
-// (what ep_dispatch writes; templates/ep/dispatch.mlir).
+// Words of a route map: max tokens * top-k entries, the received count, then
+// the tokens sent to each world rank off this rank's node (what ep_dispatch
+// writes; templates/ep/dispatch.mlir, ep/internode.mlir).
 size_t route_words(const EpDispatchCombineConfig& config) {
-  return size_t(config.max_num_inp_token_per_rank) * size_t(config.num_experts_per_token) + 1;
+  return size_t(config.max_num_inp_token_per_rank) * size_t(config.num_experts_per_token) + 1 +
+         size_t(config.world_size);
 }
 
 int32_t read_word(Device& device, const void* base, size_t byte_offset) {
@@ -91,6 +94,7 @@ KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
       .set("topk", config.num_experts_per_token)
       .set("experts_per_rank", config.num_experts_per_rank)
       .set("world", config.world_size)
+      .set("gpu_per_node", config.nodes_gpu_count())
       .set("max_tokens", config.max_num_inp_token_per_rank)
       .set("capacity", config.total_recv_tokens())
       .set("combine_mode", name_of(config.combine_mode))
@@ -129,6 +133,7 @@ int bits_of(DType type) {
 
 Routing::Routing(Device& device, size_t words, uint64_t op_id) : device_(device), op_id_(op_id) {
   route_ = device_.allocate(words * 4);
+  device_.fill_zero(route_, words * 4);  // a map of a routing never dispatched reads as "nothing sent"
 }
 Routing::~Routing() { device_.release(route_); }
 
@@ -147,6 +152,7 @@ struct EpDispatchCombineOp::Impl {
   WindowLayout layout;  // from the module's interface record
   EpWindowMap window;
   std::shared_ptr<SymmetricBuffer> arena;
+  std::unique_ptr<InternodeExchange> internode;  // ranks on other nodes (gpu_per_node < world_size)
 
   Window window_table{};  // every kernel's window parameter (by value)
   void* route = nullptr;  // the op's own route map
@@ -200,11 +206,7 @@ struct EpDispatchCombineOp::Impl {
                       std::to_string(config.world_size) + " do not match the communicator's " +
                       std::to_string(comm.rank()) + "/" + std::to_string(comm.world_size()),
                   "the communicator's rank and world size", "build the config from comm.rank() and comm.world_size()");
-    if (config.internode())
-      throw Error("EpDispatchCombineConfig.gpu_per_node = " + std::to_string(config.nodes_gpu_count()) +
-                      " < world_size = " + std::to_string(config.world_size) + " asks for the internode path",
-                  "an intranode op (every rank reachable through symmetric memory)",
-                  "run the op within one node; epjit's internode kernels are not built yet");
+    if (config.internode()) check_internode_kernel();
     if (config.nodes_gpu_count() != comm.node().size())
       throw Error("EpDispatchCombineConfig.gpu_per_node = " + std::to_string(config.nodes_gpu_count()) +
                       " does not match the communicator's node of " + std::to_string(comm.node().size()) + " ranks",
@@ -225,6 +227,23 @@ struct EpDispatchCombineOp::Impl {
       throw Error("target " + std::string(target.name) + " has wave size " + std::to_string(target.wave_size) +
                       " but the " + std::string(device.kind()) + " device runs " + std::to_string(device.wave_size()),
                   "the device's own target", "leave config.target unset, or set it to " + device.default_target());
+  }
+
+  // v2_ll is built; v2 (a token crossing once per node, then forwarded) is
+  // not yet. auto runs v2_ll for every call meanwhile: the results are the
+  // same (both sum in destination order and round once), only the traffic
+  // differs, so it is logged once rather than refused.
+  void check_internode_kernel() const {
+    if (config.internode_kernel == InternodeKernel::V2)
+      throw Error("EpDispatchCombineConfig.internode_kernel = v2: the throughput internode kernels are not built yet",
+                  "internode_kernel v2_ll (or auto, which runs v2_ll)",
+                  "set internode_kernel to v2_ll or auto");
+    if (config.internode_kernel == InternodeKernel::Auto) {
+      static std::once_flag logged;
+      std::call_once(logged, [] {
+        log().info("internode_kernel auto: every call runs v2_ll (v2 is not built yet; results are the same)");
+      });
+    }
   }
 
   // Fetches the op's module and binds it: its kernels, and where its
@@ -300,7 +319,12 @@ struct EpDispatchCombineOp::Impl {
 
   void allocate() {
     arena = comm.allocate_symmetric(layout.total);
-    window_table = layout.table(arena->peers);
+    if (config.internode()) {
+      internode = std::make_unique<InternodeExchange>(config, comm, layout, window);
+      window_table = layout.table(internode->window_bases(arena->peers));
+    } else {
+      window_table = layout.table(arena->peers);
+    }
     route = allocate_zeroed(route_words(config) * 4);
     const size_t max_tokens = size_t(config.max_num_inp_token_per_rank);
     out_tokens = allocate_zeroed(max_tokens * config.combine_token_bytes());
@@ -335,6 +359,7 @@ struct EpDispatchCombineOp::Impl {
     for (void* pointer : {route, out_tokens, out_weights, moe_tokens, moe_counts, moe_sources,
                           moe_combine_in, expert_counts})
       if (pointer) device.release(pointer);
+    internode.reset();
     module.reset();
     arena.reset();
   }
@@ -420,6 +445,9 @@ struct EpDispatchCombineOp::Impl {
                       .set("w", window_table)
                       .build(),
                   *stream);
+    if (internode)
+      internode->after_dispatch(kernels, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
+                                window_table, *stream);
     dispatched_tokens = n;
     pending_counted_slots = !replay;
 
@@ -461,6 +489,10 @@ struct EpDispatchCombineOp::Impl {
         .set("has_weights", weighted)
         .set("w", window_table);
     if (!scatter) args.set("staged", input.data == local(window.combine_rows));  // written in place: combine_input()
+    if (internode)
+      internode->before_combine(kernels, {uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)},
+                                window_table, input.data, weighted ? weights->data : nullptr, weighted, route_in_use,
+                                *stream);
     device.launch(kernel, {uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)}, args.build(),
                   *stream);
     dispatched_tokens = -1;
@@ -643,7 +675,8 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
   op.stream->synchronize();
   op.device.copy_to_host(host.data(), map.data, host.size() * 4);
   const int64_t cap = op.capacity(), ranks = op.config.world_size;
-  for (int64_t i = 0; i + 1 < words; ++i) {
+  const int64_t entries = op.config.max_num_inp_token_per_rank * k;
+  for (int64_t i = 0; i < entries; ++i) {
     int32_t& entry = host[size_t(i)];
     if (i / k >= tokens) {  // rows past the recorded tokens: no kernel reads them
       entry = -1;
@@ -655,10 +688,21 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
                       std::to_string(cap),
                   "pass a map route_map() returned for this op's configuration");
   }
-  const int32_t received = host.back();
+  const int32_t received = host[size_t(entries)];
   if (received < 0 || received > cap)
     throw Error("load_routing: received count " + std::to_string(received), "in [0, capacity = " + std::to_string(cap) + "]",
                 "pass a map route_map() returned for this op's configuration");
+  // Then the tokens sent to each off-node rank (0 for the node's ranks).
+  const int per_node = op.config.nodes_gpu_count();
+  for (int peer = 0; peer < ranks; ++peer) {
+    const int32_t sent = host[size_t(entries + 1 + peer)];
+    const bool off_node = peer / per_node != op.config.rank / per_node;
+    const int64_t most = off_node ? std::min<int64_t>(tokens, op.internode->rows_per_peer()) : 0;
+    if (sent < 0 || sent > most)
+      throw Error("load_routing: map[" + std::to_string(entries + 1 + peer) + "] (tokens sent to rank " +
+                      std::to_string(peer) + ") = " + std::to_string(sent),
+                  "in [0, " + std::to_string(most) + "]", "pass a map route_map() returned for this op's configuration");
+  }
   op.device.copy_to_device(routing.route_, host.data(), host.size() * 4);
   routing.tokens_ = tokens;
 }
@@ -697,6 +741,7 @@ void EpDispatchCombineOp::reset() {
                                 {op.window.signals, op.window.signals_bytes},
                                 {op.window.moe_counts, op.window.moe_counts_bytes}})
     if (bytes) op.device.fill_zero(op.local(offset), bytes);
+  if (op.internode) op.internode->clear_outbox_state();
   op.write_peer_timeout();
   op.dispatched_tokens = -1;
   op.comm.barrier();

@@ -15,6 +15,9 @@ EpKernels EpKernels::bind(const KernelModule& module) {
   kernels.std_moe_pack = &module.kernel("ep_std_moe_pack");
   kernels.std_moe_unpack = &module.kernel("ep_std_moe_unpack");
   kernels.count_experts = &module.kernel("ep_count_experts");
+  kernels.internode_ingest = &module.kernel("ep_internode_ingest");
+  kernels.internode_return_pack = &module.kernel("ep_internode_return_pack");
+  kernels.internode_return_unpack = &module.kernel("ep_internode_return_unpack");
   return kernels;
 }
 
@@ -30,6 +33,7 @@ EpWindowMap EpWindowMap::of(const ModuleInterface& record, const WindowLayout& l
   map.recv_indices = offset("recv_indices");
   map.recv_origin = offset("recv_origin");
   map.combine_rows = offset("combine_rows");
+  map.combine_weights = offset("combine_weights");
   map.moe_counts = offset("moe_counts");
   map.state_bytes = bytes("state");
   map.signals_bytes = bytes("signals");

@@ -20,6 +20,9 @@ struct EpKernels {
   const Kernel* std_moe_pack = nullptr;
   const Kernel* std_moe_unpack = nullptr;
   const Kernel* count_experts = nullptr;
+  const Kernel* internode_ingest = nullptr;
+  const Kernel* internode_return_pack = nullptr;
+  const Kernel* internode_return_unpack = nullptr;
 
   static EpKernels bind(const KernelModule& module);
 };
@@ -28,7 +31,7 @@ struct EpKernels {
 // codes of @state it reads.
 struct EpWindowMap {
   size_t state = 0, signals = 0, recv_tokens = 0, recv_weights = 0, recv_scales = 0, recv_indices = 0,
-         recv_origin = 0, combine_rows = 0, moe_counts = 0;
+         recv_origin = 0, combine_rows = 0, combine_weights = 0, moe_counts = 0;
   size_t signals_bytes = 0, state_bytes = 0, moe_counts_bytes = 0;
   int64_t total_recv_word = 0, error_word = 0, peer_timeout_word = 0;
   int32_t error_peer_timeout = 0, error_capacity_exceeded = 0, error_expert_out_of_range = 0;

@@ -23,6 +23,7 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
     %c2 = arith.constant 2 : index
     %c127 = arith.constant 127 : index
     %c128 = arith.constant 128 : index
+    %true = arith.constant true
     %hidden = ep.param_value @hidden : index
     %topk = ep.param_value @topk : index
     %max_tokens = ep.param_value @max_tokens : index
@@ -57,29 +58,35 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
       %box = arith.addi %box_base, %ordinal : index
       %src_at = arith.muli %i, %hidden : index
       %dst_at = arith.muli %box, %hidden : index
-      scf.if %direct {
-        %codes = ep.peer_ptr %w[%source] @scatter_codes[%dst_at] : !ep.ptr<i8>
-        ep.warp.quantize %input[%src_at], %codes[%c0], %hidden {format = #ep.fp8<target>}
-            : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<i8>
-      } else {
-        scf.if %blockwise {
+      // An off-node origin's rows go back through the internode transfer
+      // (ep_internode_return_pack), not into its stand-in window here.
+      %off = func.call @off_node(%rank, %source) : (index, index) -> i1
+      %on_node = arith.xori %off, %true : i1
+      scf.if %on_node {
+        scf.if %direct {
           %codes = ep.peer_ptr %w[%source] @scatter_codes[%dst_at] : !ep.ptr<i8>
-          %scales_at = arith.muli %box, %blocks : index
-          %scales = ep.peer_ptr %w[%source] @scatter_scales[%scales_at] : !ep.ptr<f32>
-          ep.warp.quantize %input[%src_at], %codes[%c0], %hidden scales %scales[%c0]
-              {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>}
-              : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<i8>, !ep.ptr<f32>
+          ep.warp.quantize %input[%src_at], %codes[%c0], %hidden {format = #ep.fp8<target>}
+              : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<i8>
         } else {
-          %rows = ep.peer_ptr %w[%source] @scatter_rows[%dst_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
-          ep.warp.copy_row %input[%src_at], %rows[%c0], %hidden
-              : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<!ep.row_elem<"combine_elem">>
+          scf.if %blockwise {
+            %codes = ep.peer_ptr %w[%source] @scatter_codes[%dst_at] : !ep.ptr<i8>
+            %scales_at = arith.muli %box, %blocks : index
+            %scales = ep.peer_ptr %w[%source] @scatter_scales[%scales_at] : !ep.ptr<f32>
+            ep.warp.quantize %input[%src_at], %codes[%c0], %hidden scales %scales[%c0]
+                {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>}
+                : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<i8>, !ep.ptr<f32>
+          } else {
+            %rows = ep.peer_ptr %w[%source] @scatter_rows[%dst_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+            ep.warp.copy_row %input[%src_at], %rows[%c0], %hidden
+                : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<!ep.row_elem<"combine_elem">>
+          }
         }
-      }
-      scf.if %weighted {
-        %weights_at = arith.muli %i, %topk : index
-        %box_weights_at = arith.muli %box, %topk : index
-        %box_weights = ep.peer_ptr %w[%source] @scatter_weights[%box_weights_at] : !ep.ptr<f32>
-        ep.warp.copy_row %in_weights[%weights_at], %box_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
+        scf.if %weighted {
+          %weights_at = arith.muli %i, %topk : index
+          %box_weights_at = arith.muli %box, %topk : index
+          %box_weights = ep.peer_ptr %w[%source] @scatter_weights[%box_weights_at] : !ep.ptr<f32>
+          ep.warp.copy_row %in_weights[%weights_at], %box_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
+        }
       }
     }
     %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %combine_meeting)

@@ -9,6 +9,7 @@ ep.param @hidden : index {min = 1 : i64}
 ep.param @topk : index {min = 1 : i64}
 ep.param @experts_per_rank : index {min = 1 : i64}
 ep.param @world : index {min = 1 : i64}
+ep.param @gpu_per_node : index {min = 1 : i64}    // ranks whose windows map each other (world: intranode)
 ep.param @max_tokens : index {min = 1 : i64}        // per rank and call
 ep.param @capacity : index {min = 1 : i64}          // tokens one rank can receive
 ep.param @combine_mode : index {names = ["gather", "scatter"]}
@@ -26,6 +27,7 @@ ep.constant @state_moe_arrivals = 5 : index
 ep.constant @state_recv_counter = 6 : index        // slots senders took here during a dispatch
 ep.constant @state_peer_timeout_ms = 7 : index     // how long a wait for a peer may take (the host sets it)
 ep.constant @state_stopped = 8 : index             // nonzero: a dispatch's peer wait timed out; kernels do nothing until reset()
+ep.constant @state_node_recv = 9 : index           // of state_total_recv, the tokens that came from this rank's node
 ep.constant @state_words = 16 : index
 
 // What a kernel writes into state_error (EpDispatchCombineOp::check() names them).

@@ -5,10 +5,12 @@
 //
 // route (the op's or a Routing's): per source token, its distinct
 // destinations in order of first appearance as rank * capacity + slot, then
-// -1s; route[max_tokens * topk] holds the rank's received count of the
-// dispatch that wrote it.
+// -1s; route[max_tokens * topk] holds the rank's received count from its
+// node of the dispatch that wrote it, and route[max_tokens * topk + 1 + r]
+// the tokens it sent to off-node rank r (ep/internode; intranode unused).
 ep.include "ep/common"
 ep.include "ep/sync"
+ep.include "ep/internode"
 
 // One warp sends token `token` to slot `slot` on rank `dest`, its
 // destination number `ordinal`: the row, its weights, indices and scales,
@@ -470,6 +472,10 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
       %overflow = arith.cmpi sgt, %received, %capacity_i32 : i32
       %kept = arith.select %overflow, %capacity_i32, %received : i32
       ep.store %kept, %state[%total_word] : !ep.ptr<i32>
+      // Internode, ep_internode_ingest appends the other nodes' rows after these.
+      %node_word = ep.constant_value @state_node_recv : index
+      ep.store %kept, %state[%node_word] : !ep.ptr<i32>
+      func.call @seal_outboxes(%w, %rank, %route, %replaying) : (!ep.window, index, !ep.ptr<i32>, i1) -> ()
       // Read only by this rank's later kernels, which the stream orders after this one.
       ep.atomic_store %epoch, %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
     }

@@ -6,6 +6,32 @@
 // hold the block's barrier).
 ep.include "ep/common"
 
+// A meeting is among the ranks of one node, the ranks whose windows map each
+// other: [node_first, node_end). Intranode (gpu_per_node = world) that is
+// every rank; ranks of other nodes are reached through the internode
+// transfer (ep/internode), never through a flag.
+func.func private @node_first(%rank: index) -> index {
+  %per_node = ep.param_value @gpu_per_node : index
+  %node = arith.divui %rank, %per_node : index
+  %first = arith.muli %node, %per_node : index
+  return %first : index
+}
+func.func private @node_end(%rank: index) -> index {
+  %per_node = ep.param_value @gpu_per_node : index
+  %first = func.call @node_first(%rank) : (index) -> index
+  %end = arith.addi %first, %per_node : index
+  return %end : index
+}
+// Is `peer` on another node than `rank`?
+func.func private @off_node(%rank: index, %peer: index) -> i1 {
+  %first = func.call @node_first(%rank) : (index) -> index
+  %end = func.call @node_end(%rank) : (index) -> index
+  %before = arith.cmpi ult, %peer, %first : index
+  %after = arith.cmpi uge, %peer, %end : index
+  %off = arith.ori %before, %after : i1
+  return %off : i1
+}
+
 // The calling block's arrival at a cross-rank meeting, once all its warps
 // are there: one warp per block counts the block in state[counter] with one
 // acq_rel atomic at agent scope (the block barrier puts its warps' writes
@@ -40,7 +66,9 @@ func.func private @arrive(%w: !ep.window, %rank: index, %epoch: i32, %counter: i
       // One release fence for all the flags (a fence, then relaxed stores, is
       // a release of each), not a release store per peer.
       ep.fence scope(system) order(release)
-      scf.for %peer = %c0 to %world step %c1 {
+      %node_first = func.call @node_first(%rank) : (index) -> index
+      %node_end = func.call @node_end(%rank) : (index) -> index
+      scf.for %peer = %node_first to %node_end step %c1 {
         %flags = ep.peer_ptr %w[%peer] @signals[%c0] : !ep.ptr<i32>
         ep.atomic_store %epoch, %flags[%slot] scope(system) order(relaxed) : !ep.ptr<i32>
       }
@@ -52,8 +80,8 @@ func.func private @arrive(%w: !ep.window, %rank: index, %epoch: i32, %counter: i
   return %last : i1
 }
 
-// Polls, on the calling warp alone, until every rank has raised its flag of
-// `meeting` to `epoch`. A rank that does not come within the op's peer
+// Polls, on the calling warp alone, until every rank of this rank's node has
+// raised its flag of `meeting` to `epoch`. A rank that does not come within the op's peer
 // timeout (state_peer_timeout_ms) sets error_peer_timeout instead of hanging;
 // once any wait has failed, the others give up at once.
 func.func private @poll_all(%w: !ep.window, %rank: index, %epoch: i32, %meeting: index) {
@@ -67,7 +95,9 @@ func.func private @poll_all(%w: !ep.window, %rank: index, %epoch: i32, %meeting:
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
   %flags = ep.peer_ptr %w[%rank] @signals[%base] : !ep.ptr<i32>
   %limit = ep.load %state[%limit_word] : !ep.ptr<i32>
-  scf.for %peer = %c0 to %world step %c1 {
+  %node_first = func.call @node_first(%rank) : (index) -> index
+  %node_end = func.call @node_end(%rank) : (index) -> index
+  scf.for %peer = %node_first to %node_end step %c1 {
     %ok = ep.wait_until %flags[%peer] ge %epoch scope(system) timeout_ms(%limit)
         error(%state[%error_word], %timeout) : !ep.ptr<i32>, !ep.ptr<i32>
   }

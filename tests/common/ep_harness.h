@@ -61,6 +61,10 @@ struct EpCase {
   bool zero_copy = false;  // gather: experts write into op.combine_input()
   uint32_t seed = 1;
   double peer_timeout_s = 0;  // 0: the default
+  // Internode: nodes of gpu_per_node consecutive ranks (the communicator's
+  // node teams too); ranks of other nodes are reached through the transport.
+  std::optional<int> gpu_per_node;
+  InternodeKernel internode_kernel = InternodeKernel::Auto;
   // Dispatch geometry (unset: the target's schedule). A call with no more
   // top-k entries than dispatch blocks sends each entry with a whole block.
   std::optional<int> dispatch_blocks, warps_per_block;
@@ -92,6 +96,8 @@ inline EpDispatchCombineConfig configFor(const EpCase& c, int rank) {
   config.peer_timeout_s = c.peer_timeout_s;
   config.dispatch_block_num = c.dispatch_blocks;
   config.warp_num_per_block = c.warps_per_block;
+  config.gpu_per_node = c.gpu_per_node;
+  config.internode_kernel = c.internode_kernel;
   return config;
 }
 

@@ -136,11 +136,18 @@ TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
       comm.device().copy_to_device(copy, crafted.data(), words * 4);
       f += expectParts("crafted map", thrown([&] { op.load_routing(*restored, {copy, DType::I32, {int64_t(words)}}, 3); }),
                        {"load_routing: map[0]", "rank < 1"});
+      // The word after the per-token entries: the received count.
+      const size_t received_at = words - 1 - size_t(comm.world_size());
       crafted = host;
-      crafted.back() = -7;  // a negative received count
+      crafted[received_at] = -7;  // a negative received count
       comm.device().copy_to_device(copy, crafted.data(), words * 4);
       f += expectParts("crafted count", thrown([&] { op.load_routing(*restored, {copy, DType::I32, {int64_t(words)}}, 3); }),
                        {"received count -7"});
+      crafted = host;
+      crafted.back() = 2;  // tokens "sent" to rank 0 of a one-node op, which has no off-node rank
+      comm.device().copy_to_device(copy, crafted.data(), words * 4);
+      f += expectParts("crafted sent count", thrown([&] { op.load_routing(*restored, {copy, DType::I32, {int64_t(words)}}, 3); }),
+                       {"tokens sent to rank 0", "= 2", "[0, 0]"});
       f += expectParts("map too short", thrown([&] { op.load_routing(*restored, {copy, DType::I32, {2}}, 3); }),
                        {"map has shape [2]"});
       comm.device().release(copy);
@@ -173,6 +180,47 @@ TEST(EpOpErrors, Fp8OfTheWrongFlavorIsRefused) {
   EXPECT_EQ(failures, "");
 }
 
+// Internode refusals: the throughput kernels (v2) are not built, a
+// transport that does not exist, and quant across nodes (the seed's rule).
+TEST(EpOpErrors, InternodeRefusesWhatItCannotRun) {
+  EpCase c = smallCase();
+  c.world = 2;
+  c.gpu_per_node = 1;
+  const std::string failures = runRanks(
+      2, Ranks::Threads, testCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) {
+        std::string f;
+        EpDispatchCombineConfig config = configFor(c, rank);
+        config.internode_kernel = InternodeKernel::V2;
+        f += expectParts("v2", thrown([&] { EpDispatchCombineOp(config, comm, {&cache, nullptr}); }),
+                         {"internode_kernel = v2", "not built yet", "v2_ll"});
+        config = configFor(c, rank);
+        config.combine_mode = CombineMode::Scatter;
+        config.quant_type = QuantType::Fp8DirectCast;
+        f += expectParts("quant", thrown([&] { EpDispatchCombineOp(config, comm, {&cache, nullptr}); }),
+                         {"intranode only", "quant_type=none"});
+        return f;
+      },
+      1);
+  EXPECT_EQ(failures, "");
+}
+
+TEST(EpOpErrors, InternodeTransportIsOneThatExists) {
+  EpCase c = smallCase();
+  c.world = 2;
+  c.gpu_per_node = 1;
+  ::setenv("EPJIT_INTERNODE_TRANSPORT", "carrier-pigeon", 1);
+  const std::string failures = runRanks(
+      2, Ranks::Threads, testCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) {
+        return expectParts("transport", thrown([&] { EpDispatchCombineOp(configFor(c, rank), comm, {&cache, nullptr}); }),
+                           {"EPJIT_INTERNODE_TRANSPORT=carrier-pigeon", "host or nccl"});
+      },
+      1);
+  ::unsetenv("EPJIT_INTERNODE_TRANSPORT");
+  EXPECT_EQ(failures, "");
+}
+
 TEST(EpOpErrors, ConstructionRejectsConfigsThatDoNotFitTheCommunicatorOrDevice) {
   const EpCase c = smallCase();
   const std::string failures = runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
@@ -190,8 +238,8 @@ TEST(EpOpErrors, ConstructionRejectsConfigsThatDoNotFitTheCommunicatorOrDevice) 
                      {"does not run on the host device", "host-gfx942"});
     config = configFor(two, rank);
     config.gpu_per_node = 1;
-    f += expectParts("internode", thrown([&] { EpDispatchCombineOp(config, comm, {&cache, nullptr}); }),
-                     {"gpu_per_node = 1", "internode"});
+    f += expectParts("node mismatch", thrown([&] { EpDispatchCombineOp(config, comm, {&cache, nullptr}); }),
+                     {"gpu_per_node = 1", "communicator's node of 2 ranks"});
     config = configFor(two, rank);
     config.hidden_dim = 60;  // 120 bytes
     f += expectParts("validation", thrown([&] { EpDispatchCombineOp(config, comm, {&cache, nullptr}); }),

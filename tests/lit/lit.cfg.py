@@ -23,6 +23,13 @@ config.substitutions.append(("%python", sys.executable))
 # 128 tokens per rank, bf16 combine, scatter with fp8 blockwise quant), in blocks
 # of 16 warps as the op builds them.
 config.substitutions.append(("%{ep}", " ".join("--set " + p for p in [
-    "token_words=1792", "scale_bytes=0", "hidden=7168", "topk=8", "experts_per_rank=32", "world=8",
+    "token_words=1792", "scale_bytes=0", "hidden=7168", "topk=8", "experts_per_rank=32", "world=8", "gpu_per_node=8",
     "max_tokens=128", "capacity=1024", "combine_mode=scatter", "quant=fp8_blockwise", "combine_elem=bf16",
+    "warps_per_block=16"])))
+
+# The same shape as two nodes of four ranks, plain scatter (quant is intranode
+# only): the internode (v2_ll) path.
+config.substitutions.append(("%{ep_internode}", " ".join("--set " + p for p in [
+    "token_words=1792", "scale_bytes=0", "hidden=7168", "topk=8", "experts_per_rank=32", "world=8", "gpu_per_node=4",
+    "max_tokens=128", "capacity=1024", "combine_mode=scatter", "quant=none", "combine_elem=bf16",
     "warps_per_block=16"])))

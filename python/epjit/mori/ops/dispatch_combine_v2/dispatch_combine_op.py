@@ -163,7 +163,7 @@ class EpDispatchCombineOp:
         torch = _torch()
         cfg = self.cfg
         k, m = cfg.num_experts_per_token, cfg.max_num_inp_token_per_rank
-        route = self._op.route_map(routing)[:-1].view(m, k)
+        route = self._op.route_map(routing)[: m * k].view(m, k)
         forward = torch.full((m, k), -1, dtype=torch.int32, device=route.device)
         if n:
             valid, _, ordinal_of_entry = self._destination_ordinals(indices, n)
@@ -192,7 +192,14 @@ class EpDispatchCombineOp:
         rows = torch.arange(n, device=forward.device)[:, None].expand(n, k)
         route[rows[first], ordinal[first]] = forward[:n][first]
         total = handle.total_recv_token_num.reshape(-1)[:1].long().to(forward.device)
-        flat = torch.cat([route.reshape(-1), total]).int()
+        # epjit's map ends with the tokens sent to each off-node rank (its
+        # outbox slots are 0, 1, ...: the count of entries naming the rank).
+        world, per_node = cfg.world_size, cfg.gpu_per_node or cfg.world_size
+        named = route[route >= 0] // self._op.capacity
+        sent = torch.bincount(named, minlength=world)[:world]
+        node = torch.arange(world, device=forward.device) // per_node == cfg.rank // per_node
+        sent = torch.where(node, torch.zeros_like(sent), sent)
+        flat = torch.cat([route.reshape(-1), total, sent]).int()
         recorded = self._take_routing()
         self._op.load_routing(recorded, flat, n)  # checked on the host: synchronizes
         self._adopt(handle, recorded)

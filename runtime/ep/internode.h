@@ -1,0 +1,70 @@
+// The internode low-latency path (v2_ll) of an EpDispatchCombineOp: what a
+// rank holds for the ranks of other nodes and the steps around the op's
+// kernels (docs/EP.md "Internode"; templates/ep/internode.mlir).
+//
+// For every off-node rank, a local stand-in window of the op's layout (its
+// outbox): the window table points at it where it would point at that rank's
+// window, so dispatch and combine address every rank alike. Around them:
+//   dispatch: ep_dispatch -> transfer (outboxes -> inboxes) -> ep_internode_ingest
+//   combine:  ep_internode_return_pack -> transfer back ->
+//             (scatter: ep_internode_return_unpack) -> ep_combine_*
+// Each transfer moves fixed sizes, `rows_per_peer` rows per (source,
+// destination) pair, so nothing is read on the host between kernels.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "epjit/comm/communicator.h"
+#include "epjit/ep/config.h"
+#include "epjit/window_layout.h"
+#include "internode_transport.h"
+#include "op_kernels.h"
+
+namespace epjit::ep {
+
+class InternodeExchange {
+ public:
+  // Allocates the outboxes, inboxes and return buffers; picks the transport
+  // (EPJIT_INTERNODE_TRANSPORT, docs/EP.md).
+  InternodeExchange(const EpDispatchCombineConfig& config, Communicator& comm, const WindowLayout& layout,
+                    const EpWindowMap& window);
+  ~InternodeExchange();
+  InternodeExchange(const InternodeExchange&) = delete;
+  InternodeExchange& operator=(const InternodeExchange&) = delete;
+
+  // The window table's bases: the node's windows, and the outboxes elsewhere.
+  std::vector<void*> window_bases(const std::vector<void*>& node_windows) const;
+  int64_t rows_per_peer() const { return rows_per_peer_; }
+  std::string_view transport_name() const { return transport_->name(); }
+
+  // After ep_dispatch: the outboxes cross, and the inboxes join the received rows.
+  void after_dispatch(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, Stream& stream);
+  // Before the combine kernel: each off-node source's expert outputs go back.
+  void before_combine(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, const void* input,
+                      const void* weights, bool weighted, const void* route, Stream& stream);
+  // reset(): the outboxes' counters and counts (the caller has synchronized).
+  void clear_outbox_state();
+
+ private:
+  bool off_node(int peer) const { return peer / per_node_ != rank_ / per_node_; }
+  char* outbox(int peer) const { return static_cast<char*>(outboxes_[size_t(peer)]); }
+  void* allocate_zeroed(size_t bytes);
+
+  const EpDispatchCombineConfig& config_;
+  Device& device_;
+  const EpWindowMap& window_;
+  const int rank_, world_, per_node_;
+  const int64_t rows_per_peer_;
+  const size_t window_bytes_;
+  std::unique_ptr<InternodeTransport> transport_;
+  std::vector<void*> outboxes_;  // by world rank; null on this rank's node
+  std::vector<void*> owned_;     // everything allocate_zeroed returned
+  // Inboxes, [world][rows_per_peer] rows of each kind (on-node entries unused).
+  void *counts_ = nullptr, *tokens_ = nullptr, *weights_ = nullptr, *scales_ = nullptr, *indices_ = nullptr,
+       *origins_ = nullptr;
+  // Combine's return leg: what this rank sends back, and (scatter) what comes back.
+  void *rows_out_ = nullptr, *weights_out_ = nullptr, *rows_in_ = nullptr, *weights_in_ = nullptr;
+};
+
+}  // namespace epjit::ep

@@ -1,0 +1,257 @@
+// ep/internode: the kernels of the internode low-latency path (v2_ll,
+// docs/EP.md "Internode"). A rank's window table points, for each rank on
+// another node, at a local stand-in window of the same layout (the rank's
+// "outbox" for that peer), so dispatch and combine address every rank alike:
+// a token for an off-node rank lands in its outbox slots, the runtime's
+// transport moves each outbox to its rank's inbox (fixed sizes, one transfer
+// per peer), and ep_internode_ingest appends the inbox to the received rows.
+// Combine mirrors it: ep_internode_return_pack gathers the expert outputs of
+// each off-node source's rows in the order they came, the transport carries
+// them back, and the origin reads them where its route says (gather: the
+// outbox's combine rows; scatter: ep_internode_return_unpack files them into
+// its own inbox boxes). Numerics are intranode's: the same sum, in the same
+// destination order, rounded once.
+//
+// Inboxes are per source rank, indexed by world rank (on-node entries stay
+// unused): `per_source` rows each, the runtime's fixed slot count.
+ep.include "ep/common"
+ep.include "ep/sync"
+
+// Where the route keeps a dispatch's sends to off-node rank `dest`: after
+// the per-token entries and the received count, one word per world rank.
+func.func private @route_sent_word(%dest: index) -> index {
+  %c1 = arith.constant 1 : index
+  %topk = ep.param_value @topk : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %entries = arith.muli %max_tokens, %topk : index
+  %after_total = arith.addi %entries, %c1 : index
+  %word = arith.addi %after_total, %dest : index
+  return %word : index
+}
+
+// Closes a dispatch's outboxes, on the last warp of the dispatch (after
+// every block of this rank has sent): each off-node rank's count (taken
+// from its outbox counter, or the recorded one when replaying) goes into the
+// route and into the outbox's total word, which the transfer carries as the
+// inbox count; the counter is cleared for the next dispatch.
+func.func private @seal_outboxes(%w: !ep.window, %rank: index, %route: !ep.ptr<i32>, %replaying: i1) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0 : i32
+  %true = arith.constant true
+  %counter_word = ep.constant_value @state_recv_counter : index
+  %total_word = ep.constant_value @state_total_recv : index
+  %world = ep.param_value @world : index
+  %counting = arith.xori %replaying, %true : i1
+  scf.for %dest = %c0 to %world step %c1 {
+    %off = func.call @off_node(%rank, %dest) : (index, index) -> i1
+    scf.if %off {
+      %outbox = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
+      %sent_at = func.call @route_sent_word(%dest) : (index) -> index
+      %counted = ep.atomic_load %outbox[%counter_word] scope(agent) order(relaxed) : !ep.ptr<i32>
+      %recorded = ep.load %route[%sent_at] : !ep.ptr<i32>
+      %sent = arith.select %replaying, %recorded, %counted : i32
+      scf.if %counting {
+        ep.store %sent, %route[%sent_at] : !ep.ptr<i32>
+      }
+      ep.atomic_store %zero, %outbox[%counter_word] scope(agent) order(relaxed) : !ep.ptr<i32>
+      ep.store %sent, %outbox[%total_word] : !ep.ptr<i32>
+    }
+  }
+  return
+}
+
+// The slot of off-node source `source`'s first row: after the node's rows
+// and every earlier off-node source's.
+func.func private @inbox_base(%counts: !ep.ptr<i32>, %source: index, %rank: index, %w: !ep.window) -> index {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %node_word = ep.constant_value @state_node_recv : index
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %node_rows_i32 = ep.load %state[%node_word] : !ep.ptr<i32>
+  %node_rows = arith.index_cast %node_rows_i32 : i32 to index
+  %base = scf.for %s = %c0 to %source step %c1 iter_args(%at = %node_rows) -> (index) {
+    %off = func.call @off_node(%rank, %s) : (index, index) -> i1
+    %count_i32 = ep.load %counts[%s] : !ep.ptr<i32>
+    %count = arith.index_cast %count_i32 : i32 to index
+    %more = arith.addi %at, %count : index
+    %next = arith.select %off, %more, %at : index
+    scf.yield %next : index
+  }
+  return %base : index
+}
+
+// After the transfer: appends every off-node source's inbox rows (in source
+// order, each source's in the order it sent them) to the received rows, and
+// publishes the new total. Rows past capacity are dropped with error 2, as
+// intranode.
+ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, %weights_in: !ep.ptr<f32>,
+                               %scales_in: !ep.ptr<i8>, %indices_in: !ep.ptr<i32>, %origins_in: !ep.ptr<i32>,
+                               %per_source: index, %rank: index, %w: !ep.window) warps_per_block(4) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
+  scf.if %answered {
+    %token_words = ep.param_value @token_words : index
+    %scale_bytes = ep.param_value @scale_bytes : index
+    %topk = ep.param_value @topk : index
+    %world = ep.param_value @world : index
+    %capacity = ep.param_value @capacity : index
+    %capacity_i32 = arith.index_cast %capacity : index to i32
+    %error_word = ep.constant_value @state_error : index
+    %total_word = ep.constant_value @state_total_recv : index
+    %over_capacity = ep.constant_value @error_capacity_exceeded : i32
+    %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+    %first = ep.global_warp_index : index
+    %stride = ep.global_warp_count : index
+    scf.for %source = %c0 to %world step %c1 {
+      %off = func.call @off_node(%rank, %source) : (index, index) -> i1
+      scf.if %off {
+        %count_i32 = ep.load %counts[%source] : !ep.ptr<i32>
+        %count = arith.index_cast %count_i32 : i32 to index
+        %base = func.call @inbox_base(%counts, %source, %rank, %w) : (!ep.ptr<i32>, index, index, !ep.window) -> index
+        %box_base = arith.muli %source, %per_source : index
+        scf.for %i = %first to %count step %stride {
+          %slot = arith.addi %base, %i : index
+          %box = arith.addi %box_base, %i : index
+          %fits = arith.cmpi ult, %slot, %capacity : index
+          scf.if %fits {
+            %from_words = arith.muli %box, %token_words : index
+            %to_words = arith.muli %slot, %token_words : index
+            %to_tokens = ep.peer_ptr %w[%rank] @recv_tokens[%to_words] : !ep.ptr<i32>
+            ep.warp.copy_row %tokens_in[%from_words], %to_tokens[%c0], %token_words : !ep.ptr<i32> -> !ep.ptr<i32>
+            %from_row = arith.muli %box, %topk : index
+            %to_row = arith.muli %slot, %topk : index
+            %to_weights = ep.peer_ptr %w[%rank] @recv_weights[%to_row] : !ep.ptr<f32>
+            ep.warp.copy_row %weights_in[%from_row], %to_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
+            %to_indices = ep.peer_ptr %w[%rank] @recv_indices[%to_row] : !ep.ptr<i32>
+            ep.warp.copy_row %indices_in[%from_row], %to_indices[%c0], %topk : !ep.ptr<i32> -> !ep.ptr<i32>
+            %from_scales = arith.muli %box, %scale_bytes : index
+            %to_scales_at = arith.muli %slot, %scale_bytes : index
+            %to_scales = ep.peer_ptr %w[%rank] @recv_scales[%to_scales_at] : !ep.ptr<i8>
+            ep.warp.copy_row %scales_in[%from_scales], %to_scales[%c0], %scale_bytes : !ep.ptr<i8> -> !ep.ptr<i8>
+            %from_origin = arith.muli %box, %c2 : index
+            %to_origin_at = arith.muli %slot, %c2 : index
+            %to_origin = ep.peer_ptr %w[%rank] @recv_origin[%to_origin_at] : !ep.ptr<i32>
+            ep.warp.copy_row %origins_in[%from_origin], %to_origin[%c0], %c2 : !ep.ptr<i32> -> !ep.ptr<i32>
+          } else {
+            ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+          }
+        }
+      }
+    }
+    // Every warp knows the total; the first publishes it (later kernels of
+    // this rank are ordered after this one by the stream).
+    %leads = arith.cmpi eq, %first, %c0 : index
+    scf.if %leads {
+      %end = func.call @inbox_base(%counts, %world, %rank, %w) : (!ep.ptr<i32>, index, index, !ep.window) -> index
+      %end_i32 = arith.index_cast %end : index to i32
+      %overflow = arith.cmpi sgt, %end_i32, %capacity_i32 : i32
+      %kept = arith.select %overflow, %capacity_i32, %end_i32 : i32
+      ep.store %kept, %state[%total_word] : !ep.ptr<i32>
+    }
+  }
+}
+
+// Before combine's transfer: for each off-node source, the expert outputs
+// (and weights) of the rows it sent, in the order it sent them, into
+// `rows_out` / `weights_out` at [source * per_source + i].
+ep.kernel @ep_internode_return_pack(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,
+                                    %has_weights: index, %counts: !ep.ptr<i32>,
+                                    %rows_out: !ep.ptr<!ep.row_elem<"combine_elem">>, %weights_out: !ep.ptr<f32>,
+                                    %per_source: index, %rank: index, %w: !ep.window) warps_per_block(4) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
+  scf.if %answered {
+    %hidden = ep.param_value @hidden : index
+    %topk = ep.param_value @topk : index
+    %world = ep.param_value @world : index
+    %capacity = ep.param_value @capacity : index
+    %weighted = arith.cmpi ne, %has_weights, %c0 : index
+    %first = ep.global_warp_index : index
+    %stride = ep.global_warp_count : index
+    scf.for %source = %c0 to %world step %c1 {
+      %off = func.call @off_node(%rank, %source) : (index, index) -> i1
+      scf.if %off {
+        %count_i32 = ep.load %counts[%source] : !ep.ptr<i32>
+        %count = arith.index_cast %count_i32 : i32 to index
+        %base = func.call @inbox_base(%counts, %source, %rank, %w) : (!ep.ptr<i32>, index, index, !ep.window) -> index
+        %box_base = arith.muli %source, %per_source : index
+        scf.for %i = %first to %count step %stride {
+          %slot = arith.addi %base, %i : index
+          %box = arith.addi %box_base, %i : index
+          %fits = arith.cmpi ult, %slot, %capacity : index
+          scf.if %fits {
+            %from = arith.muli %slot, %hidden : index
+            %to = arith.muli %box, %hidden : index
+            ep.warp.copy_row %input[%from], %rows_out[%to], %hidden
+                : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<!ep.row_elem<"combine_elem">>
+            scf.if %weighted {
+              %from_weights = arith.muli %slot, %topk : index
+              %to_weights = arith.muli %box, %topk : index
+              ep.warp.copy_row %in_weights[%from_weights], %weights_out[%to_weights], %topk
+                  : !ep.ptr<f32> -> !ep.ptr<f32>
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Scatter, after combine's transfer: the rows each off-node destination sent
+// back (in the order this rank sent it the tokens, which its outbox's origin
+// words record) go into this rank's inbox boxes, token * topk + ordinal, where
+// the sum reads every contribution.
+ep.kernel @ep_internode_return_unpack(%rows_in: !ep.ptr<!ep.row_elem<"combine_elem">>, %weights_in: !ep.ptr<f32>,
+                                      %has_weights: index, %route: !ep.ptr<i32>, %per_source: index,
+                                      %rank: index, %w: !ep.window) warps_per_block(4) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
+  scf.if %answered {
+    %hidden = ep.param_value @hidden : index
+    %topk = ep.param_value @topk : index
+    %world = ep.param_value @world : index
+    %max_tokens = ep.param_value @max_tokens : index
+    %weighted = arith.cmpi ne, %has_weights, %c0 : index
+    %first = ep.global_warp_index : index
+    %stride = ep.global_warp_count : index
+    scf.for %dest = %c0 to %world step %c1 {
+      %off = func.call @off_node(%rank, %dest) : (index, index) -> i1
+      scf.if %off {
+        %sent_at = func.call @route_sent_word(%dest) : (index) -> index
+        %sent_i32 = ep.load %route[%sent_at] : !ep.ptr<i32>
+        %sent = arith.index_cast %sent_i32 : i32 to index
+        %origins = ep.peer_ptr %w[%dest] @recv_origin[%c0] : !ep.ptr<i32>
+        %box_base = arith.muli %dest, %per_source : index
+        scf.for %i = %first to %sent step %stride {
+          %origin_at = arith.muli %i, %c2 : index
+          %ordinal_at = arith.addi %origin_at, %c1 : index
+          %origin_i32 = ep.load %origins[%origin_at] : !ep.ptr<i32>
+          %ordinal_i32 = ep.load %origins[%ordinal_at] : !ep.ptr<i32>
+          %origin = arith.index_cast %origin_i32 : i32 to index
+          %ordinal = arith.index_cast %ordinal_i32 : i32 to index
+          %token = arith.remui %origin, %max_tokens : index
+          %token_row = arith.muli %token, %topk : index
+          %inbox_box = arith.addi %token_row, %ordinal : index
+          %returned = arith.addi %box_base, %i : index
+          %from = arith.muli %returned, %hidden : index
+          %to = arith.muli %inbox_box, %hidden : index
+          %rows = ep.peer_ptr %w[%rank] @scatter_rows[%to] : !ep.ptr<!ep.row_elem<"combine_elem">>
+          ep.warp.copy_row %rows_in[%from], %rows[%c0], %hidden
+              : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<!ep.row_elem<"combine_elem">>
+          scf.if %weighted {
+            %from_weights = arith.muli %returned, %topk : index
+            %to_weights = arith.muli %inbox_box, %topk : index
+            %box_weights = ep.peer_ptr %w[%rank] @scatter_weights[%to_weights] : !ep.ptr<f32>
+            ep.warp.copy_row %weights_in[%from_weights], %box_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
+          }
+        }
+      }
+    }
+  }
+}
