@@ -81,19 +81,24 @@ class Communicator:
         self._ops = weakref.WeakSet()  # closed before the communicator goes
 
     @staticmethod
-    def init(world_size, rank, unique_id, target=None, device=None, device_ordinal=-1, timeout_seconds=0.0):
+    def init(world_size, rank, unique_id, target=None, device=None, device_ordinal=-1, timeout_seconds=0.0,
+             gpu_per_node=None):
         """Joins the communicator; returns when all ranks have. `target` is the ops'
         default target (epjit.targets() lists them: host, host-gfx942, gfx942, sm90, ...);
         `device` ("host", "cuda" or "hip") defaults to the one that runs the target:
         hip for AMD targets, cuda for NVIDIA ones, host for host targets and when no
-        target is given."""
+        target is given. `gpu_per_node` groups consecutive ranks into nodes (None: by
+        hostname); an op whose config has the same gpu_per_node < world_size runs the
+        internode path between them."""
         if device is None:
             device = device_for_target(target) if target else "host"
-        native = _epjit.Communicator.init(world_size, rank, bytes(unique_id), device, device_ordinal, timeout_seconds)
+        native = _epjit.Communicator.init(world_size, rank, bytes(unique_id), device, device_ordinal, timeout_seconds,
+                                          gpu_per_node)
         return Communicator(native, target)
 
     @staticmethod
-    def from_process_group(group=None, target=None, device=None, device_ordinal=-1, timeout_seconds=0.0):
+    def from_process_group(group=None, target=None, device=None, device_ordinal=-1, timeout_seconds=0.0,
+                           gpu_per_node=None):
         """Joins the ranks of a torch.distributed process group (gloo or nccl; None:
         the default group): rank and world size are the group's, and the unique id
         travels over the group from its rank 0. Collective over the group; the other
@@ -116,7 +121,8 @@ class Communicator:
         box = [bytes(Communicator.get_unique_id()) if rank == 0 else None]
         dist.broadcast_object_list(box, src=source, group=group)
         return Communicator.init(world_size, rank, box[0], target=target, device=device,
-                                 device_ordinal=device_ordinal, timeout_seconds=timeout_seconds)
+                                 device_ordinal=device_ordinal, timeout_seconds=timeout_seconds,
+                                 gpu_per_node=gpu_per_node)
 
     rank = property(lambda self: self._native.rank)
     world_size = property(lambda self: self._native.world_size)

@@ -218,7 +218,7 @@ NB_MODULE(_epjit, m) {
       .def_static(
           "init",
           [](int world_size, int rank, nb::bytes unique_id, const std::string& device, int device_ordinal,
-             double timeout_seconds) {
+             double timeout_seconds, std::optional<int> gpu_per_node) {
             UniqueId id;
             if (unique_id.size() != id.bytes.size())
               throw Error("unique_id has " + std::to_string(unique_id.size()) + " bytes",
@@ -232,11 +232,12 @@ NB_MODULE(_epjit, m) {
             result->device = make_device(device, result->device_ordinal);
             CommOptions options;
             options.timeout_seconds = timeout_seconds;
+            options.gpu_per_node = gpu_per_node;
             result->comm = Communicator::init(world_size, rank, id, *result->device, options);
             return result;
           },
           "world_size"_a, "rank"_a, "unique_id"_a, "device"_a = "host", "device_ordinal"_a = -1,
-          "timeout_seconds"_a = 0.0)
+          "timeout_seconds"_a = 0.0, "gpu_per_node"_a = nb::none())
       .def_prop_ro("rank", [](PyCommunicator& c) { return c.comm->rank(); })
       .def_prop_ro("world_size", [](PyCommunicator& c) { return c.comm->world_size(); })
       .def_prop_ro("device", [](PyCommunicator& c) { return c.device_kind; })

@@ -13,14 +13,16 @@ namespace {
 
 // EPJIT_INTERNODE_TRANSPORT: "host" (the bootstrap stand-in) or "nccl"; by
 // default the host device uses the stand-in and GPUs NCCL/RCCL.
-std::unique_ptr<InternodeTransport> pick_transport(Communicator& comm, Device& device) {
+std::unique_ptr<InternodeTransport> pick_transport(Communicator& comm, Device& device, void* adopted_nccl_comm) {
   const std::string chosen =
       environment_value("EPJIT_INTERNODE_TRANSPORT").value_or(device.kind() == "host" ? "host" : "nccl");
-  if (chosen == "host") return make_host_transport(comm, device);
-  if (chosen == "nccl")
-    throw Error("EPJIT_INTERNODE_TRANSPORT=nccl: the NCCL/RCCL internode transport is not built yet",
-                "a transport this build has: host (the bootstrap stand-in for a network)",
-                "set EPJIT_INTERNODE_TRANSPORT=host for a functional run (it blocks the host per call)");
+  if (chosen == "host") {
+    if (adopted_nccl_comm)
+      throw Error("an NCCL communicator was given, but EPJIT_INTERNODE_TRANSPORT=host", "the nccl transport",
+                  "unset EPJIT_INTERNODE_TRANSPORT, or do not pass OpOptions.nccl_communicator");
+    return make_host_transport(comm, device);
+  }
+  if (chosen == "nccl") return make_nccl_transport(comm, adopted_nccl_comm);
   throw Error("EPJIT_INTERNODE_TRANSPORT=" + chosen + " names no internode transport", "host or nccl",
               "unset it (the device's default) or set one of those");
 }
@@ -28,7 +30,7 @@ std::unique_ptr<InternodeTransport> pick_transport(Communicator& comm, Device& d
 }  // namespace
 
 InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Communicator& comm,
-                                     const WindowLayout& layout, const EpWindowMap& window)
+                                     const WindowLayout& layout, const EpWindowMap& window, void* adopted_nccl_comm)
     : config_(config),
       device_(comm.device()),
       window_(window),
@@ -48,7 +50,7 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
                       std::to_string(rank_ / per_node_ * per_node_ + per_node_) + ")",
                   "nodes of gpu_per_node consecutive ranks",
                   "number ranks node by node (or pass CommOptions.gpu_per_node to Communicator::init)");
-  transport_ = pick_transport(comm, device_);
+  transport_ = pick_transport(comm, device_, adopted_nccl_comm);
   outboxes_.assign(size_t(world_), nullptr);
   for (int peer = 0; peer < world_; ++peer)
     if (off_node(peer)) outboxes_[size_t(peer)] = allocate_zeroed(window_bytes_);

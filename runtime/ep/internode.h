@@ -26,9 +26,10 @@ namespace epjit::ep {
 class InternodeExchange {
  public:
   // Allocates the outboxes, inboxes and return buffers; picks the transport
-  // (EPJIT_INTERNODE_TRANSPORT, docs/EP.md).
+  // (EPJIT_INTERNODE_TRANSPORT, docs/EP.md; nccl over the caller's
+  // ncclComm_t when one is given).
   InternodeExchange(const EpDispatchCombineConfig& config, Communicator& comm, const WindowLayout& layout,
-                    const EpWindowMap& window);
+                    const EpWindowMap& window, void* adopted_nccl_comm);
   ~InternodeExchange();
   InternodeExchange(const InternodeExchange&) = delete;
   InternodeExchange& operator=(const InternodeExchange&) = delete;

@@ -42,4 +42,9 @@ class InternodeTransport {
 // the bootstrap root, at most kMaxContributionBytes per rank and call).
 std::unique_ptr<InternodeTransport> make_host_transport(Communicator& comm, Device& device);
 
+// Grouped ncclSend/ncclRecv (RCCL on AMD) enqueued on the op's stream:
+// nothing blocks the host, and a CUDA/HIP graph can capture it. Over the
+// caller's ncclComm_t when given, else one made over `comm` (collective).
+std::unique_ptr<InternodeTransport> make_nccl_transport(Communicator& comm, void* adopted_nccl_comm);
+
 }  // namespace epjit::ep

@@ -153,6 +153,7 @@ struct EpDispatchCombineOp::Impl {
   EpWindowMap window;
   std::shared_ptr<SymmetricBuffer> arena;
   std::unique_ptr<InternodeExchange> internode;  // ranks on other nodes (gpu_per_node < world_size)
+  void* nccl_communicator = nullptr;             // OpOptions': the caller's ncclComm_t, or null
 
   Window window_table{};  // every kernel's window parameter (by value)
   void* route = nullptr;  // the op's own route map
@@ -180,6 +181,7 @@ struct EpDispatchCombineOp::Impl {
   Impl(EpDispatchCombineConfig c, Communicator& communicator, OpOptions options)
       : config(std::move(c)), comm(communicator), device(communicator.device()) {
     resolve_and_validate();
+    nccl_communicator = options.nccl_communicator;
     stream = options.stream;
     if (!stream) {
       own_stream = device.create_stream();
@@ -320,7 +322,7 @@ struct EpDispatchCombineOp::Impl {
   void allocate() {
     arena = comm.allocate_symmetric(layout.total);
     if (config.internode()) {
-      internode = std::make_unique<InternodeExchange>(config, comm, layout, window);
+      internode = std::make_unique<InternodeExchange>(config, comm, layout, window, nccl_communicator);
       window_table = layout.table(internode->window_bases(arena->peers));
     } else {
       window_table = layout.table(arena->peers);

@@ -65,6 +65,9 @@ struct EpCase {
   // node teams too); ranks of other nodes are reached through the transport.
   std::optional<int> gpu_per_node;
   InternodeKernel internode_kernel = InternodeKernel::Auto;
+  // Set as EPJIT_INTERNODE_TRANSPORT in each rank before its op is built
+  // (process ranks: every rank its own environment). Empty: the default.
+  std::string internode_transport;
   // Dispatch geometry (unset: the target's schedule). A call with no more
   // top-k entries than dispatch blocks sends each entry with a whole block.
   std::optional<int> dispatch_blocks, warps_per_block;
@@ -246,6 +249,7 @@ inline float bitsAsFloat(uint32_t bits) {
 inline std::string runRank(const EpCase& c, int rank, Communicator& comm, KernelCache& cache) {
   Failures failures(rank);
   const EpDispatchCombineConfig config0 = configFor(c, rank);
+  if (!c.internode_transport.empty()) ::setenv("EPJIT_INTERNODE_TRANSPORT", c.internode_transport.c_str(), 1);
   EpDispatchCombineOp op(config0, comm, {&cache, nullptr});
   const EpDispatchCombineConfig& config = op.config();
   Device& device = comm.device();

@@ -115,7 +115,70 @@ std::vector<EpCase> allGpuCases() {
   return cases;
 }
 
+// Internode (v2_ll) on GPUs: nodes of gpu_per_node ranks, with NCCL between
+// them (the default on GPUs; one GPU per rank) and with the host transport
+// (EPJIT_INTERNODE_TRANSPORT=host; nodes of one rank may then share a GPU,
+// since no two ranks meet inside a kernel).
+std::vector<EpCase> internodeGpuCases() {
+  using enum DataType;
+  const CombineMode scatter = CombineMode::Scatter;
+  std::vector<EpCase> cases;
+  std::mt19937 rng(2026);
+  std::vector<int64_t> counts(100);
+  for (int64_t& n : counts) n = std::uniform_int_distribution<int64_t>(0, 37)(rng);
+  for (const char* transport : {"nccl", "host"}) {
+    for (auto [world, per_node] : {std::pair{2, 1}, {3, 1}, {4, 2}}) {
+      auto add = [&](EpCase c) {
+        c.name = "internode_" + std::string(transport) + "_w" + std::to_string(world) + "_g" +
+                 std::to_string(per_node) + "_" + c.name;
+        c.world = world;
+        c.gpu_per_node = per_node;
+        c.internode_kernel = InternodeKernel::V2LowLatency;
+        c.internode_transport = transport;
+        c.target = "sm90";
+        c.ranks = Ranks::Processes;
+        cases.push_back(std::move(c));
+      };
+      add({.name = "bf16_gather"});
+      add({.name = "bf16_scatter", .mode = scatter});
+      add({.name = "fp8_scales", .data_type = FP8, .scale_dim = 7, .scale_type_size = 4});
+      add({.name = "std_moe_scatter", .mode = scatter, .std_moe = true});
+      add({.name = "masked_replay", .routing = RoutingKind::Masked, .replay = true});
+      add({.name = "skewed_top8_h7168", .hidden = 7168, .topk = 8, .experts_per_rank = 8, .max_tokens = 64,
+           .routing = RoutingKind::Skewed, .calls = {64, 0, 1, 37}});
+      add({.name = "alternating_100", .hidden = 128, .calls = counts});
+    }
+  }
+  return cases;
+}
+
+// Why an internode case cannot run here, or "".
+std::string internodeSkip(const EpCase& c) {
+  if (gpus().count == 0) return "no CUDA device: " + gpus().why_not;
+  const bool shares_gpus = gpus().count < c.world;
+  if (shares_gpus && c.internode_transport == "nccl")
+    return "NCCL needs a GPU per rank: " + std::to_string(c.world) + " needed, " + std::to_string(gpus().count) +
+           " present";
+  if (shares_gpus && c.gpu_per_node.value_or(c.world) > 1)
+    return "ranks of one node meet inside kernels: " + std::to_string(c.world) + " GPUs needed";
+  return "";
+}
+
 class GpuEp : public ::testing::TestWithParam<EpCase> {};
+class GpuEpInternode : public ::testing::TestWithParam<EpCase> {};
+
+TEST_P(GpuEpInternode, MatchesTheReference) {
+  const EpCase& c = GetParam();
+  if (const std::string why = internodeSkip(c); !why.empty()) GTEST_SKIP() << why;
+  const std::string failures =
+      runRanks(c.world, Ranks::Processes, gpuCache(),
+               [&](int rank, Communicator& comm, KernelCache& cache) { return runRank(c, rank, comm, cache); },
+               c.gpu_per_node, cudaRanks());
+  EXPECT_EQ(failures, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90, GpuEpInternode, ::testing::ValuesIn(internodeGpuCases()),
+                         [](const auto& info) { return info.param.name; });
 
 TEST_P(GpuEp, MatchesTheReference) {
   const EpCase& c = GetParam();
@@ -185,6 +248,23 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
   op.close();
   for (void* p : {x, w, idx}) device.release(p);
   return failures.text();
+}
+
+// v2_ll's NCCL sends and receives are captured with the kernels: two nodes
+// of one GPU each, replayed with fresh inputs, every replay exact.
+TEST(GpuEpGraph, InternodeLowLatencyReplaysFromAGraph) {
+  EpCase c{.name = "graph_internode", .target = "sm90", .world = 2, .hidden = 7168, .topk = 8,
+           .experts_per_rank = 16, .max_tokens = 96, .gpu_per_node = 1,
+           .internode_kernel = InternodeKernel::V2LowLatency, .internode_transport = "nccl"};
+  if (const std::string why = internodeSkip(c); !why.empty()) GTEST_SKIP() << why;
+  const std::string failures = runRanks(
+      c.world, Ranks::Processes, gpuCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) {
+        ::setenv("EPJIT_INTERNODE_TRANSPORT", "nccl", 1);
+        return graphRank(c, rank, comm, cache, 50);
+      },
+      c.gpu_per_node, cudaRanks());
+  EXPECT_EQ(failures, "");
 }
 
 TEST(GpuEpGraph, CapturedDispatchCombineReplaysWithFreshInputs) {
@@ -322,6 +402,10 @@ TEST(GpuEpWarm, BuildsTheKernelsForAGpuHost) {
     cases.push_back({.name = "stress", .target = "sm90", .world = world, .hidden = 256, .topk = 4, .experts_per_rank = 4, .max_tokens = 64});
   }
   cases.push_back({.name = "timeout", .target = "sm90", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4, .max_tokens = 4});
+  for (EpCase& c : internodeGpuCases()) cases.push_back(std::move(c));
+  cases.push_back({.name = "graph_internode", .target = "sm90", .world = 2, .hidden = 7168, .topk = 8,
+                   .experts_per_rank = 16, .max_tokens = 96, .gpu_per_node = 1,
+                   .internode_kernel = InternodeKernel::V2LowLatency});
   for (const EpCase& c : cases) {
     const KernelSpec spec = kernel_spec(configFor(c, 0));
     EXPECT_NO_THROW(cache.get(spec)) << spec.canonical();

@@ -4,11 +4,10 @@
 // (copy engine, and SM-driven writes by the ep_peer_copy template).
 #include "baselines.h"
 
-#include <dlfcn.h>
-
 #include <cstdlib>
 #include <cstring>
 
+#include "epjit/comm/nccl.h"
 #include "epjit/error.h"
 #include "epjit/kernel_module.h"
 #include "epjit/window_layout.h"
@@ -16,62 +15,6 @@
 namespace epjit::bench {
 
 namespace {
-
-using ncclResult_t = int;
-using ncclComm_t = struct ncclComm*;
-struct ncclUniqueId {
-  char internal[128];
-};
-constexpr int kNcclInt8 = 0;
-
-// NCCL's entry points, from the library torch or the CUDA toolkit ships.
-struct Nccl {
-  ncclResult_t (*GetUniqueId)(ncclUniqueId*) = nullptr;
-  ncclResult_t (*CommInitRank)(ncclComm_t*, int, ncclUniqueId, int) = nullptr;
-  ncclResult_t (*CommDestroy)(ncclComm_t) = nullptr;
-  ncclResult_t (*GroupStart)() = nullptr;
-  ncclResult_t (*GroupEnd)() = nullptr;
-  ncclResult_t (*Send)(const void*, size_t, int, int, ncclComm_t, void*) = nullptr;
-  ncclResult_t (*Recv)(void*, size_t, int, int, ncclComm_t, void*) = nullptr;
-  const char* (*GetErrorString)(ncclResult_t) = nullptr;
-  std::string library;
-
-  static const Nccl& get() {
-    static const Nccl nccl = load();
-    return nccl;
-  }
-
-  void check(ncclResult_t result, const char* what) const {
-    if (result != 0)
-      throw Error(std::string("NCCL ") + what + " failed: " + GetErrorString(result), "success",
-                  "check the NCCL library (" + library + ") and the GPUs");
-  }
-
- private:
-  static Nccl load() {
-    const char* explicit_path = std::getenv("EPJIT_NCCL_LIBRARY");
-    const std::string path = explicit_path && *explicit_path ? explicit_path : "libnccl.so.2";
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle)
-      throw Error("cannot load NCCL (" + path + "): " + dlerror(), "libnccl.so.2 on the library path",
-                  "install NCCL or set EPJIT_NCCL_LIBRARY to torch's libnccl.so.2");
-    Nccl n;
-    n.library = path;
-    auto bind = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, name));
-      if (!fn) throw Error(std::string("NCCL has no ") + name, "NCCL 2.x", "use a complete libnccl.so.2");
-    };
-    bind(n.GetUniqueId, "ncclGetUniqueId");
-    bind(n.CommInitRank, "ncclCommInitRank");
-    bind(n.CommDestroy, "ncclCommDestroy");
-    bind(n.GroupStart, "ncclGroupStart");
-    bind(n.GroupEnd, "ncclGroupEnd");
-    bind(n.Send, "ncclSend");
-    bind(n.Recv, "ncclRecv");
-    bind(n.GetErrorString, "ncclGetErrorString");
-    return n;
-  }
-};
 
 template <typename Body>
 double time_us(Device& device, Stream& stream, int warmup, int iterations, Body&& body) {
@@ -90,25 +33,18 @@ struct Baselines::Impl {
   Communicator& comm;
   Device& device;
   std::unique_ptr<Stream> stream;
-  ncclComm_t nccl = nullptr;
+  std::unique_ptr<NcclCommunicator> nccl;
   void* send = nullptr;
   void* recv = nullptr;
   size_t buffer_bytes = 0;
 
-  Impl(Communicator& c, size_t max_bytes) : comm(c), device(c.device()), stream(device.create_stream()) {
-    const Nccl& n = Nccl::get();
-    ncclUniqueId id{};
-    if (comm.rank() == 0) n.check(n.GetUniqueId(&id), "unique id");
-    const auto ids = comm.allgather(std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id),
-                                                         reinterpret_cast<uint8_t*>(&id) + sizeof id));
-    std::memcpy(&id, ids[0].data(), sizeof id);
-    n.check(n.CommInitRank(&nccl, comm.world_size(), id, comm.rank()), "communicator init");
+  Impl(Communicator& c, size_t max_bytes)
+      : comm(c), device(c.device()), stream(device.create_stream()), nccl(NcclCommunicator::create(c)) {
     buffer_bytes = std::max<size_t>(max_bytes, 256);
     send = device.allocate(buffer_bytes);
     recv = device.allocate(buffer_bytes);
   }
   ~Impl() {
-    if (nccl) Nccl::get().CommDestroy(nccl);
     device.release(send);
     device.release(recv);
   }
@@ -119,7 +55,6 @@ Baselines::~Baselines() = default;
 
 double Baselines::nccl_exchange_us(const std::vector<size_t>& send_bytes, int warmup, int iterations) {
   Impl& b = *impl_;
-  const Nccl& n = Nccl::get();
   const int world = b.comm.world_size(), rank = b.comm.rank();
   // Every rank learns what it receives from each peer.
   std::vector<uint8_t> mine(size_t(world) * 8);
@@ -132,23 +67,17 @@ double Baselines::nccl_exchange_us(const std::vector<size_t>& send_bytes, int wa
   if (send_total > b.buffer_bytes || recv_total > b.buffer_bytes)
     throw Error("the NCCL baseline needs " + std::to_string(std::max(send_total, recv_total)) + " bytes",
                 "at most the buffer of " + std::to_string(b.buffer_bytes), "report this as a bug");
+  std::vector<NcclCommunicator::Transfer> sends, receives;
+  size_t send_at = 0, recv_at = 0;
+  for (int p = 0; p < world; ++p) {
+    sends.push_back({p, static_cast<char*>(b.send) + send_at, send_bytes[size_t(p)]});
+    receives.push_back({p, static_cast<char*>(b.recv) + recv_at, recv_bytes[size_t(p)]});
+    send_at += send_bytes[size_t(p)];
+    recv_at += recv_bytes[size_t(p)];
+  }
   void* stream = b.stream->native_handle();
   b.comm.barrier();
-  return time_us(b.device, *b.stream, warmup, iterations, [&] {
-    n.check(n.GroupStart(), "group start");
-    size_t send_at = 0, recv_at = 0;
-    for (int p = 0; p < world; ++p) {
-      if (send_bytes[size_t(p)])
-        n.check(n.Send(static_cast<char*>(b.send) + send_at, send_bytes[size_t(p)], kNcclInt8, p, b.nccl, stream),
-                "send");
-      if (recv_bytes[size_t(p)])
-        n.check(n.Recv(static_cast<char*>(b.recv) + recv_at, recv_bytes[size_t(p)], kNcclInt8, p, b.nccl, stream),
-                "recv");
-      send_at += send_bytes[size_t(p)];
-      recv_at += recv_bytes[size_t(p)];
-    }
-    n.check(n.GroupEnd(), "group end");
-  });
+  return time_us(b.device, *b.stream, warmup, iterations, [&] { b.nccl->exchange(sends, receives, stream); });
 }
 
 namespace {

@@ -11,7 +11,7 @@
 
 namespace epjit::bench {
 
-// NCCL (dlopen'd: EPJIT_NCCL_LIBRARY, else libnccl.so.2) over the same ranks.
+// NCCL over the same ranks (epjit/comm/nccl.h: EPJIT_NCCL_LIBRARY, else libnccl.so.2).
 class Baselines {
  public:
   // Collective; buffers for exchanges of up to max_bytes each way.

@@ -37,6 +37,8 @@ struct Options {
   bool graph = false;      // time dispatch and combine as captured graphs (GPUs)
   bool warm_only = false;  // build the op's kernels into the cache and stop
   bool baselines = false;  // also NCCL and the peer-copy ceilings (GPUs)
+  std::optional<int> gpu_per_node;  // nodes of this many ranks (internode when < world)
+  ep::InternodeKernel internode_kernel = ep::InternodeKernel::Auto;
   int warmup = 2;
   int iterations = 10;
   std::string json_path;

@@ -39,6 +39,8 @@ ep::EpDispatchCombineConfig Options::config(int rank) const {
   c.combine_block_num = combine_blocks;
   c.combine_warp_num_per_block = combine_warps;
   c.target = target;
+  c.gpu_per_node = gpu_per_node;
+  c.internode_kernel = internode_kernel;
   return c;
 }
 
@@ -250,9 +252,12 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
   if (o.baselines) {
     const size_t widest = std::max(token_bytes, row_bytes);
     baselines = std::make_unique<Baselines>(comm, size_t(o.world) * size_t(max_n) * widest);
-    const Ceilings ceilings = measure_ceilings(comm, cache, config.target, o.warmup, o.iterations);
-    result.ceiling_copy_engine_GBps = ceilings.copy_engine_GBps;
-    result.ceiling_sm_writes_GBps = ceilings.sm_writes_GBps;
+    // The peer-write ceilings need the next rank's window mapped: one node.
+    if (!config.internode()) {
+      const Ceilings ceilings = measure_ceilings(comm, cache, config.target, o.warmup, o.iterations);
+      result.ceiling_copy_engine_GBps = ceilings.copy_engine_GBps;
+      result.ceiling_sm_writes_GBps = ceilings.sm_writes_GBps;
+    }
   }
   std::vector<std::unique_ptr<Event>> events;
   for (int i = 0; i < 3 * std::max(o.iterations, 1); ++i) events.push_back(device.create_event());

@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -89,10 +90,18 @@ std::vector<RankResult> gather(Communicator& comm, const RankResult& mine) {
 int run(const Options& o) {
   std::vector<RankResult> results;
   std::string device_name = o.device == "host" ? "host: " + cpu_name() : gpu_name(o.device);
-  const std::string transport = o.device == "cuda"  ? "CUDA IPC, one process per GPU"
-                                : o.device == "hip" ? "HIP IPC, one process per GPU"
-                                : o.processes       ? "host shared memory (memfd), one process per rank"
-                                                    : "host shared memory, one thread per rank";
+  std::string transport = o.device == "cuda"  ? "CUDA IPC, one process per GPU"
+                          : o.device == "hip" ? "HIP IPC, one process per GPU"
+                          : o.processes       ? "host shared memory (memfd), one process per rank"
+                                              : "host shared memory, one thread per rank";
+  const CommOptions comm_options{0, o.gpu_per_node};
+  if (o.config(0).internode()) {
+    const char* chosen = std::getenv("EPJIT_INTERNODE_TRANSPORT");
+    const std::string between = chosen && *chosen ? chosen : o.device == "host" ? "host" : "nccl";
+    transport += "; internode " + std::string(ep::name_of(o.internode_kernel)) + " between nodes of " +
+                 std::to_string(*o.gpu_per_node) + " over " +
+                 (between == "host" ? "the host transport (a stand-in for a network)" : between);
+  }
   if (!o.processes) {
     const UniqueId id = Communicator::get_unique_id();
     KernelCache cache = make_cache(o.cache_dir);
@@ -102,7 +111,7 @@ int run(const Options& o) {
     for (int r = 0; r < o.world; ++r) {
       ranks.emplace_back([&, r] {
         try {
-          auto comm = Communicator::init(o.world, r, id, *device);
+          auto comm = Communicator::init(o.world, r, id, *device, comm_options);
           auto gathered = gather(*comm, run_rank(o, *comm, cache));
           if (r == 0) results = std::move(gathered);
           comm->destroy();
@@ -132,7 +141,7 @@ int run(const Options& o) {
           if (read(fds[0], id.bytes.data(), id.bytes.size()) != ssize_t(id.bytes.size())) _exit(4);
           KernelCache cache = make_cache(o.cache_dir);
           auto device = device_of_rank(o, r);
-          auto comm = Communicator::init(o.world, r, id, *device);
+          auto comm = Communicator::init(o.world, r, id, *device, comm_options);
           gather(*comm, run_rank(o, *comm, cache));
           comm->destroy();
           _exit(0);
@@ -153,7 +162,7 @@ int run(const Options& o) {
     }
     KernelCache cache = make_cache(o.cache_dir);
     auto device = device_of_rank(o, 0);
-    auto comm = Communicator::init(o.world, 0, id, *device);
+    auto comm = Communicator::init(o.world, 0, id, *device, comm_options);
     results = gather(*comm, run_rank(o, *comm, cache));
     comm->destroy();
     for (pid_t pid : children) {
@@ -204,6 +213,11 @@ int main(int argc, char** argv) {
   app.add_flag("--warm-only", o.warm_only, "build the op's kernels for --target into the cache, print their key, stop");
   app.add_option("--json", o.json_path, "write the full record as JSON");
   app.add_option("--cache-dir", o.cache_dir, "kernel cache directory (overrides EPJIT_CACHE_DIR)");
+  std::string internode_kernel = "auto";
+  app.add_option("--gpu-per-node", o.gpu_per_node,
+                 "ranks per node; fewer than --world runs the internode path between nodes")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--internode-kernel", internode_kernel, "internode kernels: v2_ll, v2 (not built yet) or auto");
   CLI11_PARSE(app, argc, argv);
   try {
     epjit::log();  // EPJIT_LOG_LEVEL errors surface here
@@ -214,6 +228,7 @@ int main(int argc, char** argv) {
     o.quant = ep::parse_quant_type(quant);
     o.combine_mode = ep::parse_combine_mode(combine_mode);
     o.routing = parse_routing(routing);
+    o.internode_kernel = ep::parse_internode_kernel(internode_kernel);
     const Vendor vendor = o.device == "hip" ? Vendor::Amd : o.device == "cuda" ? Vendor::Nvidia : Vendor::Cpu;
     if (const TargetInfo* target = find_target(o.target); target && target->vendor != vendor)
       throw Error("--target " + o.target + " on --device " + o.device,

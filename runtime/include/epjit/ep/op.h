@@ -91,6 +91,10 @@ class Routing {
 struct OpOptions {
   KernelCache* cache = nullptr;  // null: a process-wide cache from the environment
   Stream* stream = nullptr;      // null: the op makes its own
+  // Internode ops on GPUs: the caller's ncclComm_t (an NCCL/RCCL communicator
+  // of the same ranks), used and not destroyed; null: the op creates one
+  // over `comm` when its transport is nccl.
+  void* nccl_communicator = nullptr;
 };
 
 class EpDispatchCombineOp {
