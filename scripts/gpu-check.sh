@@ -38,6 +38,12 @@ done
 # EP4 (issue 17) also times scatter combine.
 "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes $(bench_shape 4) \
   --dtype bf16 --combine-mode scatter --cache-dir "$out/warm"
+# Internode (issue 16): two nodes of one GPU (EP2) and of two (EP4), v2_ll.
+for world in 2 4; do
+  "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes --world $world --hidden 7168 \
+    --topk 8 --experts-per-rank $((256 / world)) --tokens 1,128,512,4096 --gpu-per-node $((world / 2)) \
+    --internode-kernel v2_ll --dtype bf16 --cache-dir "$out/warm"
+done
 # The other configurations issue 13 reports at EP2 (one per line: the model
 # shape and the op's flags), warmed here and run by run.sh with MATRIX=1.
 ds=(--hidden 7168 --topk 8 --experts-per-rank 128)
@@ -125,6 +131,30 @@ if [[ ${MATRIX:-0} == 1 ]]; then
       --graph --baselines --iters 20 --warmup 3 --json "$logs/matrix-$n.json" > "$logs/matrix-$n.txt" 2>&1
     echo "matrix $n ($flags): exit $?"
   done < bench-matrix.txt
+  exit 0
+fi
+# INTERNODE=1: only the internode checks (issue 16), then stop. The GPU
+# suite's internode cases (the host transport where GPUs are shared; NCCL
+# with one GPU per rank), and, where two or more GPUs are lent, epjit-bench
+# as two nodes with NCCL forced onto its socket transport, next to NCCL's
+# all-to-all of the same bytes over the same transport.
+if [[ ${INTERNODE:-0} == 1 ]]; then
+  export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_DEBUG=INFO
+  timeout 400 ./gpu_ep_test --gtest_filter='*Internode*' > "$logs/gpu_ep_internode.log" 2>&1
+  echo "gpu_ep_test internode exit $?"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |OK \]|FAILED \]|SKIPPED \]' "$logs/gpu_ep_internode.log" | tail -60
+  grep -E 'NET/|via NET|Using network|NCCL INFO Channel 00' "$logs/gpu_ep_internode.log" | sort | uniq -c | head -12 \
+    | tee "$logs/nccl-transport.txt"
+  if (( world >= 2 )); then
+    for kernel in v2_ll auto; do
+      timeout 150 ./epjit-bench --target sm90 --device cuda --ranks-as processes --world "$world" --hidden 7168 \
+        --topk 8 --experts-per-rank $((256 / world)) --tokens 1,128,512,4096 --gpu-per-node $((world / 2)) \
+        --internode-kernel $kernel --dtype bf16 --baselines --graph --iters 20 --warmup 3 \
+        --json "$logs/internode-$kernel.json" > "$logs/internode-$kernel.txt" 2>&1
+      echo "internode bench $kernel: exit $?"; grep -vE 'NCCL INFO' "$logs/internode-$kernel.txt" | tail -12
+      grep -E 'NET/Socket|via NET' "$logs/internode-$kernel.txt" | head -4
+    done
+  fi
   exit 0
 fi
 # JIT latency on this host: a cache holding only the bundle's sources makes
