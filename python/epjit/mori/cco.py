@@ -67,7 +67,7 @@ class Communicator:
     whose exit destroys it (closing the ops built on it first)."""
 
     DEFAULT_PER_RANK_VMM = 4 * 1024 * 1024 * 1024
-    _EPJIT_KWARGS = ("target", "device", "device_ordinal", "timeout_seconds")
+    _EPJIT_KWARGS = ("target", "device", "device_ordinal", "timeout_seconds", "gpu_per_node")
 
     def __init__(self):
         self._epjit = None
@@ -82,8 +82,9 @@ class Communicator:
         """Collective: joins the communicator. per_rank_vmm (MORI's virtual address
         reservation) is accepted and not needed: epjit sizes each op's arena from its
         config. epjit's own keywords pass through: target, device ("cuda", "hip",
-        "host"), device_ordinal, timeout_seconds; any other keyword is ignored with
-        one log line."""
+        "host"), device_ordinal, timeout_seconds, gpu_per_node (nodes of consecutive
+        ranks, for internode ops on one host); any other keyword is ignored with one
+        log line."""
         if per_rank_vmm != cls.DEFAULT_PER_RANK_VMM:
             _log_once("per_rank_vmm", "mori.cco.Communicator.init: per_rank_vmm is not needed on epjit "
                       "(each op's arena is sized from its config); ignored")

@@ -353,7 +353,8 @@ class EpDispatchCombineOp:
     def capabilities(self):
         return dict(kernel_backend="epjit", target=self._op.target, combine_modes=("gather", "scatter"),
                     quant_types=("none", "fp8_direct_cast", "fp8_blockwise"), std_moe=True, replay=True,
-                    graph_capture=True, scales=True, intranode=True, internode=False,
+                    graph_capture=True, scales=True, intranode=True, internode=True,
+                    internode_kernels=("v2_ll",),
                     max_recv=self.max_recv)
 
     def reset(self):
