@@ -731,6 +731,12 @@ void EpDispatchCombineOp::check() {
   if (code == op.window.error_expert_out_of_range)
     throw Error(where + "a dispatch met an expert index outside [0, " + std::to_string(op.config.num_experts()) + ")",
                 "indices in [0, world_size * num_experts_per_rank), or -1 for no expert", "fix the router's indices");
+  if (code == op.window.error_internode_count)
+    throw Error(where + "an off-node rank's transfer said it sent more rows than its " +
+                    std::to_string(op.internode ? op.internode->rows_per_peer() : 0) +
+                    " slots (or a negative count); its rows were dropped",
+                "counts written by an epjit op of the same configuration on every rank",
+                "build every rank's op from the same configuration and epjit build; reset() to go on");
   throw Error(where + "a kernel reported error code " + std::to_string(code), "0", "report this as a bug");
 }
 

@@ -44,6 +44,7 @@ EpWindowMap EpWindowMap::of(const ModuleInterface& record, const WindowLayout& l
   map.error_peer_timeout = int32_t(record.constant("error_peer_timeout"));
   map.error_capacity_exceeded = int32_t(record.constant("error_capacity_exceeded"));
   map.error_expert_out_of_range = int32_t(record.constant("error_expert_out_of_range"));
+  map.error_internode_count = int32_t(record.constant("error_internode_count"));
   if (record.constant("expert_none") != kNoExpert)
     throw Error(record.template_name + " names expert " + std::to_string(record.constant("expert_none")) +
                     " as 'no expert'",

@@ -34,7 +34,8 @@ struct EpWindowMap {
          recv_origin = 0, combine_rows = 0, combine_weights = 0, moe_counts = 0;
   size_t signals_bytes = 0, state_bytes = 0, moe_counts_bytes = 0;
   int64_t total_recv_word = 0, error_word = 0, peer_timeout_word = 0;
-  int32_t error_peer_timeout = 0, error_capacity_exceeded = 0, error_expert_out_of_range = 0;
+  int32_t error_peer_timeout = 0, error_capacity_exceeded = 0, error_expert_out_of_range = 0,
+          error_internode_count = 0;
 
   static EpWindowMap of(const ModuleInterface& record, const WindowLayout& layout);
 };

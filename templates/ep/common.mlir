@@ -34,6 +34,7 @@ ep.constant @state_words = 16 : index
 ep.constant @error_peer_timeout = 1 : i32          // a peer did not arrive in time
 ep.constant @error_capacity_exceeded = 2 : i32     // more tokens arrived than capacity
 ep.constant @error_expert_out_of_range = 3 : i32   // an expert index outside [0, world * experts_per_rank)
+ep.constant @error_internode_count = 4 : i32       // an off-node peer's row count outside [0, its slots]
 
 // An index slot that routes nowhere (DeepEP's and vLLM's masked or padded
 // slots): dispatch skips it, and it counts for no destination.

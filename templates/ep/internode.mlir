@@ -61,9 +61,34 @@ func.func private @seal_outboxes(%w: !ep.window, %rank: index, %route: !ep.ptr<i
   return
 }
 
+// The rows off-node source `source` sent, as its count word says. The word
+// crossed the network from another rank: a count outside [0, per_source] (a
+// corrupt or foreign sender) reads as 0 rows, never past the inbox, and sets
+// error 4.
+func.func private @inbox_count(%counts: !ep.ptr<i32>, %source: index, %per_source: index, %rank: index,
+                               %w: !ep.window) -> index {
+  %c0 = arith.constant 0 : index
+  %zero = arith.constant 0 : i32
+  %error_word = ep.constant_value @state_error : index
+  %bad_count = ep.constant_value @error_internode_count : i32
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %per_source_i32 = arith.index_cast %per_source : index to i32
+  %count_i32 = ep.load %counts[%source] : !ep.ptr<i32>
+  %negative = arith.cmpi slt, %count_i32, %zero : i32
+  %beyond = arith.cmpi sgt, %count_i32, %per_source_i32 : i32
+  %bad = arith.ori %negative, %beyond : i1
+  scf.if %bad {
+    ep.atomic_store %bad_count, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+  }
+  %kept_i32 = arith.select %bad, %zero, %count_i32 : i32
+  %kept = arith.index_cast %kept_i32 : i32 to index
+  return %kept : index
+}
+
 // The slot of off-node source `source`'s first row: after the node's rows
 // and every earlier off-node source's.
-func.func private @inbox_base(%counts: !ep.ptr<i32>, %source: index, %rank: index, %w: !ep.window) -> index {
+func.func private @inbox_base(%counts: !ep.ptr<i32>, %source: index, %per_source: index, %rank: index,
+                              %w: !ep.window) -> index {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %node_word = ep.constant_value @state_node_recv : index
@@ -72,8 +97,8 @@ func.func private @inbox_base(%counts: !ep.ptr<i32>, %source: index, %rank: inde
   %node_rows = arith.index_cast %node_rows_i32 : i32 to index
   %base = scf.for %s = %c0 to %source step %c1 iter_args(%at = %node_rows) -> (index) {
     %off = func.call @off_node(%rank, %s) : (index, index) -> i1
-    %count_i32 = ep.load %counts[%s] : !ep.ptr<i32>
-    %count = arith.index_cast %count_i32 : i32 to index
+    %count = func.call @inbox_count(%counts, %s, %per_source, %rank, %w)
+        : (!ep.ptr<i32>, index, index, index, !ep.window) -> index
     %more = arith.addi %at, %count : index
     %next = arith.select %off, %more, %at : index
     scf.yield %next : index
@@ -108,9 +133,10 @@ ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, 
     scf.for %source = %c0 to %world step %c1 {
       %off = func.call @off_node(%rank, %source) : (index, index) -> i1
       scf.if %off {
-        %count_i32 = ep.load %counts[%source] : !ep.ptr<i32>
-        %count = arith.index_cast %count_i32 : i32 to index
-        %base = func.call @inbox_base(%counts, %source, %rank, %w) : (!ep.ptr<i32>, index, index, !ep.window) -> index
+        %count = func.call @inbox_count(%counts, %source, %per_source, %rank, %w)
+            : (!ep.ptr<i32>, index, index, index, !ep.window) -> index
+        %base = func.call @inbox_base(%counts, %source, %per_source, %rank, %w)
+            : (!ep.ptr<i32>, index, index, index, !ep.window) -> index
         %box_base = arith.muli %source, %per_source : index
         scf.for %i = %first to %count step %stride {
           %slot = arith.addi %base, %i : index
@@ -145,7 +171,8 @@ ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, 
     // this rank are ordered after this one by the stream).
     %leads = arith.cmpi eq, %first, %c0 : index
     scf.if %leads {
-      %end = func.call @inbox_base(%counts, %world, %rank, %w) : (!ep.ptr<i32>, index, index, !ep.window) -> index
+      %end = func.call @inbox_base(%counts, %world, %per_source, %rank, %w)
+          : (!ep.ptr<i32>, index, index, index, !ep.window) -> index
       %end_i32 = arith.index_cast %end : index to i32
       %overflow = arith.cmpi sgt, %end_i32, %capacity_i32 : i32
       %kept = arith.select %overflow, %capacity_i32, %end_i32 : i32
@@ -175,9 +202,10 @@ ep.kernel @ep_internode_return_pack(%input: !ep.ptr<!ep.row_elem<"combine_elem">
     scf.for %source = %c0 to %world step %c1 {
       %off = func.call @off_node(%rank, %source) : (index, index) -> i1
       scf.if %off {
-        %count_i32 = ep.load %counts[%source] : !ep.ptr<i32>
-        %count = arith.index_cast %count_i32 : i32 to index
-        %base = func.call @inbox_base(%counts, %source, %rank, %w) : (!ep.ptr<i32>, index, index, !ep.window) -> index
+        %count = func.call @inbox_count(%counts, %source, %per_source, %rank, %w)
+            : (!ep.ptr<i32>, index, index, index, !ep.window) -> index
+        %base = func.call @inbox_base(%counts, %source, %per_source, %rank, %w)
+            : (!ep.ptr<i32>, index, index, index, !ep.window) -> index
         %box_base = arith.muli %source, %per_source : index
         scf.for %i = %first to %count step %stride {
           %slot = arith.addi %base, %i : index

@@ -209,7 +209,7 @@ TEST(EpOpErrors, InternodeTransportIsOneThatExists) {
   EpCase c = smallCase();
   c.world = 2;
   c.gpu_per_node = 1;
-  ::setenv("EPJIT_INTERNODE_TRANSPORT", "carrier-pigeon", 1);
+  const ScopedEnvironment transport("EPJIT_INTERNODE_TRANSPORT", "carrier-pigeon");
   const std::string failures = runRanks(
       2, Ranks::Threads, testCache(),
       [&](int rank, Communicator& comm, KernelCache& cache) {
@@ -217,7 +217,57 @@ TEST(EpOpErrors, InternodeTransportIsOneThatExists) {
                            {"EPJIT_INTERNODE_TRANSPORT=carrier-pigeon", "host or nccl"});
       },
       1);
-  ::unsetenv("EPJIT_INTERNODE_TRANSPORT");
+  EXPECT_EQ(failures, "");
+}
+
+// What crosses between nodes is checked where it lands: rank 1 builds its op,
+// then, instead of dispatching, answers rank 0's transfers with bytes of the
+// right sizes whose row count claims a million rows. Rank 0 reads none of
+// them (not a byte past its inbox) and check() names the count; reset()
+// recovers.
+TEST(EpOpErrors, AnOffNodeCountBeyondTheSlotsIsRefused) {
+  EpCase c = smallCase();
+  c.world = 2;
+  c.gpu_per_node = 1;
+  c.internode_kernel = InternodeKernel::V2LowLatency;
+  const std::string failures = runRanks(
+      2, Ranks::Threads, testCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) {
+        std::string f;
+        EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+        const EpDispatchCombineConfig& config = op.config();
+        const size_t rows = size_t(std::min(config.max_tokens_per_rank_padded(), config.total_recv_tokens()));
+        const size_t k = size_t(c.topk);
+        if (rank == 1) {
+          // Dispatch's transfer: the count, then rows of tokens, weights, indices, origins (no scales).
+          std::vector<uint8_t> crafted(4 + rows * (config.dispatch_token_bytes() + 4 * k + 4 * k + 8), 0x5a);
+          const int32_t million = 1'000'000;
+          std::memcpy(crafted.data(), &million, 4);
+          comm.alltoall({crafted, {}});
+          // Combine's: rows of expert outputs and their weights.
+          comm.alltoall({std::vector<uint8_t>(rows * (config.combine_token_bytes() + 4 * k), 0), {}});
+          comm.barrier();  // reset()'s two barriers
+          comm.barrier();
+          return f;
+        }
+        Buffers b(comm.device());
+        const int64_t n = 3, hidden = c.hidden;
+        std::vector<int32_t> experts = {0, 4, 1, 5, 2, 7};  // every token to both ranks
+        comm.device().copy_to_device(b.pointers[2], experts.data(), experts.size() * 4);
+        const DispatchResult d = op.dispatch({b.pointers[0], DType::BF16, {n, hidden}},
+                                             {b.pointers[1], DType::F32, {n, int64_t(k)}}, std::nullopt,
+                                             {b.pointers[2], DType::I32, {n, int64_t(k)}});
+        op.combine(d.tokens);
+        f += expectParts("count", thrown([&] { op.check(); }),
+                         {"rank 0", "more rows than its " + std::to_string(rows) + " slots", "reset()"});
+        op.stream().synchronize();
+        int32_t received = -1;
+        comm.device().copy_to_host(&received, d.total_recv.data, 4);
+        if (received != 3) f += "rank 0 received " + std::to_string(received) + " rows, expected its own 3\n";
+        op.reset();
+        return f;
+      },
+      1);
   EXPECT_EQ(failures, "");
 }
 
