@@ -13,6 +13,8 @@
 #include <chrono>
 
 #include "../common/ep_harness.h"
+#include "../common/errors.h"
+#include "epjit/comm/nccl.h"
 #include "epjit/error.h"
 
 namespace epjit::testing {
@@ -248,6 +250,42 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
   op.close();
   for (void* p : {x, w, idx}) device.release(p);
   return failures.text();
+}
+
+// The NCCL communicator the internode transport and the bench's baselines
+// use, on one GPU: loaded by dlopen, created over epjit's bootstrap, and a
+// grouped send to itself of an odd number of bytes arrives intact; adopting
+// a null communicator is an error.
+TEST(GpuNccl, AOneRankCommunicatorMovesBytesToItself) {
+  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
+  const std::string failures = runRanks(
+      1, Ranks::Processes, gpuCache(),
+      [&](int, Communicator& comm, KernelCache&) -> std::string {
+        Device& device = comm.device();
+        auto nccl = NcclCommunicator::create(comm);
+        const size_t bytes = 1000003;
+        std::vector<uint8_t> pattern(bytes);
+        for (size_t i = 0; i < bytes; ++i) pattern[i] = uint8_t(i * 131 + 7);
+        void* from = device.allocate(bytes);
+        void* to = device.allocate(bytes);
+        device.copy_to_device(from, pattern.data(), bytes);
+        device.fill_zero(to, bytes);
+        auto stream = device.create_stream();
+        nccl->exchange({{0, from, bytes}}, {{0, to, bytes}}, stream->native_handle());
+        stream->synchronize();
+        std::vector<uint8_t> got(bytes);
+        device.copy_to_host(got.data(), to, bytes);
+        device.release(from);
+        device.release(to);
+        std::string f;
+        if (got != pattern) f += "the bytes sent to itself differ\n";
+        const std::string adopted = errorOf([&] { NcclCommunicator::adopt(comm, nullptr); });
+        if (adopted.find("null ncclComm_t") == std::string::npos) f += "adopting null: '" + adopted + "'\n";
+        std::fprintf(stderr, "NCCL library: %s\n", nccl->library().c_str());
+        return f;
+      },
+      std::nullopt, cudaRanks());
+  EXPECT_EQ(failures, "");
 }
 
 // v2_ll's NCCL sends and receives are captured with the kernels: two nodes
