@@ -30,7 +30,7 @@ std::unique_ptr<InternodeTransport> pick_transport(Communicator& comm, Device& d
 }  // namespace
 
 InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Communicator& comm,
-                                     const WindowLayout& layout, const EpWindowMap& window, void* adopted_nccl_comm)
+                                     const EpWindowMap& window, void* adopted_nccl_comm)
     : config_(config),
       device_(comm.device()),
       window_(window),
@@ -41,7 +41,7 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
       // below capacity; the seed rounds the per-peer slot count up to a
       // multiple of the wave size.
       rows_per_peer_(std::min(config.max_tokens_per_rank_padded(), config.total_recv_tokens())),
-      window_bytes_(layout.total) {
+      outbox_bytes_(outbox_bytes(config, window, rows_per_peer_)) {
   const Team& node = comm.node();
   for (int i = 0; i < node.size(); ++i)
     if (node.ranks[size_t(i)] != rank_ / per_node_ * per_node_ + i)
@@ -53,7 +53,12 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
   transport_ = pick_transport(comm, device_, adopted_nccl_comm);
   outboxes_.assign(size_t(world_), nullptr);
   for (int peer = 0; peer < world_; ++peer)
-    if (off_node(peer)) outboxes_[size_t(peer)] = allocate_zeroed(window_bytes_);
+    if (off_node(peer)) {
+      // Only the state words are read before this rank writes them (the seal's counter).
+      outboxes_[size_t(peer)] = device_.allocate(outbox_bytes_);
+      owned_.push_back(outboxes_[size_t(peer)]);
+      device_.fill_zero(outbox(peer) + window.state, window.state_bytes);
+    }
   const size_t rows = size_t(world_) * size_t(rows_per_peer_);
   const size_t k = size_t(config.num_experts_per_token);
   counts_ = allocate_zeroed(size_t(world_) * 4);
@@ -68,6 +73,23 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
     rows_in_ = allocate_zeroed(rows * config.combine_token_bytes());
     weights_in_ = allocate_zeroed(rows * k * 4);
   }
+}
+
+size_t InternodeExchange::outbox_bytes(const EpDispatchCombineConfig& config, const EpWindowMap& window,
+                                       int64_t rows) {
+  const size_t n = size_t(rows), k = size_t(config.num_experts_per_token);
+  size_t end = window.state + window.state_bytes;
+  auto touched = [&](size_t offset, size_t bytes) { end = std::max(end, offset + bytes); };
+  touched(window.recv_tokens, n * config.dispatch_token_bytes());
+  touched(window.recv_weights, n * k * 4);
+  touched(window.recv_scales, n * config.scale_bytes_per_token());
+  touched(window.recv_indices, n * k * 4);
+  touched(window.recv_origin, n * 2 * 4);
+  if (config.combine_mode == CombineMode::Gather) {  // the return leg lands in the outbox
+    touched(window.combine_rows, n * config.combine_token_bytes());
+    touched(window.combine_weights, n * k * 4);
+  }
+  return end;
 }
 
 InternodeExchange::~InternodeExchange() {

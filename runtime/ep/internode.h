@@ -17,7 +17,6 @@
 
 #include "epjit/comm/communicator.h"
 #include "epjit/ep/config.h"
-#include "epjit/window_layout.h"
 #include "internode_transport.h"
 #include "op_kernels.h"
 
@@ -28,8 +27,8 @@ class InternodeExchange {
   // Allocates the outboxes, inboxes and return buffers; picks the transport
   // (EPJIT_INTERNODE_TRANSPORT, docs/EP.md; nccl over the caller's
   // ncclComm_t when one is given).
-  InternodeExchange(const EpDispatchCombineConfig& config, Communicator& comm, const WindowLayout& layout,
-                    const EpWindowMap& window, void* adopted_nccl_comm);
+  InternodeExchange(const EpDispatchCombineConfig& config, Communicator& comm, const EpWindowMap& window,
+                    void* adopted_nccl_comm);
   ~InternodeExchange();
   InternodeExchange(const InternodeExchange&) = delete;
   InternodeExchange& operator=(const InternodeExchange&) = delete;
@@ -51,13 +50,18 @@ class InternodeExchange {
   bool off_node(int peer) const { return peer / per_node_ != rank_ / per_node_; }
   char* outbox(int peer) const { return static_cast<char*>(outboxes_[size_t(peer)]); }
   void* allocate_zeroed(size_t bytes);
+  // An outbox is read and written only in its state words and the first
+  // rows_per_peer rows of the regions a send, a seal or a return touches;
+  // the window's later regions (scatter's inbox, std-MoE's) are never
+  // addressed through it, so it ends where the last touched bytes do.
+  static size_t outbox_bytes(const EpDispatchCombineConfig& config, const EpWindowMap& window, int64_t rows);
 
   const EpDispatchCombineConfig& config_;
   Device& device_;
   const EpWindowMap& window_;
   const int rank_, world_, per_node_;
   const int64_t rows_per_peer_;
-  const size_t window_bytes_;
+  const size_t outbox_bytes_;  // the window's layout up to the last byte an outbox is used at
   std::unique_ptr<InternodeTransport> transport_;
   std::vector<void*> outboxes_;  // by world rank; null on this rank's node
   std::vector<void*> owned_;     // everything allocate_zeroed returned

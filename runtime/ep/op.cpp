@@ -322,7 +322,7 @@ struct EpDispatchCombineOp::Impl {
   void allocate() {
     arena = comm.allocate_symmetric(layout.total);
     if (config.internode()) {
-      internode = std::make_unique<InternodeExchange>(config, comm, layout, window, nccl_communicator);
+      internode = std::make_unique<InternodeExchange>(config, comm, window, nccl_communicator);
       window_table = layout.table(internode->window_bases(arena->peers));
     } else {
       window_table = layout.table(arena->peers);
