@@ -112,7 +112,7 @@ std::vector<void*> InternodeExchange::window_bases(const std::vector<void*>& nod
 }
 
 void InternodeExchange::after_dispatch(const EpKernels& kernels, LaunchGeometry geometry, const Window& table,
-                                       Stream& stream) {
+                                       void* route, bool replay, Stream& stream) {
   const size_t rows = size_t(rows_per_peer_), k = size_t(config_.num_experts_per_token);
   const size_t token_bytes = config_.dispatch_token_bytes(), scale_bytes = config_.scale_bytes_per_token();
   std::vector<TransferSegment> sends, receives;
@@ -146,6 +146,8 @@ void InternodeExchange::after_dispatch(const EpKernels& kernels, LaunchGeometry 
                      .set("scales_in", scales_)
                      .set("indices_in", indices_)
                      .set("origins_in", origins_)
+                     .set("route", route)
+                     .set("replay", replay)
                      .set("per_source", rows_per_peer_)
                      .set("rank", rank_)
                      .set("w", table)

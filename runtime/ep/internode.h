@@ -39,7 +39,8 @@ class InternodeExchange {
   std::string_view transport_name() const { return transport_->name(); }
 
   // After ep_dispatch: the outboxes cross, and the inboxes join the received rows.
-  void after_dispatch(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, Stream& stream);
+  void after_dispatch(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, void* route,
+                      bool replay, Stream& stream);
   // Before the combine kernel: each off-node source's expert outputs go back.
   void before_combine(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, const void* input,
                       const void* weights, bool weighted, const void* route, Stream& stream);

@@ -449,7 +449,7 @@ struct EpDispatchCombineOp::Impl {
                   *stream);
     if (internode)
       internode->after_dispatch(kernels, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
-                                window_table, *stream);
+                                window_table, route_map, replay, *stream);
     dispatched_tokens = n;
     pending_counted_slots = !replay;
 
@@ -734,9 +734,11 @@ void EpDispatchCombineOp::check() {
   if (code == op.window.error_internode_count)
     throw Error(where + "an off-node rank's transfer said it sent more rows than its " +
                     std::to_string(op.internode ? op.internode->rows_per_peer() : 0) +
-                    " slots (or a negative count); its rows were dropped",
+                    " slots (or a negative count), or a replayed routing's received count is smaller than what "
+                    "the off-node ranks sent; those rows were dropped",
                 "counts written by an epjit op of the same configuration on every rank",
-                "build every rank's op from the same configuration and epjit build; reset() to go on");
+                "build every rank's op from the same configuration and epjit build, and replay only routings "
+                "recorded (or route_map()s saved) by this op; reset() to go on");
   throw Error(where + "a kernel reported error code " + std::to_string(code), "0", "report this as a bug");
 }
 

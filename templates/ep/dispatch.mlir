@@ -5,9 +5,11 @@
 //
 // route (the op's or a Routing's): per source token, its distinct
 // destinations in order of first appearance as rank * capacity + slot, then
-// -1s; route[max_tokens * topk] holds the rank's received count from its
-// node of the dispatch that wrote it, and route[max_tokens * topk + 1 + r]
-// the tokens it sent to off-node rank r (ep/internode; intranode unused).
+// -1s; route[max_tokens * topk] holds the rank's received count of the
+// dispatch that wrote it (internode: ep_internode_ingest writes the whole
+// count, its own node's and the other nodes'), and
+// route[max_tokens * topk + 1 + r] the tokens it sent to off-node rank r
+// (ep/internode; intranode unused).
 ep.include "ep/common"
 ep.include "ep/sync"
 ep.include "ep/internode"

@@ -85,16 +85,12 @@ func.func private @inbox_count(%counts: !ep.ptr<i32>, %source: index, %per_sourc
   return %kept : index
 }
 
-// The slot of off-node source `source`'s first row: after the node's rows
-// and every earlier off-node source's.
-func.func private @inbox_base(%counts: !ep.ptr<i32>, %source: index, %per_source: index, %rank: index,
-                              %w: !ep.window) -> index {
+// The slot of off-node source `source`'s first row: after the node's
+// `node_rows` rows and every earlier off-node source's.
+func.func private @inbox_base(%counts: !ep.ptr<i32>, %source: index, %node_rows: index, %per_source: index,
+                              %rank: index, %w: !ep.window) -> index {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
-  %node_word = ep.constant_value @state_node_recv : index
-  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
-  %node_rows_i32 = ep.load %state[%node_word] : !ep.ptr<i32>
-  %node_rows = arith.index_cast %node_rows_i32 : i32 to index
   %base = scf.for %s = %c0 to %source step %c1 iter_args(%at = %node_rows) -> (index) {
     %off = func.call @off_node(%rank, %s) : (index, index) -> i1
     %count = func.call @inbox_count(%counts, %s, %per_source, %rank, %w)
@@ -112,10 +108,12 @@ func.func private @inbox_base(%counts: !ep.ptr<i32>, %source: index, %per_source
 // intranode.
 ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, %weights_in: !ep.ptr<f32>,
                                %scales_in: !ep.ptr<i8>, %indices_in: !ep.ptr<i32>, %origins_in: !ep.ptr<i32>,
-                               %per_source: index, %rank: index, %w: !ep.window) warps_per_block(4) {
+                               %route: !ep.ptr<i32>, %replay: index, %per_source: index, %rank: index,
+                               %w: !ep.window) warps_per_block(4) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
+  %true = arith.constant true
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
   scf.if %answered {
     %token_words = ep.param_value @token_words : index
@@ -127,16 +125,38 @@ ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, 
     %error_word = ep.constant_value @state_error : index
     %total_word = ep.constant_value @state_total_recv : index
     %over_capacity = ep.constant_value @error_capacity_exceeded : i32
+    %bad_count = ep.constant_value @error_internode_count : i32
+    %node_word = ep.constant_value @state_node_recv : index
     %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
     %first = ep.global_warp_index : index
     %stride = ep.global_warp_count : index
+    // The node's rows: counted by this call's dispatch; a replay's route
+    // records the whole total (as MORI's handle does), so the node's part is
+    // what the off-node sources did not send.
+    %max_tokens = ep.param_value @max_tokens : index
+    %total_at = arith.muli %max_tokens, %topk : index
+    %counted_i32 = ep.load %state[%node_word] : !ep.ptr<i32>
+    %recorded_i32 = ep.load %route[%total_at] : !ep.ptr<i32>
+    %counted = arith.index_cast %counted_i32 : i32 to index
+    %recorded = arith.index_cast %recorded_i32 : i32 to index
+    %off_rows = func.call @inbox_base(%counts, %world, %c0, %per_source, %rank, %w)
+        : (!ep.ptr<i32>, index, index, index, index, !ep.window) -> index
+    %replaying = arith.cmpi ne, %replay, %c0 : index
+    %short = arith.cmpi ult, %recorded, %off_rows : index
+    %inconsistent = arith.andi %replaying, %short : i1
+    scf.if %inconsistent {
+      ep.atomic_store %bad_count, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+    }
+    %recorded_node = arith.subi %recorded, %off_rows : index
+    %kept_node = arith.select %short, %c0, %recorded_node : index
+    %node_rows = arith.select %replaying, %kept_node, %counted : index
     scf.for %source = %c0 to %world step %c1 {
       %off = func.call @off_node(%rank, %source) : (index, index) -> i1
       scf.if %off {
         %count = func.call @inbox_count(%counts, %source, %per_source, %rank, %w)
             : (!ep.ptr<i32>, index, index, index, !ep.window) -> index
-        %base = func.call @inbox_base(%counts, %source, %per_source, %rank, %w)
-            : (!ep.ptr<i32>, index, index, index, !ep.window) -> index
+        %base = func.call @inbox_base(%counts, %source, %node_rows, %per_source, %rank, %w)
+            : (!ep.ptr<i32>, index, index, index, index, !ep.window) -> index
         %box_base = arith.muli %source, %per_source : index
         scf.for %i = %first to %count step %stride {
           %slot = arith.addi %base, %i : index
@@ -167,16 +187,22 @@ ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, 
         }
       }
     }
-    // Every warp knows the total; the first publishes it (later kernels of
-    // this rank are ordered after this one by the stream).
+    // Every warp knows the total; the first publishes it, with the node's
+    // part (the return leg's base), and records it in the route (later
+    // kernels of this rank are ordered after this one by the stream).
     %leads = arith.cmpi eq, %first, %c0 : index
     scf.if %leads {
-      %end = func.call @inbox_base(%counts, %world, %per_source, %rank, %w)
-          : (!ep.ptr<i32>, index, index, index, !ep.window) -> index
+      %end = arith.addi %node_rows, %off_rows : index
       %end_i32 = arith.index_cast %end : index to i32
       %overflow = arith.cmpi sgt, %end_i32, %capacity_i32 : i32
       %kept = arith.select %overflow, %capacity_i32, %end_i32 : i32
       ep.store %kept, %state[%total_word] : !ep.ptr<i32>
+      %node_rows_i32 = arith.index_cast %node_rows : index to i32
+      ep.store %node_rows_i32, %state[%node_word] : !ep.ptr<i32>
+      %counting = arith.xori %replaying, %true : i1
+      scf.if %counting {
+        ep.store %end_i32, %route[%total_at] : !ep.ptr<i32>
+      }
     }
   }
 }
@@ -199,13 +225,17 @@ ep.kernel @ep_internode_return_pack(%input: !ep.ptr<!ep.row_elem<"combine_elem">
     %weighted = arith.cmpi ne, %has_weights, %c0 : index
     %first = ep.global_warp_index : index
     %stride = ep.global_warp_count : index
+    %node_word = ep.constant_value @state_node_recv : index
+    %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+    %node_rows_i32 = ep.load %state[%node_word] : !ep.ptr<i32>
+    %node_rows = arith.index_cast %node_rows_i32 : i32 to index
     scf.for %source = %c0 to %world step %c1 {
       %off = func.call @off_node(%rank, %source) : (index, index) -> i1
       scf.if %off {
         %count = func.call @inbox_count(%counts, %source, %per_source, %rank, %w)
             : (!ep.ptr<i32>, index, index, index, !ep.window) -> index
-        %base = func.call @inbox_base(%counts, %source, %per_source, %rank, %w)
-            : (!ep.ptr<i32>, index, index, index, !ep.window) -> index
+        %base = func.call @inbox_base(%counts, %source, %node_rows, %per_source, %rank, %w)
+            : (!ep.ptr<i32>, index, index, index, index, !ep.window) -> index
         %box_base = arith.muli %source, %per_source : index
         scf.for %i = %first to %count step %stride {
           %slot = arith.addi %base, %i : index

@@ -57,6 +57,9 @@ struct EpCase {
   // With replay: the replay follows the dispatch directly (MORI's order) and
   // combine answers the replay; the dispatch's own results are still checked.
   bool replay_before_combine = false;
+  // With replay: the routing replays after a round trip through route_map()
+  // and load_routing() into a fresh Routing (a saved routing, as shipped).
+  bool replay_through_map = false;
   bool weights = true;  // combine weights
   bool zero_copy = false;  // gather: experts write into op.combine_input()
   uint32_t seed = 1;
@@ -557,6 +560,11 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
     oneCombine(int(call), inputs, received, expected_row_of, tokens, recv_weights, total);
     have_pointers = true;
     if (c.replay) {
+      if (c.replay_through_map) {
+        std::unique_ptr<Routing> loaded = op.make_routing();
+        op.load_routing(*loaded, op.route_map(*routing), tokensOn(c, c.calls[call], rank));
+        routing = std::move(loaded);
+      }
       auto [r_inputs, r_received, r_rows, r_tokens, r_weights, r_total] = oneDispatch(int(call), c.calls[call], true);
       oneCombine(int(call), r_inputs, r_received, r_rows, r_tokens, r_weights, r_total);
     }

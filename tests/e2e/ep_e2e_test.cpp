@@ -111,6 +111,9 @@ std::vector<EpCase> matrix() {
        .routing = RoutingKind::Skewed, .gpu_per_node = 3, .internode_kernel = ll});
   add({.name = "internode_w3_g1_masked_replay", .world = 3, .routing = RoutingKind::Masked, .replay = true,
        .gpu_per_node = 1, .internode_kernel = ll});
+  add({.name = "internode_w4_g2_replay_through_map_scatter", .world = 4, .mode = scatter, .replay = true,
+       .replay_through_map = true, .gpu_per_node = 2, .internode_kernel = ll});
+  add({.name = "replay_through_map_w3", .world = 3, .replay = true, .replay_through_map = true});
   add({.name = "internode_w3_g1_replay_before_combine_scatter", .world = 3, .mode = scatter, .replay = true,
        .replay_before_combine = true, .gpu_per_node = 1, .internode_kernel = ll});
   add({.name = "internode_w4_g2_std_moe_scatter", .world = 4, .mode = scatter, .std_moe = true, .gpu_per_node = 2,

@@ -245,12 +245,44 @@ def body(world, rank, uid_bytes, seed, checks):
     gc.collect()
 
 
-def rank_main(device, world, rank, uid_bytes, seed, results):
+def internode_body(world, rank, uid_bytes, seed, checks, gpu_per_node):
+    """Nodes of gpu_per_node ranks (host ranks, the host transport between nodes):
+    the round trip, the forward map's ranks, a replay right after the dispatch and
+    one of a handle rebuilt from its tensors (its map ends with the off-node counts)."""
+    uid = pickle.loads(uid_bytes)
+    with cco.Communicator.init(world, rank, uid, device="host", gpu_per_node=gpu_per_node,
+                               timeout_seconds=120) as comm:
+        op = EpDispatchCombineOp(make_cfg(world, rank, gpu_per_node=gpu_per_node, internode_kernel="v2_ll"), comm)
+        checks.expect(op.capabilities["internode"], "capabilities say internode")
+        x, w, idx = rank_inputs(world, rank, MAX_TOKENS - rank, seed)
+        out, out_w, out_idx, n, handle, back, back_w = round_trip(op, x, w, idx)
+        checks.expect(torch.equal(back.view(torch.int16), identity_expected(x, idx).view(torch.int16)),
+                      "internode bf16 gather: combine(dispatch(x)) != U * x")
+        fwd = handle.disp_dest_tok_id_map.reshape(MAX_TOKENS, TOPK)[: x.shape[0]].tolist()
+        for t, row in enumerate(idx.tolist()):
+            for j, e in enumerate(row):
+                want_rank = -1 if e < 0 else e // EPR
+                got_rank = -1 if fwd[t][j] < 0 else fwd[t][j] // op.max_recv
+                checks.expect(got_rank == want_rank, f"forward map [{t}, {j}] names rank {got_rank}, not {want_rank}")
+        x2 = (x.float() * 0.5).to(torch.bfloat16)
+        op.dispatch(x, w, None, idx, return_routing=False)
+        replay_identity(op, x2, w, idx, handle, "internode replay after dispatch", checks)
+        # A new payload: rows a replay failed to send would show as the last call's.
+        x3 = (x.float() * 0.25).to(torch.bfloat16)
+        rebuilt = EpDispatchRoutingHandle.from_tensors(handle.tensors(), cur_rank_num_token=x.shape[0])
+        replay_identity(op, x3, w, idx, rebuilt, "internode replay of from_tensors", checks)
+        op.close()
+
+
+def rank_main(device, world, rank, uid_bytes, seed, results, gpu_per_node=None):
     global GPU, DEVICE
     GPU, DEVICE = device == "cuda", device
     checks = Checks(rank)
     try:
-        body(world, rank, uid_bytes, seed, checks)
+        if gpu_per_node:
+            internode_body(world, rank, uid_bytes, seed, checks, gpu_per_node)
+        else:
+            body(world, rank, uid_bytes, seed, checks)
         results.put("; ".join(f"rank {rank}: {f}" for f in checks.failed))
     except Exception as error:  # reported by the test, with the checks that failed before it
         import traceback
@@ -259,12 +291,13 @@ def rank_main(device, world, rank, uid_bytes, seed, results):
                     f"{traceback.format_exc()}")
 
 
-def run_world(device, world):
+def run_world(device, world, gpu_per_node=None):
     import multiprocessing
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     uid = pickle.dumps(cco.get_unique_id())
-    procs = [context.Process(target=rank_main, args=(device, world, r, uid, 1, results)) for r in range(world)]
+    procs = [context.Process(target=rank_main, args=(device, world, r, uid, 1, results, gpu_per_node))
+             for r in range(world)]
     for p in procs:
         p.start()
     got = [results.get(timeout=300) for _ in procs]
@@ -281,6 +314,11 @@ def test_mori_api_on_epjit(device, world):
     if device == "cuda" and torch.cuda.device_count() < world:
         pytest.skip(f"{world} CUDA ranks need {world} GPUs (torch sees {torch.cuda.device_count()})")
     run_world(device, world)
+
+
+@pytest.mark.parametrize("world,gpu_per_node", [(4, 2), (3, 1)])
+def test_mori_api_across_nodes(world, gpu_per_node):
+    run_world("cpu", world, gpu_per_node)
 
 
 def test_config_follows_mori():
