@@ -113,7 +113,6 @@ ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, 
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
-  %true = arith.constant true
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
   scf.if %answered {
     %token_words = ep.param_value @token_words : index
@@ -135,16 +134,23 @@ ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, 
     // what the off-node sources did not send.
     %max_tokens = ep.param_value @max_tokens : index
     %total_at = arith.muli %max_tokens, %topk : index
-    %counted_i32 = ep.load %state[%node_word] : !ep.ptr<i32>
-    %recorded_i32 = ep.load %route[%total_at] : !ep.ptr<i32>
-    %counted = arith.index_cast %counted_i32 : i32 to index
-    %recorded = arith.index_cast %recorded_i32 : i32 to index
+    // Each word is read only in the mode that does not rewrite it below: a
+    // replay rewrites state_node_recv, a counting call the route's total.
+    %replaying = arith.cmpi ne, %replay, %c0 : index
+    %counted, %recorded = scf.if %replaying -> (index, index) {
+      %recorded_i32 = ep.load %route[%total_at] : !ep.ptr<i32>
+      %recorded_rows = arith.index_cast %recorded_i32 : i32 to index
+      scf.yield %c0, %recorded_rows : index, index
+    } else {
+      %counted_i32 = ep.load %state[%node_word] : !ep.ptr<i32>
+      %counted_rows = arith.index_cast %counted_i32 : i32 to index
+      scf.yield %counted_rows, %c0 : index, index
+    }
     %off_rows = func.call @inbox_base(%counts, %world, %c0, %per_source, %rank, %w)
         : (!ep.ptr<i32>, index, index, index, index, !ep.window) -> index
-    %replaying = arith.cmpi ne, %replay, %c0 : index
-    %short = arith.cmpi ult, %recorded, %off_rows : index
-    %inconsistent = arith.andi %replaying, %short : i1
-    scf.if %inconsistent {
+    %below = arith.cmpi ult, %recorded, %off_rows : index
+    %short = arith.andi %replaying, %below : i1
+    scf.if %short {
       ep.atomic_store %bad_count, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
     }
     %recorded_node = arith.subi %recorded, %off_rows : index
@@ -197,10 +203,10 @@ ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, 
       %overflow = arith.cmpi sgt, %end_i32, %capacity_i32 : i32
       %kept = arith.select %overflow, %capacity_i32, %end_i32 : i32
       ep.store %kept, %state[%total_word] : !ep.ptr<i32>
-      %node_rows_i32 = arith.index_cast %node_rows : index to i32
-      ep.store %node_rows_i32, %state[%node_word] : !ep.ptr<i32>
-      %counting = arith.xori %replaying, %true : i1
-      scf.if %counting {
+      scf.if %replaying {
+        %node_rows_i32 = arith.index_cast %node_rows : index to i32
+        ep.store %node_rows_i32, %state[%node_word] : !ep.ptr<i32>
+      } else {
         ep.store %end_i32, %route[%total_at] : !ep.ptr<i32>
       }
     }
