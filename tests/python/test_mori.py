@@ -72,6 +72,16 @@ class Checks:
             self.failed.append(what)
 
 
+def check_forward_map_ranks(op, handle, x, idx, checks):
+    """The handle's (token, k) -> rank * max_recv + slot map names each entry's rank."""
+    fwd = handle.disp_dest_tok_id_map.reshape(MAX_TOKENS, TOPK)[: x.shape[0]].tolist()
+    for t, row in enumerate(idx.tolist()):
+        for j, e in enumerate(row):
+            want_rank = -1 if e < 0 else e // EPR
+            got_rank = -1 if fwd[t][j] < 0 else fwd[t][j] // op.max_recv
+            checks.expect(got_rank == want_rank, f"forward map [{t}, {j}] names rank {got_rank}, not {want_rank}")
+
+
 def round_trip(op, x, w, idx, **dispatch_kw):
     out, out_w, out_s, out_idx, total, handle = op.dispatch(x, w, None, idx, return_routing=True, **dispatch_kw)
     sync()
@@ -121,12 +131,7 @@ def body(world, rank, uid_bytes, seed, checks):
         # The handle's maps: slot -> source, and (token, k) -> rank * max_recv + slot.
         src = handle.disp_tok_id_to_src_tok_id_local[:n].tolist()
         checks.expect(len(set(src)) == n and all(0 <= s < world * MAX_TOKENS for s in src), "slot -> source map")
-        fwd = handle.disp_dest_tok_id_map.reshape(MAX_TOKENS, TOPK)[: x.shape[0]].tolist()
-        for t, row in enumerate(idx.tolist()):
-            for j, e in enumerate(row):
-                want_rank = -1 if e < 0 else e // EPR
-                got_rank = -1 if fwd[t][j] < 0 else fwd[t][j] // op.max_recv
-                checks.expect(got_rank == want_rank, f"forward map [{t}, {j}] names rank {got_rank}, not {want_rank}")
+        check_forward_map_ranks(op, handle, x, idx, checks)
         # Replay right after a dispatch (MORI's order), then from_tensors.
         x2 = (x.float() * 0.5).to(torch.bfloat16)
         op.dispatch(x, w, None, idx, return_routing=False)
@@ -258,12 +263,7 @@ def internode_body(world, rank, uid_bytes, seed, checks, gpu_per_node):
         out, out_w, out_idx, n, handle, back, back_w = round_trip(op, x, w, idx)
         checks.expect(torch.equal(back.view(torch.int16), identity_expected(x, idx).view(torch.int16)),
                       "internode bf16 gather: combine(dispatch(x)) != U * x")
-        fwd = handle.disp_dest_tok_id_map.reshape(MAX_TOKENS, TOPK)[: x.shape[0]].tolist()
-        for t, row in enumerate(idx.tolist()):
-            for j, e in enumerate(row):
-                want_rank = -1 if e < 0 else e // EPR
-                got_rank = -1 if fwd[t][j] < 0 else fwd[t][j] // op.max_recv
-                checks.expect(got_rank == want_rank, f"forward map [{t}, {j}] names rank {got_rank}, not {want_rank}")
+        check_forward_map_ranks(op, handle, x, idx, checks)
         x2 = (x.float() * 0.5).to(torch.bfloat16)
         op.dispatch(x, w, None, idx, return_routing=False)
         replay_identity(op, x2, w, idx, handle, "internode replay after dispatch", checks)
