@@ -33,6 +33,11 @@ class CudaStream final : public Stream {
   void synchronize() override { check(cuda_driver().cuStreamSynchronize(stream_), "stream synchronize"); }
   CUstream handle() const { return stream_; }
   void* native_handle() const override { return stream_; }
+  bool capturing() const override {
+    int status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
+    check(cuda_driver().cuStreamIsCapturing(stream_, &status), "stream capture query");
+    return status != 0;
+  }
 
  private:
   CUcontext context_;

@@ -61,6 +61,7 @@ struct CUipcMemHandle {
   X(cuIpcCloseMemHandle, CUresult, CUdeviceptr)                                                               \
   X(cuStreamBeginCapture_v2, CUresult, CUstream, int)                                                         \
   X(cuStreamEndCapture, CUresult, CUstream, CUgraph*)                                                         \
+  X(cuStreamIsCapturing, CUresult, CUstream, int*)                                                            \
   X(cuGraphInstantiateWithFlags, CUresult, CUgraphExec*, CUgraph, unsigned long long)                         \
   X(cuGraphLaunch, CUresult, CUgraphExec, CUstream)                                                           \
   X(cuGraphExecDestroy, CUresult, CUgraphExec)                                                                \
@@ -109,6 +110,7 @@ struct hipIpcMemHandle_t {
   X(hipIpcCloseMemHandle, hipError_t, void*)                                                                  \
   X(hipStreamBeginCapture, hipError_t, hipStream_t, int)                                                      \
   X(hipStreamEndCapture, hipError_t, hipStream_t, hipGraph_t*)                                                \
+  X(hipStreamIsCapturing, hipError_t, hipStream_t, int*)                                                      \
   X(hipGraphInstantiate, hipError_t, hipGraphExec_t*, hipGraph_t, void*, char*, size_t)                       \
   X(hipGraphLaunch, hipError_t, hipGraphExec_t, hipStream_t)                                                  \
   X(hipGraphExecDestroy, hipError_t, hipGraphExec_t)                                                          \

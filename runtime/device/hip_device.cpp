@@ -35,6 +35,11 @@ class HipStream final : public Stream {
   void synchronize() override { check(hip_driver().hipStreamSynchronize(stream_), "stream synchronize"); }
   hipStream_t handle() const { return stream_; }
   void* native_handle() const override { return stream_; }
+  bool capturing() const override {
+    int status = 0;  // hipStreamCaptureStatusNone
+    check(hip_driver().hipStreamIsCapturing(stream_, &status), "stream capture query");
+    return status != 0;
+  }
 
  private:
   hipStream_t stream_ = nullptr;

@@ -18,6 +18,10 @@ class HostTransport final : public InternodeTransport {
 
   void exchange(std::span<const TransferSegment> sends, std::span<const TransferSegment> receives,
                 Stream& stream) override {
+    if (stream.capturing())
+      throw Error("the host internode transport inside a graph capture (it waits for the stream on the host)",
+                  "eager calls, or the nccl transport, whose sends and receives a graph captures",
+                  "unset EPJIT_INTERNODE_TRANSPORT on GPUs (nccl is the default there), or call the op eagerly");
     stream.synchronize();  // the segments hold what the kernels before this wrote
     const size_t world = size_t(comm_.world_size());
     std::vector<comm::Bytes> outgoing(world);

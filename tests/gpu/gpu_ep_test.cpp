@@ -305,6 +305,48 @@ TEST(GpuEpGraph, InternodeLowLatencyReplaysFromAGraph) {
   EXPECT_EQ(failures, "");
 }
 
+// The host transport waits for the stream on the host, so a capture of an
+// op that uses it is refused with an epjit::Error before anything crosses;
+// the op then runs eagerly as before.
+TEST(GpuEpGraph, TheHostTransportRefusesACapture) {
+  EpCase c{.name = "capture_host_transport", .target = "sm90", .world = 2, .hidden = 128, .topk = 2,
+           .experts_per_rank = 4, .max_tokens = 8, .gpu_per_node = 1,
+           .internode_kernel = InternodeKernel::V2LowLatency, .internode_transport = "host"};
+  if (const std::string why = internodeSkip(c); !why.empty()) GTEST_SKIP() << why;
+  const std::string failures = runRanks(
+      c.world, Ranks::Processes, gpuCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) {
+        ::setenv("EPJIT_INTERNODE_TRANSPORT", "host", 1);
+        std::string f;
+        EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+        Device& device = comm.device();
+        const int64_t n = 4, k = c.topk;
+        void* x = device.allocate(size_t(n * c.hidden) * 2);
+        void* w = device.allocate(size_t(n * k) * 4);
+        void* idx = device.allocate(size_t(n * k) * 4);
+        device.fill_zero(x, size_t(n * c.hidden) * 2);
+        device.fill_zero(w, size_t(n * k) * 4);
+        const std::vector<int32_t> experts = {0, 4, 1, 5, 2, 6, 3, 7};  // every token to both ranks
+        device.copy_to_device(idx, experts.data(), experts.size() * 4);
+        const TensorRef input{x, DType::BF16, {n, c.hidden}}, weights{w, DType::F32, {n, k}},
+            indices{idx, DType::I32, {n, k}};
+        device.begin_capture(op.stream());
+        const std::string refused = errorOf([&] { op.dispatch(input, weights, std::nullopt, indices); });
+        device.end_capture(op.stream());
+        if (refused.find("inside a graph capture") == std::string::npos)
+          f += "rank " + std::to_string(rank) + ": capture not refused: '" + refused + "'\n";
+        const DispatchResult d = op.dispatch(input, weights, std::nullopt, indices);
+        op.combine(d.tokens, d.weights);
+        if (const std::string after = errorOf([&] { op.check(); }); !after.empty())
+          f += "rank " + std::to_string(rank) + " eager after the refusal: " + after + "\n";
+        op.close();
+        for (void* p : {x, w, idx}) device.release(p);
+        return f;
+      },
+      c.gpu_per_node, cudaRanks());
+  EXPECT_EQ(failures, "");
+}
+
 TEST(GpuEpGraph, CapturedDispatchCombineReplaysWithFreshInputs) {
   if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
   EpCase c{.name = "graph", .target = "sm90", .world = std::min(gpus().count, 4), .hidden = 7168, .topk = 8,
@@ -441,6 +483,9 @@ TEST(GpuEpWarm, BuildsTheKernelsForAGpuHost) {
   }
   cases.push_back({.name = "timeout", .target = "sm90", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4, .max_tokens = 4});
   for (EpCase& c : internodeGpuCases()) cases.push_back(std::move(c));
+  cases.push_back({.name = "capture_host_transport", .target = "sm90", .world = 2, .hidden = 128, .topk = 2,
+                   .experts_per_rank = 4, .max_tokens = 8, .gpu_per_node = 1,
+                   .internode_kernel = InternodeKernel::V2LowLatency});
   cases.push_back({.name = "graph_internode", .target = "sm90", .world = 2, .hidden = 7168, .topk = 8,
                    .experts_per_rank = 16, .max_tokens = 96, .gpu_per_node = 1,
                    .internode_kernel = InternodeKernel::V2LowLatency});

@@ -26,6 +26,10 @@ class Stream {
   virtual void synchronize() = 0;
   // CUstream / hipStream_t, for libraries that take one (NCCL); null on the host.
   virtual void* native_handle() const { return nullptr; }
+  // Whether work enqueued now is recorded into a graph (by epjit's
+  // begin_capture or a framework's) rather than run: host-side steps that
+  // must wait for the stream cannot be part of such a sequence.
+  virtual bool capturing() const { return false; }
 };
 
 class Event {
