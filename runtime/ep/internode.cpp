@@ -5,6 +5,7 @@
 
 #include "epjit/error.h"
 #include "epjit/kernel_module.h"
+#include "epjit/logging.h"
 #include "../core/environment.h"
 
 namespace epjit::ep {
@@ -43,11 +44,11 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
       rows_per_peer_(std::min(config.max_tokens_per_rank_padded(), config.total_recv_tokens())),
       outbox_bytes_(outbox_bytes(config, window, rows_per_peer_)) {
   const Team& node = comm.node();
+  const int node_first = rank_ / per_node_ * per_node_;
   for (int i = 0; i < node.size(); ++i)
-    if (node.ranks[size_t(i)] != rank_ / per_node_ * per_node_ + i)
+    if (node.ranks[size_t(i)] != node_first + i)
       throw Error("the communicator's node of rank " + std::to_string(rank_) + " is not ranks [" +
-                      std::to_string(rank_ / per_node_ * per_node_) + ", " +
-                      std::to_string(rank_ / per_node_ * per_node_ + per_node_) + ")",
+                      std::to_string(node_first) + ", " + std::to_string(node_first + per_node_) + ")",
                   "nodes of gpu_per_node consecutive ranks",
                   "number ranks node by node (or pass CommOptions.gpu_per_node to Communicator::init)");
   transport_ = pick_transport(comm, device_, adopted_nccl_comm);
@@ -55,8 +56,7 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
   for (int peer = 0; peer < world_; ++peer)
     if (off_node(peer)) {
       // Only the state words are read before this rank writes them (the seal's counter).
-      outboxes_[size_t(peer)] = device_.allocate(outbox_bytes_);
-      owned_.push_back(outboxes_[size_t(peer)]);
+      outboxes_[size_t(peer)] = allocate(outbox_bytes_);
       device_.fill_zero(outbox(peer) + window.state, window.state_bytes);
     }
   const size_t rows = size_t(world_) * size_t(rows_per_peer_);
@@ -73,6 +73,8 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
     rows_in_ = allocate_zeroed(rows * config.combine_token_bytes());
     weights_in_ = allocate_zeroed(rows * k * 4);
   }
+  log().info("rank {}: internode v2_ll over {}: {} rows per off-node peer, {} bytes per outbox", rank_,
+             transport_->name(), rows_per_peer_, outbox_bytes_);
 }
 
 size_t InternodeExchange::outbox_bytes(const EpDispatchCombineConfig& config, const EpWindowMap& window,
@@ -96,11 +98,15 @@ InternodeExchange::~InternodeExchange() {
   for (void* pointer : owned_) device_.release(pointer);
 }
 
-void* InternodeExchange::allocate_zeroed(size_t bytes) {
-  bytes = std::max<size_t>(bytes, 16);
-  void* pointer = device_.allocate(bytes);
+void* InternodeExchange::allocate(size_t bytes) {
+  void* pointer = device_.allocate(std::max<size_t>(bytes, 16));
   owned_.push_back(pointer);
-  device_.fill_zero(pointer, bytes);
+  return pointer;
+}
+
+void* InternodeExchange::allocate_zeroed(size_t bytes) {
+  void* pointer = allocate(bytes);
+  device_.fill_zero(pointer, std::max<size_t>(bytes, 16));
   return pointer;
 }
 
@@ -116,9 +122,6 @@ void InternodeExchange::after_dispatch(const EpKernels& kernels, LaunchGeometry 
   const size_t rows = size_t(rows_per_peer_), k = size_t(config_.num_experts_per_token);
   const size_t token_bytes = config_.dispatch_token_bytes(), scale_bytes = config_.scale_bytes_per_token();
   std::vector<TransferSegment> sends, receives;
-  auto inbox = [&](void* base, int source, size_t row_bytes) {
-    return static_cast<char*>(base) + size_t(source) * rows * row_bytes;
-  };
   for (int peer = 0; peer < world_; ++peer) {
     if (!off_node(peer)) continue;
     char* box = outbox(peer);
@@ -128,7 +131,7 @@ void InternodeExchange::after_dispatch(const EpKernels& kernels, LaunchGeometry 
     auto both = [&](size_t region, void* inbox_base, size_t row_bytes) {
       if (row_bytes == 0) return;
       sends.push_back({peer, box + region, rows * row_bytes});
-      receives.push_back({peer, inbox(inbox_base, peer, row_bytes), rows * row_bytes});
+      receives.push_back({peer, peer_rows(inbox_base, peer, row_bytes), rows * row_bytes});
     };
     both(window_.recv_tokens, tokens_, token_bytes);
     both(window_.recv_weights, weights_, k * 4);
@@ -175,18 +178,17 @@ void InternodeExchange::before_combine(const EpKernels& kernels, LaunchGeometry 
   const bool scatter = config_.combine_mode == CombineMode::Scatter;
   const size_t rows = size_t(rows_per_peer_), k = size_t(config_.num_experts_per_token);
   const size_t row_bytes = config_.combine_token_bytes();
-  auto at = [&](void* base, int peer, size_t bytes) { return static_cast<char*>(base) + size_t(peer) * rows * bytes; };
   std::vector<TransferSegment> sends, receives;
   for (int peer = 0; peer < world_; ++peer) {
     if (!off_node(peer)) continue;
     // What `peer` sent this rank goes back to it; what this rank sent `peer`
     // comes back where the origin's sum reads it (gather: the outbox's
     // staged rows, at the slots the route recorded).
-    sends.push_back({peer, at(rows_out_, peer, row_bytes), rows * row_bytes});
-    sends.push_back({peer, at(weights_out_, peer, k * 4), rows * k * 4});
+    sends.push_back({peer, peer_rows(rows_out_, peer, row_bytes), rows * row_bytes});
+    sends.push_back({peer, peer_rows(weights_out_, peer, k * 4), rows * k * 4});
     if (scatter) {
-      receives.push_back({peer, at(rows_in_, peer, row_bytes), rows * row_bytes});
-      receives.push_back({peer, at(weights_in_, peer, k * 4), rows * k * 4});
+      receives.push_back({peer, peer_rows(rows_in_, peer, row_bytes), rows * row_bytes});
+      receives.push_back({peer, peer_rows(weights_in_, peer, k * 4), rows * k * 4});
     } else {
       receives.push_back({peer, outbox(peer) + window_.combine_rows, rows * row_bytes});
       receives.push_back({peer, outbox(peer) + window_.combine_weights, rows * k * 4});

@@ -36,7 +36,6 @@ class InternodeExchange {
   // The window table's bases: the node's windows, and the outboxes elsewhere.
   std::vector<void*> window_bases(const std::vector<void*>& node_windows) const;
   int64_t rows_per_peer() const { return rows_per_peer_; }
-  std::string_view transport_name() const { return transport_->name(); }
 
   // After ep_dispatch: the outboxes cross, and the inboxes join the received rows.
   void after_dispatch(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, void* route,
@@ -50,6 +49,11 @@ class InternodeExchange {
  private:
   bool off_node(int peer) const { return peer / per_node_ != rank_ / per_node_; }
   char* outbox(int peer) const { return static_cast<char*>(outboxes_[size_t(peer)]); }
+  // Peer `peer`'s block of rows_per_peer rows in a [world][rows_per_peer] buffer.
+  char* peer_rows(void* base, int peer, size_t row_bytes) const {
+    return static_cast<char*>(base) + size_t(peer) * size_t(rows_per_peer_) * row_bytes;
+  }
+  void* allocate(size_t bytes);  // freed with this object
   void* allocate_zeroed(size_t bytes);
   // An outbox is read and written only in its state words and the first
   // rows_per_peer rows of the regions a send, a seal or a return touches;
