@@ -9,7 +9,8 @@
 //   ep/std_moe          ep_std_moe_pack, ep_std_moe_unpack
 //   ep/counts           ep_count_experts (received tokens per local expert, on the device)
 //   ep/internode        ep_internode_ingest, ep_internode_return_pack, ep_internode_return_unpack
-//                       (included by ep/dispatch, whose last block seals the outboxes)
+//                       (v2_ll; included by ep/dispatch, whose last block seals the outboxes)
+//   ep/internode_v2     ep_internode_forward, ep_internode_partials, ep_internode_sum (v2)
 //
 // Every rank runs the same kernels on its own stream; ranks meet only through
 // the symmetric window, with system-scope atomics and bounded waits. What the
@@ -20,3 +21,4 @@ ep.include "ep/combine_gather"
 ep.include "ep/combine_scatter"
 ep.include "ep/std_moe"
 ep.include "ep/counts"
+ep.include "ep/internode_v2"

@@ -108,6 +108,16 @@ int64_t EpDispatchCombineConfig::max_tokens_per_rank_padded() const {
   return (max_num_inp_token_per_rank + wave - 1) / wave * wave;
 }
 
+bool EpDispatchCombineConfig::runs_internode_v2(int64_t tokens) const {
+  if (!internode()) return false;
+  switch (internode_kernel) {
+    case InternodeKernel::V2: return true;
+    case InternodeKernel::V2LowLatency: return false;
+    case InternodeKernel::Auto: return tokens > internode_auto_ll_max_tokens;
+  }
+  return false;
+}
+
 std::vector<ScheduleEntry> default_schedule(const TargetInfo& target) {
   std::vector<ScheduleEntry> table;
   for (const ScheduleRow& row : target.schedule)

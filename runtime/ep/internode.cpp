@@ -28,7 +28,24 @@ std::unique_ptr<InternodeTransport> pick_transport(Communicator& comm, Device& d
               "unset it (the device's default) or set one of those");
 }
 
+bool builds_v2(const EpDispatchCombineConfig& config) {
+  return config.internode() && config.internode_kernel != InternodeKernel::V2LowLatency;
+}
+bool builds_v2_ll(const EpDispatchCombineConfig& config) {
+  return config.internode() && config.internode_kernel != InternodeKernel::V2;
+}
+
 }  // namespace
+
+int64_t internode_rows_per_peer(const EpDispatchCombineConfig& config) {
+  return std::min(config.max_tokens_per_rank_padded(), config.total_recv_tokens());
+}
+
+size_t forward_route_words(const EpDispatchCombineConfig& config) {
+  if (!builds_v2(config)) return 0;
+  const size_t nodes = size_t(config.world_size / config.nodes_gpu_count());
+  return nodes * size_t(internode_rows_per_peer(config)) * size_t(config.num_experts_per_token);
+}
 
 InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Communicator& comm,
                                      const EpWindowMap& window, void* adopted_nccl_comm)
@@ -38,10 +55,8 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
       rank_(config.rank),
       world_(config.world_size),
       per_node_(config.nodes_gpu_count()),
-      // A source sends an off-node rank each token at most once, into slots
-      // below capacity; the seed rounds the per-peer slot count up to a
-      // multiple of the wave size.
-      rows_per_peer_(std::min(config.max_tokens_per_rank_padded(), config.total_recv_tokens())),
+      nodes_(config.world_size / config.nodes_gpu_count()),
+      rows_per_peer_(internode_rows_per_peer(config)),
       outbox_bytes_(outbox_bytes(config, window, rows_per_peer_)) {
   const Team& node = comm.node();
   const int node_first = rank_ / per_node_ * per_node_;
@@ -67,14 +82,26 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
   scales_ = allocate_zeroed(rows * config.scale_bytes_per_token());
   indices_ = allocate_zeroed(rows * k * 4);
   origins_ = allocate_zeroed(rows * 2 * 4);
-  rows_out_ = allocate_zeroed(rows * config.combine_token_bytes());
-  weights_out_ = allocate_zeroed(rows * k * 4);
-  if (config.combine_mode == CombineMode::Scatter) {
-    rows_in_ = allocate_zeroed(rows * config.combine_token_bytes());
-    weights_in_ = allocate_zeroed(rows * k * 4);
+  if (builds_v2_ll(config)) {
+    rows_out_ = allocate_zeroed(rows * config.combine_token_bytes());
+    weights_out_ = allocate_zeroed(rows * k * 4);
+    if (config.combine_mode == CombineMode::Scatter) {
+      rows_in_ = allocate_zeroed(rows * config.combine_token_bytes());
+      weights_in_ = allocate_zeroed(rows * k * 4);
+    }
   }
-  log().info("rank {}: internode v2_ll over {}: {} rows per off-node peer, {} bytes per outbox", rank_,
-             transport_->name(), rows_per_peer_, outbox_bytes_);
+  if (builds_v2(config)) {
+    const size_t node_rows = size_t(nodes_) * size_t(rows_per_peer_), hidden = size_t(config.hidden_dim);
+    const size_t own_rows = size_t(config.max_num_inp_token_per_rank);
+    partials_out_ = allocate_zeroed(node_rows * hidden * 4);
+    partial_weights_out_ = allocate_zeroed(node_rows * k * 4);
+    partials_in_ = allocate_zeroed(node_rows * hidden * 4);
+    partial_weights_in_ = allocate_zeroed(node_rows * k * 4);
+    own_partials_ = allocate_zeroed(own_rows * hidden * 4);
+    own_weights_ = allocate_zeroed(own_rows * k * 4);
+  }
+  log().info("rank {}: internode {} over {}: {} rows per off-node peer, {} bytes per outbox", rank_,
+             name_of(config.internode_kernel), transport_->name(), rows_per_peer_, outbox_bytes_);
 }
 
 size_t InternodeExchange::outbox_bytes(const EpDispatchCombineConfig& config, const EpWindowMap& window,
@@ -118,12 +145,12 @@ std::vector<void*> InternodeExchange::window_bases(const std::vector<void*>& nod
 }
 
 void InternodeExchange::after_dispatch(const EpKernels& kernels, LaunchGeometry geometry, const Window& table,
-                                       void* route, bool replay, Stream& stream) {
+                                       void* route, void* forward_route, bool replay, bool v2, Stream& stream) {
   const size_t rows = size_t(rows_per_peer_), k = size_t(config_.num_experts_per_token);
   const size_t token_bytes = config_.dispatch_token_bytes(), scale_bytes = config_.scale_bytes_per_token();
   std::vector<TransferSegment> sends, receives;
   for (int peer = 0; peer < world_; ++peer) {
-    if (!off_node(peer)) continue;
+    if (!exchanges_with(peer, v2)) continue;
     char* box = outbox(peer);
     // The outbox's total word carries its count (ep/internode @seal_outboxes).
     sends.push_back({peer, box + window_.state + 4 * size_t(window_.total_recv_word), 4});
@@ -140,22 +167,21 @@ void InternodeExchange::after_dispatch(const EpKernels& kernels, LaunchGeometry 
     both(window_.recv_origin, origins_, 2 * 4);
   }
   transport_->exchange(sends, receives, stream);
-  const Kernel& ingest = *kernels.internode_ingest;
-  device_.launch(ingest, geometry,
-                 LaunchArgs(ingest)
-                     .set("counts", counts_)
-                     .set("tokens_in", tokens_)
-                     .set("weights_in", weights_)
-                     .set("scales_in", scales_)
-                     .set("indices_in", indices_)
-                     .set("origins_in", origins_)
-                     .set("route", route)
-                     .set("replay", replay)
-                     .set("per_source", rows_per_peer_)
-                     .set("rank", rank_)
-                     .set("w", table)
-                     .build(),
-                 stream);
+  const Kernel& kernel = v2 ? *kernels.internode_forward : *kernels.internode_ingest;
+  LaunchArgs args(kernel);
+  args.set("counts", counts_)
+      .set("tokens_in", tokens_)
+      .set("weights_in", weights_)
+      .set("scales_in", scales_)
+      .set("indices_in", indices_)
+      .set("origins_in", origins_)
+      .set("route", route)
+      .set("replay", replay)
+      .set("per_source", rows_per_peer_)
+      .set("rank", rank_)
+      .set("w", table);
+  if (v2) args.set("forward_route", forward_route);
+  device_.launch(kernel, geometry, args.build(), stream);
 }
 
 void InternodeExchange::before_combine(const EpKernels& kernels, LaunchGeometry geometry, const Window& table,
@@ -203,6 +229,66 @@ void InternodeExchange::before_combine(const EpKernels& kernels, LaunchGeometry 
                      .set("weights_in", weights_in_)
                      .set("has_weights", weighted)
                      .set("route", route)
+                     .set("per_source", rows_per_peer_)
+                     .set("rank", rank_)
+                     .set("w", table)
+                     .build(),
+                 stream);
+}
+
+void InternodeExchange::combine_v2(const EpKernels& kernels, LaunchGeometry geometry, const Window& table,
+                                   const V2Combine& call, Stream& stream) {
+  const bool weighted = call.weights != nullptr;
+  const Kernel& partials = *kernels.internode_partials;
+  device_.launch(partials, geometry,
+                 LaunchArgs(partials)
+                     .set("input", call.input)
+                     .set("in_weights", call.weights)
+                     .set("has_weights", weighted)
+                     .set("staged", call.staged)
+                     .set("counts", counts_)
+                     .set("forward_route", call.forward_route)
+                     .set("route", call.route)
+                     .set("tokens", call.tokens)
+                     .set("partials", partials_out_)
+                     .set("partial_weights", partial_weights_out_)
+                     .set("own_partials", own_partials_)
+                     .set("own_weights", own_weights_)
+                     .set("per_source", rows_per_peer_)
+                     .set("rank", rank_)
+                     .set("w", table)
+                     .build(),
+                 stream);
+  // Node n's block of partials: this rank forwarded those rows for node n's
+  // rail peer, and that peer's block for this rank's node comes back.
+  const size_t rows = size_t(rows_per_peer_), k = size_t(config_.num_experts_per_token);
+  const size_t row_bytes = size_t(config_.hidden_dim) * 4;
+  auto node_block = [&](void* base, int peer, size_t bytes_per_row) {
+    return static_cast<char*>(base) + size_t(peer / per_node_) * rows * bytes_per_row;
+  };
+  std::vector<TransferSegment> sends, receives;
+  for (int peer = 0; peer < world_; ++peer) {
+    if (!exchanges_with(peer, /*v2=*/true)) continue;
+    // The weights cross whether or not this rank has any: a transfer's
+    // pairs must match on both sides, and the peer's call may be weighted.
+    sends.push_back({peer, node_block(partials_out_, peer, row_bytes), rows * row_bytes});
+    receives.push_back({peer, node_block(partials_in_, peer, row_bytes), rows * row_bytes});
+    sends.push_back({peer, node_block(partial_weights_out_, peer, k * 4), rows * k * 4});
+    receives.push_back({peer, node_block(partial_weights_in_, peer, k * 4), rows * k * 4});
+  }
+  transport_->exchange(sends, receives, stream);
+  const Kernel& sum = *kernels.internode_sum;
+  device_.launch(sum, geometry,
+                 LaunchArgs(sum)
+                     .set("output", call.output)
+                     .set("out_weights", call.out_weights)
+                     .set("has_weights", weighted)
+                     .set("route", call.route)
+                     .set("tokens", call.tokens)
+                     .set("own_partials", own_partials_)
+                     .set("own_weights", own_weights_)
+                     .set("partials_in", partials_in_)
+                     .set("partial_weights_in", partial_weights_in_)
                      .set("per_source", rows_per_peer_)
                      .set("rank", rank_)
                      .set("w", table)

@@ -1,13 +1,18 @@
-// The internode low-latency path (v2_ll) of an EpDispatchCombineOp: what a
-// rank holds for the ranks of other nodes and the steps around the op's
-// kernels (docs/EP.md "Internode"; templates/ep/internode.mlir).
+// The internode paths of an EpDispatchCombineOp: what a rank holds for the
+// ranks of other nodes and the steps around the op's kernels (docs/EP.md
+// "Internode"; templates/ep/internode.mlir, ep/internode_v2.mlir).
 //
 // For every off-node rank, a local stand-in window of the op's layout (its
 // outbox): the window table points at it where it would point at that rank's
 // window, so dispatch and combine address every rank alike. Around them:
-//   dispatch: ep_dispatch -> transfer (outboxes -> inboxes) -> ep_internode_ingest
-//   combine:  ep_internode_return_pack -> transfer back ->
-//             (scatter: ep_internode_return_unpack) -> ep_combine_*
+//   v2_ll dispatch: ep_dispatch -> transfer (outboxes -> inboxes, every
+//                   off-node rank) -> ep_internode_ingest
+//         combine:  ep_internode_return_pack -> transfer back ->
+//                   (scatter: ep_internode_return_unpack) -> ep_combine_*
+//   v2    dispatch: ep_dispatch (forward=1) -> transfer (rail peers only) ->
+//                   ep_internode_forward
+//         combine:  ep_internode_partials -> transfer back (f32 partials) ->
+//                   ep_internode_sum
 // Each transfer moves fixed sizes, `rows_per_peer` rows per (source,
 // destination) pair, so nothing is read on the host between kernels.
 #pragma once
@@ -21,6 +26,15 @@
 #include "op_kernels.h"
 
 namespace epjit::ep {
+
+// Slots per (source, destination) pair: a source sends an off-node rank (or
+// node) each token at most once, into slots below capacity; the seed rounds
+// the count up to a multiple of the wave size.
+int64_t internode_rows_per_peer(const EpDispatchCombineConfig& config);
+
+// Words after a route's own that keep v2's forward route: where this rank
+// forwarded each inbox row (0 when the op never runs v2).
+size_t forward_route_words(const EpDispatchCombineConfig& config);
 
 class InternodeExchange {
  public:
@@ -37,17 +51,36 @@ class InternodeExchange {
   std::vector<void*> window_bases(const std::vector<void*>& node_windows) const;
   int64_t rows_per_peer() const { return rows_per_peer_; }
 
-  // After ep_dispatch: the outboxes cross, and the inboxes join the received rows.
+  // After ep_dispatch: the outboxes cross, and the inboxes join the received
+  // rows (v2_ll) or are forwarded to their destinations on this node (v2;
+  // `forward_route` is where the route keeps v2's forward route).
   void after_dispatch(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, void* route,
-                      bool replay, Stream& stream);
-  // Before the combine kernel: each off-node source's expert outputs go back.
+                      void* forward_route, bool replay, bool v2, Stream& stream);
+  // v2_ll, before the combine kernel: each off-node source's expert outputs go back.
   void before_combine(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, const void* input,
                       const void* weights, bool weighted, const void* route, Stream& stream);
+  // v2's whole combine: node partials, the transfer back, the origin's sum
+  // into output / out_weights.
+  struct V2Combine {
+    const void* input;
+    const void* weights;  // null: unweighted
+    bool staged;          // input is the window's combine rows (combine_input())
+    const void* route;
+    const void* forward_route;
+    int64_t tokens;
+    void* output;
+    void* out_weights;
+  };
+  void combine_v2(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, const V2Combine& call,
+                  Stream& stream);
   // reset(): the outboxes' counters and counts (the caller has synchronized).
   void clear_outbox_state();
 
  private:
   bool off_node(int peer) const { return peer / per_node_ != rank_ / per_node_; }
+  // The peers a transfer pairs this rank with: every off-node rank (v2_ll),
+  // or its rail peers, one per other node (v2).
+  bool exchanges_with(int peer, bool v2) const { return off_node(peer) && (!v2 || peer % per_node_ == rank_ % per_node_); }
   char* outbox(int peer) const { return static_cast<char*>(outboxes_[size_t(peer)]); }
   // Peer `peer`'s block of rows_per_peer rows in a [world][rows_per_peer] buffer.
   char* peer_rows(void* base, int peer, size_t row_bytes) const {
@@ -64,7 +97,7 @@ class InternodeExchange {
   const EpDispatchCombineConfig& config_;
   Device& device_;
   const EpWindowMap& window_;
-  const int rank_, world_, per_node_;
+  const int rank_, world_, per_node_, nodes_;
   const int64_t rows_per_peer_;
   const size_t outbox_bytes_;  // the window's layout up to the last byte an outbox is used at
   std::unique_ptr<InternodeTransport> transport_;
@@ -73,8 +106,13 @@ class InternodeExchange {
   // Inboxes, [world][rows_per_peer] rows of each kind (on-node entries unused).
   void *counts_ = nullptr, *tokens_ = nullptr, *weights_ = nullptr, *scales_ = nullptr, *indices_ = nullptr,
        *origins_ = nullptr;
-  // Combine's return leg: what this rank sends back, and (scatter) what comes back.
+  // v2_ll's return leg: what this rank sends back, and (scatter) what comes back.
   void *rows_out_ = nullptr, *weights_out_ = nullptr, *rows_in_ = nullptr, *weights_in_ = nullptr;
+  // v2's f32 node partials, [nodes][rows_per_peer] rows: what this rank sends
+  // back for the rows it forwarded, what comes back for its own tokens; and
+  // its own tokens' own-node partials, [max tokens] rows.
+  void *partials_out_ = nullptr, *partial_weights_out_ = nullptr, *partials_in_ = nullptr,
+       *partial_weights_in_ = nullptr, *own_partials_ = nullptr, *own_weights_ = nullptr;
 };
 
 }  // namespace epjit::ep

@@ -62,12 +62,16 @@ void expect_tensor(const char* call, const char* what, const TensorRef& tensor, 
                 "pass an allocated tensor");
 }
 
-// Words of a route map: max tokens * top-k entries, the received count, then
-// the tokens sent to each world rank off this rank's node (what ep_dispatch
-// writes; templates/ep/dispatch.mlir, ep/internode.mlir).
-size_t route_words(const EpDispatchCombineConfig& config) {
+// Words of a route map: max tokens * top-k entries, the received count, the
+// tokens sent to each world rank off this rank's node (what ep_dispatch
+// writes; templates/ep/dispatch.mlir, ep/internode.mlir), then, when the op
+// may run internode v2, its forward route (ep/internode_v2.mlir).
+size_t own_route_words(const EpDispatchCombineConfig& config) {
   return size_t(config.max_num_inp_token_per_rank) * size_t(config.num_experts_per_token) + 1 +
          size_t(config.world_size);
+}
+size_t route_words(const EpDispatchCombineConfig& config) {
+  return own_route_words(config) + forward_route_words(config);
 }
 
 int32_t read_word(Device& device, const void* base, size_t byte_offset) {
@@ -175,6 +179,7 @@ struct EpDispatchCombineOp::Impl {
   // read and cleared yet. A replay takes no slots, so it may follow directly.
   bool pending_counted_slots = false;
   void* route_in_use = nullptr;    // the route map of the pending dispatch
+  bool pending_v2 = false;         // the pending dispatch ran internode v2 (its combine must too)
   bool closed = false;    // calls throw
   bool released = false;  // memory freed (at close(), or at destruction)
 
@@ -231,19 +236,16 @@ struct EpDispatchCombineOp::Impl {
                   "the device's own target", "leave config.target unset, or set it to " + device.default_target());
   }
 
-  // v2_ll is built; v2 (a token crossing once per node, then forwarded) is
-  // not yet. auto runs v2_ll for every call meanwhile: the results are the
-  // same (both sum in destination order and round once), only the traffic
-  // differs, so it is logged once rather than refused.
+  // auto picks per call by the token count, and every rank of a call must
+  // pick alike (their transfers pair up): say so once where a user reads it.
   void check_internode_kernel() const {
-    if (config.internode_kernel == InternodeKernel::V2)
-      throw Error("EpDispatchCombineConfig.internode_kernel = v2: the throughput internode kernels are not built yet",
-                  "internode_kernel v2_ll (or auto, which runs v2_ll)",
-                  "set internode_kernel to v2_ll or auto");
     if (config.internode_kernel == InternodeKernel::Auto) {
       static std::once_flag logged;
-      std::call_once(logged, [] {
-        log().info("internode_kernel auto: every call runs v2_ll (v2 is not built yet; results are the same)");
+      const int64_t crossover = config.internode_auto_ll_max_tokens;
+      std::call_once(logged, [crossover] {
+        log().info("internode_kernel auto: calls of at most {} tokens run v2_ll, larger ones v2; every rank of a call "
+                   "must be on the same side",
+                   crossover);
       });
     }
   }
@@ -328,6 +330,7 @@ struct EpDispatchCombineOp::Impl {
       window_table = layout.table(arena->peers);
     }
     route = allocate_zeroed(route_words(config) * 4);
+    clear_forward_route(route);
     const size_t max_tokens = size_t(config.max_num_inp_token_per_rank);
     out_tokens = allocate_zeroed(max_tokens * config.combine_token_bytes());
     out_weights = allocate_zeroed(max_tokens * size_t(config.num_experts_per_token) * 4);
@@ -378,6 +381,16 @@ struct EpDispatchCombineOp::Impl {
   // The local window at a region's byte offset (an EpWindowMap field).
   char* local(size_t offset) const { return static_cast<char*>(arena->local) + offset; }
   char* state_word(int64_t word) const { return local(window.state) + 4 * word; }
+  // Where a route map keeps v2's forward route (after its own words).
+  void* forward_route(void* route_map) const {
+    return static_cast<char*>(route_map) + 4 * own_route_words(config);
+  }
+  // A new map's forward route forwards nothing: rows a dispatch never
+  // forwarded stay -1, so route_map() hands out only entries load_routing accepts.
+  void clear_forward_route(void* route_map) const {
+    const std::vector<int32_t> none(forward_route_words(config), -1);
+    if (!none.empty()) device.copy_to_device(forward_route(route_map), none.data(), none.size() * 4);
+  }
   int64_t capacity() const { return config.total_recv_tokens(); }
 
   TensorRef total_recv_tensor() const { return {state_word(window.total_recv_word), DType::I32, {1}}; }
@@ -433,6 +446,7 @@ struct EpDispatchCombineOp::Impl {
                                  bool replay) {
     const int64_t n = input.shape[0];
     const ScheduleEntry& geometry = geometry_for(n);
+    const bool v2 = config.runs_internode_v2(n);
     const Kernel& kernel = *kernels.dispatch;
     device.launch(kernel, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
                   LaunchArgs(kernel)
@@ -444,14 +458,16 @@ struct EpDispatchCombineOp::Impl {
                       .set("tokens", n)
                       .set("rank", config.rank)
                       .set("replay", replay)
+                      .set("forward", v2)
                       .set("w", window_table)
                       .build(),
                   *stream);
     if (internode)
       internode->after_dispatch(kernels, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
-                                window_table, route_map, replay, *stream);
+                                window_table, route_map, forward_route(route_map), replay, v2, *stream);
     dispatched_tokens = n;
     pending_counted_slots = !replay;
+    pending_v2 = v2;
 
     const int64_t cap = capacity(), k = config.num_experts_per_token;
     DispatchResult result;
@@ -478,25 +494,32 @@ struct EpDispatchCombineOp::Impl {
     if (weighted) expect_tensor(call, "weights", *weights, DType::F32, {cap, k}, true);
     const int64_t n = dispatched_tokens;
     const ScheduleEntry& geometry = geometry_for(n);
-    const bool scatter = config.combine_mode == CombineMode::Scatter;
-    const Kernel& kernel = scatter ? *kernels.combine_scatter : *kernels.combine_gather;
-    LaunchArgs args(kernel);
-    args.set("input", input.data)
-        .set("in_weights", weighted ? weights->data : nullptr)
-        .set("output", out_tokens)
-        .set("out_weights", out_weights)
-        .set("route", route_in_use)
-        .set("tokens", n)
-        .set("rank", config.rank)
-        .set("has_weights", weighted)
-        .set("w", window_table);
-    if (!scatter) args.set("staged", input.data == local(window.combine_rows));  // written in place: combine_input()
-    if (internode)
-      internode->before_combine(kernels, {uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)},
-                                window_table, input.data, weighted ? weights->data : nullptr, weighted, route_in_use,
-                                *stream);
-    device.launch(kernel, {uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)}, args.build(),
-                  *stream);
+    const LaunchGeometry grid{uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)};
+    const bool staged = input.data == local(window.combine_rows);  // written in place: combine_input()
+    if (pending_v2) {
+      internode->combine_v2(kernels, grid, window_table,
+                            {input.data, weighted ? weights->data : nullptr, staged, route_in_use,
+                             forward_route(route_in_use), n, out_tokens, out_weights},
+                            *stream);
+    } else {
+      if (internode)
+        internode->before_combine(kernels, grid, window_table, input.data, weighted ? weights->data : nullptr,
+                                  weighted, route_in_use, *stream);
+      const bool scatter = config.combine_mode == CombineMode::Scatter;
+      const Kernel& kernel = scatter ? *kernels.combine_scatter : *kernels.combine_gather;
+      LaunchArgs args(kernel);
+      args.set("input", input.data)
+          .set("in_weights", weighted ? weights->data : nullptr)
+          .set("output", out_tokens)
+          .set("out_weights", out_weights)
+          .set("route", route_in_use)
+          .set("tokens", n)
+          .set("rank", config.rank)
+          .set("has_weights", weighted)
+          .set("w", window_table);
+      if (!scatter) args.set("staged", staged);
+      device.launch(kernel, grid, args.build(), *stream);
+    }
     dispatched_tokens = -1;
     CombineResult result;
     result.tokens = {out_tokens, row_type, {n, config.hidden_dim}};
@@ -527,7 +550,10 @@ DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const Tenso
                 "record with this op's make_routing()");
   op.route_in_use = record ? record->route_ : op.route;
   DispatchResult result = op.launch_dispatch(input, weights, scales, indices, op.route_in_use, false);
-  if (record) record->tokens_ = input.shape[0];
+  if (record) {
+    record->tokens_ = input.shape[0];
+    record->forward_route_ = true;
+  }
   return result;
 }
 
@@ -543,6 +569,14 @@ DispatchResult EpDispatchCombineOp::dispatch_replay(const TensorRef& input, cons
     throw Error("dispatch_replay: " + std::to_string(input.shape[0]) + " tokens, but the routing was recorded with " +
                     std::to_string(routing.tokens_),
                 "the recorded token count (and the same indices)", "replay with the batch the routing was recorded for");
+  if (op.config.runs_internode_v2(routing.tokens_) && !routing.forward_route_)
+    throw Error("dispatch_replay: a call of " + std::to_string(routing.tokens_) +
+                    " tokens runs internode v2, whose replay needs the forwarding slots this rank recorded, but the "
+                    "routing was loaded from a map without them",
+                "a routing recorded by a dispatch, or loaded from a whole route_map() (" +
+                    std::to_string(route_words(op.config)) + " words)",
+                "replay the recorded routing itself, load the whole route_map(), or build the op with "
+                "internode_kernel v2_ll");
   op.route_in_use = routing.route_;
   return op.launch_dispatch(input, weights, scales, indices, routing.route_, true);
 }
@@ -649,7 +683,9 @@ TensorRef EpDispatchCombineOp::combine_input() {
 
 std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
   impl_->require_open("make_routing");
-  return std::unique_ptr<Routing>(new Routing(impl_->device, route_words(impl_->config), impl_->id));
+  std::unique_ptr<Routing> routing(new Routing(impl_->device, route_words(impl_->config), impl_->id));
+  impl_->clear_forward_route(routing->route_);
+  return routing;
 }
 
 TensorRef EpDispatchCombineOp::route_map(const Routing& routing) const {
@@ -667,15 +703,18 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
   if (routing.op_id_ != op.id)
     throw Error("load_routing: the routing belongs to another op", "a Routing from this op's make_routing()",
                 "load into this op's make_routing()");
-  const int64_t words = int64_t(route_words(op.config)), k = op.config.num_experts_per_token;
-  expect_tensor("load_routing", "map", map, DType::I32, {words});
+  const int64_t words = int64_t(route_words(op.config)), own_words = int64_t(own_route_words(op.config));
+  const int64_t k = op.config.num_experts_per_token;
+  // The whole map, or (internode v2) its own words without the forward route.
+  const bool whole = map.shape.size() == 1 && map.shape[0] == words;
+  expect_tensor("load_routing", "map", map, DType::I32, {whole ? words : own_words});
   if (tokens < 0 || tokens > op.config.max_num_inp_token_per_rank)
     throw Error("load_routing: " + std::to_string(tokens) + " tokens",
                 "at most max_num_inp_token_per_rank = " + std::to_string(op.config.max_num_inp_token_per_rank),
                 "pass the token count the map was recorded for");
-  std::vector<int32_t> host(size_t(words), 0);
+  std::vector<int32_t> host(size_t(words), -1);
   op.stream->synchronize();
-  op.device.copy_to_host(host.data(), map.data, host.size() * 4);
+  op.device.copy_to_host(host.data(), map.data, size_t(whole ? words : own_words) * 4);
   const int64_t cap = op.capacity(), ranks = op.config.world_size;
   const int64_t entries = op.config.max_num_inp_token_per_rank * k;
   for (int64_t i = 0; i < entries; ++i) {
@@ -705,8 +744,19 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
                       std::to_string(peer) + ") = " + std::to_string(sent),
                   "in [0, " + std::to_string(most) + "]", "pass a map route_map() returned for this op's configuration");
   }
+  // The forward route: where this rank forwarded each inbox row, -1 or a
+  // rank of its own node * capacity + slot.
+  for (int64_t i = own_words; whole && i < words; ++i) {
+    const int32_t entry = host[size_t(i)];
+    const bool on_node = entry >= 0 && entry / cap / per_node == op.config.rank / per_node;
+    if (entry != -1 && !(on_node && entry / cap < ranks))
+      throw Error("load_routing: map[" + std::to_string(i) + "] (forward route) = " + std::to_string(entry),
+                  "-1, or rank * capacity + slot with a rank of this rank's node and slot < " + std::to_string(cap),
+                  "pass a map route_map() returned for this op's configuration");
+  }
   op.device.copy_to_device(routing.route_, host.data(), host.size() * 4);
   routing.tokens_ = tokens;
+  routing.forward_route_ = whole;
 }
 
 void EpDispatchCombineOp::check() {

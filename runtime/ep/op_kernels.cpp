@@ -18,6 +18,9 @@ EpKernels EpKernels::bind(const KernelModule& module) {
   kernels.internode_ingest = &module.kernel("ep_internode_ingest");
   kernels.internode_return_pack = &module.kernel("ep_internode_return_pack");
   kernels.internode_return_unpack = &module.kernel("ep_internode_return_unpack");
+  kernels.internode_forward = &module.kernel("ep_internode_forward");
+  kernels.internode_partials = &module.kernel("ep_internode_partials");
+  kernels.internode_sum = &module.kernel("ep_internode_sum");
   return kernels;
 }
 

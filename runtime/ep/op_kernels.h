@@ -23,6 +23,9 @@ struct EpKernels {
   const Kernel* internode_ingest = nullptr;
   const Kernel* internode_return_pack = nullptr;
   const Kernel* internode_return_unpack = nullptr;
+  const Kernel* internode_forward = nullptr;   // v2
+  const Kernel* internode_partials = nullptr;  // v2
+  const Kernel* internode_sum = nullptr;       // v2
 
   static EpKernels bind(const KernelModule& module);
 };

@@ -29,6 +29,27 @@ void store(DataType type, uint8_t* row, size_t i, float value) {
   }
 }
 
+// `values(d)` is destination d's contribution (count elements); the sum in
+// summation_groups() order, in f32. No destination: zeros.
+template <typename Contribution>
+std::vector<float> grouped_sum(const std::vector<std::vector<int>>& groups, size_t count, Contribution values) {
+  std::vector<float> total;
+  for (const std::vector<int>& group : groups) {
+    std::vector<float> partial;
+    for (int d : group) {
+      std::vector<float> term = values(d);
+      // The first contribution is taken as is (0 + -0 would lose a sign).
+      if (partial.empty()) partial = std::move(term);
+      else for (size_t i = 0; i < count; ++i) partial[i] += term[i];
+    }
+    if (partial.empty()) continue;
+    if (total.empty()) total = std::move(partial);
+    else for (size_t i = 0; i < count; ++i) total[i] += partial[i];
+  }
+  if (total.empty()) total.assign(count, 0.0f);
+  return total;
+}
+
 }  // namespace
 
 std::vector<float> through_quantization(const EpDispatchCombineConfig& config, std::vector<float> row) {
@@ -54,6 +75,38 @@ std::vector<int> destinations(const EpDispatchCombineConfig& config, const int32
     if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) ranks.push_back(rank);
   }
   return ranks;
+}
+
+std::vector<std::vector<int>> summation_groups(const EpDispatchCombineConfig& config, int rank, int64_t tokens,
+                                               const int32_t* experts) {
+  const std::vector<int> ranks = destinations(config, experts);
+  if (!config.runs_internode_v2(tokens)) return {ranks};
+  const int per_node = config.nodes_gpu_count();
+  std::vector<std::vector<int>> groups;
+  std::vector<int> group_node;  // the node of each group
+  std::vector<int> own;
+  for (int d : ranks) {
+    if (d / per_node == rank / per_node) {
+      own.push_back(d);
+      continue;
+    }
+    const auto it = std::find(group_node.begin(), group_node.end(), d / per_node);
+    if (it == group_node.end()) {
+      group_node.push_back(d / per_node);
+      groups.push_back({d});
+    } else {
+      groups[size_t(it - group_node.begin())].push_back(d);
+    }
+  }
+  if (!own.empty()) groups.insert(groups.begin(), own);
+  return groups;
+}
+
+std::vector<float> combined_weights(const EpDispatchCombineConfig& config, int rank, int64_t tokens,
+                                    const int32_t* experts, const float* weights) {
+  const size_t k = size_t(config.num_experts_per_token);
+  return grouped_sum(summation_groups(config, rank, tokens, experts), k,
+                     [&](int) { return std::vector<float>(weights, weights + k); });
 }
 
 std::vector<std::vector<ReceivedToken>> dispatch(const EpDispatchCombineConfig& config,
@@ -100,12 +153,10 @@ std::vector<std::vector<uint8_t>> combine(const EpDispatchCombineConfig& config,
   std::vector<std::vector<uint8_t>> result(size_t(config.world_size));
   for (int r = 0; r < config.world_size; ++r) {
     const int tokens = inputs.at(size_t(r)).tokens;
-    std::vector<std::vector<float>> sums(size_t(tokens), std::vector<float>(hidden, 0.0f));
-    // Destination order, as each origin token gathers its contributions.
+    std::vector<std::vector<float>> sums(static_cast<size_t>(tokens));
     for (int t = 0; t < tokens; ++t) {
       const int32_t* experts = &inputs[size_t(r)].indices[size_t(t) * size_t(config.num_experts_per_token)];
-      bool first = true;
-      for (int d : destinations(config, experts)) {
+      sums[size_t(t)] = grouped_sum(summation_groups(config, r, tokens, experts), hidden, [&](int d) {
         const auto& list = received[size_t(d)];
         const auto it = std::find_if(list.begin(), list.end(), [&](const ReceivedToken& token) {
           return token.source_rank == r && token.source_token == t;
@@ -113,12 +164,8 @@ std::vector<std::vector<uint8_t>> combine(const EpDispatchCombineConfig& config,
         const std::vector<uint8_t>& row = outputs.at(size_t(d)).at(size_t(it - list.begin()));
         std::vector<float> contribution(hidden);
         for (size_t i = 0; i < hidden; ++i) contribution[i] = load(type, row.data(), i);
-        contribution = through_quantization(config, std::move(contribution));
-        // The first contribution is taken as is (0 + -0 would lose a sign).
-        if (first) sums[size_t(t)] = std::move(contribution);
-        else for (size_t i = 0; i < hidden; ++i) sums[size_t(t)][i] += contribution[i];
-        first = false;
-      }
+        return through_quantization(config, std::move(contribution));
+      });
     }
     result[size_t(r)].assign(size_t(tokens) * row_bytes, 0);
     for (int t = 0; t < tokens; ++t)

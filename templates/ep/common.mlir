@@ -28,6 +28,7 @@ ep.constant @state_recv_counter = 6 : index        // slots senders took here du
 ep.constant @state_peer_timeout_ms = 7 : index     // how long a wait for a peer may take (the host sets it)
 ep.constant @state_stopped = 8 : index             // nonzero: a dispatch's peer wait timed out; kernels do nothing until reset()
 ep.constant @state_node_recv = 9 : index           // of state_total_recv, the tokens that came from this rank's node
+ep.constant @state_forward_arrivals = 10 : index   // blocks of this rank done forwarding (internode v2)
 ep.constant @state_words = 16 : index
 
 // What a kernel writes into state_error (EpDispatchCombineOp::check() names them).
@@ -43,7 +44,8 @@ ep.constant @expert_none = -1 : i32
 // @signals holds one flag per rank and meeting: signals[meeting * world + rank].
 ep.constant @meeting_dispatch = 0 : index
 ep.constant @meeting_combine = 1 : index
-ep.constant @meetings = 2 : index
+ep.constant @meeting_forward = 2 : index           // internode v2: every rank of the node has forwarded
+ep.constant @meetings = 3 : index
 
 // How a kernel that sums rows cuts them into work items (token, piece): as
 // many pieces per token as the grid has warps per token, so a small call
@@ -158,25 +160,34 @@ ep.window_region @recv_origin : i32 {
   %count = arith.muli %capacity, %c2 : index
   ep.yield %count : index
 }
-// Gather: expert outputs staged where their origins read them.
+// Gather, and internode (v2 reduces a node's contributions gather-style in
+// either mode): expert outputs staged where their origins read them.
 ep.window_region @combine_rows : !ep.row_elem<"combine_elem"> {
   %c0 = arith.constant 0 : index
   %mode = ep.param_value @combine_mode : index
+  %world = ep.param_value @world : index
+  %per_node = ep.param_value @gpu_per_node : index
   %gather = arith.cmpi eq, %mode, %c0 : index
+  %internode = arith.cmpi ult, %per_node, %world : index
+  %staging = arith.ori %gather, %internode : i1
   %capacity = ep.param_value @capacity : index
   %hidden = ep.param_value @hidden : index
   %rows = arith.muli %capacity, %hidden : index
-  %count = arith.select %gather, %rows, %c0 : index
+  %count = arith.select %staging, %rows, %c0 : index
   ep.yield %count : index
 }
 ep.window_region @combine_weights : f32 {
   %c0 = arith.constant 0 : index
   %mode = ep.param_value @combine_mode : index
+  %world = ep.param_value @world : index
+  %per_node = ep.param_value @gpu_per_node : index
   %gather = arith.cmpi eq, %mode, %c0 : index
+  %internode = arith.cmpi ult, %per_node, %world : index
+  %staging = arith.ori %gather, %internode : i1
   %capacity = ep.param_value @capacity : index
   %topk = ep.param_value @topk : index
   %weights = arith.muli %capacity, %topk : index
-  %count = arith.select %gather, %weights, %c0 : index
+  %count = arith.select %staging, %weights, %c0 : index
   ep.yield %count : index
 }
 // Scatter: each origin's inbox, a row per (token, destination ordinal): plain

@@ -14,6 +14,24 @@ ep.include "ep/common"
 ep.include "ep/sync"
 ep.include "ep/internode"
 
+// The destination ordinal a row carries in its origin words: `n`, the
+// token's send target number; forwarding, where a token's targets are not
+// all its destinations, the number of `dest` among its destination ranks
+// (what the receiver's origins report, as intranode; a rail peer's row is
+// renumbered when forwarded).
+func.func private @destination_ordinal(%indices: !ep.ptr<i32>, %row: index, %dest: index, %n: index,
+                                       %rank: index, %forwarding: i1) -> index {
+  %ordinal = scf.if %forwarding -> (index) {
+    %false = arith.constant false
+    %among_ranks = func.call @rank_ordinal(%indices, %row, %dest, %rank, %false)
+        : (!ep.ptr<i32>, index, index, index, i1) -> index
+    scf.yield %among_ranks : index
+  } else {
+    scf.yield %n : index
+  }
+  return %ordinal : index
+}
+
 // One warp sends token `token` to slot `slot` on rank `dest`, its
 // destination number `ordinal`: the row, its weights, indices and scales,
 // and its origin.
@@ -94,7 +112,7 @@ func.func private @record_slot(%route: !ep.ptr<i32>, %route_at: index, %dest: in
 // Reports the token's bad experts (error 3; masked ones are fine) and
 // closes its route: -1 past its destinations.
 func.func private @check_token(%indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %token: index,
-                               %w: !ep.window, %rank: index) {
+                               %w: !ep.window, %rank: index, %forwarding: i1) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %none = arith.constant -1 : i32
@@ -116,7 +134,8 @@ func.func private @check_token(%indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %to
       ep.atomic_store %bad_expert, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
     }
   }
-  %destinations = func.call @destinations_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> index
+  %destinations = func.call @destinations_before(%indices, %row, %topk, %rank, %forwarding)
+      : (!ep.ptr<i32>, index, index, index, i1) -> index
   scf.for %tail = %destinations to %topk step %c1 {
     %tail_at = arith.addi %row, %tail : index
     ep.store %none, %route[%tail_at] : !ep.ptr<i32>
@@ -129,7 +148,7 @@ func.func private @check_token(%indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %to
 // then the copy. The token's first entry also checks the token.
 func.func private @send_entry(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                               %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %entry: index, %rank: index,
-                              %replaying: i1, %w: !ep.window) {
+                              %replaying: i1, %forwarding: i1, %w: !ep.window) {
   %c0 = arith.constant 0 : index
   %zero = arith.constant 0 : i64
   %one = arith.constant 1 : i32
@@ -142,11 +161,13 @@ func.func private @send_entry(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %sca
   %row = arith.muli %token, %topk : index
   %first_entry = arith.cmpi eq, %j, %c0 : index
   scf.if %first_entry {
-    func.call @check_token(%indices, %route, %token, %w, %rank) : (!ep.ptr<i32>, !ep.ptr<i32>, index, !ep.window, index) -> ()
+    func.call @check_token(%indices, %route, %token, %w, %rank, %forwarding)
+        : (!ep.ptr<i32>, !ep.ptr<i32>, index, !ep.window, index, i1) -> ()
   }
   %at = arith.addi %row, %j : index
-  %bit = func.call @rank_bit(%indices, %at) : (!ep.ptr<i32>, index) -> i64
-  %earlier = func.call @ranks_before(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i64
+  %bit = func.call @rank_bit(%indices, %at, %rank, %forwarding) : (!ep.ptr<i32>, index, index, i1) -> i64
+  %earlier = func.call @ranks_before(%indices, %row, %j, %rank, %forwarding)
+      : (!ep.ptr<i32>, index, index, index, i1) -> i64
   %known = arith.andi %earlier, %bit : i64
   %is_new = arith.cmpi eq, %known, %zero : i64
   %is_valid = arith.cmpi ne, %bit, %zero : i64
@@ -155,7 +176,8 @@ func.func private @send_entry(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %sca
     %n = func.call @rank_count(%earlier) : (i64) -> index
     %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
     %expert = arith.index_cast %expert_i32 : i32 to index
-    %dest = arith.divui %expert, %epr : index
+    %owner = arith.divui %expert, %epr : index
+    %dest = func.call @send_target(%rank, %owner, %forwarding) : (index, index, i1) -> index
     %route_at = arith.addi %row, %n : index
     %taken = scf.if %replaying -> (i32) {
       %unused = arith.constant 0 : i32
@@ -169,7 +191,9 @@ func.func private @send_entry(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %sca
         : (!ep.ptr<i32>, index, index, i32, i1, !ep.window, index) -> index
     %fits = arith.cmpi ult, %slot, %capacity : index
     scf.if %fits {
-      func.call @send_token(%input, %weights, %scales, %indices, %token, %dest, %slot, %n, %rank, %w)
+      %ordinal = func.call @destination_ordinal(%indices, %row, %dest, %n, %rank, %forwarding)
+          : (!ep.ptr<i32>, index, index, index, index, i1) -> index
+      func.call @send_token(%input, %weights, %scales, %indices, %token, %dest, %slot, %ordinal, %rank, %w)
           : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, index, index, index, index, index, !ep.window) -> ()
     }
   }
@@ -184,7 +208,7 @@ func.func private @send_entry(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %sca
 // round trip (about a microsecond over NVLink) no longer stalls every copy.
 func.func private @send_tokens_reserved(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                                         %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index,
-                                        %rank: index, %replaying: i1, %w: !ep.window) {
+                                        %rank: index, %replaying: i1, %forwarding: i1, %w: !ep.window) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %zero = arith.constant 0 : i32
@@ -197,7 +221,8 @@ func.func private @send_tokens_reserved(%input: !ep.ptr<i32>, %weights: !ep.ptr<
   %first = ep.global_warp_index : index
   %stride = ep.global_warp_count : index
   scf.for %token = %first to %tokens step %stride {
-    func.call @check_token(%indices, %route, %token, %w, %rank) : (!ep.ptr<i32>, !ep.ptr<i32>, index, !ep.window, index) -> ()
+    func.call @check_token(%indices, %route, %token, %w, %rank, %forwarding)
+        : (!ep.ptr<i32>, !ep.ptr<i32>, index, !ep.window, index, i1) -> ()
   }
   %start = arith.addi %rank, %first : index
   scf.for %step = %c0 to %world step %c1 {
@@ -206,7 +231,8 @@ func.func private @send_tokens_reserved(%input: !ep.ptr<i32>, %weights: !ep.ptr<
     %dest_i64 = arith.index_cast %dest : index to i64
     %count = scf.for %token = %first to %tokens step %stride iter_args(%n = %zero) -> (i32) {
       %row = arith.muli %token, %topk : index
-      %ranks = func.call @ranks_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> i64
+      %ranks = func.call @ranks_before(%indices, %row, %topk, %rank, %forwarding)
+          : (!ep.ptr<i32>, index, index, index, i1) -> i64
       %shifted = arith.shrui %ranks, %dest_i64 : i64
       %bit = arith.andi %shifted, %one_i64 : i64
       %bit_i32 = arith.trunci %bit : i64 to i32
@@ -224,20 +250,24 @@ func.func private @send_tokens_reserved(%input: !ep.ptr<i32>, %weights: !ep.ptr<
       }
       %sent = scf.for %token = %first to %tokens step %stride iter_args(%taken = %base) -> (i32) {
         %row = arith.muli %token, %topk : index
-        %ranks = func.call @ranks_before(%indices, %row, %topk) : (!ep.ptr<i32>, index, index) -> i64
+        %ranks = func.call @ranks_before(%indices, %row, %topk, %rank, %forwarding)
+          : (!ep.ptr<i32>, index, index, index, i1) -> i64
         %shifted = arith.shrui %ranks, %dest_i64 : i64
         %bit = arith.andi %shifted, %one_i64 : i64
         %skips = arith.cmpi ne, %bit, %one_i64 : i64
         %next = scf.if %skips -> (i32) {
           scf.yield %taken : i32
         } else {
-          %n = func.call @rank_ordinal(%indices, %row, %dest) : (!ep.ptr<i32>, index, index) -> index
+          %n = func.call @rank_ordinal(%indices, %row, %dest, %rank, %forwarding)
+              : (!ep.ptr<i32>, index, index, index, i1) -> index
           %route_at = arith.addi %row, %n : index
           %slot = func.call @record_slot(%route, %route_at, %dest, %taken, %replaying, %w, %rank)
               : (!ep.ptr<i32>, index, index, i32, i1, !ep.window, index) -> index
           %fits = arith.cmpi ult, %slot, %capacity : index
           scf.if %fits {
-            func.call @send_token(%input, %weights, %scales, %indices, %token, %dest, %slot, %n, %rank, %w)
+            %ordinal = func.call @destination_ordinal(%indices, %row, %dest, %n, %rank, %forwarding)
+                : (!ep.ptr<i32>, index, index, index, index, i1) -> index
+            func.call @send_token(%input, %weights, %scales, %indices, %token, %dest, %slot, %ordinal, %rank, %w)
                 : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, index, index, index, index, index, !ep.window) -> ()
           }
           %taken_next = arith.addi %taken, %one : i32
@@ -258,7 +288,7 @@ func.func private @send_tokens_reserved(%input: !ep.ptr<i32>, %weights: !ep.ptr<
 // warp 0 the origin, so no warp has more than one round of loads.
 func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                                          %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index,
-                                         %rank: index, %replaying: i1, %w: !ep.window) {
+                                         %rank: index, %replaying: i1, %forwarding: i1, %w: !ep.window) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
@@ -320,10 +350,12 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
     %first_entry = arith.cmpi eq, %j, %c0 : index
     %checks = arith.andi %first_entry, %lead : i1
     scf.if %checks {
-      func.call @check_token(%indices, %route, %token, %w, %rank) : (!ep.ptr<i32>, !ep.ptr<i32>, index, !ep.window, index) -> ()
+      func.call @check_token(%indices, %route, %token, %w, %rank, %forwarding)
+        : (!ep.ptr<i32>, !ep.ptr<i32>, index, !ep.window, index, i1) -> ()
     }
-    %bit = func.call @rank_bit(%indices, %at) : (!ep.ptr<i32>, index) -> i64
-    %earlier = func.call @ranks_before(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i64
+    %bit = func.call @rank_bit(%indices, %at, %rank, %forwarding) : (!ep.ptr<i32>, index, index, i1) -> i64
+    %earlier = func.call @ranks_before(%indices, %row, %j, %rank, %forwarding)
+        : (!ep.ptr<i32>, index, index, index, i1) -> i64
     %known = arith.andi %earlier, %bit : i64
     %is_new = arith.cmpi eq, %known, %no_rank : i64
     %is_valid = arith.cmpi ne, %bit, %no_rank : i64
@@ -332,7 +364,8 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
       %n = func.call @rank_count(%earlier) : (i64) -> index
       %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
       %expert = arith.index_cast %expert_i32 : i32 to index
-      %dest = arith.divui %expert, %epr : index
+      %owner = arith.divui %expert, %epr : index
+      %dest = func.call @send_target(%rank, %owner, %forwarding) : (index, index, i1) -> index
       %route_at = arith.addi %row, %n : index
       %not_replaying = arith.xori %replaying, %true : i1
       %takes_slot = arith.andi %lead, %not_replaying : i1
@@ -386,9 +419,11 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
           %token_i32 = arith.index_cast %token : index to i32
           %origin_base = arith.muli %rank_i32, %max_tokens_i32 : i32
           %origin = arith.addi %origin_base, %token_i32 : i32
-          %ordinal = arith.index_cast %n : index to i32
+          %ordinal = func.call @destination_ordinal(%indices, %row, %dest, %n, %rank, %forwarding)
+              : (!ep.ptr<i32>, index, index, index, index, i1) -> index
+          %ordinal_i32 = arith.index_cast %ordinal : index to i32
           ep.store %origin, %to_origin[%c0] : !ep.ptr<i32>
-          ep.store %ordinal, %to_origin[%c1] : !ep.ptr<i32>
+          ep.store %ordinal_i32, %to_origin[%c1] : !ep.ptr<i32>
         }
       }
     }
@@ -396,9 +431,48 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
   return
 }
 
+// After a dispatch meeting (or, forwarding, the forward meeting): the
+// received count, counted or recorded, read with the error word in one
+// round (the flags' acquire already ordered every sender's increment before
+// these loads, so they need no acquire of their own); published as the
+// rows that fit, recorded in the route, and the counter cleared.
+func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.ptr<i32>, %replaying: i1) {
+  %c0 = arith.constant 0 : index
+  %zero = arith.constant 0 : i32
+  %true = arith.constant true
+  %total_word = ep.constant_value @state_total_recv : index
+  %counter_word = ep.constant_value @state_recv_counter : index
+  %node_word = ep.constant_value @state_node_recv : index
+  %topk = ep.param_value @topk : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %capacity = ep.param_value @capacity : index
+  %capacity_i32 = arith.index_cast %capacity : index to i32
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %total_at = arith.muli %max_tokens, %topk : index
+  %counted = ep.atomic_load %state[%counter_word] scope(system) order(relaxed) : !ep.ptr<i32>
+  %recorded = ep.load %route[%total_at] : !ep.ptr<i32>
+  %received = arith.select %replaying, %recorded, %counted : i32
+  %counting = arith.xori %replaying, %true : i1
+  scf.if %counting {
+    ep.atomic_store %zero, %state[%counter_word] scope(system) order(relaxed) : !ep.ptr<i32>
+    ep.store %counted, %route[%total_at] : !ep.ptr<i32>
+  }
+  // More than capacity arrived only with error 2 set; the rows that fit are valid.
+  %overflow = arith.cmpi sgt, %received, %capacity_i32 : i32
+  %kept = arith.select %overflow, %capacity_i32, %received : i32
+  ep.store %kept, %state[%total_word] : !ep.ptr<i32>
+  // Internode v2_ll, ep_internode_ingest appends the other nodes' rows after these.
+  ep.store %kept, %state[%node_word] : !ep.ptr<i32>
+  return
+}
+
+// forward != 0 (internode v2): tokens for other nodes go to their rail
+// peers (@send_target), which forward them after the transfer; the receive
+// counter then also counts forwarded rows, so ep_internode_forward's last
+// block, not this one, reads and clears it.
 ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                        %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index, %rank: index,
-                       %replay: index, %w: !ep.window) warps_per_block(4) {
+                       %replay: index, %forward: index, %w: !ep.window) warps_per_block(4) {
   // The epoch is read before the stopped check so both loads are in flight at once.
   %c0 = arith.constant 0 : index
   %one = arith.constant 1 : i32
@@ -408,18 +482,13 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
   scf.if %answered {
     %c2 = arith.constant 2 : index
-    %zero = arith.constant 0 : i32
     %true = arith.constant true
     %arrivals = ep.constant_value @state_dispatch_arrivals : index
-    %total_word = ep.constant_value @state_total_recv : index
-    %counter_word = ep.constant_value @state_recv_counter : index
     %dispatch_meeting = ep.constant_value @meeting_dispatch : index
     %topk = ep.param_value @topk : index
-    %max_tokens = ep.param_value @max_tokens : index
-    %capacity = ep.param_value @capacity : index
     %replaying = arith.cmpi ne, %replay, %c0 : index
+    %forwarding = arith.cmpi ne, %forward, %c0 : index
     %epoch = arith.addi %previous, %one : i32
-    %capacity_i32 = arith.index_cast %capacity : index to i32
 
     // A tiny call (no more top-k entries than blocks) gives each entry a
     // whole block: one warp takes the slot, then every warp copies its share
@@ -428,8 +497,8 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
     %blocks = ep.block_count : index
     %by_block = arith.cmpi ule, %entries, %blocks : index
     scf.if %by_block {
-      func.call @send_entries_by_block(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying, %w)
-          : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, !ep.window) -> ()
+      func.call @send_entries_by_block(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying, %forwarding, %w)
+          : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, i1, !ep.window) -> ()
     } else {
       // At most two top-k entries per warp: one entry per work item, so a
       // small call's copies to different ranks run on different warps and
@@ -442,41 +511,26 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
       %split = arith.cmpi ule, %entries, %two_per_warp : index
       scf.if %split {
         scf.for %entry = %first to %entries step %stride {
-          func.call @send_entry(%input, %weights, %scales, %indices, %route, %entry, %rank, %replaying, %w)
-              : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, !ep.window) -> ()
+          func.call @send_entry(%input, %weights, %scales, %indices, %route, %entry, %rank, %replaying, %forwarding, %w)
+              : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, i1, !ep.window) -> ()
         }
       } else {
-        func.call @send_tokens_reserved(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying, %w)
-            : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, !ep.window) -> ()
+        func.call @send_tokens_reserved(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying, %forwarding, %w)
+            : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, i1, !ep.window) -> ()
       }
     }
 
     // The last block to finish tells every rank this one is done; its lead
     // warp waits for all of them, then publishes what arrived and clears the
-    // receive counter.
+    // receive counter (forwarding: ep_internode_forward does, later).
     %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %dispatch_meeting) : (!ep.window, index, i32, index, index) -> i1
     scf.if %last {
       func.call @poll_all(%w, %rank, %epoch, %dispatch_meeting) : (!ep.window, index, i32, index) -> ()
-      // The received count, counted or recorded, read with the error word in
-      // one round: the flags' acquire already ordered every sender's
-      // increment before these loads, so they need no acquire of their own.
-      %total_at = arith.muli %max_tokens, %topk : index
-      %counted = ep.atomic_load %state[%counter_word] scope(system) order(relaxed) : !ep.ptr<i32>
-      %recorded = ep.load %route[%total_at] : !ep.ptr<i32>
-      func.call @stop_after_timeout(%w, %rank) : (!ep.window, index) -> ()
-      %received = arith.select %replaying, %recorded, %counted : i32
-      %counting = arith.xori %replaying, %true : i1
-      scf.if %counting {
-        ep.atomic_store %zero, %state[%counter_word] scope(system) order(relaxed) : !ep.ptr<i32>
-        ep.store %counted, %route[%total_at] : !ep.ptr<i32>
+      %counts_here = arith.xori %forwarding, %true : i1
+      scf.if %counts_here {
+        func.call @publish_received(%w, %rank, %route, %replaying) : (!ep.window, index, !ep.ptr<i32>, i1) -> ()
       }
-      // More than capacity arrived only with error 2 set; the rows that fit are valid.
-      %overflow = arith.cmpi sgt, %received, %capacity_i32 : i32
-      %kept = arith.select %overflow, %capacity_i32, %received : i32
-      ep.store %kept, %state[%total_word] : !ep.ptr<i32>
-      // Internode, ep_internode_ingest appends the other nodes' rows after these.
-      %node_word = ep.constant_value @state_node_recv : index
-      ep.store %kept, %state[%node_word] : !ep.ptr<i32>
+      func.call @stop_after_timeout(%w, %rank) : (!ep.window, index) -> ()
       func.call @seal_outboxes(%w, %rank, %route, %replaying) : (!ep.window, index, !ep.ptr<i32>, i1) -> ()
       // Read only by this rank's later kernels, which the stream orders after this one.
       ep.atomic_store %epoch, %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>

@@ -182,30 +182,50 @@ func.func private @invalid_expert(%expert_i32: i32) -> i1 {
   return %invalid : i1
 }
 
-// The bit of the rank expert `indices[at]` lives on (world <= 64: the
-// config bounds it by the wave size), or 0 for a masked or invalid expert.
-func.func private @rank_bit(%indices: !ep.ptr<i32>, %at: index) -> i64 {
+// Where a token for rank `dest` goes from `rank`. Forwarding (internode v2,
+// docs/EP.md): a rank of another node is reached through its node's rail
+// peer, the rank there with this rank's place in its node, which forwards
+// the token inside that node; so a token crosses to each node once.
+// Otherwise (intranode, v2_ll): `dest` itself.
+func.func private @send_target(%rank: index, %dest: index, %forwarding: i1) -> index {
+  %per_node = ep.param_value @gpu_per_node : index
+  %off = func.call @off_node(%rank, %dest) : (index, index) -> i1
+  %via_rail = arith.andi %forwarding, %off : i1
+  %node = arith.divui %dest, %per_node : index
+  %node_first = arith.muli %node, %per_node : index
+  %place = arith.remui %rank, %per_node : index
+  %rail_peer = arith.addi %node_first, %place : index
+  %target = arith.select %via_rail, %rail_peer, %dest : index
+  return %target : index
+}
+
+// The bit of the send target (@send_target) of the rank expert
+// `indices[at]` lives on (world <= 64: the config bounds it by the wave
+// size), or 0 for a masked or invalid expert.
+func.func private @rank_bit(%indices: !ep.ptr<i32>, %at: index, %rank: index, %forwarding: i1) -> i64 {
   %zero = arith.constant 0 : i64
   %one = arith.constant 1 : i64
   %epr = ep.param_value @experts_per_rank : index
   %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
   %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
   %expert = arith.index_cast %expert_i32 : i32 to index
-  %rank = arith.divui %expert, %epr : index
-  %rank_i64 = arith.index_cast %rank : index to i64
-  %shifted = arith.shli %one, %rank_i64 : i64
+  %dest = arith.divui %expert, %epr : index
+  %target = func.call @send_target(%rank, %dest, %forwarding) : (index, index, i1) -> index
+  %target_i64 = arith.index_cast %target : index to i64
+  %shifted = arith.shli %one, %target_i64 : i64
   %bit = arith.select %invalid, %zero, %shifted : i64
   return %bit : i64
 }
 
-// The ranks indices[row .. row + j) name (valid experts only), one bit each.
-func.func private @ranks_before(%indices: !ep.ptr<i32>, %row: index, %j: index) -> i64 {
+// The send targets indices[row .. row + j) name (valid experts only), one bit each.
+func.func private @ranks_before(%indices: !ep.ptr<i32>, %row: index, %j: index, %rank: index,
+                                %forwarding: i1) -> i64 {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %none = arith.constant 0 : i64
   %mask = scf.for %i = %c0 to %j step %c1 iter_args(%seen = %none) -> (i64) {
     %at = arith.addi %row, %i : index
-    %bit = func.call @rank_bit(%indices, %at) : (!ep.ptr<i32>, index) -> i64
+    %bit = func.call @rank_bit(%indices, %at, %rank, %forwarding) : (!ep.ptr<i32>, index, index, i1) -> i64
     %more = arith.ori %seen, %bit : i64
     scf.yield %more : i64
   }
@@ -229,19 +249,22 @@ func.func private @rank_count(%mask: i64) -> index {
   return %count : index
 }
 
-// How many distinct destination ranks indices[row .. row + j) name (valid
+// How many distinct send targets indices[row .. row + j) name (valid
 // experts only): the ordinal of the destination entry j would open. One pass
 // with a mask of the ranks seen (was a pass per entry: O(top-k^2) loads).
-func.func private @destinations_before(%indices: !ep.ptr<i32>, %row: index, %j: index) -> index {
-  %mask = func.call @ranks_before(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i64
+func.func private @destinations_before(%indices: !ep.ptr<i32>, %row: index, %j: index, %rank: index,
+                                       %forwarding: i1) -> index {
+  %mask = func.call @ranks_before(%indices, %row, %j, %rank, %forwarding)
+      : (!ep.ptr<i32>, index, index, index, i1) -> i64
   %count = func.call @rank_count(%mask) : (i64) -> index
   return %count : index
 }
 
-// The ordinal of rank `dest` among the token's destinations in order of
-// first appearance (where dispatch records its slot in the route); the
-// token's destination count if it does not go to `dest`.
-func.func private @rank_ordinal(%indices: !ep.ptr<i32>, %row: index, %dest: index) -> index {
+// The ordinal of send target `dest` among the token's in order of first
+// appearance (where dispatch records its slot in the route); the token's
+// target count if it does not go to `dest`.
+func.func private @rank_ordinal(%indices: !ep.ptr<i32>, %row: index, %dest: index, %rank: index,
+                                %forwarding: i1) -> index {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %none = arith.constant 0 : i64
@@ -253,7 +276,7 @@ func.func private @rank_ordinal(%indices: !ep.ptr<i32>, %row: index, %dest: inde
   %ordinal:3 = scf.for %j = %c0 to %topk step %c1 iter_args(%seen = %none, %n = %c0, %found = %false)
       -> (i64, index, i1) {
     %at = arith.addi %row, %j : index
-    %bit = func.call @rank_bit(%indices, %at) : (!ep.ptr<i32>, index) -> i64
+    %bit = func.call @rank_bit(%indices, %at, %rank, %forwarding) : (!ep.ptr<i32>, index, index, i1) -> i64
     %known = arith.andi %seen, %bit : i64
     %is_new = arith.cmpi eq, %known, %none : i64
     %is_bit = arith.cmpi ne, %bit, %none : i64

@@ -526,20 +526,18 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
           }
       }
     }
-    // Combined weights: the sum of the token's weights over its destinations, in destination order.
+    // Combined weights: the sum of the token's weights over its destinations, in the combine's order.
     if (c.weights && n) {
       std::vector<float> got(size_t(n * k));
       device.copy_to_host(got.data(), result.weights.data, got.size() * 4);
       const reference::RankInput& in = inputs[size_t(rank)];
       for (int64_t t = 0; t < n; ++t) {
-        const size_t u = reference::destinations(config, &in.indices[size_t(t) * size_t(k)]).size();
+        const std::vector<float> want = reference::combined_weights(config, rank, n, &in.indices[size_t(t * k)],
+                                                                    &in.weights[size_t(t * k)]);
         for (int j = 0; j < k; ++j) {
-          const float w = in.weights[size_t(t * k + j)];
-          float sum = u ? w : 0.0f;  // a token routed nowhere gets nothing back
-          for (size_t d = 1; d < u; ++d) sum += w;
-          if (got[size_t(t * k + j)] != sum) {
+          if (got[size_t(t * k + j)] != want[size_t(j)]) {
             failures.add("call ", call, ": combined weight [", t, ", ", j, "] = ", got[size_t(t * k + j)],
-                         ", expected ", sum);
+                         ", expected ", want[size_t(j)]);
             break;
           }
         }

@@ -98,45 +98,55 @@ std::vector<EpCase> matrix() {
   add({.name = "alternating_200_gather_w4", .world = 4, .hidden = 128, .calls = counts});
   add({.name = "alternating_200_scatter_quant_w2", .target = "host-gfx950", .hidden = 128, .mode = scatter,
        .quant = QuantType::Fp8Blockwise, .calls = counts});
-  // Internode (v2_ll): nodes of gpu_per_node ranks; ranks on other nodes are
-  // reached through the host transport (a stand-in for the network). auto
-  // runs v2_ll at every size until v2 exists, so it is checked on both sides
-  // of its crossover (internode_auto_ll_max_tokens, 512 by default: 37 and
-  // 600 tokens).
-  const InternodeKernel ll = InternodeKernel::V2LowLatency;
-  add({.name = "internode_w4_g2_gather", .world = 4, .gpu_per_node = 2, .internode_kernel = ll});
-  add({.name = "internode_w4_g2_scatter_processes", .world = 4, .ranks = Ranks::Processes, .mode = scatter,
-       .gpu_per_node = 2, .internode_kernel = ll});
-  add({.name = "internode_w6_g3_skewed_scatter", .world = 6, .topk = 4, .mode = scatter,
-       .routing = RoutingKind::Skewed, .gpu_per_node = 3, .internode_kernel = ll});
-  add({.name = "internode_w3_g1_masked_replay", .world = 3, .routing = RoutingKind::Masked, .replay = true,
-       .gpu_per_node = 1, .internode_kernel = ll});
-  add({.name = "internode_w4_g2_replay_through_map_scatter", .world = 4, .mode = scatter, .replay = true,
-       .replay_through_map = true, .gpu_per_node = 2, .internode_kernel = ll});
+  // Internode: nodes of gpu_per_node ranks; ranks on other nodes are reached
+  // through the host transport (a stand-in for the network). Each case runs
+  // v2_ll ("internode_...") and v2 ("internode_v2_..."): v2 forwards through
+  // rail peers and sums in two levels (reference::summation_groups).
+  auto internode = [&](EpCase c) {
+    const std::string name = c.name;
+    c.internode_kernel = InternodeKernel::V2LowLatency;
+    c.name = "internode_" + name;
+    add(c);
+    c.internode_kernel = InternodeKernel::V2;
+    c.name = "internode_v2_" + name;
+    add(c);
+  };
+  internode({.name = "w4_g2_gather", .world = 4, .gpu_per_node = 2});
+  internode({.name = "w4_g2_scatter_processes", .world = 4, .ranks = Ranks::Processes, .mode = scatter,
+             .gpu_per_node = 2});
+  internode({.name = "w6_g3_skewed_scatter", .world = 6, .topk = 4, .mode = scatter, .routing = RoutingKind::Skewed,
+             .gpu_per_node = 3});
+  internode({.name = "w8_g2_top8_gather", .world = 8, .topk = 8, .experts_per_rank = 3, .gpu_per_node = 2});
+  internode({.name = "w3_g1_masked_replay", .world = 3, .routing = RoutingKind::Masked, .replay = true,
+             .gpu_per_node = 1});
+  internode({.name = "w4_g2_replay_through_map_scatter", .world = 4, .mode = scatter, .replay = true,
+             .replay_through_map = true, .gpu_per_node = 2});
   add({.name = "replay_through_map_w3", .world = 3, .replay = true, .replay_through_map = true});
-  add({.name = "internode_w3_g1_replay_before_combine_scatter", .world = 3, .mode = scatter, .replay = true,
-       .replay_before_combine = true, .gpu_per_node = 1, .internode_kernel = ll});
-  add({.name = "internode_w4_g2_std_moe_scatter", .world = 4, .mode = scatter, .std_moe = true, .gpu_per_node = 2,
-       .internode_kernel = ll});
-  add({.name = "internode_w4_g2_std_moe_gather_repeats", .world = 4, .routing = RoutingKind::Repeats,
-       .std_moe = true, .gpu_per_node = 2, .internode_kernel = ll});
-  add({.name = "internode_w6_g3_f32_zero_copy", .world = 6, .data_type = F32, .zero_copy = true, .gpu_per_node = 3,
-       .internode_kernel = ll});
-  add({.name = "internode_fp8_scales_gfx942_w4_g2", .target = "host-gfx942", .world = 4, .data_type = FP8,
-       .scale_dim = 5, .scale_type_size = 4, .gpu_per_node = 2, .internode_kernel = ll});
-  add({.name = "internode_fp4_gfx950_scatter_w4_g2", .target = "host-gfx950", .world = 4, .data_type = FP4,
-       .mode = scatter, .gpu_per_node = 2, .internode_kernel = ll});
-  add({.name = "internode_fp4_gfx1250_w3_g1", .target = "host-gfx1250", .world = 3, .data_type = FP4,
-       .gpu_per_node = 1, .internode_kernel = ll});
-  add({.name = "internode_local_no_tokens_w4_g2", .world = 4, .routing = RoutingKind::Local, .calls = {0, 5, 0},
-       .gpu_per_node = 2, .internode_kernel = ll});
-  add({.name = "internode_skewed_top8_w4_g2", .world = 4, .hidden = 200, .topk = 8,
-       .experts_per_rank = 8, .max_tokens = 19, .routing = RoutingKind::Skewed, .calls = {19, 1, 0, 19},
-       .gpu_per_node = 2, .internode_kernel = ll});
+  internode({.name = "w3_g1_replay_before_combine_scatter", .world = 3, .mode = scatter, .replay = true,
+             .replay_before_combine = true, .gpu_per_node = 1});
+  internode({.name = "w4_g2_std_moe_scatter", .world = 4, .mode = scatter, .std_moe = true, .gpu_per_node = 2});
+  internode({.name = "w4_g2_std_moe_gather_repeats", .world = 4, .routing = RoutingKind::Repeats, .std_moe = true,
+             .gpu_per_node = 2});
+  internode({.name = "w6_g3_f32_zero_copy", .world = 6, .data_type = F32, .zero_copy = true, .gpu_per_node = 3});
+  internode({.name = "fp8_scales_gfx942_w4_g2", .target = "host-gfx942", .world = 4, .data_type = FP8,
+             .scale_dim = 5, .scale_type_size = 4, .gpu_per_node = 2});
+  internode({.name = "fp4_gfx950_scatter_w4_g2", .target = "host-gfx950", .world = 4, .data_type = FP4,
+             .mode = scatter, .gpu_per_node = 2});
+  internode({.name = "fp4_gfx1250_w3_g1", .target = "host-gfx1250", .world = 3, .data_type = FP4,
+             .gpu_per_node = 1});
+  internode({.name = "local_no_tokens_w4_g2", .world = 4, .routing = RoutingKind::Local, .calls = {0, 5, 0},
+             .gpu_per_node = 2});
+  internode({.name = "skewed_top8_w4_g2", .world = 4, .hidden = 200, .topk = 8, .experts_per_rank = 8,
+             .max_tokens = 19, .routing = RoutingKind::Skewed, .calls = {19, 1, 0, 19}, .gpu_per_node = 2});
+  internode({.name = "alternating_200_w4_g2", .world = 4, .hidden = 64, .mode = scatter, .calls = counts,
+             .gpu_per_node = 2});
+  // auto on both sides of its crossover (internode_auto_ll_max_tokens, 512
+  // by default): v2_ll at 37/36 and 1/0 tokens, v2 at 600 and 520/519; the
+  // ranks of a call are on the same side.
   add({.name = "internode_auto_both_sides_w4_g2", .world = 4, .hidden = 64, .max_tokens = 600,
-       .calls = {37, 600, 513, 1}, .gpu_per_node = 2});
-  add({.name = "internode_alternating_200_w4_g2", .world = 4, .hidden = 64, .mode = scatter, .calls = counts,
-       .gpu_per_node = 2, .internode_kernel = ll});
+       .calls = {37, 600, 520, 1}, .gpu_per_node = 2});
+  add({.name = "internode_auto_both_sides_replay_scatter_w6_g3", .world = 6, .hidden = 64, .max_tokens = 600,
+       .mode = scatter, .calls = {600, 2, 520}, .replay = true, .gpu_per_node = 3});
 #ifdef EPJIT_E2E_SANITIZER
   // Under a sanitizer everything runs many times slower: a subset that covers
   // every kernel and protocol, processes only where TSan allows forking.
@@ -144,7 +154,8 @@ std::vector<EpCase> matrix() {
                                      "std_moe_scatter_w4",      "replay_scatter_quant_w4", "skewed_w4",
                                      "fp4_gfx1250_scatter_w4", "alternating_200_gather_w4", "masked_gather_w4",
                                      "internode_w6_g3_skewed_scatter", "internode_w3_g1_masked_replay",
-                                     "internode_w4_g2_gather"};
+                                     "internode_w4_g2_gather", "internode_v2_w6_g3_skewed_scatter",
+                                     "internode_v2_w3_g1_masked_replay", "internode_v2_w4_g2_gather"};
   if (std::string(EPJIT_E2E_SANITIZER) != "thread")
     subset.insert(subset.end(), {"bf16_scatter_w4_processes", "quant_direct_fp8_dispatch_w4_processes"});
   std::erase_if(cases, [&](const EpCase& c) { return std::find(subset.begin(), subset.end(), c.name) == subset.end(); });

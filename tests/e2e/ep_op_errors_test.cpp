@@ -180,25 +180,64 @@ TEST(EpOpErrors, Fp8OfTheWrongFlavorIsRefused) {
   EXPECT_EQ(failures, "");
 }
 
-// Internode refusals: the throughput kernels (v2) are not built, a
-// transport that does not exist, and quant across nodes (the seed's rule).
+// Internode refusals: quant across nodes (the seed's rule); a v2 replay of
+// a map that lacks the forwarding slots (a MORI handle's tensors give only
+// the route's own words); a map whose forward route names another node's rank.
 TEST(EpOpErrors, InternodeRefusesWhatItCannotRun) {
   EpCase c = smallCase();
   c.world = 2;
   c.gpu_per_node = 1;
+  c.internode_kernel = InternodeKernel::V2;
   const std::string failures = runRanks(
       2, Ranks::Threads, testCache(),
       [&](int rank, Communicator& comm, KernelCache& cache) {
         std::string f;
         EpDispatchCombineConfig config = configFor(c, rank);
-        config.internode_kernel = InternodeKernel::V2;
-        f += expectParts("v2", thrown([&] { EpDispatchCombineOp(config, comm, {&cache, nullptr}); }),
-                         {"internode_kernel = v2", "not built yet", "v2_ll"});
-        config = configFor(c, rank);
         config.combine_mode = CombineMode::Scatter;
         config.quant_type = QuantType::Fp8DirectCast;
         f += expectParts("quant", thrown([&] { EpDispatchCombineOp(config, comm, {&cache, nullptr}); }),
                          {"intranode only", "quant_type=none"});
+
+        EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+        Buffers b(comm.device());
+        const int64_t n = 2, k = c.topk, hidden = c.hidden;
+        const std::vector<int32_t> experts = {0, 4, 1, 5};  // both tokens to both ranks
+        comm.device().copy_to_device(b.pointers[2], experts.data(), experts.size() * 4);
+        const TensorRef input{b.pointers[0], DType::BF16, {n, hidden}}, weights{b.pointers[1], DType::F32, {n, k}},
+            indices{b.pointers[2], DType::I32, {n, k}};
+        std::unique_ptr<Routing> recorded = op.make_routing();
+        op.combine(op.dispatch(input, weights, std::nullopt, indices, recorded.get()).tokens);
+        op.check();
+        const TensorRef whole = op.route_map(*recorded);
+        std::vector<int32_t> map(size_t(whole.shape[0]));
+        op.stream().synchronize();
+        comm.device().copy_to_host(map.data(), whole.data, map.size() * 4);
+        const size_t own_words = size_t(c.max_tokens * k + 1 + c.world);
+        if (map.size() <= own_words) return f + "route_map() has no forward route\n";
+
+        // Only the route's own words: loads, but a v2 call cannot replay it.
+        std::unique_ptr<Routing> partial = op.make_routing();
+        op.load_routing(*partial, {whole.data, DType::I32, {int64_t(own_words)}}, n);
+        f += expectParts("replay without forwarding slots",
+                         thrown([&] { op.dispatch_replay(input, weights, std::nullopt, indices, *partial); }),
+                         {"runs internode v2", "forwarding slots", "whole route_map()"});
+
+        // A forward entry naming the other node's rank (this rank forwarded a row to rank 1 - rank's slot 0).
+        const int other = 1 - rank;
+        map[own_words] = int32_t(other * op.capacity());
+        void* crafted = comm.device().allocate(map.size() * 4);
+        comm.device().copy_to_device(crafted, map.data(), map.size() * 4);
+        std::unique_ptr<Routing> forged = op.make_routing();
+        f += expectParts("forward route off the node",
+                         thrown([&] { op.load_routing(*forged, {crafted, DType::I32, {int64_t(map.size())}}, n); }),
+                         {"forward route", "a rank of this rank's node"});
+        comm.device().release(crafted);
+
+        // The whole map replays.
+        std::unique_ptr<Routing> loaded = op.make_routing();
+        op.load_routing(*loaded, whole, n);
+        op.combine(op.dispatch_replay(input, weights, std::nullopt, indices, *loaded).tokens);
+        op.check();
         return f;
       },
       1);
@@ -224,12 +263,15 @@ TEST(EpOpErrors, InternodeTransportIsOneThatExists) {
 // then, instead of dispatching, answers rank 0's transfers with bytes of the
 // right sizes whose row count claims a million rows. Rank 0 reads none of
 // them (not a byte past its inbox) and check() names the count; reset()
-// recovers.
-TEST(EpOpErrors, AnOffNodeCountBeyondTheSlotsIsRefused) {
+// recovers. v2_ll's ingest and v2's forward alike.
+class InternodeCounts : public ::testing::TestWithParam<InternodeKernel> {};
+
+TEST_P(InternodeCounts, AnOffNodeCountBeyondTheSlotsIsRefused) {
   EpCase c = smallCase();
   c.world = 2;
   c.gpu_per_node = 1;
-  c.internode_kernel = InternodeKernel::V2LowLatency;
+  c.internode_kernel = GetParam();
+  const bool v2 = GetParam() == InternodeKernel::V2;
   const std::string failures = runRanks(
       2, Ranks::Threads, testCache(),
       [&](int rank, Communicator& comm, KernelCache& cache) {
@@ -244,8 +286,9 @@ TEST(EpOpErrors, AnOffNodeCountBeyondTheSlotsIsRefused) {
           const int32_t million = 1'000'000;
           std::memcpy(crafted.data(), &million, 4);
           comm.alltoall({crafted, {}});
-          // Combine's: rows of expert outputs and their weights.
-          comm.alltoall({std::vector<uint8_t>(rows * (config.combine_token_bytes() + 4 * k), 0), {}});
+          // Combine's: rows of expert outputs (v2: f32 node partials) and their weights.
+          const size_t row_bytes = v2 ? size_t(config.hidden_dim) * 4 : config.combine_token_bytes();
+          comm.alltoall({std::vector<uint8_t>(rows * (row_bytes + 4 * k), 0), {}});
           comm.barrier();  // reset()'s two barriers
           comm.barrier();
           return f;
@@ -270,6 +313,12 @@ TEST(EpOpErrors, AnOffNodeCountBeyondTheSlotsIsRefused) {
       1);
   EXPECT_EQ(failures, "");
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, InternodeCounts,
+                         ::testing::Values(InternodeKernel::V2LowLatency, InternodeKernel::V2),
+                         [](const ::testing::TestParamInfo<InternodeKernel>& info) {
+                           return info.param == InternodeKernel::V2 ? std::string("v2") : std::string("v2_ll");
+                         });
 
 TEST(EpOpErrors, ConstructionRejectsConfigsThatDoNotFitTheCommunicatorOrDevice) {
   const EpCase c = smallCase();

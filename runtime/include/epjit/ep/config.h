@@ -107,6 +107,12 @@ struct EpDispatchCombineConfig {
   }
   // Internode buffers are sized for a multiple of the wave size.
   int64_t max_tokens_per_rank_padded() const;
+  // Does a call of `tokens` tokens run internode v2 (a token crosses to each
+  // node once, through its rail peer) rather than v2_ll? auto: above
+  // internode_auto_ll_max_tokens. Every rank of a call must decide alike
+  // (their transfers pair up): they do when their token counts are on the
+  // same side of the crossover.
+  bool runs_internode_v2(int64_t tokens) const;
   // The geometry variants compiled at construction, smallest threshold first
   // (explicit schedule, else the fields, else the target's table).
   std::vector<ScheduleEntry> resolved_schedule() const;

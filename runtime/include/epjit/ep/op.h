@@ -86,6 +86,10 @@ class Routing {
   void* route_ = nullptr;
   uint64_t op_id_;
   int64_t tokens_ = -1;
+  // Internode v2: whether the map holds this rank's forward route (a
+  // recorded dispatch, or a whole route_map() loaded back). A map loaded
+  // without it (as a MORI handle's tensors give) replays only v2_ll calls.
+  bool forward_route_ = false;
 };
 
 struct OpOptions {

@@ -43,10 +43,24 @@ std::vector<int> destinations(const EpDispatchCombineConfig& config, const int32
 std::vector<std::vector<ReceivedToken>> dispatch(const EpDispatchCombineConfig& config,
                                                  const std::vector<RankInput>& inputs);
 
+// The order a combine sums an origin token's contributions in: groups of
+// destinations, each summed in f32 in the order listed (the first taken as
+// is, so a -0 keeps its sign), then the groups' sums added in f32 in order.
+// One group, the destinations, except for a call that runs internode v2
+// (config.runs_internode_v2(tokens)): then the origin's own node's
+// destinations first (when it has any), then each other node's, nodes in the
+// order their first destination appears (docs/EP.md "Internode").
+std::vector<std::vector<int>> summation_groups(const EpDispatchCombineConfig& config, int rank, int64_t tokens,
+                                               const int32_t* experts);
+
+// The combined weights of one token (top-k f32): its weights summed over
+// its destinations in summation_groups() order.
+std::vector<float> combined_weights(const EpDispatchCombineConfig& config, int rank, int64_t tokens,
+                                    const int32_t* experts, const float* weights);
+
 // Combine: every origin token's sum over its destinations of that
-// destination's expert-output row for it, summed in f32 in destination order
-// (starting from the first contribution, so a -0 keeps its sign) and rounded
-// once to the combine type. `outputs[d][i]` is rank d's
+// destination's expert-output row for it, summed in f32 in
+// summation_groups() order and rounded once to the combine type. `outputs[d][i]` is rank d's
 // row (hidden elements of combine_type, or f32 rows when the type is f32) for
 // its i-th received token in dispatch()'s order. Under quant_type, each
 // contribution is quantized to the target's fp8 (direct cast, or blockwise
