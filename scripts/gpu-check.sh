@@ -38,7 +38,8 @@ done
 # EP4 (issue 17) also times scatter combine.
 "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes $(bench_shape 4) \
   --dtype bf16 --combine-mode scatter --cache-dir "$out/warm"
-# Internode (issue 16): two nodes of one GPU (EP2) and of two (EP4), v2_ll.
+# Internode (issue 16): two nodes of one GPU (EP2) and of two (EP4); v2 and
+# v2_ll run the same kernels (the mode is a launch argument).
 for world in 2 4; do
   "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes --world $world --hidden 7168 \
     --topk 8 --experts-per-rank $((256 / world)) --tokens 1,128,512,4096 --gpu-per-node $((world / 2)) \
@@ -146,7 +147,7 @@ if [[ ${INTERNODE:-0} == 1 ]]; then
   grep -E 'NET/|via NET|Using network|NCCL INFO Channel 00' "$logs/gpu_ep_internode.log" | sort | uniq -c | head -12 \
     | tee "$logs/nccl-transport.txt"
   if (( world >= 2 )); then
-    for kernel in v2_ll auto; do
+    for kernel in v2_ll v2 auto; do
       timeout 150 ./epjit-bench --target sm90 --device cuda --ranks-as processes --world "$world" --hidden 7168 \
         --topk 8 --experts-per-rank $((256 / world)) --tokens 1,128,512,4096 --gpu-per-node $((world / 2)) \
         --internode-kernel $kernel --dtype bf16 --baselines --graph --iters 20 --warmup 3 \

@@ -25,6 +25,11 @@
 #include "epjit/ep/reference.h"
 #include "epjit/numerics.h"
 
+namespace epjit::ep {
+// gtest prints a parameter of this type by its name ("v2", not a byte dump).
+inline void PrintTo(InternodeKernel kernel, std::ostream* os) { *os << name_of(kernel); }
+}  // namespace epjit::ep
+
 namespace epjit::testing {
 
 using namespace epjit::ep;

@@ -117,7 +117,7 @@ std::vector<EpCase> allGpuCases() {
   return cases;
 }
 
-// Internode (v2_ll) on GPUs: nodes of gpu_per_node ranks, with NCCL between
+// Internode (v2_ll and v2) on GPUs: nodes of gpu_per_node ranks, with NCCL between
 // them (the default on GPUs; one GPU per rank) and with the host transport
 // (EPJIT_INTERNODE_TRANSPORT=host; nodes of one rank may then share a GPU,
 // since no two ranks meet inside a kernel).
@@ -128,14 +128,15 @@ std::vector<EpCase> internodeGpuCases() {
   std::mt19937 rng(2026);
   std::vector<int64_t> counts(100);
   for (int64_t& n : counts) n = std::uniform_int_distribution<int64_t>(0, 37)(rng);
+  for (const InternodeKernel kernel : {InternodeKernel::V2LowLatency, InternodeKernel::V2})
   for (const char* transport : {"nccl", "host"}) {
     for (auto [world, per_node] : {std::pair{2, 1}, {3, 1}, {4, 2}}) {
       auto add = [&](EpCase c) {
-        c.name = "internode_" + std::string(transport) + "_w" + std::to_string(world) + "_g" +
-                 std::to_string(per_node) + "_" + c.name;
+        c.name = std::string(kernel == InternodeKernel::V2 ? "internode_v2_" : "internode_") + transport + "_w" +
+                 std::to_string(world) + "_g" + std::to_string(per_node) + "_" + c.name;
         c.world = world;
         c.gpu_per_node = per_node;
-        c.internode_kernel = InternodeKernel::V2LowLatency;
+        c.internode_kernel = kernel;
         c.internode_transport = transport;
         c.target = "sm90";
         c.ranks = Ranks::Processes;
@@ -288,12 +289,15 @@ TEST(GpuNccl, AOneRankCommunicatorMovesBytesToItself) {
   EXPECT_EQ(failures, "");
 }
 
-// v2_ll's NCCL sends and receives are captured with the kernels: two nodes
+// The internode kernels' NCCL sends and receives are captured with them
+// (both modes move fixed sizes, so nothing is read on the host): two nodes
 // of one GPU each, replayed with fresh inputs, every replay exact.
-TEST(GpuEpGraph, InternodeLowLatencyReplaysFromAGraph) {
+class GpuEpInternodeGraph : public ::testing::TestWithParam<InternodeKernel> {};
+
+TEST_P(GpuEpInternodeGraph, ReplaysFromAGraph) {
   EpCase c{.name = "graph_internode", .target = "sm90", .world = 2, .hidden = 7168, .topk = 8,
-           .experts_per_rank = 16, .max_tokens = 96, .gpu_per_node = 1,
-           .internode_kernel = InternodeKernel::V2LowLatency, .internode_transport = "nccl"};
+           .experts_per_rank = 16, .max_tokens = 96, .gpu_per_node = 1, .internode_kernel = GetParam(),
+           .internode_transport = "nccl"};
   if (const std::string why = internodeSkip(c); !why.empty()) GTEST_SKIP() << why;
   const std::string failures = runRanks(
       c.world, Ranks::Processes, gpuCache(),
@@ -304,6 +308,12 @@ TEST(GpuEpGraph, InternodeLowLatencyReplaysFromAGraph) {
       c.gpu_per_node, cudaRanks());
   EXPECT_EQ(failures, "");
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, GpuEpInternodeGraph,
+                         ::testing::Values(InternodeKernel::V2LowLatency, InternodeKernel::V2),
+                         [](const ::testing::TestParamInfo<InternodeKernel>& info) {
+                           return info.param == InternodeKernel::V2 ? std::string("v2") : std::string("v2_ll");
+                         });
 
 // The host transport waits for the stream on the host, so a capture of an
 // op that uses it is refused with an epjit::Error before anything crosses;

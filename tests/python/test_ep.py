@@ -50,13 +50,14 @@ def identity_expected(x, indices, quant, target_fp8):
     return out.astype(x.dtype)
 
 
-def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results, masked=False, gpu_per_node=None):
+def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results, masked=False, gpu_per_node=None,
+             internode_kernel="auto"):
     try:
         comm = epjit.Communicator.init(world, rank, uid, target=target, gpu_per_node=gpu_per_node)
         config = epjit.EpDispatchCombineConfig(
             rank=rank, world_size=world, hidden_dim=HIDDEN, max_num_inp_token_per_rank=MAX_TOKENS,
             num_experts_per_rank=EPR, num_experts_per_token=TOPK, data_type=dtype, combine_mode=mode,
-            quant_type=quant, gpu_per_node=gpu_per_node, internode_kernel="v2_ll" if gpu_per_node else "auto")
+            quant_type=quant, gpu_per_node=gpu_per_node, internode_kernel=internode_kernel)
         with epjit.EpDispatchCombineOp(config, comm) as op:
             for call, tokens in enumerate(calls):
                 n = max(0, tokens - rank % 2)
@@ -111,11 +112,12 @@ def test_identity_experts_on_python_threads(world, dtype, mode, quant, target):
     run_threads(world, dtype=dtype, mode=mode, quant=quant, target=target, calls=[19, 0, 5])
 
 
+@pytest.mark.parametrize("kernel", ["v2_ll", "v2"])
 @pytest.mark.parametrize("world,gpu_per_node,mode", [(4, 2, "gather"), (3, 1, "scatter")])
-def test_internode_from_python(world, gpu_per_node, mode):
+def test_internode_from_python(world, gpu_per_node, mode, kernel):
     """Nodes of gpu_per_node ranks, joined through the host transport."""
     run_threads(world, dtype="bf16", mode=mode, quant="none", target="host", calls=[19, 0, 5],
-                gpu_per_node=gpu_per_node)
+                gpu_per_node=gpu_per_node, internode_kernel=kernel)
 
 
 def test_minus_one_indices_route_nowhere():

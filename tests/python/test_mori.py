@@ -72,12 +72,16 @@ class Checks:
             self.failed.append(what)
 
 
-def check_forward_map_ranks(op, handle, x, idx, checks):
-    """The handle's (token, k) -> rank * max_recv + slot map names each entry's rank."""
+def check_forward_map_ranks(op, handle, x, idx, checks, rail=None):
+    """The handle's (token, k) -> rank * max_recv + slot map names each entry's rank
+    (internode v2, rail=(rank, gpu_per_node): a rank of another node is named by
+    the rail peer the token went through there)."""
     fwd = handle.disp_dest_tok_id_map.reshape(MAX_TOKENS, TOPK)[: x.shape[0]].tolist()
     for t, row in enumerate(idx.tolist()):
         for j, e in enumerate(row):
             want_rank = -1 if e < 0 else e // EPR
+            if rail and want_rank >= 0 and want_rank // rail[1] != rail[0] // rail[1]:
+                want_rank = want_rank // rail[1] * rail[1] + rail[0] % rail[1]
             got_rank = -1 if fwd[t][j] < 0 else fwd[t][j] // op.max_recv
             checks.expect(got_rank == want_rank, f"forward map [{t}, {j}] names rank {got_rank}, not {want_rank}")
 
@@ -250,37 +254,47 @@ def body(world, rank, uid_bytes, seed, checks):
     gc.collect()
 
 
-def internode_body(world, rank, uid_bytes, seed, checks, gpu_per_node):
+def internode_body(world, rank, uid_bytes, seed, checks, gpu_per_node, kernel):
     """Nodes of gpu_per_node ranks (host ranks, the host transport between nodes):
     the round trip, the forward map's ranks, a replay right after the dispatch and
-    one of a handle rebuilt from its tensors (its map ends with the off-node counts)."""
+    one of a handle rebuilt from its tensors (its map ends with the off-node counts;
+    v2 refuses it: MORI's tensors do not hold the forwarding ranks' slots)."""
     uid = pickle.loads(uid_bytes)
     with cco.Communicator.init(world, rank, uid, device="host", gpu_per_node=gpu_per_node,
                                timeout_seconds=120) as comm:
-        op = EpDispatchCombineOp(make_cfg(world, rank, gpu_per_node=gpu_per_node, internode_kernel="v2_ll"), comm)
+        op = EpDispatchCombineOp(make_cfg(world, rank, gpu_per_node=gpu_per_node, internode_kernel=kernel), comm)
         checks.expect(op.capabilities["internode"], "capabilities say internode")
         x, w, idx = rank_inputs(world, rank, MAX_TOKENS - rank, seed)
         out, out_w, out_idx, n, handle, back, back_w = round_trip(op, x, w, idx)
         checks.expect(torch.equal(back.view(torch.int16), identity_expected(x, idx).view(torch.int16)),
-                      "internode bf16 gather: combine(dispatch(x)) != U * x")
-        check_forward_map_ranks(op, handle, x, idx, checks)
+                      f"internode {kernel} bf16 gather: combine(dispatch(x)) != U * x")
+        check_forward_map_ranks(op, handle, x, idx, checks, rail=(rank, gpu_per_node) if kernel == "v2" else None)
         x2 = (x.float() * 0.5).to(torch.bfloat16)
         op.dispatch(x, w, None, idx, return_routing=False)
         replay_identity(op, x2, w, idx, handle, "internode replay after dispatch", checks)
         # A new payload: rows a replay failed to send would show as the last call's.
         x3 = (x.float() * 0.25).to(torch.bfloat16)
         rebuilt = EpDispatchRoutingHandle.from_tensors(handle.tensors(), cur_rank_num_token=x.shape[0])
-        replay_identity(op, x3, w, idx, rebuilt, "internode replay of from_tensors", checks)
+        if kernel == "v2":
+            try:
+                op.dispatch(x3, w, None, idx, routing=rebuilt)
+                checks.expect(False, "v2 replayed a handle rebuilt from MORI's tensors")
+            except epjit.Error as error:
+                checks.expect("forwarding slots" in str(error), f"v2 from_tensors refusal says why: {error}")
+            # Every rank refused before its kernels ran: the op is still in step.
+            replay_identity(op, x3, w, idx, handle, "internode replay after a refused one", checks)
+        else:
+            replay_identity(op, x3, w, idx, rebuilt, "internode replay of from_tensors", checks)
         op.close()
 
 
-def rank_main(device, world, rank, uid_bytes, seed, results, gpu_per_node=None):
+def rank_main(device, world, rank, uid_bytes, seed, results, gpu_per_node=None, kernel="v2_ll"):
     global GPU, DEVICE
     GPU, DEVICE = device == "cuda", device
     checks = Checks(rank)
     try:
         if gpu_per_node:
-            internode_body(world, rank, uid_bytes, seed, checks, gpu_per_node)
+            internode_body(world, rank, uid_bytes, seed, checks, gpu_per_node, kernel)
         else:
             body(world, rank, uid_bytes, seed, checks)
         results.put("; ".join(f"rank {rank}: {f}" for f in checks.failed))
@@ -291,12 +305,12 @@ def rank_main(device, world, rank, uid_bytes, seed, results, gpu_per_node=None):
                     f"{traceback.format_exc()}")
 
 
-def run_world(device, world, gpu_per_node=None):
+def run_world(device, world, gpu_per_node=None, kernel="v2_ll"):
     import multiprocessing
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     uid = pickle.dumps(cco.get_unique_id())
-    procs = [context.Process(target=rank_main, args=(device, world, r, uid, 1, results, gpu_per_node))
+    procs = [context.Process(target=rank_main, args=(device, world, r, uid, 1, results, gpu_per_node, kernel))
              for r in range(world)]
     for p in procs:
         p.start()
@@ -316,9 +330,10 @@ def test_mori_api_on_epjit(device, world):
     run_world(device, world)
 
 
+@pytest.mark.parametrize("kernel", ["v2_ll", "v2"])
 @pytest.mark.parametrize("world,gpu_per_node", [(4, 2), (3, 1)])
-def test_mori_api_across_nodes(world, gpu_per_node):
-    run_world("cpu", world, gpu_per_node)
+def test_mori_api_across_nodes(world, gpu_per_node, kernel):
+    run_world("cpu", world, gpu_per_node, kernel)
 
 
 def test_config_follows_mori():

@@ -141,8 +141,11 @@ std::string identity_check(const Options& o, const EpDispatchCombineConfig& conf
       else it->second++;
     }
     const uint8_t* x = &in.payload[size_t(t) * config.dispatch_token_bytes()];
-    std::vector<float> acc;
-    for (const auto& [dest, local_experts] : dests) {
+    // Each destination's contribution, summed in the combine's order
+    // (reference::summation_groups: one group, or internode v2's two levels).
+    auto contribution = [&](int dest) {
+      const int local_experts =
+          std::find_if(dests.begin(), dests.end(), [&](const auto& p) { return p.first == dest; })->second;
       std::vector<float> row(hidden);
       for (size_t i = 0; i < hidden; ++i) {
         const float c = round_to(type, decode_element(config, x, i));
@@ -151,10 +154,20 @@ std::string identity_check(const Options& o, const EpDispatchCombineConfig& conf
           for (int e = 1; e < local_experts; ++e) s += c;
         row[i] = o.std_moe ? round_to(type, s) : c;
       }
-      row = reference::through_quantization(config, std::move(row));
-      if (acc.empty()) acc = row;
-      else for (size_t i = 0; i < hidden; ++i) acc[i] += row[i];
+      return reference::through_quantization(config, std::move(row));
+    };
+    std::vector<float> acc;
+    for (const std::vector<int>& group : reference::summation_groups(config, config.rank, n, experts)) {
+      std::vector<float> partial;
+      for (int dest : group) {
+        std::vector<float> row = contribution(dest);
+        if (partial.empty()) partial = std::move(row);
+        else for (size_t i = 0; i < hidden; ++i) partial[i] += row[i];
+      }
+      if (acc.empty()) acc = std::move(partial);
+      else for (size_t i = 0; i < hidden; ++i) acc[i] += partial[i];
     }
+    if (acc.empty()) acc.assign(hidden, 0.0f);
     for (size_t i = 0; i < hidden; ++i) {
       const float want = round_to(type, acc[i]);
       float got;
@@ -170,13 +183,12 @@ std::string identity_check(const Options& o, const EpDispatchCombineConfig& conf
                std::to_string(got) + ", identity experts give " + std::to_string(want) + " (" +
                std::to_string(dests.size()) + " destination ranks)";
     }
+    const std::vector<float> weights =
+        reference::combined_weights(config, config.rank, n, experts, &in.weights[size_t(t) * k]);
     for (size_t j = 0; j < k; ++j) {
-      float want = in.weights[size_t(t) * k + j];
-      const float w = want;
-      for (size_t d = 1; d < dests.size(); ++d) want += w;
-      if (out_weights[size_t(t) * k + j] != want)
+      if (out_weights[size_t(t) * k + j] != weights[j])
         return "token " + std::to_string(t) + " weight " + std::to_string(j) + ": combine gave " +
-               std::to_string(out_weights[size_t(t) * k + j]) + ", expected " + std::to_string(want);
+               std::to_string(out_weights[size_t(t) * k + j]) + ", expected " + std::to_string(weights[j]);
     }
   }
   return "";

@@ -217,7 +217,7 @@ int main(int argc, char** argv) {
   app.add_option("--gpu-per-node", o.gpu_per_node,
                  "ranks per node; fewer than --world runs the internode path between nodes")
       ->check(CLI::PositiveNumber);
-  app.add_option("--internode-kernel", internode_kernel, "internode kernels: v2_ll, v2 (not built yet) or auto");
+  app.add_option("--internode-kernel", internode_kernel, "internode kernels: v2 (once per node, forwarded), v2_ll (once per rank) or auto (by token count)");
   CLI11_PARSE(app, argc, argv);
   try {
     epjit::log();  // EPJIT_LOG_LEVEL errors surface here

@@ -140,15 +140,32 @@ class EpDispatchCombineOp:
                               f"{per_token}); fix: pass [tokens, scale_dim] scales of scale_type_size bytes each")
         return raw.view(getattr(torch, _SCALE_DTYPES[self.cfg.scale_type_size]))
 
+    def _runs_v2(self, n):
+        """Does a call of n tokens run epjit's internode v2 (EpDispatchCombineConfig::runs_internode_v2)?"""
+        cfg = self.cfg
+        per_node = cfg.gpu_per_node or cfg.world_size
+        if per_node >= cfg.world_size:
+            return False
+        kernel = str(cfg.internode_kernel)
+        return kernel == "v2" or (kernel == "auto" and n > cfg.internode_auto_ll_max_tokens)
+
     def _destination_ordinals(self, indices, n):
         """Per (token, k) of the first n tokens: valid (not masked), first (the entry
-        that opens its rank), and the ordinal of its rank among the token's distinct
-        ranks in order of first appearance (epjit's route order)."""
+        that opens its send target), and the ordinal of its target among the token's
+        distinct targets in order of first appearance (epjit's route order). A target
+        is the expert's rank, except in an internode v2 call, where a rank of another
+        node is reached through that node's rail peer (docs/EP.md)."""
         torch = _torch()
-        k = self.cfg.num_experts_per_token
+        cfg = self.cfg
+        k = cfg.num_experts_per_token
         idx = indices[:n].long()
         valid = idx >= 0
-        ranks = torch.where(valid, idx // self.cfg.num_experts_per_rank, torch.full_like(idx, -1))
+        ranks = torch.where(valid, idx // cfg.num_experts_per_rank, torch.full_like(idx, -1))
+        if self._runs_v2(n):
+            per_node = cfg.gpu_per_node
+            node = ranks.div(per_node, rounding_mode="floor")
+            rail = node * per_node + cfg.rank % per_node
+            ranks = torch.where(valid & (node != cfg.rank // per_node), rail, ranks)
         same = (ranks[:, :, None] == ranks[:, None, :]) & valid[:, None, :]
         earlier = torch.tril(torch.ones(k, k, dtype=torch.bool, device=idx.device), diagonal=-1)
         first = valid & ~(same & earlier[None]).any(dim=2)
