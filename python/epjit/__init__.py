@@ -312,7 +312,8 @@ class EpDispatchCombineOp:
                                 record, routing)
         result = (self._wrap_payload(out[0], self.config_dispatch_type), self._wrap(out[1]), self._wrap(out[2]),
                   self._wrap(out[3]), self._wrap(out[4]))
-        self._origins = out[5]
+        # Wrapped on first use, then kept: a DLPack capsule can be consumed only once.
+        self._origins, self._origins_wrapped = out[5], None
         return result + (record,) if return_routing else result
 
     def combine(self, input, weights=None, indices=None, *, routing=None, stream=None):
@@ -329,7 +330,9 @@ class EpDispatchCombineOp:
         token's destinations (MORI's disp_tok_id_to_src_tok_id / get_dispatch_src_token_pos)."""
         if getattr(self, "_origins", None) is None:
             raise Error("received_origins() before any dispatch (expected a dispatch first); fix: call dispatch()")
-        return self._wrap(self._origins)
+        if self._origins_wrapped is None:
+            self._origins_wrapped = self._wrap(self._origins)
+        return self._origins_wrapped
 
     def std_moe_pack(self):
         """Standard MoE, after dispatch: (tokens [experts_per_rank, world * max_tokens,
