@@ -4,6 +4,9 @@ mori.ops.dispatch_combine_v2), run on epjit: the one added line is
 when no real MORI is installed.
 
     torchrun --nproc-per-node 2 examples/mori_style.py
+    # across hosts: nodes of LOCAL_WORLD_SIZE ranks, internode kernels between them
+    EPJIT_BOOTSTRAP_ADDR=<rank 0's host address> torchrun --nnodes 2 --nproc-per-node 8 \
+        --rdzv-endpoint <host:port> examples/mori_style.py
 
 gloo carries the unique id; every rank dispatches random tokens (DeepSeek-V3's
 hidden 7168, top-8 of 256 experts), identity experts return them, combine brings
@@ -28,6 +31,9 @@ HIDDEN, TOPK, EXPERTS, MAX_TOKENS = 7168, 8, 256, 128
 
 def main():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # torchrun numbers ranks node by node; fewer per node than in all: internode.
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    nodes = {"gpu_per_node": per_node} if per_node < world else {}
     if not torch.cuda.is_available():
         sys.exit("mori_style.py: MORI's programs run on GPUs; torch sees none here")
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
@@ -37,10 +43,10 @@ def main():
 
     cfg = EpDispatchCombineConfig(rank=rank, world_size=world, hidden_dim=HIDDEN,
                                   max_num_inp_token_per_rank=MAX_TOKENS, num_experts_per_rank=EXPERTS // world,
-                                  num_experts_per_token=TOPK, data_type=torch.bfloat16)
+                                  num_experts_per_token=TOPK, data_type=torch.bfloat16, **nodes)
     failures = 0
     generator = torch.Generator(device="cpu").manual_seed(1234 + rank)
-    with Communicator.init(world, rank, box[0]) as comm:
+    with Communicator.init(world, rank, box[0], **nodes) as comm:
         op = EpDispatchCombineOp(cfg, comm)
         for tokens in (MAX_TOKENS, 37, 1):
             x = torch.randn(tokens, HIDDEN, generator=generator).to(torch.bfloat16).cuda()

@@ -744,6 +744,19 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
                       std::to_string(peer) + ") = " + std::to_string(sent),
                   "in [0, " + std::to_string(most) + "]", "pass a map route_map() returned for this op's configuration");
   }
+  // An entry naming another node's rank names a slot of this rank's outbox
+  // for it, which holds only the tokens sent there: a slot past them would
+  // reach past the outbox.
+  for (int64_t i = 0; i < entries; ++i) {
+    const int32_t entry = host[size_t(i)];
+    if (entry < 0 || entry / cap / per_node == op.config.rank / per_node) continue;
+    const int32_t sent = host[size_t(entries + 1 + entry / cap)];
+    if (entry % cap >= sent)
+      throw Error("load_routing: map[" + std::to_string(i) + "] = " + std::to_string(entry) + " names slot " +
+                      std::to_string(entry % cap) + " of the outbox for rank " + std::to_string(entry / cap) +
+                      ", which the map says holds " + std::to_string(sent) + " tokens",
+                  "a slot below the tokens sent to that rank", "pass a map route_map() returned for this op's configuration");
+  }
   // The forward route: where this rank forwarded each inbox row, -1 or a
   // rank of its own node * capacity + slot.
   for (int64_t i = own_words; whole && i < words; ++i) {

@@ -233,6 +233,20 @@ TEST(EpOpErrors, InternodeRefusesWhatItCannotRun) {
                          {"forward route", "a rank of this rank's node"});
         comm.device().release(crafted);
 
+        // An entry naming the other node's rank at a slot past what was sent there.
+        std::vector<int32_t> past = map;
+        past.resize(own_words);
+        const auto remote = std::find_if(past.begin(), past.begin() + long(n * k),
+                                         [&](int32_t e) { return e >= 0 && e / op.capacity() == other; });
+        if (remote == past.begin() + long(n * k)) return f + "no route entry names the other node's rank\n";
+        *remote = int32_t(other * op.capacity() + op.capacity() - 1);
+        void* beyond = comm.device().allocate(past.size() * 4);
+        comm.device().copy_to_device(beyond, past.data(), past.size() * 4);
+        f += expectParts("outbox slot past the sent tokens",
+                         thrown([&] { op.load_routing(*forged, {beyond, DType::I32, {int64_t(past.size())}}, n); }),
+                         {"of the outbox for rank " + std::to_string(other), "holds 2 tokens"});
+        comm.device().release(beyond);
+
         // The whole map replays.
         std::unique_ptr<Routing> loaded = op.make_routing();
         op.load_routing(*loaded, whole, n);
