@@ -57,6 +57,7 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
       per_node_(config.nodes_gpu_count()),
       nodes_(config.world_size / config.nodes_gpu_count()),
       rows_per_peer_(internode_rows_per_peer(config)),
+      v2_ll_built_(builds_v2_ll(config)),
       outbox_bytes_(outbox_bytes(config, window, rows_per_peer_)) {
   const Team& node = comm.node();
   const int node_first = rank_ / per_node_ * per_node_;
@@ -68,13 +69,21 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
                   "number ranks node by node (or pass CommOptions.gpu_per_node to Communicator::init)");
   transport_ = pick_transport(comm, device_, adopted_nccl_comm);
   outboxes_.assign(size_t(world_), nullptr);
-  for (int peer = 0; peer < world_; ++peer)
-    if (off_node(peer)) {
-      // Only the state words are read before this rank writes them (the seal's counter).
-      outboxes_[size_t(peer)] = allocate(outbox_bytes_);
-      device_.fill_zero(outbox(peer) + window.state, window.state_bytes);
+  for (int peer = 0; peer < world_; ++peer) {
+    if (!off_node(peer)) continue;
+    if (!exchanges_with(peer, /*v2=*/!v2_ll_built_)) {
+      // v2 only: a token never goes to this rank's outbox, only the seal
+      // writes its (zero) count; every such rank shares one of state words.
+      if (!idle_outbox_) idle_outbox_ = allocate_zeroed(window.state + window.state_bytes);
+      outboxes_[size_t(peer)] = idle_outbox_;
+      continue;
     }
-  const size_t rows = size_t(world_) * size_t(rows_per_peer_);
+    // Only the state words are read before this rank writes them (the seal's counter).
+    outboxes_[size_t(peer)] = allocate(outbox_bytes_);
+    device_.fill_zero(outbox(peer) + window.state, window.state_bytes);
+  }
+  // Inboxes: a block per source rank (v2_ll), or per source node (v2 only).
+  const size_t rows = size_t(v2_ll_built_ ? world_ : nodes_) * size_t(rows_per_peer_);
   const size_t k = size_t(config.num_experts_per_token);
   counts_ = allocate_zeroed(size_t(world_) * 4);
   tokens_ = allocate_zeroed(rows * config.dispatch_token_bytes());
@@ -82,7 +91,7 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
   scales_ = allocate_zeroed(rows * config.scale_bytes_per_token());
   indices_ = allocate_zeroed(rows * k * 4);
   origins_ = allocate_zeroed(rows * 2 * 4);
-  if (builds_v2_ll(config)) {
+  if (v2_ll_built_) {
     rows_out_ = allocate_zeroed(rows * config.combine_token_bytes());
     weights_out_ = allocate_zeroed(rows * k * 4);
     if (config.combine_mode == CombineMode::Scatter) {
@@ -114,7 +123,8 @@ size_t InternodeExchange::outbox_bytes(const EpDispatchCombineConfig& config, co
   touched(window.recv_scales, n * config.scale_bytes_per_token());
   touched(window.recv_indices, n * k * 4);
   touched(window.recv_origin, n * 2 * 4);
-  if (config.combine_mode == CombineMode::Gather) {  // the return leg lands in the outbox
+  // v2_ll's gather return leg lands in the outbox.
+  if (builds_v2_ll(config) && config.combine_mode == CombineMode::Gather) {
     touched(window.combine_rows, n * config.combine_token_bytes());
     touched(window.combine_weights, n * k * 4);
   }
@@ -158,7 +168,7 @@ void InternodeExchange::after_dispatch(const EpKernels& kernels, LaunchGeometry 
     auto both = [&](size_t region, void* inbox_base, size_t row_bytes) {
       if (row_bytes == 0) return;
       sends.push_back({peer, box + region, rows * row_bytes});
-      receives.push_back({peer, peer_rows(inbox_base, peer, row_bytes), rows * row_bytes});
+      receives.push_back({peer, peer_rows(inbox_base, inbox_block(peer, v2), row_bytes), rows * row_bytes});
     };
     both(window_.recv_tokens, tokens_, token_bytes);
     both(window_.recv_weights, weights_, k * 4);
@@ -298,7 +308,7 @@ void InternodeExchange::combine_v2(const EpKernels& kernels, LaunchGeometry geom
 
 void InternodeExchange::clear_outbox_state() {
   for (int peer = 0; peer < world_; ++peer)
-    if (off_node(peer)) device_.fill_zero(outbox(peer) + window_.state, window_.state_bytes);
+    if (off_node(peer)) device_.fill_zero(outbox(peer) + window_.state, window_.state_bytes);  // idle: more than once
 }
 
 }  // namespace epjit::ep

@@ -82,10 +82,13 @@ class InternodeExchange {
   // or its rail peers, one per other node (v2).
   bool exchanges_with(int peer, bool v2) const { return off_node(peer) && (!v2 || peer % per_node_ == rank_ % per_node_); }
   char* outbox(int peer) const { return static_cast<char*>(outboxes_[size_t(peer)]); }
-  // Peer `peer`'s block of rows_per_peer rows in a [world][rows_per_peer] buffer.
-  char* peer_rows(void* base, int peer, size_t row_bytes) const {
-    return static_cast<char*>(base) + size_t(peer) * size_t(rows_per_peer_) * row_bytes;
+  // Block `block` of rows_per_peer rows in a [blocks][rows_per_peer] buffer.
+  char* peer_rows(void* base, int block, size_t row_bytes) const {
+    return static_cast<char*>(base) + size_t(block) * size_t(rows_per_peer_) * row_bytes;
   }
+  // The inbox block of source `peer`: v2_ll's ingest reads them by source
+  // rank, v2's forward by source node (so a v2-only op holds one block per node).
+  int inbox_block(int peer, bool v2) const { return v2 ? peer / per_node_ : peer; }
   void* allocate(size_t bytes);  // freed with this object
   void* allocate_zeroed(size_t bytes);
   // An outbox is read and written only in its state words and the first
@@ -98,10 +101,12 @@ class InternodeExchange {
   Device& device_;
   const EpWindowMap& window_;
   const int rank_, world_, per_node_, nodes_;
+  const bool v2_ll_built_;  // the op may run v2_ll (internode_kernel v2_ll or auto)
   const int64_t rows_per_peer_;
   const size_t outbox_bytes_;  // the window's layout up to the last byte an outbox is used at
   std::unique_ptr<InternodeTransport> transport_;
   std::vector<void*> outboxes_;  // by world rank; null on this rank's node
+  void* idle_outbox_ = nullptr;  // v2 only: state words for the off-node ranks no token goes to
   std::vector<void*> owned_;     // everything allocate_zeroed returned
   // Inboxes, [world][rows_per_peer] rows of each kind (on-node entries unused).
   void *counts_ = nullptr, *tokens_ = nullptr, *weights_ = nullptr, *scales_ = nullptr, *indices_ = nullptr,

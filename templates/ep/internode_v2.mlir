@@ -22,13 +22,13 @@ ep.include "ep/sync"
 ep.include "ep/dispatch"
 ep.include "ep/internode"
 
-// One warp forwards inbox row `box` (the forward route's row `forwarded`)
-// to its n-th destination on this node, `dest`: a slot there (counted, or
+// One warp forwards inbox row `box` (also the forward route's row: both are
+// [source node][per_source]) to its n-th destination on this node, `dest`: a slot there (counted, or
 // recorded when replaying), then the row, its weights, indices, scales and
 // origin.
 func.func private @forward_to(%tokens_in: !ep.ptr<i32>, %weights_in: !ep.ptr<f32>, %scales_in: !ep.ptr<i8>,
                               %indices_in: !ep.ptr<i32>, %origins_in: !ep.ptr<i32>, %forward_route: !ep.ptr<i32>,
-                              %box: index, %forwarded: index, %n: index, %dest: index, %replaying: i1,
+                              %box: index, %n: index, %dest: index, %replaying: i1,
                               %rank: index, %w: !ep.window) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -39,7 +39,7 @@ func.func private @forward_to(%tokens_in: !ep.ptr<i32>, %weights_in: !ep.ptr<f32
   %scale_bytes = ep.param_value @scale_bytes : index
   %topk = ep.param_value @topk : index
   %capacity = ep.param_value @capacity : index
-  %forwarded_row = arith.muli %forwarded, %topk : index
+  %forwarded_row = arith.muli %box, %topk : index
   %route_at = arith.addi %forwarded_row, %n : index
   %taken = scf.if %replaying -> (i32) {
     %unused = arith.constant 0 : i32
@@ -88,7 +88,7 @@ func.func private @forward_to(%tokens_in: !ep.ptr<i32>, %weights_in: !ep.ptr<f32
 // rank (@rank_bit), so a crafted row reaches no window it should not.
 func.func private @forward_row(%tokens_in: !ep.ptr<i32>, %weights_in: !ep.ptr<f32>, %scales_in: !ep.ptr<i8>,
                                %indices_in: !ep.ptr<i32>, %origins_in: !ep.ptr<i32>, %forward_route: !ep.ptr<i32>,
-                               %box: index, %forwarded: index, %replaying: i1, %rank: index, %w: !ep.window) {
+                               %box: index, %replaying: i1, %rank: index, %w: !ep.window) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %none = arith.constant -1 : i32
@@ -113,16 +113,16 @@ func.func private @forward_row(%tokens_in: !ep.ptr<i32>, %weights_in: !ep.ptr<f3
     %opens = arith.andi %fresh, %here : i1
     scf.if %opens {
       func.call @forward_to(%tokens_in, %weights_in, %scales_in, %indices_in, %origins_in, %forward_route, %box,
-                            %forwarded, %n, %dest, %replaying, %rank, %w)
+                            %n, %dest, %replaying, %rank, %w)
           : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index,
-             index, i1, index, !ep.window) -> ()
+             i1, index, !ep.window) -> ()
     }
     %n_more = arith.addi %n, %c1 : index
     %n_next = arith.select %opens, %n_more, %n : index
     %seen_next = arith.ori %seen, %bit : i64
     scf.yield %seen_next, %n_next : i64, index
   }
-  %forwarded_row = arith.muli %forwarded, %topk : index
+  %forwarded_row = arith.muli %box, %topk : index
   scf.for %tail = %targets#1 to %topk step %c1 {
     %tail_at = arith.addi %forwarded_row, %tail : index
     ep.store %none, %forward_route[%tail_at] : !ep.ptr<i32>
@@ -131,7 +131,8 @@ func.func private @forward_row(%tokens_in: !ep.ptr<i32>, %weights_in: !ep.ptr<f3
 }
 
 // After the dispatch transfer: every inbox row (from the rank of this
-// rank's place on each other node) goes to its destinations here; then the
+// rank's place on each other node; inbox blocks are [node][per_source]) goes
+// to its destinations here; then the
 // node meets, and each rank publishes what its counter took, direct and
 // forwarded rows alike, and clears it.
 ep.kernel @ep_internode_forward(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, %weights_in: !ep.ptr<f32>,
@@ -162,15 +163,14 @@ ep.kernel @ep_internode_forward(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>,
       scf.if %off {
         %count = func.call @inbox_count(%counts, %source, %per_source, %rank, %w)
             : (!ep.ptr<i32>, index, index, index, !ep.window) -> index
-        %box_base = arith.muli %source, %per_source : index
+        // Inbox blocks are per source node, as the forward route's rows.
         %forward_base = arith.muli %node, %per_source : index
         scf.for %i = %first to %count step %stride {
-          %box = arith.addi %box_base, %i : index
           %forwarded = arith.addi %forward_base, %i : index
-          func.call @forward_row(%tokens_in, %weights_in, %scales_in, %indices_in, %origins_in, %forward_route, %box,
+          func.call @forward_row(%tokens_in, %weights_in, %scales_in, %indices_in, %origins_in, %forward_route,
                                  %forwarded, %replaying, %rank, %w)
-              : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index,
-                 i1, index, !ep.window) -> ()
+              : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, i1,
+                 index, !ep.window) -> ()
         }
       }
     }
