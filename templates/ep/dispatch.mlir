@@ -434,8 +434,9 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
 // After a dispatch meeting (or, forwarding, the forward meeting): the
 // received count, counted or recorded, read with the error word in one
 // round (the flags' acquire already ordered every sender's increment before
-// these loads, so they need no acquire of their own); published as the
-// rows that fit, recorded in the route, and the counter cleared.
+// these loads, so they need no acquire of their own; @stop_after_timeout
+// reads the error word); published as the rows that fit, recorded in the
+// route, and the counter cleared.
 func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.ptr<i32>, %replaying: i1) {
   %c0 = arith.constant 0 : index
   %zero = arith.constant 0 : i32
@@ -451,6 +452,7 @@ func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.pt
   %total_at = arith.muli %max_tokens, %topk : index
   %counted = ep.atomic_load %state[%counter_word] scope(system) order(relaxed) : !ep.ptr<i32>
   %recorded = ep.load %route[%total_at] : !ep.ptr<i32>
+  func.call @stop_after_timeout(%w, %rank) : (!ep.window, index) -> ()
   %received = arith.select %replaying, %recorded, %counted : i32
   %counting = arith.xori %replaying, %true : i1
   scf.if %counting {
@@ -482,7 +484,6 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
   scf.if %answered {
     %c2 = arith.constant 2 : index
-    %true = arith.constant true
     %arrivals = ep.constant_value @state_dispatch_arrivals : index
     %dispatch_meeting = ep.constant_value @meeting_dispatch : index
     %topk = ep.param_value @topk : index
@@ -526,11 +527,11 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
     %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %dispatch_meeting) : (!ep.window, index, i32, index, index) -> i1
     scf.if %last {
       func.call @poll_all(%w, %rank, %epoch, %dispatch_meeting) : (!ep.window, index, i32, index) -> ()
-      %counts_here = arith.xori %forwarding, %true : i1
-      scf.if %counts_here {
+      scf.if %forwarding {
+        func.call @stop_after_timeout(%w, %rank) : (!ep.window, index) -> ()
+      } else {
         func.call @publish_received(%w, %rank, %route, %replaying) : (!ep.window, index, !ep.ptr<i32>, i1) -> ()
       }
-      func.call @stop_after_timeout(%w, %rank) : (!ep.window, index) -> ()
       func.call @seal_outboxes(%w, %rank, %route, %replaying) : (!ep.window, index, !ep.ptr<i32>, i1) -> ()
       // Read only by this rank's later kernels, which the stream orders after this one.
       ep.atomic_store %epoch, %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
