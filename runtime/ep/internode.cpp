@@ -270,21 +270,19 @@ void InternodeExchange::combine_v2(const EpKernels& kernels, LaunchGeometry geom
                      .build(),
                  stream);
   // Node n's block of partials: this rank forwarded those rows for node n's
-  // rail peer, and that peer's block for this rank's node comes back.
+  // rail peer, and that peer's block for this rank's node comes back. The
+  // weights cross whether or not this rank has any: a transfer's pairs must
+  // match on both sides, and the peer's call may be weighted.
   const size_t rows = size_t(rows_per_peer_), k = size_t(config_.num_experts_per_token);
   const size_t row_bytes = size_t(config_.hidden_dim) * 4;
-  auto node_block = [&](void* base, int peer, size_t bytes_per_row) {
-    return static_cast<char*>(base) + size_t(peer / per_node_) * rows * bytes_per_row;
-  };
   std::vector<TransferSegment> sends, receives;
   for (int peer = 0; peer < world_; ++peer) {
     if (!exchanges_with(peer, /*v2=*/true)) continue;
-    // The weights cross whether or not this rank has any: a transfer's
-    // pairs must match on both sides, and the peer's call may be weighted.
-    sends.push_back({peer, node_block(partials_out_, peer, row_bytes), rows * row_bytes});
-    receives.push_back({peer, node_block(partials_in_, peer, row_bytes), rows * row_bytes});
-    sends.push_back({peer, node_block(partial_weights_out_, peer, k * 4), rows * k * 4});
-    receives.push_back({peer, node_block(partial_weights_in_, peer, k * 4), rows * k * 4});
+    const int node = peer / per_node_;
+    sends.push_back({peer, peer_rows(partials_out_, node, row_bytes), rows * row_bytes});
+    receives.push_back({peer, peer_rows(partials_in_, node, row_bytes), rows * row_bytes});
+    sends.push_back({peer, peer_rows(partial_weights_out_, node, k * 4), rows * k * 4});
+    receives.push_back({peer, peer_rows(partial_weights_in_, node, k * 4), rows * k * 4});
   }
   transport_->exchange(sends, receives, stream);
   const Kernel& sum = *kernels.internode_sum;
