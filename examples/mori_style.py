@@ -56,13 +56,13 @@ def main():
             out, out_weights, _, out_indices, total, routing = op.dispatch(x, weights, None, indices,
                                                                            return_routing=True)
             received = int(total.item())
+            counts = op.local_expert_count()  # after dispatch, before combine (MORI's contract)
             expert_out = out[:received]  # identity experts
             combined, _ = op.combine(expert_out, None, None, routing=routing)
             ranks = (indices.long() // cfg.num_experts_per_rank).cpu().tolist()
             copies = torch.tensor([len(set(r)) for r in ranks], dtype=torch.float32, device=x.device)
             want = (x.float() * copies[:, None]).to(torch.bfloat16)
             ok = torch.equal(combined, want)
-            counts = op.local_expert_count()
             print(f"rank {rank}: {tokens} tokens, {received} received, {int(counts.sum())} (token, k) on local "
                   f"experts, identity check {'passed' if ok else 'FAILED'}", flush=True)
             failures += not ok

@@ -528,6 +528,18 @@ struct EpDispatchCombineOp::Impl {
   }
 
 
+  // The received rows (tokens, indices, the received count) are this rank's
+  // from its dispatch until its combine; after the combine a peer's next
+  // dispatch may already be writing them, so reading them then would count a
+  // mix of two calls.
+  void require_received_rows(const char* call) const {
+    if (dispatched_tokens < 0)
+      throw Error(std::string(call) + " without a dispatch awaiting combine (the received rows belong to the "
+                      "next dispatch once combine ran: a peer may already be writing them)",
+                  "dispatch, then " + std::string(call) + ", then combine",
+                  std::string("call ") + call + "() after dispatch() and before combine()");
+  }
+
   void require_std_moe(const char* call) const {
     if (!config.enable_std_moe)
       throw Error(std::string(call) + " on an op built without enable_std_moe", "enable_std_moe = true",
@@ -589,9 +601,7 @@ StdMoeResult EpDispatchCombineOp::std_moe_pack() {
   Impl& op = *impl_;
   op.require_open("std_moe_pack");
   op.require_std_moe("std_moe_pack");
-  if (op.dispatched_tokens < 0)
-    throw Error("std_moe_pack without a dispatch awaiting combine", "dispatch, std_moe_pack, std_moe_combine",
-                "call dispatch() first");
+  op.require_received_rows("std_moe_pack");
   const ScheduleEntry geometry = op.geometry_for(op.dispatched_tokens);
   const Kernel& kernel = *op.kernels.std_moe_pack;
   op.device.launch(kernel, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
@@ -637,6 +647,7 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
 std::vector<int> EpDispatchCombineOp::local_expert_counts(ExpertCountRule rule) {
   Impl& op = *impl_;
   op.require_open("local_expert_counts");
+  op.require_received_rows("local_expert_counts");
   op.stream->synchronize();
   const int total = read_word(op.device, op.state_word(op.window.total_recv_word), 0);
   const int k = op.config.num_experts_per_token, epr = op.config.num_experts_per_rank;
@@ -657,6 +668,7 @@ std::vector<int> EpDispatchCombineOp::local_expert_counts(ExpertCountRule rule) 
 TensorRef EpDispatchCombineOp::local_expert_counts_device(ExpertCountRule rule) {
   Impl& op = *impl_;
   op.require_open("local_expert_counts_device");
+  op.require_received_rows("local_expert_counts_device");
   // One block: the kernel clears the counts, then counts, with a block barrier between.
   const Kernel& kernel = *op.kernels.count_experts;
   const ScheduleEntry geometry = op.geometry_for(op.config.max_num_inp_token_per_rank);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <limits>
 
 #include "../common/errors.h"
@@ -115,6 +116,11 @@ TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
                      {"weights has shape [8, 3]"});
     op.combine({y, DType::BF16, {8, 64}});
     op.check();
+    // After combine the received rows are the next dispatch's (a peer may be writing them).
+    for (const auto& [what, call] : std::initializer_list<std::pair<const char*, std::function<void()>>>{
+             {"counts after combine", [&] { op.local_expert_counts(); }},
+             {"device counts after combine", [&] { op.local_expert_counts_device(); }}})
+      f += expectParts(what, thrown(call), {"without a dispatch awaiting combine", "before combine()"});
     // A map saved with route_map() loads into another routing and replays; a
     // crafted one is refused before any kernel reads it.
     {

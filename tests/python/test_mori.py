@@ -86,9 +86,23 @@ def check_forward_map_ranks(op, handle, x, idx, checks, rail=None):
             checks.expect(got_rank == want_rank, f"forward map [{t}, {j}] names rank {got_rank}, not {want_rank}")
 
 
-def round_trip(op, x, w, idx, **dispatch_kw):
+def raises(call, words):
+    """Whether call() raises an epjit.Error whose message holds `words`."""
+    try:
+        call()
+    except epjit.Error as error:
+        return words in str(error)
+    return False
+
+
+def round_trip(op, x, w, idx, before_combine=None, **dispatch_kw):
+    """dispatch -> before_combine() -> combine. Between a rank's dispatch and its
+    combine no peer writes its received rows (a peer's combine waits for this
+    rank's), so reads of them belong there."""
     out, out_w, out_s, out_idx, total, handle = op.dispatch(x, w, None, idx, return_routing=True, **dispatch_kw)
     sync()
+    if before_combine is not None:
+        before_combine()
     n = int(total.item())
     back, back_w = op.combine(out[:n], routing=handle)
     sync()
@@ -118,20 +132,25 @@ def body(world, rank, uid_bytes, seed, checks):
         # bf16 gather: the identity check, summed weights, MORI's expert counts.
         op = EpDispatchCombineOp(make_cfg(world, rank), comm)
         x, w, idx = rank_inputs(world, rank, MAX_TOKENS - rank, seed)
-        out, out_w, out_idx, n, handle, back, back_w = round_trip(op, x, w, idx)
+
+        def count_experts():  # MORI's contract: after dispatch, before combine
+            counts = op.local_expert_count()
+            want = torch.zeros(EPR, dtype=torch.int64)
+            for r in range(world):  # every (token, k) of every rank naming one of my experts, duplicates too
+                _, _, their_idx = rank_inputs(world, r, MAX_TOKENS - r, seed)
+                for e in their_idx.reshape(-1).tolist():
+                    if e >= 0 and e // EPR == rank:
+                        want[e % EPR] += 1
+            checks.expect(counts.is_cuda == GPU and counts.tolist() == want.tolist(),
+                          f"local_expert_count {counts.tolist()} != MORI's rule {want.tolist()}")
+
+        out, out_w, out_idx, n, handle, back, back_w = round_trip(op, x, w, idx, before_combine=count_experts)
         checks.expect(torch.equal(back.view(torch.int16), identity_expected(x, idx).view(torch.int16)),
                       "bf16 gather: combine(dispatch(x)) != U * x")
         u = torch.tensor([len(r) for r in distinct_ranks(idx)], dtype=torch.float32, device=w.device)
         checks.expect(torch.allclose(back_w, w * u[:, None]), "combine's weights are not the summed forwarded ones")
-        counts = op.local_expert_count()
-        want = torch.zeros(EPR, dtype=torch.int64)
-        for r in range(world):  # every (token, k) of every rank naming one of my experts, duplicates too
-            _, _, their_idx = rank_inputs(world, r, MAX_TOKENS - r, seed)
-            for e in their_idx.reshape(-1).tolist():
-                if e >= 0 and e // EPR == rank:
-                    want[e % EPR] += 1
-        checks.expect(counts.is_cuda == GPU and counts.tolist() == want.tolist(),
-                      f"local_expert_count {counts.tolist()} != MORI's rule {want.tolist()}")
+        # The received rows are the next dispatch's once combine ran (a peer may be writing them).
+        checks.expect(raises(op.local_expert_count, "before combine()"), "local_expert_count after combine not refused")
         # The handle's maps: slot -> source, and (token, k) -> rank * max_recv + slot.
         src = handle.disp_tok_id_to_src_tok_id_local[:n].tolist()
         checks.expect(len(set(src)) == n and all(0 <= s < world * MAX_TOKENS for s in src), "slot -> source map")

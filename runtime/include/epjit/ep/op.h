@@ -135,8 +135,9 @@ class EpDispatchCombineOp {
   StdMoeResult std_moe_pack();
   CombineResult std_moe_combine(const TensorRef& expert_out, const std::optional<TensorRef>& weights = std::nullopt);
 
-  // Tokens each local expert receives in the last dispatch, counted on the
-  // host from that dispatch's indices: synchronizes the stream.
+  // Tokens each local expert receives in the dispatch awaiting combine,
+  // counted on the host from its indices: synchronizes the stream. Refused
+  // after combine, when a peer's next dispatch may be writing the rows.
   // Which received (token, k) entries a local expert's count includes: each
   // expert once per token (repeats in a token's top-k skipped), or every entry
   // (MORI's rule: the counts over all ranks sum to the valid entries sent).

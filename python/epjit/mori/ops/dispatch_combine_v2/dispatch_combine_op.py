@@ -307,7 +307,9 @@ class EpDispatchCombineOp:
         """[num_experts_per_rank] int32 on the device: received (token, k) assignments
         per local expert, every k counted (MORI's rule; the sum over ranks is the
         number of valid (token, k) entries sent). Counted by a generated kernel on
-        the op's stream, no synchronization; valid until the next call of it."""
+        the op's stream, no synchronization; valid until the next call of it. Call
+        it after dispatch and before combine (MORI's contract); after combine it
+        raises, since a peer's next dispatch may be writing the received rows."""
         if self._last is None:
             raise epjit.Error("local_expert_count before any dispatch; fix: call dispatch() first")
         counts = self._op.local_expert_counts(on_device=True, every_entry=True)
