@@ -12,6 +12,10 @@
 //                       (v2_ll; included by ep/dispatch, whose last block seals the outboxes)
 //   ep/internode_v2     ep_internode_forward, ep_internode_partials, ep_internode_sum (v2)
 //
+// A module holds the kernels its configuration launches: the combine of its
+// combine_mode, the std-MoE kernels with std_moe, the internode kernels when
+// gpu_per_node < world (each kernel's when(...)).
+//
 // Every rank runs the same kernels on its own stream; ranks meet only through
 // the symmetric window, with system-scope atomics and bounded waits. What the
 // runtime binds (kernels and their parameters, the window, the constants) is

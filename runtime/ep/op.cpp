@@ -261,7 +261,7 @@ struct EpDispatchCombineOp::Impl {
       throw Error(record.template_name + " was built for wave size " + std::to_string(record.target.wave_size) +
                       ", but target " + config.target + " runs " + std::to_string(config.target_info().wave_size),
                   "a module built for the config's target", "remove the stale cache entry (epjit-cache rm)");
-    kernels = EpKernels::bind(*module);
+    kernels = EpKernels::bind(*module, config);
     fit_schedule_to_device();
     layout = WindowLayout::of(record);
     window = EpWindowMap::of(record, layout);

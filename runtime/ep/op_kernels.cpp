@@ -7,20 +7,28 @@
 
 namespace epjit::ep {
 
-EpKernels EpKernels::bind(const KernelModule& module) {
+EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineConfig& config) {
+  // The module holds only what its configuration launches (the template's
+  // when(...) clauses): bind exactly that, so a disagreement fails here by name.
   EpKernels kernels;
   kernels.dispatch = &module.kernel("ep_dispatch");
-  kernels.combine_gather = &module.kernel("ep_combine_gather");
-  kernels.combine_scatter = &module.kernel("ep_combine_scatter");
-  kernels.std_moe_pack = &module.kernel("ep_std_moe_pack");
-  kernels.std_moe_unpack = &module.kernel("ep_std_moe_unpack");
   kernels.count_experts = &module.kernel("ep_count_experts");
-  kernels.internode_ingest = &module.kernel("ep_internode_ingest");
-  kernels.internode_return_pack = &module.kernel("ep_internode_return_pack");
-  kernels.internode_return_unpack = &module.kernel("ep_internode_return_unpack");
-  kernels.internode_forward = &module.kernel("ep_internode_forward");
-  kernels.internode_partials = &module.kernel("ep_internode_partials");
-  kernels.internode_sum = &module.kernel("ep_internode_sum");
+  if (config.combine_mode == CombineMode::Gather)
+    kernels.combine_gather = &module.kernel("ep_combine_gather");
+  else
+    kernels.combine_scatter = &module.kernel("ep_combine_scatter");
+  if (config.enable_std_moe) {
+    kernels.std_moe_pack = &module.kernel("ep_std_moe_pack");
+    kernels.std_moe_unpack = &module.kernel("ep_std_moe_unpack");
+  }
+  if (config.internode()) {
+    kernels.internode_ingest = &module.kernel("ep_internode_ingest");
+    kernels.internode_return_pack = &module.kernel("ep_internode_return_pack");
+    kernels.internode_return_unpack = &module.kernel("ep_internode_return_unpack");
+    kernels.internode_forward = &module.kernel("ep_internode_forward");
+    kernels.internode_partials = &module.kernel("ep_internode_partials");
+    kernels.internode_sum = &module.kernel("ep_internode_sum");
+  }
   return kernels;
 }
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "epjit/ep/config.h"
 #include "epjit/kernel_module.h"
 #include "epjit/window_layout.h"
 
@@ -27,7 +28,8 @@ struct EpKernels {
   const Kernel* internode_partials = nullptr;  // v2
   const Kernel* internode_sum = nullptr;       // v2
 
-  static EpKernels bind(const KernelModule& module);
+  // Those `config` launches; the others stay null (its module does not hold them).
+  static EpKernels bind(const KernelModule& module, const EpDispatchCombineConfig& config);
 };
 
 // Byte offsets of the regions the op hands out or clears, and the words and

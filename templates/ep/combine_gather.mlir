@@ -10,7 +10,8 @@ ep.include "ep/combine"
 ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,
                              %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                              %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
-                             %staged: index, %w: !ep.window) warps_per_block(4) {
+                             %staged: index, %w: !ep.window) warps_per_block(4)
+    when(@combine_mode eq "gather") {
   // The epoch and the received count are read before the stopped check, all three loads in flight at once.
   %c0 = arith.constant 0 : index
   %epoch_word = ep.constant_value @state_epoch : index

@@ -109,7 +109,8 @@ func.func private @inbox_base(%counts: !ep.ptr<i32>, %source: index, %node_rows:
 ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, %weights_in: !ep.ptr<f32>,
                                %scales_in: !ep.ptr<i8>, %indices_in: !ep.ptr<i32>, %origins_in: !ep.ptr<i32>,
                                %route: !ep.ptr<i32>, %replay: index, %per_source: index, %rank: index,
-                               %w: !ep.window) warps_per_block(4) {
+                               %w: !ep.window) warps_per_block(4)
+    when(@gpu_per_node lt @world) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
@@ -219,7 +220,8 @@ ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, 
 ep.kernel @ep_internode_return_pack(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,
                                     %has_weights: index, %counts: !ep.ptr<i32>,
                                     %rows_out: !ep.ptr<!ep.row_elem<"combine_elem">>, %weights_out: !ep.ptr<f32>,
-                                    %per_source: index, %rank: index, %w: !ep.window) warps_per_block(4) {
+                                    %per_source: index, %rank: index, %w: !ep.window) warps_per_block(4)
+    when(@gpu_per_node lt @world) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
@@ -271,7 +273,8 @@ ep.kernel @ep_internode_return_pack(%input: !ep.ptr<!ep.row_elem<"combine_elem">
 // the sum reads every contribution.
 ep.kernel @ep_internode_return_unpack(%rows_in: !ep.ptr<!ep.row_elem<"combine_elem">>, %weights_in: !ep.ptr<f32>,
                                       %has_weights: index, %route: !ep.ptr<i32>, %per_source: index,
-                                      %rank: index, %w: !ep.window) warps_per_block(4) {
+                                      %rank: index, %w: !ep.window) warps_per_block(4)
+    when(@gpu_per_node lt @world) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index

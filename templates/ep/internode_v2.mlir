@@ -138,7 +138,8 @@ func.func private @forward_row(%tokens_in: !ep.ptr<i32>, %weights_in: !ep.ptr<f3
 ep.kernel @ep_internode_forward(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, %weights_in: !ep.ptr<f32>,
                                 %scales_in: !ep.ptr<i8>, %indices_in: !ep.ptr<i32>, %origins_in: !ep.ptr<i32>,
                                 %forward_route: !ep.ptr<i32>, %route: !ep.ptr<i32>, %replay: index,
-                                %per_source: index, %rank: index, %w: !ep.window) warps_per_block(4) {
+                                %per_source: index, %rank: index, %w: !ep.window) warps_per_block(4)
+    when(@gpu_per_node lt @world) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %epoch_word = ep.constant_value @state_epoch : index
@@ -274,7 +275,8 @@ ep.kernel @ep_internode_partials(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, 
                                  %forward_route: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index,
                                  %partials: !ep.ptr<f32>, %partial_weights: !ep.ptr<f32>,
                                  %own_partials: !ep.ptr<f32>, %own_weights: !ep.ptr<f32>, %per_source: index,
-                                 %rank: index, %w: !ep.window) warps_per_block(4) {
+                                 %rank: index, %w: !ep.window) warps_per_block(4)
+    when(@gpu_per_node lt @world) {
   %c0 = arith.constant 0 : index
   %epoch_word = ep.constant_value @state_epoch : index
   %total_word = ep.constant_value @state_total_recv : index
@@ -416,7 +418,8 @@ ep.kernel @ep_internode_sum(%output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out
                             %has_weights: index, %route: !ep.ptr<i32>, %tokens: index,
                             %own_partials: !ep.ptr<f32>, %own_weights: !ep.ptr<f32>,
                             %partials_in: !ep.ptr<f32>, %partial_weights_in: !ep.ptr<f32>, %per_source: index,
-                            %rank: index, %w: !ep.window) warps_per_block(4) {
+                            %rank: index, %w: !ep.window) warps_per_block(4)
+    when(@gpu_per_node lt @world) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c128 = arith.constant 128 : index

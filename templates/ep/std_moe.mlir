@@ -9,7 +9,8 @@ ep.include "ep/sync"
 // the source map and the per-expert counts. The last warp publishes the
 // counts and clears them for the next call.
 ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sources: !ep.ptr<i32>,
-                           %rank: index, %w: !ep.window) warps_per_block(4) {
+                           %rank: index, %w: !ep.window) warps_per_block(4)
+    when(@std_moe) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %total_word = ep.constant_value @state_total_recv : index
@@ -80,7 +81,8 @@ ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sourc
 // of its local experts' output rows (each expert once, in top-k order),
 // rounded once to bf16.
 ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<bf16>, %rank: index,
-                             %w: !ep.window) warps_per_block(4) {
+                             %w: !ep.window) warps_per_block(4)
+    when(@std_moe) {
   %c0 = arith.constant 0 : index
   %true = arith.constant true
   %total_word = ep.constant_value @state_total_recv : index

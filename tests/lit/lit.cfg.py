@@ -27,6 +27,13 @@ config.substitutions.append(("%{ep}", " ".join("--set " + p for p in [
     "max_tokens=128", "capacity=1024", "combine_mode=scatter", "quant=fp8_blockwise", "combine_elem=bf16",
     "warps_per_block=16"])))
 
+# The same shape with the kernels %{ep} leaves out of its module: gather
+# combine and the standard-MoE layout (plain bf16).
+config.substitutions.append(("%{ep_gather}", " ".join("--set " + p for p in [
+    "token_words=3584", "scale_bytes=0", "hidden=7168", "topk=8", "experts_per_rank=32", "world=8", "gpu_per_node=8",
+    "max_tokens=128", "capacity=1024", "combine_mode=gather", "quant=none", "combine_elem=bf16", "std_moe=true",
+    "warps_per_block=16"])))
+
 # The same shape as two nodes of four ranks, plain scatter (quant is intranode
 # only): the internode (v2_ll) path.
 config.substitutions.append(("%{ep_internode}", " ".join("--set " + p for p in [

@@ -1,5 +1,6 @@
 // ep-specialize: bind template parameters to constants, then fold.
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AttrTypeSubElements.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -173,6 +174,8 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
       return signalPassFailure();
     }
 
+    if (failed(keepKernelsTheBindingsAsk(module, values))) return signalPassFailure();
+
     module.walk([&](ep::ParamValueOp read) {
       OpBuilder builder(read);
       auto constant = arith::ConstantOp::create(builder, read.getLoc(), values[read.getParam()]);
@@ -193,6 +196,98 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
     substituteTypeParameters(module, types);
     module->setAttr(ep::EpDialect::kSpecializationAttrName, DictionaryAttr::get(&getContext(), record));
     foldModule(module);
+  }
+
+  // A kernel whose when(...) the bindings fail is erased, and then the
+  // private helpers nothing calls any more; the others lose their condition.
+  LogicalResult keepKernelsTheBindingsAsk(ModuleOp module, const llvm::StringMap<TypedAttr>& values) {
+    bool erased = false;
+    for (auto kernel : llvm::make_early_inc_range(module.getOps<ep::KernelOp>())) {
+      if (!kernel.getWhenParamAttr()) continue;
+      FailureOr<bool> holds = whenHolds(module, kernel, values);
+      if (failed(holds)) return failure();
+      if (!*holds) {
+        kernel.erase();
+        erased = true;
+        continue;
+      }
+      kernel.removeWhenParamAttr();
+      kernel.removeWhenPredicateAttr();
+      kernel.removeWhenOperandAttr();
+    }
+    if (erased) eraseUncalledHelpers(module);
+    return success();
+  }
+
+  FailureOr<bool> whenHolds(ModuleOp module, ep::KernelOp kernel, const llvm::StringMap<TypedAttr>& values) {
+    auto valueOf = [&](StringRef name) -> FailureOr<int64_t> {
+      auto it = values.find(name);
+      if (it == values.end() || !isa<IntegerAttr>(it->second))
+        return kernel.emitError() << "kernel @" << kernel.getSymName() << " is conditioned on '" << name
+                                  << "', which is not a scalar parameter; this template's parameters are: "
+                                  << parameterList(module);
+      auto integer = cast<IntegerAttr>(it->second);
+      return integer.getType().isInteger(1) ? int64_t(integer.getValue().getBoolValue())
+                                            : integer.getValue().getSExtValue();
+    };
+    const StringRef paramName = kernel.getWhenParamAttr().getValue();
+    FailureOr<int64_t> lhs = valueOf(paramName);
+    if (failed(lhs)) return failure();
+    if (!kernel.getWhenPredicateAttr()) return *lhs != 0;
+    int64_t rhs = 0;
+    Attribute operand = *kernel.getWhenOperand();
+    if (auto symbol = dyn_cast<FlatSymbolRefAttr>(operand)) {
+      FailureOr<int64_t> value = valueOf(symbol.getValue());
+      if (failed(value)) return failure();
+      rhs = *value;
+    } else if (auto integer = dyn_cast<IntegerAttr>(operand)) {
+      rhs = integer.getValue().getSExtValue();
+    } else {
+      FailureOr<int64_t> index = nameIndex(module, kernel, paramName, cast<StringAttr>(operand).getValue());
+      if (failed(index)) return failure();
+      rhs = *index;
+    }
+    const StringRef predicate = kernel.getWhenPredicateAttr().getValue();
+    if (predicate == "eq") return *lhs == rhs;
+    if (predicate == "ne") return *lhs != rhs;
+    if (predicate == "lt") return *lhs < rhs;
+    if (predicate == "le") return *lhs <= rhs;
+    if (predicate == "gt") return *lhs > rhs;
+    return *lhs >= rhs;  // "ge": the verifier admits nothing else
+  }
+
+  // The index of `name` among the parameter's names (when(@mode eq "scatter")).
+  FailureOr<int64_t> nameIndex(ModuleOp module, ep::KernelOp kernel, StringRef paramName, StringRef name) {
+    for (auto param : module.getOps<ep::ParamOp>()) {
+      if (param.getSymName() != paramName) continue;
+      if (auto names = param.getNames())
+        for (auto [index, candidate] : llvm::enumerate(names->getAsValueRange<StringAttr>()))
+          if (candidate == name) return int64_t(index);
+      auto diagnostic = kernel.emitError() << "kernel @" << kernel.getSymName() << " compares '" << paramName
+                                           << "' with \"" << name << "\", which is not one of its names";
+      if (auto names = param.getNames()) {
+        diagnostic << " (";
+        llvm::interleaveComma(names->getAsValueRange<StringAttr>(), diagnostic);
+        diagnostic << ")";
+      } else {
+        diagnostic << " (it has none: compare with an integer)";
+      }
+      return diagnostic;
+    }
+    return kernel.emitError() << "kernel @" << kernel.getSymName() << " is conditioned on '" << paramName
+                              << "', which is not a parameter";
+  }
+
+  // Until none is left: a private func.func that no operation names.
+  void eraseUncalledHelpers(ModuleOp module) {
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (auto helper : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+        if (helper.isPrivate() && SymbolTable::symbolKnownUseEmpty(helper, module)) {
+          helper.erase();
+          changed = true;
+        }
+    }
   }
 
   // Every ep.constant_value becomes its constant; the constants are recorded

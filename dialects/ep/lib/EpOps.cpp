@@ -123,6 +123,19 @@ ParseResult KernelOp::parse(OpAsmParser& parser, OperationState& result) {
   if (parser.parseKeyword("warps_per_block") || parser.parseLParen() || parser.parseInteger(warps) ||
       parser.parseRParen())
     return failure();
+  if (succeeded(parser.parseOptionalKeyword("when"))) {
+    FlatSymbolRefAttr param;
+    if (parser.parseLParen() || parser.parseAttribute(param)) return failure();
+    result.addAttribute(getWhenParamAttrName(result.name), param);
+    StringRef predicate;
+    if (succeeded(parser.parseOptionalKeyword(&predicate, kWhenPredicates))) {
+      Attribute operand;
+      if (parser.parseAttribute(operand)) return failure();
+      result.addAttribute(getWhenPredicateAttrName(result.name), builder.getStringAttr(predicate));
+      result.addAttribute(getWhenOperandAttrName(result.name), operand);
+    }
+    if (parser.parseRParen()) return failure();
+  }
   if (parser.parseOptionalAttrDictWithKeyword(result.attributes)) return failure();
   SmallVector<Type> types;
   SmallVector<Attribute> names;
@@ -147,11 +160,39 @@ void KernelOp::print(OpAsmPrinter& printer) {
   llvm::interleaveComma(entry.getArguments(), printer,
                         [&](BlockArgument argument) { printer.printRegionArgument(argument); });
   printer << ") warps_per_block(" << getWarpsPerBlock() << ")";
+  if (auto param = getWhenParamAttr()) {
+    printer << " when(";
+    printer.printAttribute(param);
+    if (auto predicate = getWhenPredicateAttr()) {
+      printer << ' ' << predicate.getValue() << ' ';
+      printer.printAttributeWithoutType(*getWhenOperand());
+    }
+    printer << ')';
+  }
   printer.printOptionalAttrDictWithKeyword(
-      (*this)->getAttrs(),
-      {SymbolTable::getSymbolAttrName(), getFunctionTypeAttrName(), getArgNamesAttrName(), getWarpsPerBlockAttrName()});
+      (*this)->getAttrs(), {SymbolTable::getSymbolAttrName(), getFunctionTypeAttrName(), getArgNamesAttrName(),
+                            getWarpsPerBlockAttrName(), getWhenParamAttrName(), getWhenPredicateAttrName(),
+                            getWhenOperandAttrName()});
   printer << ' ';
   printer.printRegion(getBody(), /*printEntryBlockArgs=*/false, /*printBlockTerminators=*/false);
+}
+
+// when(@param), or when(@param PREDICATE operand) with an operand that is a
+// parameter, an integer or a name; what the names mean is ep-specialize's to check.
+LogicalResult KernelOp::verifyWhen() {
+  const bool hasPredicate = bool(getWhenPredicateAttr()), hasOperand = bool(getWhenOperand());
+  if (!getWhenParamAttr() && (hasPredicate || hasOperand))
+    return emitOpError() << "a when predicate or operand without its parameter";
+  if (hasPredicate != hasOperand) return emitOpError() << "when(...) needs both a predicate and an operand, or neither";
+  if (!hasPredicate) return success();
+  if (!llvm::is_contained(kWhenPredicates, getWhenPredicateAttr().getValue()))
+    return emitOpError() << "when predicate '" << getWhenPredicateAttr().getValue()
+                         << "' is not one of eq, ne, lt, le, gt, ge";
+  Attribute operand = *getWhenOperand();
+  if (!isa<FlatSymbolRefAttr, IntegerAttr, StringAttr>(operand))
+    return emitOpError() << "when compares with a parameter (@name), an integer or a name (\"...\"); got "
+                         << operand;
+  return success();
 }
 
 void KernelOp::getAsmBlockArgumentNames(Region& region, OpAsmSetValueNameFn setName) {
@@ -162,6 +203,7 @@ void KernelOp::getAsmBlockArgumentNames(Region& region, OpAsmSetValueNameFn setN
 
 LogicalResult KernelOp::verify() {
   if (getWarpsPerBlock() < 1) return emitOpError() << "warps_per_block must be >= 1";
+  if (failed(verifyWhen())) return failure();
   ArrayRef<Type> types = getArgumentTypes();
   if (!getFunctionType().getResults().empty()) return emitOpError() << "an ep kernel returns nothing";
   if (getArgNames().size() != types.size())

@@ -61,6 +61,29 @@ ep.kernel @kernel_with_a_memref(%m: memref<4xf32>) warps_per_block(2) {}
 
 // -----
 
+// expected-error @+1 {{when predicate 'near' is not one of eq, ne, lt, le, gt, ge}}
+"ep.kernel"() ({
+^bb0:
+  ep.return
+}) {sym_name = "odd_when", function_type = () -> (), arg_names = [], warps_per_block = 1 : i64,
+    when_param = @world, when_predicate = "near", when_operand = 2} : () -> ()
+
+// -----
+
+// expected-error @+1 {{when compares with a parameter (@name), an integer or a name ("..."); got 2.500000e+00 : f32}}
+ep.kernel @when_a_float() warps_per_block(1) when(@world lt 2.5 : f32) {}
+
+// -----
+
+// expected-error @+1 {{when(...) needs both a predicate and an operand, or neither}}
+"ep.kernel"() ({
+^bb0:
+  ep.return
+}) {sym_name = "half_when", function_type = () -> (), arg_names = [], warps_per_block = 1 : i64,
+    when_param = @world, when_predicate = "eq"} : () -> ()
+
+// -----
+
 // expected-error @+1 {{has 2 parameters but 1 names}}
 "ep.kernel"() ({
 ^bb0(%a: index, %b: index):

@@ -36,7 +36,9 @@ def EpSpecialize : Pass<"ep-specialize", "::mlir::ModuleOp"> {
     type, `min` and `multiple_of`, replaces every `ep.constant_value` with its
     named constant, removes the declarations, records the bindings as
     `ep.specialization` and the constants as `ep.constants` on the module, and
-    folds (window region counts become constants). `warps_per_block=N`
+    folds (window region counts become constants). A kernel whose
+    `when(...)` the bindings fail is erased, with the private helpers only it
+    called; the kept kernels lose their condition. `warps_per_block=N`
     overrides every kernel's geometry. The result fully determines the kernel.
   }];
   let options = [

@@ -106,13 +106,32 @@ def Ep_KernelOp : Ep_Op<"kernel", [Symbol, IsolatedFromAbove, HasParent<"::mlir:
       ...
     }
     ```
+
+    `when(...)` makes the kernel part of the module only for the bindings
+    that satisfy it: ep-specialize erases the others, with the helpers only
+    they called, so a module holds (and a JIT compiles) only what its
+    configuration launches. The condition compares a parameter with another
+    parameter, an integer or one of its `names` (`eq`, `ne`, `lt`, `le`, `gt`,
+    `ge`), or is an i1 parameter alone:
+
+    ```mlir
+    ep.kernel @scatter(...) warps_per_block(4) when(@combine_mode eq "scatter") { ... }
+    ep.kernel @forward(...) warps_per_block(4) when(@gpu_per_node lt @world) { ... }
+    ep.kernel @pack(...) warps_per_block(4) when(@std_moe) { ... }
+    ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<FunctionType>:$function_type,
-                       StrArrayAttr:$arg_names, I64Attr:$warps_per_block);
+                       StrArrayAttr:$arg_names, I64Attr:$warps_per_block,
+                       OptionalAttr<FlatSymbolRefAttr>:$when_param,
+                       OptionalAttr<StrAttr>:$when_predicate,
+                       OptionalAttr<AnyAttr>:$when_operand);
   let regions = (region SizedRegion<1>:$body);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
   let extraClassDeclaration = [{
+    // The comparisons when(@param PREDICATE operand) may use.
+    static constexpr ::llvm::StringRef kWhenPredicates[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+    ::mlir::LogicalResult verifyWhen();
     ::llvm::ArrayRef<::mlir::Type> getArgumentTypes() { return getFunctionType().getInputs(); }
     ::llvm::StringRef getArgName(unsigned index) {
       return ::llvm::cast<::mlir::StringAttr>(getArgNames()[index]).getValue();
