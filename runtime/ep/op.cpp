@@ -287,6 +287,10 @@ struct EpDispatchCombineOp::Impl {
         entry.dispatch_blocks = fit_blocks(*kernels.std_moe_pack, entry.dispatch_blocks, entry.dispatch_warps);
         entry.combine_blocks = fit_blocks(*kernels.std_moe_unpack, entry.combine_blocks, entry.combine_warps);
       }
+      // v2's partials kernel meets its own grid (it stages rows, then every
+      // block waits for the node's ranks) on the combine geometry.
+      if (config.internode() && config.internode_kernel != InternodeKernel::V2LowLatency)
+        entry.combine_blocks = fit_blocks(*kernels.internode_partials, entry.combine_blocks, entry.combine_warps);
     }
   }
 
