@@ -56,8 +56,11 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
       world_(config.world_size),
       per_node_(config.nodes_gpu_count()),
       nodes_(config.world_size / config.nodes_gpu_count()),
-      rows_per_peer_(internode_rows_per_peer(config)),
       v2_ll_built_(builds_v2_ll(config)),
+      rows_per_peer_(internode_rows_per_peer(config)),
+      v2_ll_transfer_rows_(config.internode_kernel == InternodeKernel::Auto
+                               ? std::min(rows_per_peer_, config.internode_auto_ll_max_tokens)
+                               : rows_per_peer_),
       outbox_bytes_(outbox_bytes(config, window, rows_per_peer_)) {
   const Team& node = comm.node();
   const int node_first = rank_ / per_node_ * per_node_;
@@ -109,8 +112,9 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
     own_partials_ = allocate_zeroed(own_rows * hidden * 4);
     own_weights_ = allocate_zeroed(own_rows * k * 4);
   }
-  log().info("rank {}: internode {} over {}: {} rows per off-node peer, {} bytes per outbox", rank_,
-             name_of(config.internode_kernel), transport_->name(), rows_per_peer_, outbox_bytes_);
+  log().info("rank {}: internode {} over {}: {} rows per off-node peer ({} moved by a v2_ll call), {} bytes per outbox",
+             rank_, name_of(config.internode_kernel), transport_->name(), rows_per_peer_, v2_ll_transfer_rows_,
+             outbox_bytes_);
 }
 
 size_t InternodeExchange::outbox_bytes(const EpDispatchCombineConfig& config, const EpWindowMap& window,
@@ -156,7 +160,7 @@ std::vector<void*> InternodeExchange::window_bases(const std::vector<void*>& nod
 
 void InternodeExchange::after_dispatch(const EpKernels& kernels, LaunchGeometry geometry, const Window& table,
                                        void* route, void* forward_route, bool replay, bool v2, Stream& stream) {
-  const size_t rows = size_t(rows_per_peer_), k = size_t(config_.num_experts_per_token);
+  const size_t rows = transfer_rows(v2), k = size_t(config_.num_experts_per_token);
   const size_t token_bytes = config_.dispatch_token_bytes(), scale_bytes = config_.scale_bytes_per_token();
   std::vector<TransferSegment> sends, receives;
   for (int peer = 0; peer < world_; ++peer) {
@@ -212,7 +216,7 @@ void InternodeExchange::before_combine(const EpKernels& kernels, LaunchGeometry 
                      .build(),
                  stream);
   const bool scatter = config_.combine_mode == CombineMode::Scatter;
-  const size_t rows = size_t(rows_per_peer_), k = size_t(config_.num_experts_per_token);
+  const size_t rows = transfer_rows(/*v2=*/false), k = size_t(config_.num_experts_per_token);
   const size_t row_bytes = config_.combine_token_bytes();
   std::vector<TransferSegment> sends, receives;
   for (int peer = 0; peer < world_; ++peer) {

@@ -89,6 +89,7 @@ class InternodeExchange {
   // The inbox block of source `peer`: v2_ll's ingest reads them by source
   // rank, v2's forward by source node (so a v2-only op holds one block per node).
   int inbox_block(int peer, bool v2) const { return v2 ? peer / per_node_ : peer; }
+  size_t transfer_rows(bool v2) const { return size_t(v2 ? rows_per_peer_ : v2_ll_transfer_rows_); }
   void* allocate(size_t bytes);  // freed with this object
   void* allocate_zeroed(size_t bytes);
   // An outbox is read and written only in its state words and the first
@@ -103,6 +104,13 @@ class InternodeExchange {
   const int rank_, world_, per_node_, nodes_;
   const bool v2_ll_built_;  // the op may run v2_ll (internode_kernel v2_ll or auto)
   const int64_t rows_per_peer_;
+  // Rows a v2_ll transfer moves per peer block. A rank sends a token at most
+  // once to each rank, so a call of n tokens fills at most n rows of a block;
+  // under auto, v2_ll runs only for calls of at most
+  // internode_auto_ll_max_tokens tokens on every rank (the rule auto's ranks
+  // keep), so that many rows carry any v2_ll call and the rest of each block
+  // stays home. v2's blocks move whole: auto runs it above the crossover.
+  const int64_t v2_ll_transfer_rows_;
   const size_t outbox_bytes_;  // the window's layout up to the last byte an outbox is used at
   std::unique_ptr<InternodeTransport> transport_;
   std::vector<void*> outboxes_;  // by world rank; null on this rank's node

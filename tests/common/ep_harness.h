@@ -73,6 +73,7 @@ struct EpCase {
   // node teams too); ranks of other nodes are reached through the transport.
   std::optional<int> gpu_per_node;
   InternodeKernel internode_kernel = InternodeKernel::Auto;
+  int64_t internode_auto_ll_max_tokens = 512;
   // Set as EPJIT_INTERNODE_TRANSPORT in each rank before its op is built
   // (process ranks: every rank its own environment). Empty: the default.
   std::string internode_transport;
@@ -109,6 +110,7 @@ inline EpDispatchCombineConfig configFor(const EpCase& c, int rank) {
   config.warp_num_per_block = c.warps_per_block;
   config.gpu_per_node = c.gpu_per_node;
   config.internode_kernel = c.internode_kernel;
+  config.internode_auto_ll_max_tokens = c.internode_auto_ll_max_tokens;
   return config;
 }
 

@@ -147,6 +147,12 @@ std::vector<EpCase> matrix() {
        .calls = {37, 600, 520, 1}, .gpu_per_node = 2});
   add({.name = "internode_auto_both_sides_replay_scatter_w6_g3", .world = 6, .hidden = 64, .max_tokens = 600,
        .mode = scatter, .calls = {600, 2, 520}, .replay = true, .gpu_per_node = 3});
+  // Under auto a v2_ll call moves internode_auto_ll_max_tokens rows per peer,
+  // not the op's maximum: top-8 over all 8 experts sends every token to every
+  // rank, so a 40-token call fills its blocks to that cut exactly.
+  add({.name = "internode_auto_ll_rows_at_the_cut_w4_g2", .world = 4, .hidden = 64, .topk = 8,
+       .experts_per_rank = 2, .max_tokens = 600, .calls = {40, 600, 1, 42}, .gpu_per_node = 2,
+       .internode_auto_ll_max_tokens = 40});
 #ifdef EPJIT_E2E_SANITIZER
   // Under a sanitizer everything runs many times slower: a subset that covers
   // every kernel and protocol, processes only where TSan allows forking.
