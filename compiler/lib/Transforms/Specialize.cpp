@@ -36,15 +36,27 @@ std::string parameterList(ModuleOp module) {
   return names.empty() ? std::string("none") : names;
 }
 
+// The index of `name` among the parameter's `names`, if it is one of them.
+std::optional<int64_t> indexOfName(ep::ParamOp param, StringRef name) {
+  if (auto names = param.getNames())
+    for (auto [index, candidate] : llvm::enumerate(names->getAsValueRange<StringAttr>()))
+      if (candidate == name) return int64_t(index);
+  return std::nullopt;
+}
+
+// " (a, b, c)": the parameter's names, for a diagnostic.
+void appendNames(InFlightDiagnostic& diagnostic, ep::ParamOp param) {
+  diagnostic << " (";
+  llvm::interleaveComma(param.getNames()->getAsValueRange<StringAttr>(), diagnostic);
+  diagnostic << ")";
+}
+
 // Parses `text` as a value of the parameter's type (or one of its names);
 // emits an error naming the parameter and the expected form when it is not one.
 FailureOr<TypedAttr> parseBinding(ep::ParamOp param, StringRef text) {
   Builder builder(param.getContext());
   Type type = param.getType();
-  if (auto names = param.getNames()) {
-    for (auto [index, name] : llvm::enumerate(names->getAsValueRange<StringAttr>()))
-      if (name == text) return TypedAttr(builder.getIntegerAttr(type, int64_t(index)));
-  }
+  if (std::optional<int64_t> index = indexOfName(param, text)) return TypedAttr(builder.getIntegerAttr(type, *index));
   if (type.isInteger(1)) {
     if (text == "true" || text == "1") return TypedAttr(builder.getBoolAttr(true));
     if (text == "false" || text == "0") return TypedAttr(builder.getBoolAttr(false));
@@ -55,10 +67,9 @@ FailureOr<TypedAttr> parseBinding(ep::ParamOp param, StringRef text) {
   if (text.getAsInteger(0, value)) {
     auto diagnostic = param.emitError() << "parameter '" << param.getSymName() << "' takes an integer ("
                                         << typeName(type) << ")";
-    if (auto names = param.getNames()) {
-      diagnostic << " or one of its names (";
-      llvm::interleaveComma(names->getAsValueRange<StringAttr>(), diagnostic);
-      diagnostic << ")";
+    if (param.getNames()) {
+      diagnostic << " or one of its names";
+      appendNames(diagnostic, param);
     }
     return diagnostic << "; got '" << text << "'";
   }
@@ -260,18 +271,13 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
   FailureOr<int64_t> nameIndex(ModuleOp module, ep::KernelOp kernel, StringRef paramName, StringRef name) {
     for (auto param : module.getOps<ep::ParamOp>()) {
       if (param.getSymName() != paramName) continue;
-      if (auto names = param.getNames())
-        for (auto [index, candidate] : llvm::enumerate(names->getAsValueRange<StringAttr>()))
-          if (candidate == name) return int64_t(index);
+      if (std::optional<int64_t> index = indexOfName(param, name)) return *index;
       auto diagnostic = kernel.emitError() << "kernel @" << kernel.getSymName() << " compares '" << paramName
                                            << "' with \"" << name << "\", which is not one of its names";
-      if (auto names = param.getNames()) {
-        diagnostic << " (";
-        llvm::interleaveComma(names->getAsValueRange<StringAttr>(), diagnostic);
-        diagnostic << ")";
-      } else {
+      if (param.getNames())
+        appendNames(diagnostic, param);
+      else
         diagnostic << " (it has none: compare with an integer)";
-      }
       return diagnostic;
     }
     return kernel.emitError() << "kernel @" << kernel.getSymName() << " is conditioned on '" << paramName
