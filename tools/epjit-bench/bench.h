@@ -55,7 +55,8 @@ struct RankPoint {
   double combine_us = 0;
   double graph_dispatch_us = 0;  // --graph: the same calls replayed from captured graphs
   double graph_combine_us = 0;
-  double remote_received = 0;  // rows that came from other ranks (over NVLink)
+  double remote_received = 0;   // rows from the other ranks of this node (over NVLink)
+  double network_received = 0;  // rows from other nodes (over the internode transport)
   double nccl_dispatch_us = 0;  // --baselines: NCCL moving the same bytes
   double nccl_combine_us = 0;
   std::string check_failure;  // "" when the identity check passed

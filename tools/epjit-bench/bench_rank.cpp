@@ -353,8 +353,12 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
     const auto everyone = comm.allgather(mine);
     std::vector<int64_t> from_rank(static_cast<size_t>(o.world));
     for (int s = 0; s < o.world; ++s) std::memcpy(&from_rank[size_t(s)], everyone[size_t(s)].data() + 8 * comm.rank(), 8);
-    for (int s = 0; s < o.world; ++s)
-      if (s != comm.rank()) point.remote_received += double(from_rank[size_t(s)]);
+    const int per_node = o.gpu_per_node.value_or(o.world);
+    for (int s = 0; s < o.world; ++s) {
+      if (s == comm.rank()) continue;
+      (s / per_node == comm.rank() / per_node ? point.remote_received : point.network_received) +=
+          double(from_rank[size_t(s)]);
+    }
     if (baselines && all_passed && !o.check_only) {
       std::vector<size_t> dispatch_bytes(static_cast<size_t>(o.world)), combine_bytes(static_cast<size_t>(o.world));
       for (int p = 0; p < o.world; ++p) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <string>
 
 #include "bench.h"
 #include "epjit/error.h"
@@ -88,6 +89,7 @@ std::vector<uint8_t> serialize(const RankResult& r) {
     w.put(p.graph_dispatch_us);
     w.put(p.graph_combine_us);
     w.put(p.remote_received);
+    w.put(p.network_received);
     w.put(p.nccl_dispatch_us);
     w.put(p.nccl_combine_us);
     w.put(p.check_failure);
@@ -114,6 +116,7 @@ RankResult deserialize(const std::vector<uint8_t>& bytes) {
     p.graph_dispatch_us = in.get<double>();
     p.graph_combine_us = in.get<double>();
     p.remote_received = in.get<double>();
+    p.network_received = in.get<double>();
     p.nccl_dispatch_us = in.get<double>();
     p.nccl_combine_us = in.get<double>();
     p.check_failure = in.text();
@@ -211,18 +214,25 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
   if (o.baselines && !o.check_only) {
     double ce = 1e300, sm = 1e300;
     for (const RankResult& r : ranks) ce = std::min(ce, r.ceiling_copy_engine_GBps), sm = std::min(sm, r.ceiling_sm_writes_GBps);
-    std::printf("\nbaselines on the same GPUs: peer-write ceiling %.1f GB/s (copy engine), %.1f GB/s (SM writes, "
-                "ep_peer_copy); NCCL grouped send/recv of the same bytes\n",
-                ce, sm);
-    std::printf("%8s %8s %12s %12s %10s %10s %13s %9s %9s\n", "tokens", "NVLink", "nccl disp us", "nccl comb us",
-                "disp/nccl", "comb/nccl", "disp NVL GB/s", "vs CE", "vs SM");
-    json ceilings = {{"copy_engine_GBps", ce}, {"sm_writes_GBps", sm}};
+    // The ceilings copy into the next rank's window: measured on one node only.
+    const bool ceilings_measured = ce > 0 && sm > 0;
+    if (ceilings_measured)
+      std::printf("\nbaselines on the same GPUs: peer-write ceiling %.1f GB/s (copy engine), %.1f GB/s (SM writes, "
+                  "ep_peer_copy); NCCL grouped send/recv of the same bytes\n",
+                  ce, sm);
+    else
+      std::printf("\nbaselines on the same GPUs: NCCL grouped send/recv of the same bytes over the same transport "
+                  "(no peer-write ceilings: ranks across nodes)\n");
+    std::printf("%8s %8s %8s %12s %12s %10s %10s %13s %9s %9s\n", "tokens", "NVLink", "network", "nccl disp us",
+                "nccl comb us", "disp/nccl", "comb/nccl", "disp NVL GB/s", "vs CE", "vs SM");
+    json ceilings = ceilings_measured ? json{{"copy_engine_GBps", ce}, {"sm_writes_GBps", sm}} : json(nullptr);
     for (size_t i = 0; i < ranks.front().points.size(); ++i) {
-      double remote = 0, received = 0, nccl_d = 0, nccl_c = 0, epjit_d = 0, epjit_c = 0;
+      double remote = 0, network = 0, received = 0, nccl_d = 0, nccl_c = 0, epjit_d = 0, epjit_c = 0;
       for (const RankResult& r : ranks) {
         if (i >= r.points.size()) continue;
         const RankPoint& p = r.points[i];
         remote += p.remote_received;
+        network += p.network_received;
         received += double(p.received);
         nccl_d = std::max(nccl_d, p.nccl_dispatch_us);
         nccl_c = std::max(nccl_c, p.nccl_combine_us);
@@ -232,19 +242,29 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
       if (epjit_d <= 0) continue;
       const double n = double(ranks.size());
       const double share = received > 0 ? remote / received : 0;
+      const double network_share = received > 0 ? network / received : 0;
       const double nvlink_GBps = remote / n * token_bytes / (epjit_d * 1e3);
-      std::printf("%8lld %7.0f%% %12.1f %12.1f %9.2fx %9.2fx %13.1f %8.0f%% %8.0f%%\n",
-                  (long long)ranks.front().points[i].tokens, 100 * share, nccl_d, nccl_c, nccl_d / epjit_d,
-                  nccl_c / epjit_c, nvlink_GBps, 100 * nvlink_GBps / ce, 100 * nvlink_GBps / sm);
+      auto percent_of = [&](double ceiling) {
+        char text[32] = "-";
+        if (ceilings_measured) std::snprintf(text, sizeof text, "%.0f%%", 100 * nvlink_GBps / ceiling);
+        return std::string(text);
+      };
+      const std::string vs_ce = percent_of(ce), vs_sm = percent_of(sm);
+      std::printf("%8lld %7.0f%% %7.0f%% %12.1f %12.1f %9.2fx %9.2fx %13.1f %9s %9s\n",
+                  (long long)ranks.front().points[i].tokens, 100 * share, 100 * network_share, nccl_d, nccl_c,
+                  nccl_d / epjit_d, nccl_c / epjit_c, nvlink_GBps, vs_ce.c_str(), vs_sm.c_str());
       json& point = points[i];
       point["nvlink_share_of_received"] = share;
+      point["network_share_of_received"] = network_share;
       point["nccl_dispatch_us_max_rank"] = nccl_d;
       point["nccl_combine_us_max_rank"] = nccl_c;
       point["dispatch_speedup_vs_nccl"] = nccl_d / epjit_d;
       point["combine_speedup_vs_nccl"] = nccl_c / epjit_c;
       point["dispatch_nvlink_GBps_per_rank"] = nvlink_GBps;
-      point["dispatch_vs_copy_engine_ceiling"] = nvlink_GBps / ce;
-      point["dispatch_vs_sm_write_ceiling"] = nvlink_GBps / sm;
+      if (ceilings_measured) {
+        point["dispatch_vs_copy_engine_ceiling"] = nvlink_GBps / ce;
+        point["dispatch_vs_sm_write_ceiling"] = nvlink_GBps / sm;
+      }
     }
     baseline_record = {{"ceilings", ceilings},
                        {"nccl", "grouped ncclSend/ncclRecv of each rank's dispatch (combine) bytes per peer, "
