@@ -153,6 +153,9 @@ std::vector<EpCase> matrix() {
   add({.name = "internode_auto_ll_rows_at_the_cut_w4_g2", .world = 4, .hidden = 64, .topk = 8,
        .experts_per_rank = 2, .max_tokens = 600, .calls = {40, 600, 1, 42}, .gpu_per_node = 2,
        .internode_auto_ll_max_tokens = 40});
+  add({.name = "internode_auto_ll_rows_at_the_cut_scatter_replay_w4_g2", .world = 4, .hidden = 64, .topk = 8,
+       .experts_per_rank = 2, .max_tokens = 600, .mode = scatter, .calls = {40, 600, 40}, .replay = true,
+       .gpu_per_node = 2, .internode_auto_ll_max_tokens = 40});
 #ifdef EPJIT_E2E_SANITIZER
   // Under a sanitizer everything runs many times slower: a subset that covers
   // every kernel and protocol, processes only where TSan allows forking.
