@@ -357,7 +357,8 @@ class EpDispatchCombineOp:
     config_combine_type = property(lambda self: self._config.combine_type)
 
     def local_expert_counts(self, on_device=False, every_entry=False):
-        """Received tokens per local expert in the last dispatch, each token once per
+        """Received tokens per local expert in the dispatch awaiting combine (called
+        after combine it raises: a peer's next dispatch may be writing the rows), each token once per
         expert it names; with every_entry=True every received (token, k) on a local
         expert counts, repeats too (MORI's rule). By default a list, counted on the
         host (synchronizes); with on_device=True a [num_experts_per_rank] int32 device
