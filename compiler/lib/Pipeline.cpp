@@ -236,8 +236,18 @@ bool describeParameters(llvm::StringRef sourceText, llvm::StringRef sourceName, 
     if (!notes.empty()) os << " (" << llvm::join(notes, ", ") << ")";
     os << "\n";
   }
-  for (const KernelInfo& kernel : kernelsOf(*module))
-    os << "kernel @" << kernel.name << " (warps_per_block " << kernel.warpsPerBlock << ")\n";
+  for (auto kernel : module->getOps<ep::KernelOp>()) {
+    os << "kernel @" << kernel.getSymName() << " (warps_per_block " << kernel.getWarpsPerBlock() << ")";
+    if (auto param = kernel.getWhenParamAttr()) {  // present only for the bindings that satisfy it
+      os << " when(@" << param.getValue();
+      if (auto predicate = kernel.getWhenPredicateAttr()) {
+        os << " " << predicate.getValue() << " ";
+        kernel.getWhenOperand()->print(os, /*elideType=*/true);
+      }
+      os << ")";
+    }
+    os << "\n";
+  }
   return true;
 }
 
