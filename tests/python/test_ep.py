@@ -79,6 +79,12 @@ def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results, maske
                 expert[:received] = tokens_out[:received]  # identity experts
                 out, out_w = op.combine(expert, w_out)
                 op.check()
+                # After combine the received rows are the next dispatch's (a peer may be writing them).
+                try:
+                    op.local_expert_counts()
+                    raise AssertionError("local_expert_counts after combine was not refused")
+                except epjit.Error as refusal:
+                    assert "before combine()" in str(refusal), refusal
                 fp8 = ml_dtypes.float8_e4m3fnuz if target == "host-gfx942" else ml_dtypes.float8_e4m3fn
                 want = identity_expected(x, idx, quant, fp8)
                 assert out.shape == (n, HIDDEN)
