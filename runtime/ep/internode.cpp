@@ -28,14 +28,15 @@ std::unique_ptr<InternodeTransport> pick_transport(Communicator& comm, Device& d
               "unset it (the device's default) or set one of those");
 }
 
-bool builds_v2(const EpDispatchCombineConfig& config) {
-  return config.internode() && config.internode_kernel != InternodeKernel::V2LowLatency;
-}
 bool builds_v2_ll(const EpDispatchCombineConfig& config) {
   return config.internode() && config.internode_kernel != InternodeKernel::V2;
 }
 
 }  // namespace
+
+bool builds_v2(const EpDispatchCombineConfig& config) {
+  return config.internode() && config.internode_kernel != InternodeKernel::V2LowLatency;
+}
 
 int64_t internode_rows_per_peer(const EpDispatchCombineConfig& config) {
   return std::min(config.max_tokens_per_rank_padded(), config.total_recv_tokens());
@@ -277,7 +278,7 @@ void InternodeExchange::combine_v2(const EpKernels& kernels, LaunchGeometry geom
   // rail peer, and that peer's block for this rank's node comes back. The
   // weights cross whether or not this rank has any: a transfer's pairs must
   // match on both sides, and the peer's call may be weighted.
-  const size_t rows = size_t(rows_per_peer_), k = size_t(config_.num_experts_per_token);
+  const size_t rows = transfer_rows(/*v2=*/true), k = size_t(config_.num_experts_per_token);
   const size_t row_bytes = size_t(config_.hidden_dim) * 4;
   std::vector<TransferSegment> sends, receives;
   for (int peer = 0; peer < world_; ++peer) {

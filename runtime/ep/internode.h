@@ -32,6 +32,9 @@ namespace epjit::ep {
 // the count up to a multiple of the wave size.
 int64_t internode_rows_per_peer(const EpDispatchCombineConfig& config);
 
+// Whether the op may run internode v2 on some calls (internode_kernel v2 or auto).
+bool builds_v2(const EpDispatchCombineConfig& config);
+
 // Words after a route's own that keep v2's forward route: where this rank
 // forwarded each inbox row (0 when the op never runs v2).
 size_t forward_route_words(const EpDispatchCombineConfig& config);

@@ -289,7 +289,7 @@ struct EpDispatchCombineOp::Impl {
       }
       // v2's partials kernel meets its own grid (it stages rows, then every
       // block waits for the node's ranks) on the combine geometry.
-      if (config.internode() && config.internode_kernel != InternodeKernel::V2LowLatency)
+      if (builds_v2(config))
         entry.combine_blocks = fit_blocks(*kernels.internode_partials, entry.combine_blocks, entry.combine_warps);
     }
   }
