@@ -251,16 +251,16 @@ EPJIT_NUMERICS_FN float decode_fp4_e2m1(uint8_t nibble) {
 // ---------------------------------------------------------------- E8M0
 
 // float32 -> E8M0 (2^(code-127), 0xFF = NaN), as ml_dtypes' float8_e8m0fnu
-// casts: the exponent rounds half up (1.5 -> 2, 3 -> 4); zero, negatives, Inf
-// and NaN give NaN; f32 subnormals give 2^-127 up to and including 2^-127, and
-// 2^-126 above it; anything rounding past 2^127 gives NaN.
+// casts (0.7 and later): the exponent rounds half up (1.5 -> 2, 3 -> 4), f32
+// subnormals included (below 1.5 * 2^-127 gives 2^-127); zero, negatives, Inf
+// and NaN give NaN; anything rounding past 2^127 gives NaN.
 EPJIT_NUMERICS_FN uint8_t encode_e8m0(float x) {
   using namespace numerics_detail;
   const uint32_t bits = bits_of(x);
   if ((bits & kF32SignMask) || bits >= kF32InfBits || bits == 0) return kE8M0NaN;
   const uint32_t exp_field = bits >> 23;
   const uint32_t mant = bits & 0x7FFFFFu;
-  if (exp_field == 0) return mant > 0x400000u ? 1 : 0;
+  if (exp_field == 0) return mant >= 0x600000u ? 1 : 0;  // 0x600000 is 1.5 * 2^-127
   const uint32_t code = exp_field + (mant >= 0x400000u ? 1u : 0u);
   return code >= 0xFF ? kE8M0NaN : uint8_t(code);
 }

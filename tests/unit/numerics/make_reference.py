@@ -28,6 +28,18 @@ MX = {
 }
 FP4_NO_REFERENCE = 0xFF  # E2M1 has no NaN: NaN inputs are checked separately
 SEED = 20261129
+# 0.7 rounds float32 subnormals to E8M0 half up, like normals; 0.6 sent every
+# subnormal above 2^-127 to 2^-126. numerics.h follows 0.7.
+MIN_ML_DTYPES = (0, 7)
+
+
+def require_ml_dtypes():
+    have = tuple(int(p) for p in md.__version__.split(".")[:2])
+    if have < MIN_ML_DTYPES:
+        raise SystemExit(
+            f"make_reference.py: ml_dtypes {md.__version__} is older than "
+            f"{'.'.join(map(str, MIN_ML_DTYPES))}, whose E8M0 rounding the tests expect; "
+            "run scripts/install-deps.sh (it upgrades the test venv)")
 
 
 def write(out, name, array):
@@ -201,6 +213,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    require_ml_dtypes()
     os.makedirs(args.out, exist_ok=True)
     rng = np.random.default_rng(SEED)
     x = encode_inputs(rng)

@@ -3,6 +3,7 @@
 // float64 model for the MX and FP8-blockwise block rules.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -94,6 +95,10 @@ static_assert(fp8_max(Fp8Format::E4M3FN) == 448.0f && fp8_max(Fp8Format::E4M3FNU
 static_assert(decode_fp8(0x7E, Fp8Format::E4M3FN) == 448.0f);
 static_assert(decode_fp8(0x7F, Fp8Format::E4M3FNUZ) == 240.0f);
 static_assert(decode_e8m0(127) == 1.0f && encode_e8m0(1.0f) == 127);
+// Subnormals round half up like normals: 1.5 * 2^-127 is the first to give 2^-126.
+static_assert(encode_e8m0(std::bit_cast<float>(0x005FFFFFu)) == 0);
+static_assert(encode_e8m0(std::bit_cast<float>(0x00600000u)) == 1);
+static_assert(encode_e8m0(std::bit_cast<float>(0x00000001u)) == 0);
 static_assert(mx_scale_from_amax(0.0f, MxElement::E2M1) == 127);
 static_assert(mx_scale_from_amax(6.0f, MxElement::E2M1) == 127);  // floor(log2 6) - 2 = 0
 static_assert(mx_scale_from_amax(1.0f, MxElement::E4M3) == 127 - 8);
