@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -19,12 +20,16 @@ struct ncclUniqueId {
   char internal[128];
 };
 constexpr int kNcclInt8 = 0;
+constexpr ncclResult_t kNcclSuccess = 0;
+constexpr ncclResult_t kNcclInProgress = 7;  // a nonblocking call still running: not an error
 
 // The entry points, from the library torch or the toolkit ships.
 struct NcclLibrary {
   ncclResult_t (*GetUniqueId)(ncclUniqueId*) = nullptr;
   ncclResult_t (*CommInitRank)(ncclComm_t*, int, ncclUniqueId, int) = nullptr;
   ncclResult_t (*CommDestroy)(ncclComm_t) = nullptr;
+  ncclResult_t (*CommAbort)(ncclComm_t) = nullptr;
+  ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t*) = nullptr;
   ncclResult_t (*CommCount)(ncclComm_t, int*) = nullptr;
   ncclResult_t (*CommUserRank)(ncclComm_t, int*) = nullptr;
   ncclResult_t (*GroupStart)() = nullptr;
@@ -62,6 +67,8 @@ struct NcclLibrary {
     bind(n.GetUniqueId, "ncclGetUniqueId");
     bind(n.CommInitRank, "ncclCommInitRank");
     bind(n.CommDestroy, "ncclCommDestroy");
+    bind(n.CommAbort, "ncclCommAbort");
+    bind(n.CommGetAsyncError, "ncclCommGetAsyncError");
     bind(n.CommCount, "ncclCommCount");
     bind(n.CommUserRank, "ncclCommUserRank");
     bind(n.GroupStart, "ncclGroupStart");
@@ -78,15 +85,18 @@ Vendor vendor_of(const Communicator& comm) { return comm.device().vendor(); }
 }  // namespace
 
 struct NcclCommunicator::Impl {
+  Impl(const NcclLibrary& library, ncclComm_t handle, bool made_here) : nccl(library), comm(handle), owned(made_here) {}
   const NcclLibrary& nccl;
   ncclComm_t comm = nullptr;
   bool owned = false;
+  std::atomic<bool> aborted{false};
 };
 
 NcclCommunicator::NcclCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 NcclCommunicator::~NcclCommunicator() {
-  if (impl_->owned && impl_->comm) impl_->nccl.CommDestroy(impl_->comm);
+  // An aborted communicator is already freed (ncclCommAbort frees it).
+  if (impl_->owned && impl_->comm && !impl_->aborted) impl_->nccl.CommDestroy(impl_->comm);
 }
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Communicator& comm) {
@@ -102,7 +112,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Communicator& comm) {
     throw Error("rank 0 sent an NCCL unique id of " + std::to_string(ids[0].size()) + " bytes",
                 std::to_string(sizeof id), "run the same epjit build on every rank");
   std::memcpy(&id, ids[0].data(), sizeof id);
-  auto impl = std::make_unique<Impl>(Impl{nccl, nullptr, true});
+  auto impl = std::make_unique<Impl>(nccl, nullptr, true);
   nccl.check(nccl.CommInitRank(&impl->comm, comm.world_size(), id, comm.rank()), "communicator init");
   return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(impl)));
 }
@@ -119,11 +129,32 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::adopt(Communicator& comm, vo
                 "rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.world_size()) +
                     " (the epjit communicator's)",
                 "pass an NCCL communicator of the same ranks in the same order");
-  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::make_unique<Impl>(Impl{nccl, handle, false})));
+  auto impl = std::make_unique<Impl>(nccl, handle, false);
+  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(impl)));
 }
+
+std::optional<std::string> NcclCommunicator::async_error() const {
+  if (impl_->aborted) return "the communicator was aborted";
+  ncclResult_t state = kNcclSuccess;
+  const ncclResult_t result = impl_->nccl.CommGetAsyncError(impl_->comm, &state);
+  if (result != kNcclSuccess) return std::string("ncclCommGetAsyncError failed: ") + impl_->nccl.GetErrorString(result);
+  if (state == kNcclSuccess || state == kNcclInProgress) return std::nullopt;
+  return std::string(impl_->nccl.GetErrorString(state));
+}
+
+void NcclCommunicator::abort() {
+  if (impl_->aborted.exchange(true)) return;
+  impl_->nccl.CommAbort(impl_->comm);
+}
+
+bool NcclCommunicator::aborted() const { return impl_->aborted; }
+bool NcclCommunicator::adopted() const { return !impl_->owned; }
 
 void NcclCommunicator::exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives,
                                 void* stream) const {
+  if (impl_->aborted)
+    throw Error("a transfer on an aborted NCCL communicator", "a live communicator",
+                "reset() the op on every rank (it makes a new one), or build a new op");
   const NcclLibrary& n = impl_->nccl;
   n.check(n.GroupStart(), "group start");
   try {

@@ -47,7 +47,9 @@ class CudaStream final : public Stream {
 
 class CudaEvent final : public Event {
  public:
-  CudaEvent() { check(cuda_driver().cuEventCreate(&event_, 0), "event creation"); }
+  explicit CudaEvent(CUcontext context) : context_(context) {
+    check(cuda_driver().cuEventCreate(&event_, 0), "event creation");
+  }
   ~CudaEvent() override { cuda_driver().cuEventDestroy_v2(event_); }
   void record(Stream& stream) override {
     check(cuda_driver().cuEventRecord(event_, static_cast<CudaStream&>(stream).handle()), "event record");
@@ -55,6 +57,7 @@ class CudaEvent final : public Event {
   void synchronize() override { check(cuda_driver().cuEventSynchronize(event_), "event synchronize"); }
   bool completed() override {
     constexpr CUresult kNotReady = 600;  // CUDA_ERROR_NOT_READY
+    cuda_driver().cuCtxSetCurrent(context_);  // may be asked from another thread (the internode watcher)
     const CUresult result = cuda_driver().cuEventQuery(event_);
     if (result == kNotReady) return false;
     check(result, "event query");
@@ -67,6 +70,7 @@ class CudaEvent final : public Event {
   }
 
  private:
+  CUcontext context_;
   CUevent event_ = nullptr;
 };
 
@@ -185,7 +189,7 @@ class CudaDevice final : public Device {
   }
   std::unique_ptr<Event> create_event() override {
     current();
-    return std::make_unique<CudaEvent>();
+    return std::make_unique<CudaEvent>(context_);
   }
   uint32_t resident_blocks(const Kernel& kernel, uint32_t warps_per_block) override {
     current();

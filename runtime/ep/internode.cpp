@@ -14,7 +14,8 @@ namespace {
 
 // EPJIT_INTERNODE_TRANSPORT: "host" (the bootstrap stand-in) or "nccl"; by
 // default the host device uses the stand-in and GPUs NCCL/RCCL.
-std::unique_ptr<InternodeTransport> pick_transport(Communicator& comm, Device& device, void* adopted_nccl_comm) {
+std::unique_ptr<InternodeTransport> pick_transport(Communicator& comm, Device& device, void* adopted_nccl_comm,
+                                                   std::chrono::milliseconds peer_timeout) {
   const std::string chosen =
       environment_value("EPJIT_INTERNODE_TRANSPORT").value_or(device.kind() == "host" ? "host" : "nccl");
   if (chosen == "host") {
@@ -23,7 +24,7 @@ std::unique_ptr<InternodeTransport> pick_transport(Communicator& comm, Device& d
                   "unset EPJIT_INTERNODE_TRANSPORT, or do not pass OpOptions.nccl_communicator");
     return make_host_transport(comm, device);
   }
-  if (chosen == "nccl") return make_nccl_transport(comm, adopted_nccl_comm);
+  if (chosen == "nccl") return make_nccl_transport(comm, adopted_nccl_comm, peer_timeout);
   throw Error("EPJIT_INTERNODE_TRANSPORT=" + chosen + " names no internode transport", "host or nccl",
               "unset it (the device's default) or set one of those");
 }
@@ -71,7 +72,7 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
                       std::to_string(node_first) + ", " + std::to_string(node_first + per_node_) + ")",
                   "nodes of gpu_per_node consecutive ranks",
                   "number ranks node by node (or pass CommOptions.gpu_per_node to Communicator::init)");
-  transport_ = pick_transport(comm, device_, adopted_nccl_comm);
+  transport_ = pick_transport(comm, device_, adopted_nccl_comm, std::chrono::milliseconds(config.peer_timeout_ms()));
   outboxes_.assign(size_t(world_), nullptr);
   for (int peer = 0; peer < world_; ++peer) {
     if (!off_node(peer)) continue;
@@ -113,9 +114,31 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
     own_partials_ = allocate_zeroed(own_rows * hidden * 4);
     own_weights_ = allocate_zeroed(own_rows * k * 4);
   }
+  connect_peers();
   log().info("rank {}: internode {} over {}: {} rows per off-node peer ({} moved by a v2_ll call), {} bytes per outbox",
              rank_, name_of(config.internode_kernel), transport_->name(), rows_per_peer_, v2_ll_transfer_rows_,
              outbox_bytes_);
+}
+
+// NCCL connects a pair of ranks at their first transfer, and that first
+// ncclGroupEnd waits on the host for the peer's: in a call it would block
+// dispatch() (forever, if the peer is gone), where the transfer watch cannot
+// help. Construction is collective already; every pair meets here instead.
+void InternodeExchange::connect_peers() {
+  constexpr size_t kBytes = 4;
+  char* scratch = static_cast<char*>(allocate_zeroed(size_t(world_ + 1) * kBytes));
+  std::vector<TransferSegment> sends, receives;
+  for (int peer = 0; peer < world_; ++peer) {
+    if (!exchanges_with(peer, /*v2=*/!v2_ll_built_)) continue;
+    sends.push_back({peer, scratch + size_t(world_) * kBytes, kBytes});
+    receives.push_back({peer, scratch + size_t(peer) * kBytes, kBytes});
+  }
+  auto stream = device_.create_stream();
+  transport_->exchange(sends, receives, *stream);
+  stream->synchronize();
+  if (auto why = transport_->failure())
+    throw Error("rank " + std::to_string(rank_) + ": the first internode transfer failed: " + *why,
+                "every rank constructs the op", "construct the op on every rank within the peer timeout");
 }
 
 size_t InternodeExchange::outbox_bytes(const EpDispatchCombineConfig& config, const EpWindowMap& window,

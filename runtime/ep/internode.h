@@ -18,6 +18,8 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "epjit/comm/communicator.h"
@@ -78,6 +80,10 @@ class InternodeExchange {
                   Stream& stream);
   // reset(): the outboxes' counters and counts (the caller has synchronized).
   void clear_outbox_state();
+  // Why the transport's transfers failed, once they have (check()).
+  std::optional<std::string> transport_failure() const { return transport_->failure(); }
+  // reset(), collective: the transport ready again after any rank's failure.
+  void recover_transport(Communicator& comm) { transport_->recover(comm); }
 
  private:
   bool off_node(int peer) const { return peer / per_node_ != rank_ / per_node_; }
@@ -93,6 +99,7 @@ class InternodeExchange {
   // rank, v2's forward by source node (so a v2-only op holds one block per node).
   int inbox_block(int peer, bool v2) const { return v2 ? peer / per_node_ : peer; }
   size_t transfer_rows(bool v2) const { return size_t(v2 ? rows_per_peer_ : v2_ll_transfer_rows_); }
+  void connect_peers();          // one small transfer with every peer, at construction
   void* allocate(size_t bytes);  // freed with this object
   void* allocate_zeroed(size_t bytes);
   // An outbox is read and written only in its state words and the first

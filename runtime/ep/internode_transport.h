@@ -5,9 +5,12 @@
 // never interprets them.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "epjit/comm/communicator.h"
@@ -33,6 +36,12 @@ class InternodeTransport {
   // epjit::Error when sizes disagree or a peer does not answer.
   virtual void exchange(std::span<const TransferSegment> sends, std::span<const TransferSegment> receives,
                         Stream& stream) = 0;
+  // Why transfers failed (a dead or absent peer, an engine error) once they
+  // have, for a transport whose transfers run on the stream; a transport
+  // that blocks in exchange() throws there instead.
+  virtual std::optional<std::string> failure() const { return std::nullopt; }
+  // reset(), collective: ready for calls again after any rank's failure.
+  virtual void recover(Communicator& comm) { (void)comm; }
 };
 
 // Moves the segments through the communicator's bootstrap connections, after
@@ -45,6 +54,9 @@ std::unique_ptr<InternodeTransport> make_host_transport(Communicator& comm, Devi
 // Grouped ncclSend/ncclRecv (RCCL on AMD) enqueued on the op's stream:
 // nothing blocks the host, and a CUDA/HIP graph can capture it. Over the
 // caller's ncclComm_t when given, else one made over `comm` (collective).
-std::unique_ptr<InternodeTransport> make_nccl_transport(Communicator& comm, void* adopted_nccl_comm);
+// A transfer that has not finished `peer_timeout` after it could start, or
+// an NCCL error, aborts the NCCL communicator (transfer_watch.h).
+std::unique_ptr<InternodeTransport> make_nccl_transport(Communicator& comm, void* adopted_nccl_comm,
+                                                        std::chrono::milliseconds peer_timeout);
 
 }  // namespace epjit::ep

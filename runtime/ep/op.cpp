@@ -379,6 +379,14 @@ struct EpDispatchCombineOp::Impl {
                   "construct a new op (close() freed the arena)");
   }
 
+  // A call after a failed internode transfer would queue behind an aborted
+  // communicator: check() says why, reset() recovers.
+  void require_working_transport(const char* call) const {
+    if (auto why = internode ? internode->transport_failure() : std::nullopt)
+      throw Error(std::string(call) + " after an internode transfer failed (" + *why + ")", "a working transport",
+                  "check() reports it; reset() on every rank recovers");
+  }
+
   // The schedule variant of a call of n tokens, from the schedule resolved once at construction.
   const ScheduleEntry& geometry_for(int64_t n) const { return schedule_entry_for(schedule, n); }
 
@@ -402,6 +410,7 @@ struct EpDispatchCombineOp::Impl {
   void check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
                              const std::optional<TensorRef>& scales, const TensorRef& indices, bool counts_slots) {
     require_open(call);
+    require_working_transport(call);
     if (counts_slots && dispatched_tokens >= 0 && pending_counted_slots)
       throw Error(std::string(call) + " while the previous dispatch awaits its combine",
                   "a combine between two dispatches that take slots (a replay may follow a dispatch directly)",
@@ -488,6 +497,7 @@ struct EpDispatchCombineOp::Impl {
 
   CombineResult launch_combine(const char* call, const TensorRef& input, const std::optional<TensorRef>& weights) {
     require_open(call);
+    require_working_transport(call);
     if (dispatched_tokens < 0)
       throw Error(std::string(call) + " without a dispatch before it", "dispatch, then combine",
                   "call dispatch() first");
@@ -794,9 +804,17 @@ void EpDispatchCombineOp::check() {
   op.stream->synchronize();
   // The error word stays set until reset(): every call queued behind the
   // failed one gave up at once, and their results are not valid either.
+  const std::string where = "rank " + std::to_string(op.config.rank) + ": ";
+  // First: after a failed transfer the kernels behind it read inboxes that
+  // never arrived, and what they report follows from that.
+  if (auto why = op.internode ? op.internode->transport_failure() : std::nullopt)
+    throw Error(where + "an internode transfer failed: " + *why + " (the peer died, stalled, or skipped a call)",
+                "every rank calls dispatch and combine the same number of times, and each comes within the timeout",
+                "reset() on every rank before going on (it makes a new NCCL communicator), or, if a rank died, build "
+                "a new communicator and op from the survivors; raise EpDispatchCombineConfig.peer_timeout_s / "
+                "EPJIT_PEER_TIMEOUT_S if off-node ranks are slow");
   const int32_t code = read_word(op.device, op.state_word(op.window.error_word), 0);
   if (code == 0) return;
-  const std::string where = "rank " + std::to_string(op.config.rank) + ": ";
   if (code == op.window.error_peer_timeout)
     throw Error(where + "a peer did not arrive at a dispatch/combine meeting within the peer timeout of " +
                     std::to_string(op.peer_timeout_ms) + " ms (the peer died, stalled, or skipped a call)",
@@ -826,6 +844,7 @@ void EpDispatchCombineOp::reset() {
   op.require_open("reset");
   op.stream->synchronize();
   op.comm.barrier();
+  if (op.internode) op.internode->recover_transport(op.comm);
   for (auto [offset, bytes] : {std::pair{op.window.state, op.window.state_bytes},
                                 {op.window.signals, op.window.signals_bytes},
                                 {op.window.moe_counts, op.window.moe_counts_bytes}})

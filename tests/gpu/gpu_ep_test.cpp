@@ -478,6 +478,75 @@ TEST(GpuEpTimeout, APeerThatNeverArrivesIsATimeout) {
   EXPECT_EQ(failures, "");
 }
 
+// Internode over NCCL, rank 1 never calls: rank 0's transfer waits in
+// NCCL's kernels, which have no timeout of their own. The transfer watch
+// aborts the NCCL communicator one peer timeout after the transfer could
+// start, so check() returns (with why) instead of hanging, a call before
+// reset() is refused, and reset() on both ranks makes a new communicator.
+class GpuEpInternodeTimeout : public ::testing::TestWithParam<InternodeKernel> {};
+
+TEST_P(GpuEpInternodeTimeout, AnOffNodePeerThatNeverArrivesAbortsTheTransfer) {
+  constexpr double kTimeout = 3.0;
+  EpCase c{.name = "internode_timeout", .target = "sm90", .world = 2, .hidden = 128, .topk = 2,
+           .experts_per_rank = 4, .max_tokens = 4, .gpu_per_node = 1, .internode_kernel = GetParam(),
+           .internode_transport = "nccl"};
+  c.peer_timeout_s = kTimeout;
+  if (const std::string why = internodeSkip(c); !why.empty()) GTEST_SKIP() << why;
+  const std::string failures = runRanks(
+      2, Ranks::Processes, gpuCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) {
+        ::setenv("EPJIT_INTERNODE_TRANSPORT", "nccl", 1);
+        std::string f;
+        const std::string who = "rank " + std::to_string(rank) + ": ";
+        EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+        Device& device = comm.device();
+        void* x = device.allocate(4096);
+        void* w = device.allocate(4096);
+        void* idx = device.allocate(4096);
+        device.fill_zero(x, 4096);
+        device.fill_zero(w, 4096);
+        const int32_t experts[4] = {0, 5, 6, 1};  // both tokens to both ranks
+        device.copy_to_device(idx, experts, sizeof experts);
+        const TensorRef input{x, DType::BF16, {2, 128}}, weights{w, DType::F32, {2, 2}},
+            indices{idx, DType::I32, {2, 2}};
+        if (rank == 0) {
+          const auto start = std::chrono::steady_clock::now();
+          const DispatchResult d = op.dispatch(input, weights, std::nullopt, indices);
+          op.combine(d.tokens, d.weights);
+          const std::string message = errorOf([&] { op.check(); });
+          const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          if (message.find("an internode transfer failed") == std::string::npos)
+            f += who + "expected the transfer failure, got '" + message + "'\n";
+          if (seconds < kTimeout || seconds > kTimeout + 3)
+            f += who + "the transfer failed after " + std::to_string(seconds) + " s (timeout " +
+                 std::to_string(kTimeout) + " s)\n";
+          const std::string refused = errorOf([&] { op.dispatch(input, weights, std::nullopt, indices); });
+          if (refused.find("after an internode transfer failed") == std::string::npos)
+            f += who + "a dispatch before reset() was not refused: '" + refused + "'\n";
+          std::fprintf(stderr, "rank 0: check() reported the transfer after %.2f s (timeout %.1f s): %s\n", seconds,
+                       kTimeout, message.c_str());
+        }
+        op.reset();
+        for (int round = 0; round < 3; ++round) {
+          const DispatchResult d = op.dispatch(input, weights, std::nullopt, indices);
+          op.combine(d.tokens, d.weights);
+          if (const std::string after = errorOf([&] { op.check(); }); !after.empty())
+            f += who + "after reset, round " + std::to_string(round) + ": " + after + "\n";
+        }
+        op.close();
+        for (void* p : {x, w, idx}) device.release(p);
+        return f;
+      },
+      c.gpu_per_node, cudaRanks());
+  EXPECT_EQ(failures, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, GpuEpInternodeTimeout,
+                         ::testing::Values(InternodeKernel::V2LowLatency, InternodeKernel::V2),
+                         [](const ::testing::TestParamInfo<InternodeKernel>& info) {
+                           return info.param == InternodeKernel::V2 ? std::string("v2") : std::string("v2_ll");
+                         });
+
 // Not a test of its own: with EPJIT_GPU_WARM_ONLY=DIR, builds every sm90
 // kernel the tests above use into DIR (run on the build machine).
 TEST(GpuEpWarm, BuildsTheKernelsForAGpuHost) {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,16 @@ class NcclCommunicator {
   };
   void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives, void* stream) const;
   const std::string& library() const;
+
+  // Why the communicator failed (ncclCommGetAsyncError: a peer's connection
+  // closed, a network error), or nothing while it works. Thread-safe.
+  std::optional<std::string> async_error() const;
+  // ncclCommAbort: its kernels stop waiting, so the streams they hold drain;
+  // the communicator is unusable after (an adopted one too: its owner must
+  // make a new one). Thread-safe; the second call does nothing.
+  void abort();
+  bool aborted() const;
+  bool adopted() const;  // the caller's ncclComm_t (adopt), not one made here
 
  private:
   struct Impl;
