@@ -565,9 +565,12 @@ TEST(GpuEpWarm, BuildsTheKernelsForAGpuHost) {
   cases.push_back({.name = "capture_host_transport", .target = "sm90", .world = 2, .hidden = 128, .topk = 2,
                    .experts_per_rank = 4, .max_tokens = 8, .gpu_per_node = 1,
                    .internode_kernel = InternodeKernel::V2LowLatency});
-  cases.push_back({.name = "graph_internode", .target = "sm90", .world = 2, .hidden = 7168, .topk = 8,
-                   .experts_per_rank = 16, .max_tokens = 96, .gpu_per_node = 1,
-                   .internode_kernel = InternodeKernel::V2LowLatency});
+  for (const InternodeKernel kernel : {InternodeKernel::V2LowLatency, InternodeKernel::V2}) {
+    cases.push_back({.name = "graph_internode", .target = "sm90", .world = 2, .hidden = 7168, .topk = 8,
+                     .experts_per_rank = 16, .max_tokens = 96, .gpu_per_node = 1, .internode_kernel = kernel});
+    cases.push_back({.name = "internode_timeout", .target = "sm90", .world = 2, .hidden = 128, .topk = 2,
+                     .experts_per_rank = 4, .max_tokens = 4, .gpu_per_node = 1, .internode_kernel = kernel});
+  }
   for (const EpCase& c : cases) {
     const KernelSpec spec = kernel_spec(configFor(c, 0));
     EXPECT_NO_THROW(cache.get(spec)) << spec.canonical();
