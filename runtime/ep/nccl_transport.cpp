@@ -32,6 +32,33 @@ std::string peers_of(std::span<const TransferSegment> sends, std::span<const Tra
   return text;
 }
 
+// Events to mark transfers with, reused: a call would otherwise create and
+// destroy two. An event comes back when the watch drops its transfer.
+class EventPool {
+ public:
+  explicit EventPool(Device& device) : device_(device) {}
+  std::shared_ptr<Event> take() {
+    std::unique_ptr<Event> event;
+    {
+      std::lock_guard lock(mutex_);
+      if (!spare_.empty()) {
+        event = std::move(spare_.back());
+        spare_.pop_back();
+      }
+    }
+    if (!event) event = device_.create_event();
+    return {event.release(), [this](Event* returned) {
+              std::lock_guard lock(mutex_);
+              spare_.emplace_back(returned);
+            }};
+  }
+
+ private:
+  Device& device_;
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<Event>> spare_;
+};
+
 // Grouped ncclSend/ncclRecv on the op's stream: enqueued, never waited for,
 // and capturable in a CUDA/HIP graph (the sizes are the op's fixed ones).
 // A watcher thread aborts the NCCL communicator when a transfer fails
@@ -39,7 +66,7 @@ std::string peers_of(std::span<const TransferSegment> sends, std::span<const Tra
 class NcclTransport final : public InternodeTransport {
  public:
   NcclTransport(Communicator& comm, void* adopted_nccl_comm, std::chrono::milliseconds peer_timeout)
-      : device_(comm.device()),
+      : events_(comm.device()),
         rank_(comm.rank()),
         nccl_(adopted_nccl_comm ? NcclCommunicator::adopt(comm, adopted_nccl_comm) : NcclCommunicator::create(comm)),
         name_("nccl (" + nccl_->library() + ")"),
@@ -64,7 +91,7 @@ class NcclTransport final : public InternodeTransport {
     const bool timed = !stream.capturing();
     std::shared_ptr<Event> ready, finished;
     if (timed) {
-      ready = device_.create_event();
+      ready = events_.take();
       ready->record(stream);
     }
     {
@@ -72,7 +99,7 @@ class NcclTransport final : public InternodeTransport {
       nccl_->exchange(out, in, stream.native_handle());
     }
     if (!timed) return;
-    finished = device_.create_event();
+    finished = events_.take();
     finished->record(stream);
     watch_.watch({[ready] { return ready->completed(); }, [finished] { return finished->completed(); },
                   "internode transfer with rank(s) " + peers_of(sends, receives)});
@@ -154,7 +181,7 @@ class NcclTransport final : public InternodeTransport {
     }
   }
 
-  Device& device_;
+  EventPool events_;  // before watch_: the watch's transfers hold its events
   int rank_;
   std::timed_mutex engine_mutex_;  // enqueueing on nccl_, against the watcher's abort
   std::unique_ptr<NcclCommunicator> nccl_;
