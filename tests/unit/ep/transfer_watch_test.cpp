@@ -1,7 +1,10 @@
 // TransferWatch: when an internode transfer on a stream counts as failed.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <deque>
+#include <thread>
 #include <optional>
 #include <string>
 
@@ -106,6 +109,32 @@ TEST(TransferWatch, AFinishedTransferNeverTimesOut) {
   done.ready = done.finished = true;
   watch.watch(done.probe("done"));
   EXPECT_FALSE(watch.look(Clock::now() + 1h));
+}
+
+// The op's thread adds transfers while the watcher's looks (the sanitize-thread
+// run checks the locking): every transfer finishes in time, none fails, and
+// the finished ones are all dropped.
+TEST(TransferWatch, TransfersAddedWhileTheWatcherLooks) {
+  Engine engine;
+  TransferWatch watch(10s, engine.probe());
+  constexpr int kTransfers = 2000;
+  std::deque<std::atomic<bool>> done(kTransfers);
+  std::atomic<bool> adding{true};
+  std::atomic<int> failures{0};
+  std::thread watcher([&] {
+    while (adding || watch.watched() > 0)
+      if (watch.look(Clock::now())) ++failures;
+  });
+  for (int i = 0; i < kTransfers; ++i) {
+    std::atomic<bool>& flag = done[size_t(i)];
+    watch.watch({[] { return true; }, [&flag] { return flag.load(); }, "transfer " + std::to_string(i)});
+    if (i > 0) done[size_t(i - 1)] = true;
+  }
+  done[kTransfers - 1] = true;
+  adding = false;
+  watcher.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(watch.watched(), 0u);
 }
 
 }  // namespace
