@@ -289,6 +289,12 @@ TEST(GpuNccl, AOneRankCommunicatorMovesBytesToItself) {
   EXPECT_EQ(failures, "");
 }
 
+// The tests run once per internode kernel, named by it.
+const auto kBothInternodeKernels = ::testing::Values(InternodeKernel::V2LowLatency, InternodeKernel::V2);
+std::string internodeKernelName(const ::testing::TestParamInfo<InternodeKernel>& info) {
+  return info.param == InternodeKernel::V2 ? "v2" : "v2_ll";
+}
+
 // The internode kernels' NCCL sends and receives are captured with them
 // (both modes move fixed sizes, so nothing is read on the host): two nodes
 // of one GPU each, replayed with fresh inputs, every replay exact.
@@ -309,11 +315,7 @@ TEST_P(GpuEpInternodeGraph, ReplaysFromAGraph) {
   EXPECT_EQ(failures, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, GpuEpInternodeGraph,
-                         ::testing::Values(InternodeKernel::V2LowLatency, InternodeKernel::V2),
-                         [](const ::testing::TestParamInfo<InternodeKernel>& info) {
-                           return info.param == InternodeKernel::V2 ? std::string("v2") : std::string("v2_ll");
-                         });
+INSTANTIATE_TEST_SUITE_P(Kernels, GpuEpInternodeGraph, kBothInternodeKernels, internodeKernelName);
 
 // The host transport waits for the stream on the host, so a capture of an
 // op that uses it is refused with an epjit::Error before anything crosses;
@@ -541,11 +543,7 @@ TEST_P(GpuEpInternodeTimeout, AnOffNodePeerThatNeverArrivesAbortsTheTransfer) {
   EXPECT_EQ(failures, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, GpuEpInternodeTimeout,
-                         ::testing::Values(InternodeKernel::V2LowLatency, InternodeKernel::V2),
-                         [](const ::testing::TestParamInfo<InternodeKernel>& info) {
-                           return info.param == InternodeKernel::V2 ? std::string("v2") : std::string("v2_ll");
-                         });
+INSTANTIATE_TEST_SUITE_P(Kernels, GpuEpInternodeTimeout, kBothInternodeKernels, internodeKernelName);
 
 // Not a test of its own: with EPJIT_GPU_WARM_ONLY=DIR, builds every sm90
 // kernel the tests above use into DIR (run on the build machine).
