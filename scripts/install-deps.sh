@@ -25,9 +25,10 @@ debian_packages=(
   # python test venv
   python3-venv python3-dev
 )
-# nanobind and scikit-build-core build the Python module (python/, pyproject.toml).
-# ml_dtypes 0.7 is the E8M0 rounding numerics.h follows (tests/unit/numerics).
-python_packages=(numpy "ml_dtypes>=0.7" pytest nanobind scikit-build-core)
+# nanobind and scikit-build-core build the Python module (python/, pyproject.toml);
+# numpy, ml_dtypes and pytest at the versions scripts/test-constraints.txt pins.
+python_packages=(numpy ml_dtypes pytest nanobind scikit-build-core)
+constraints=$repo_root/scripts/test-constraints.txt
 
 log() { printf 'install-deps: %s\n' "$*"; }
 
@@ -60,14 +61,16 @@ install_debian_packages() {
 
 venv_is_complete() {
   [[ -x $venv_dir/bin/python ]] || return 1
-  "$venv_dir/bin/python" - "${python_packages[@]}" <<'PY' 2>/dev/null
+  "$venv_dir/bin/python" - "$constraints" "${python_packages[@]}" <<'PY' 2>/dev/null
 import importlib, importlib.metadata, sys
-def release(version):
-    return tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
-for requirement in sys.argv[1:]:
-    name, _, minimum = requirement.partition(">=")
+pins = {}
+for line in open(sys.argv[1]):
+    name, sep, version = line.split("#")[0].strip().partition("==")
+    if sep:
+        pins[name] = version
+for name in sys.argv[2:]:
     importlib.import_module(name.replace("-", "_"))
-    if minimum and release(importlib.metadata.version(name)) < release(minimum):
+    if name in pins and importlib.metadata.version(name) != pins[name]:
         sys.exit(1)
 PY
 }
@@ -80,7 +83,8 @@ install_python_venv() {
   log "creating or upgrading the test venv $venv_dir (${python_packages[*]})"
   local python=${EPJIT_PYTHON:-python3}
   [[ -x $venv_dir/bin/python ]] || "$python" -m venv "$venv_dir"
-  "$venv_dir/bin/python" -m pip install -q --disable-pip-version-check --upgrade "${python_packages[@]}"
+  "$venv_dir/bin/python" -m pip install -q --disable-pip-version-check --upgrade -c "$constraints" \
+    "${python_packages[@]}"
   venv_is_complete || { log "test venv is incomplete after pip install"; exit 1; }
 }
 

@@ -12,7 +12,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 venv=$root/$build/pip-venv
 rm -rf "$venv"
 python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check pytest "ml_dtypes>=0.7" numpy
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$root/scripts/test-constraints.txt" \
+  pytest ml_dtypes numpy
 args=()
 if [[ ${EPJIT_PIP_FULL:-0} != 1 ]]; then
   args+=(-C cmake.define.EPJIT_BUILD_COMPILER=OFF
