@@ -147,7 +147,6 @@ void NcclCommunicator::abort() {
   impl_->nccl.CommAbort(impl_->comm);
 }
 
-bool NcclCommunicator::aborted() const { return impl_->aborted; }
 bool NcclCommunicator::adopted() const { return !impl_->owned; }
 
 void NcclCommunicator::exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives,

@@ -46,7 +46,6 @@ class NcclCommunicator {
   // the communicator is unusable after (an adopted one too: its owner must
   // make a new one). Thread-safe; the second call does nothing.
   void abort();
-  bool aborted() const;
   bool adopted() const;  // the caller's ncclComm_t (adopt), not one made here
 
  private:
