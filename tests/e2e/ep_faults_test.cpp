@@ -2,7 +2,8 @@
 // a queued loop, a rank stopped and continued. The survivors hear of a dead
 // peer within the peer timeout (plus 2 s), calls queued behind the failed one
 // fail at once, and a new communicator among the survivors computes exact
-// results again; a rank that stalls for less than the timeout costs nothing.
+// results again; a rank that stalls for less than the timeout costs nothing;
+// an off-node rank that dies is reported at once through the host transport.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -114,6 +115,58 @@ TEST(EpFaults, AKilledRankIsReportedWithinTheTimeoutAndSurvivorsRecover) {
   });
   close(id_pipe[0]);
   close(id_pipe[1]);
+  EXPECT_EQ(withoutTheKilledRank(failures), "");
+}
+
+// Internode on host ranks (two nodes of two; the host transport carries the
+// off-node rows through the bootstrap): rank 3 dies right after queuing a
+// dispatch. Each survivor's next call, or its check(), raises at once with
+// the bootstrap's word that rank 3 is gone, instead of waiting for it.
+TEST(EpFaults, AKilledOffNodeRankIsReportedByTheHostTransport) {
+  EpCase c = faultCase(4);
+  c.gpu_per_node = 2;
+  c.internode_kernel = InternodeKernel::V2LowLatency;
+  const std::string failures = runRanks(
+      4, Ranks::Processes, testCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) {
+        std::string f;
+        Device& device = comm.device();
+        EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+        void* x = device.allocate(1 << 16);
+        void* w = device.allocate(1 << 12);
+        void* idx = device.allocate(1 << 12);
+        const int32_t experts[6] = {0, 4, 8, 1, 5, 10};  // every rank, both nodes
+        device.copy_to_device(idx, experts, sizeof experts);
+        const TensorRef input{x, DType::BF16, {2, c.hidden}}, weights{w, DType::F32, {2, 3}},
+            indices{idx, DType::I32, {2, 3}};
+        const auto round = [&] {
+          const DispatchResult d = op.dispatch(input, weights, std::nullopt, indices);
+          op.combine(d.tokens, d.weights);
+        };
+        for (int i = 0; i < 3; ++i) round();
+        op.check();
+        comm.barrier();
+        if (rank == 3) {
+          op.dispatch(input, weights, std::nullopt, indices);
+          ::raise(SIGKILL);
+        }
+        const auto killed_about = std::chrono::steady_clock::now();
+        std::string message;
+        try {
+          for (int i = 0; i < 30; ++i) round();
+          op.check();
+        } catch (const Error& error) {
+          message = error.what();
+        }
+        const double seconds = secondsSince(killed_about);
+        if (message.find("rank 3 closed its connection") == std::string::npos)
+          f += "rank " + std::to_string(rank) + ": expected the bootstrap's dead-rank error, got '" + message + "'\n";
+        if (seconds > kPeerTimeout + 2)
+          f += "rank " + std::to_string(rank) + ": the dead peer was reported after " + std::to_string(seconds) + " s\n";
+        for (void* p : {x, w, idx}) device.release(p);
+        return f;  // the op is abandoned: close() would wait for the dead rank
+      },
+      c.gpu_per_node);
   EXPECT_EQ(withoutTheKilledRank(failures), "");
 }
 
