@@ -10,6 +10,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <thread>
 
@@ -48,6 +49,52 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Three healthy rounds of two tokens (to `experts`), then rank `victim`
+// queues a dispatch and dies (SIGKILL: no destructor, no goodbye) while the
+// others queue 30 more rounds and check(). A survivor must hear `expected`
+// within the peer timeout plus 2 s. The op is abandoned, not closed: close()
+// would wait for the dead rank.
+std::string killAfterThreeRounds(const EpCase& c, int rank, int victim, Communicator& comm, KernelCache& cache,
+                                 const std::array<int32_t, 6>& experts, const std::string& expected) {
+  std::string f;
+  Device& device = comm.device();
+  EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+  void* x = device.allocate(1 << 16);
+  void* w = device.allocate(1 << 12);
+  void* idx = device.allocate(1 << 12);
+  device.copy_to_device(idx, experts.data(), sizeof experts);
+  const TensorRef input{x, DType::BF16, {2, c.hidden}}, weights{w, DType::F32, {2, 3}},
+      indices{idx, DType::I32, {2, 3}};
+  const auto round = [&] {
+    const DispatchResult d = op.dispatch(input, weights, std::nullopt, indices);
+    op.combine(d.tokens, d.weights);
+  };
+  for (int i = 0; i < 3; ++i) round();
+  op.check();  // every rank is healthy
+  comm.barrier();
+  if (rank == victim) {
+    op.dispatch(input, weights, std::nullopt, indices);
+    ::raise(SIGKILL);
+  }
+  const auto killed_about = std::chrono::steady_clock::now();
+  std::string message;
+  try {
+    for (int i = 0; i < 30; ++i) round();  // a transport that blocks raises here
+    op.check();
+  } catch (const Error& error) {
+    message = error.what();
+  }
+  const double seconds = secondsSince(killed_about);
+  if (message.find(expected) == std::string::npos)
+    f += "rank " + std::to_string(rank) + ": expected '" + expected + "', got '" + message + "'\n";
+  if (seconds > kPeerTimeout + 2)
+    f += "rank " + std::to_string(rank) + ": the dead peer was reported after " + std::to_string(seconds) +
+         " s (timeout " + std::to_string(kPeerTimeout) + " s)\n";
+  std::fprintf(stderr, "rank %d: the dead peer was reported %.2f s after the kill\n", rank, seconds);
+  for (void* p : {x, w, idx}) device.release(p);
+  return f;
+}
+
 // Rank 2 of 3 dies (SIGKILL: no destructor, no goodbye) right after queuing a
 // dispatch while the others queue 30 more rounds. Each survivor's check()
 // reports the dead peer within the timeout plus 2 s of the kill, and the two
@@ -59,46 +106,9 @@ TEST(EpFaults, AKilledRankIsReportedWithinTheTimeoutAndSurvivorsRecover) {
   const EpCase c = faultCase(3);
   const std::string failures = runRanks(3, Ranks::Processes, testCache(), [&](int rank, Communicator& comm,
                                                                                KernelCache& cache) {
-    std::string f;
     Device& device = comm.device();
-    {
-      EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
-      void* x = device.allocate(1 << 16);
-      void* w = device.allocate(1 << 12);
-      void* idx = device.allocate(1 << 12);
-      const int32_t experts[6] = {0, 4, 8, 1, 5, 7};
-      device.copy_to_device(idx, experts, sizeof experts);
-      const TensorRef input{x, DType::BF16, {2, c.hidden}}, weights{w, DType::F32, {2, 3}},
-          indices{idx, DType::I32, {2, 3}};
-      const auto round = [&] {
-        const DispatchResult d = op.dispatch(input, weights, std::nullopt, indices);
-        op.combine(d.tokens, d.weights);
-      };
-      for (int i = 0; i < 3; ++i) round();
-      op.check();  // all three ranks are healthy
-      comm.barrier();
-      if (rank == 2) {
-        op.dispatch(input, weights, std::nullopt, indices);
-        ::raise(SIGKILL);
-      }
-      const auto killed_about = std::chrono::steady_clock::now();
-      for (int i = 0; i < 30; ++i) round();
-      std::string message;
-      try {
-        op.check();
-      } catch (const Error& error) {
-        message = error.what();
-      }
-      const double seconds = secondsSince(killed_about);
-      if (message.find("a peer did not arrive") == std::string::npos)
-        f += "rank " + std::to_string(rank) + ": expected the dead-peer error, got '" + message + "'\n";
-      if (seconds > kPeerTimeout + 2)
-        f += "rank " + std::to_string(rank) + ": the dead peer was reported after " + std::to_string(seconds) +
-             " s (timeout " + std::to_string(kPeerTimeout) + " s)\n";
-      std::fprintf(stderr, "rank %d: the dead peer was reported %.2f s after the kill\n", rank, seconds);
-      for (void* p : {x, w, idx}) device.release(p);
-      // The op is abandoned, not closed: close() would wait for the dead rank.
-    }
+    std::string f =
+        killAfterThreeRounds(c, rank, /*victim=*/2, comm, cache, {0, 4, 8, 1, 5, 7}, "a peer did not arrive");
     UniqueId id;
     if (rank == 0) {
       id = Communicator::get_unique_id();
@@ -129,42 +139,9 @@ TEST(EpFaults, AKilledOffNodeRankIsReportedByTheHostTransport) {
   const std::string failures = runRanks(
       4, Ranks::Processes, testCache(),
       [&](int rank, Communicator& comm, KernelCache& cache) {
-        std::string f;
-        Device& device = comm.device();
-        EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
-        void* x = device.allocate(1 << 16);
-        void* w = device.allocate(1 << 12);
-        void* idx = device.allocate(1 << 12);
-        const int32_t experts[6] = {0, 4, 8, 1, 5, 10};  // every rank, both nodes
-        device.copy_to_device(idx, experts, sizeof experts);
-        const TensorRef input{x, DType::BF16, {2, c.hidden}}, weights{w, DType::F32, {2, 3}},
-            indices{idx, DType::I32, {2, 3}};
-        const auto round = [&] {
-          const DispatchResult d = op.dispatch(input, weights, std::nullopt, indices);
-          op.combine(d.tokens, d.weights);
-        };
-        for (int i = 0; i < 3; ++i) round();
-        op.check();
-        comm.barrier();
-        if (rank == 3) {
-          op.dispatch(input, weights, std::nullopt, indices);
-          ::raise(SIGKILL);
-        }
-        const auto killed_about = std::chrono::steady_clock::now();
-        std::string message;
-        try {
-          for (int i = 0; i < 30; ++i) round();
-          op.check();
-        } catch (const Error& error) {
-          message = error.what();
-        }
-        const double seconds = secondsSince(killed_about);
-        if (message.find("rank 3 closed its connection") == std::string::npos)
-          f += "rank " + std::to_string(rank) + ": expected the bootstrap's dead-rank error, got '" + message + "'\n";
-        if (seconds > kPeerTimeout + 2)
-          f += "rank " + std::to_string(rank) + ": the dead peer was reported after " + std::to_string(seconds) + " s\n";
-        for (void* p : {x, w, idx}) device.release(p);
-        return f;  // the op is abandoned: close() would wait for the dead rank
+        // Every rank, both nodes; the bootstrap names the dead rank.
+        return killAfterThreeRounds(c, rank, /*victim=*/3, comm, cache, {0, 4, 8, 1, 5, 10},
+                                    "rank 3 closed its connection");
       },
       c.gpu_per_node);
   EXPECT_EQ(withoutTheKilledRank(failures), "");
