@@ -30,7 +30,7 @@ sanitize-thread sanitize-address: sanitize-%: build
 	    -DEPJIT_SANITIZER=$* -DEPJIT_KERNEL_SOURCE_LIBRARY=$(abspath $(BUILD_DIR))/lib/libepjit_kernel_source.so; \
 	fi
 	cmake --build $(BUILD_DIR)-$* -j $(JOBS) --target ep_e2e_test ep_transfer_watch_test ep_watched_transport_test
-	ctest --test-dir $(BUILD_DIR)-$* --output-on-failure -j $(JOBS) -R '^(e2e|ep\.TransferWatch|ep\.WatchedTransportTest)\.'
+	ctest --test-dir $(BUILD_DIR)-$* --output-on-failure -j $(JOBS) -R '^(e2e|ep\.TransferWatch|ep\.WatchedTransport(Test|Exit))\.'
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)

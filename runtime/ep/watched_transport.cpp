@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -60,6 +61,31 @@ class EventPool {
   std::vector<std::unique_ptr<Event>> spare_;
 };
 
+class WatchedTransport;
+
+// The live transports, so that their watchers stop at exit(): an op the
+// program never destroyed would otherwise keep polling NCCL and the driver
+// while their libraries are torn down. The atexit handler is registered
+// after those libraries were loaded, so it runs before their destructors.
+class LiveTransports {
+ public:
+  static LiveTransports& get() {
+    static LiveTransports* live = new LiveTransports;  // never destroyed: exit() still reads it
+    return *live;
+  }
+  void add(WatchedTransport* transport);
+  void remove(WatchedTransport* transport) {
+    std::lock_guard lock(mutex_);
+    std::erase(transports_, transport);
+  }
+
+ private:
+  static void stop_all();
+  std::mutex mutex_;
+  std::vector<WatchedTransport*> transports_;
+  std::once_flag registered_;
+};
+
 class WatchedTransport final : public InternodeTransport {
  public:
   WatchedTransport(Communicator& comm, std::unique_ptr<StreamTransferEngine> engine,
@@ -70,9 +96,22 @@ class WatchedTransport final : public InternodeTransport {
         name_(engine_->name()),
         watch_(peer_timeout, [this] { return engine_->async_error(); }) {
     start_watcher();
+    LiveTransports::get().add(this);
   }
 
-  ~WatchedTransport() override { stop_watcher(); }
+  ~WatchedTransport() override {
+    LiveTransports::get().remove(this);
+    stop_watcher();
+  }
+
+  void stop_watcher() {
+    {
+      std::lock_guard lock(wake_mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (watcher_.joinable()) watcher_.join();
+  }
 
   std::string_view name() const override { return name_; }
 
@@ -144,15 +183,6 @@ class WatchedTransport final : public InternodeTransport {
     watcher_ = std::thread([this] { watch_loop(); });
   }
 
-  void stop_watcher() {
-    {
-      std::lock_guard lock(wake_mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    if (watcher_.joinable()) watcher_.join();
-  }
-
   // Not while the op's thread is enqueueing on the engine, unless that
   // enqueue is itself stuck on the peer: then the abort is the way out.
   // (try_lock in a loop, not timed_mutex: ThreadSanitizer does not see
@@ -203,6 +233,18 @@ class WatchedTransport final : public InternodeTransport {
   bool stopping_ = false;
   std::thread watcher_;
 };
+
+void LiveTransports::add(WatchedTransport* transport) {
+  std::call_once(registered_, [] { std::atexit(stop_all); });
+  std::lock_guard lock(mutex_);
+  transports_.push_back(transport);
+}
+
+void LiveTransports::stop_all() {
+  LiveTransports& live = get();
+  std::lock_guard lock(live.mutex_);
+  for (WatchedTransport* transport : live.transports_) transport->stop_watcher();
+}
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -17,6 +18,10 @@
 #include "epjit/error.h"
 
 namespace epjit::ep {
+// External linkage: stores into it are not optimized away.
+extern void* kept_at_exit[3];
+void* kept_at_exit[3] = {};
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -197,6 +202,51 @@ TEST_F(WatchedTransportTest, AnEngineThatCannotBeRemadeLeavesTheTransportFailed)
   }
   EXPECT_NE(message.find("cannot remake an adopted fake"), std::string::npos) << message;
   EXPECT_TRUE(transport->failure());
+}
+
+// A program that exits with an op (and its transport) still alive: the
+// watcher stops in exit() before what it polls is torn down. The child
+// registers an exit handler first (so it runs after the watchers' stop) that
+// marks the teardown and waits; an engine polled after that mark kills the
+// child with SIGABRT.
+std::atomic<bool> tearing_down{false};
+
+class TeardownEngine final : public StreamTransferEngine {
+ public:
+  std::string name() const override { return "teardown engine"; }
+  void exchange(std::span<const TransferSegment>, std::span<const TransferSegment>, Stream&) override {}
+  std::optional<std::string> async_error() const override {
+    if (tearing_down) std::abort();  // what NCCL would do if polled during its teardown, at best
+    return std::nullopt;
+  }
+  void abort() override {}
+  std::unique_ptr<StreamTransferEngine> remake(Communicator&) override { return nullptr; }
+};
+
+// Leaves a transport alive and exits; an exit handler registered before it
+// (so it runs after the watchers' stop) marks the teardown and waits.
+[[noreturn]] void exitWithALiveTransport() {
+  std::atexit([] {
+    tearing_down = true;
+    std::this_thread::sleep_for(100ms);  // ten watch periods
+  });
+  auto device = make_host_device();
+  auto comm = Communicator::init(1, 0, Communicator::get_unique_id(), *device, {10, std::nullopt});
+  auto transport = make_watched_transport(*comm, std::make_unique<TeardownEngine>(), 30s);
+  std::this_thread::sleep_for(30ms);  // the watcher polls
+  // Never destroyed, as an op a program forgot; held by a global, so that
+  // LeakSanitizer sees them reachable rather than leaked.
+  kept_at_exit[0] = transport.release();
+  kept_at_exit[1] = comm.release();
+  kept_at_exit[2] = device.release();
+  std::exit(0);
+}
+
+// In a fresh process (gtest re-runs this binary for it): one where earlier
+// tests made transports would have registered the watchers' stop already.
+TEST(WatchedTransportExit, WatchersStopBeforeTheLibrariesTearDown) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(exitWithALiveTransport(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
