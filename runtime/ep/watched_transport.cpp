@@ -16,9 +16,11 @@ namespace epjit::ep {
 
 namespace {
 
-// How often the watcher looks: a failure is reported at most this late, and
-// an idle op costs one wake-up per period.
+// How often the watcher looks: while transfers are in flight (a failure is
+// reported at most this late), and while none is (only the engine's own
+// errors can come then, from a graph's replays; an idle op wakes rarely).
 constexpr std::chrono::milliseconds kWatchPeriod{10};
+constexpr std::chrono::milliseconds kIdleWatchPeriod{100};
 // How long the watcher waits for an enqueue in progress before aborting
 // under it: an enqueue stuck on the peer (NCCL's first ncclGroupEnd with a
 // peer waits for it) ends only with the abort.
@@ -118,7 +120,8 @@ class WatchedTransport final : public InternodeTransport {
   void exchange(std::span<const TransferSegment> sends, std::span<const TransferSegment> receives,
                 Stream& stream) override {
     if (auto why = failure())
-      throw Error("rank " + std::to_string(rank_) + ": an internode transfer after an earlier one failed (" + *why + ")",
+      throw Error("rank " + std::to_string(rank_) + ": an internode transfer after an earlier one failed (" + *why +
+                      ")",
                   "a working transport", "reset() the op on every rank first, or build a new one");
     for (auto segments : {sends, receives})
       for (const TransferSegment& segment : segments)
@@ -200,7 +203,7 @@ class WatchedTransport final : public InternodeTransport {
 
   void watch_loop() {
     std::unique_lock lock(wake_mutex_);
-    while (!wake_.wait_for(lock, kWatchPeriod, [this] { return stopping_; })) {
+    while (!wake_.wait_for(lock, watch_.watched() ? kWatchPeriod : kIdleWatchPeriod, [this] { return stopping_; })) {
       std::optional<std::string> why;
       try {
         why = watch_.look(TransferWatch::Clock::now());
