@@ -807,12 +807,20 @@ void EpDispatchCombineOp::check() {
   const std::string where = "rank " + std::to_string(op.config.rank) + ": ";
   // First: after a failed transfer the kernels behind it read inboxes that
   // never arrived, and what they report follows from that.
-  if (auto why = op.internode ? op.internode->transport_failure() : std::nullopt)
+  if (auto why = op.internode ? op.internode->transport_failure() : std::nullopt) {
+    // Under auto, ranks on two sides of the crossover make transfers that never pair.
+    const std::string auto_rule =
+        op.config.internode_kernel == InternodeKernel::Auto
+            ? "; with internode_kernel auto, every rank of a call must have at most, or every rank more than, " +
+                  std::to_string(op.config.internode_auto_ll_max_tokens) + " tokens (internode_auto_ll_max_tokens)"
+            : "";
     throw Error(where + "an internode transfer failed: " + *why + " (the peer died, stalled, or skipped a call)",
-                "every rank calls dispatch and combine the same number of times, and each comes within the timeout",
+                "every rank calls dispatch and combine the same number of times, and each comes within the timeout" +
+                    auto_rule,
                 "reset() on every rank before going on (it makes a new NCCL communicator), or, if a rank died, build "
                 "a new communicator and op from the survivors; raise EpDispatchCombineConfig.peer_timeout_s / "
                 "EPJIT_PEER_TIMEOUT_S if off-node ranks are slow");
+  }
   const int32_t code = read_word(op.device, op.state_word(op.window.error_word), 0);
   if (code == 0) return;
   if (code == op.window.error_peer_timeout)
