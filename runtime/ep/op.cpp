@@ -379,10 +379,16 @@ struct EpDispatchCombineOp::Impl {
                   "construct a new op (close() freed the arena)");
   }
 
+  // Why the internode transport's transfers failed, once they have; nothing
+  // on one node.
+  std::optional<std::string> transport_failure() const {
+    return internode ? internode->transport_failure() : std::nullopt;
+  }
+
   // A call after a failed internode transfer would queue behind an aborted
   // communicator: check() says why, reset() recovers.
   void require_working_transport(const char* call) const {
-    if (auto why = internode ? internode->transport_failure() : std::nullopt)
+    if (auto why = transport_failure())
       throw Error(std::string(call) + " after an internode transfer failed (" + *why + ")", "a working transport",
                   "check() reports it; reset() on every rank recovers");
   }
@@ -807,7 +813,7 @@ void EpDispatchCombineOp::check() {
   const std::string where = "rank " + std::to_string(op.config.rank) + ": ";
   // First: after a failed transfer the kernels behind it read inboxes that
   // never arrived, and what they report follows from that.
-  if (auto why = op.internode ? op.internode->transport_failure() : std::nullopt) {
+  if (auto why = op.transport_failure()) {
     // Under auto, ranks on two sides of the crossover make transfers that never pair.
     const std::string auto_rule =
         op.config.internode_kernel == InternodeKernel::Auto
