@@ -101,6 +101,7 @@ constexpr TargetInfo kSm90{
     .fp4_software_fallback = true,
     .lds_bytes = 227 * KiB,
     .copy_loads_in_flight = 8,
+    .dependent_launch = true,
     .toolchain = DefaultToolchain::Nvrtc,
     .numerics_of = "sm90",
     .cuda_capability = 90,

@@ -85,6 +85,9 @@ LogicalResult buildInterface(ModuleOp module, const TargetInfo& target, llvm::St
       out.attribute("vendor", std::string(target.vendor_name()));
       out.attribute("arch", std::string(target.arch));
       out.attribute("wave_size", target.wave_size);
+      // Every kernel waits for the previous one on its stream at entry, so it
+      // may be launched before that one ends (TargetInfo::dependent_launch).
+      out.attribute("dependent_launch", target.dependent_launch);
     });
     out.attributeArray("kernels", [&] {
       for (auto kernel : module.getOps<ep::KernelOp>()) {

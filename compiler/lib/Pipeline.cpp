@@ -122,7 +122,7 @@ void addStagePasses(PassManager& pm, Stage stage, const CompileOptions& options)
 std::vector<KernelInfo> kernelsOf(ModuleOp module) {
   std::vector<KernelInfo> kernels;
   for (auto kernel : module.getOps<ep::KernelOp>())
-    kernels.push_back({kernel.getSymName().str(), kernel.getWarpsPerBlock()});
+    kernels.push_back({kernel.getSymName().str(), int64_t(kernel.getWarpsPerBlock())});
   return kernels;
 }
 

@@ -77,6 +77,15 @@ uint64_t parse_byte_count(std::string_view text, const char* name) {
   }
 }
 
+bool environment_switch(const char* name, bool fallback, const char* what_off) {
+  const auto value = environment_value(name);
+  if (!value) return fallback;
+  if (*value == "1") return true;
+  if (*value == "0") return false;
+  throw Error(std::string(name) + " is '" + *value + "'", "0 or 1",
+              std::string("unset it, or set 0 to ") + what_off);
+}
+
 double environment_seconds(const char* name, double fallback, double min, double max) {
   const auto value = environment_value(name);
   return value ? parse_seconds(*value, name, min, max) : fallback;

@@ -20,6 +20,11 @@ uint64_t parse_unsigned(std::string_view text, const char* name, uint64_t min, u
 // "1073741824", "512K", "512M", "2G": bytes.
 uint64_t parse_byte_count(std::string_view text, const char* name);
 
+// A switch: "1" is true, "0" false, `fallback` when unset or empty; anything
+// else is an epjit::Error naming the variable, the value and what `on` and
+// `off` do (`what_off` is the fix it suggests).
+bool environment_switch(const char* name, bool fallback, const char* what_off);
+
 // The variable parsed as above, or `fallback` when it is unset or empty.
 double environment_seconds(const char* name, double fallback, double min, double max);
 

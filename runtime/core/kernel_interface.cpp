@@ -53,6 +53,14 @@ class Reader {
                                  std::to_string(max) + "]");
     return number;
   }
+  // An optional boolean: `absent` when the key is missing.
+  bool optional_boolean(const json& object, const char* key, const std::string& path, bool absent) const {
+    if (!object.is_object()) fail(path, "is not an object");
+    auto it = object.find(key);
+    if (it == object.end()) return absent;
+    if (!it->is_boolean()) fail(path + "." + key, "is not true or false");
+    return it->get<bool>();
+  }
   const json& array(const json& object, const char* key, const std::string& path) const {
     const json& value = member(object, key, path);
     if (!value.is_array()) fail(path + "." + key, "is not an array");
@@ -121,6 +129,7 @@ ModuleInterface ModuleInterface::parse(std::string_view json_text, const std::st
   result.target.vendor = read.string(target, "vendor", "record.target");
   result.target.arch = read.string(target, "arch", "record.target");
   result.target.wave_size = int(read.integer(target, "wave_size", "record.target", 1, 1024));
+  result.target.dependent_launch = read.optional_boolean(target, "dependent_launch", "record.target", false);
 
   const json& kernels = read.array(record, "kernels", "record");
   for (size_t k = 0; k < kernels.size(); ++k) {

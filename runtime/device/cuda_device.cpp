@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "epjit/device.h"
+#include "../core/environment.h"
 #include "epjit/error.h"
 #include "gpu_drivers.h"
 
@@ -18,6 +19,13 @@ void check(CUresult status, const std::string& what) {
   throw Error(std::string("CUDA ") + what + " failed: " + (text ? text : "unknown error") + " (" +
                   std::to_string(status) + ")",
               "a working CUDA device", "check the GPU with nvidia-smi; CUDA_VISIBLE_DEVICES may hide it");
+}
+
+// EPJIT_DEPENDENT_LAUNCH: 1 (the default) launches kernels that wait for their
+// predecessor at entry before it ends; 0 launches every kernel after the one
+// before it, to measure what the overlap is worth or to rule it out.
+bool dependent_launch_enabled() {
+  return environment_switch("EPJIT_DEPENDENT_LAUNCH", true, "launch every kernel only after the one before it ends");
 }
 
 class CudaStream final : public Stream {
@@ -128,6 +136,7 @@ class CudaDevice final : public Device {
     check(cu.cuDeviceGetAttribute(&minor_, 76 /*COMPUTE_CAPABILITY_MINOR*/, device_), "attribute query");
     check(cu.cuDeviceGetAttribute(&warp_size_, 10 /*WARP_SIZE*/, device_), "attribute query");
     check(cu.cuDeviceGetAttribute(&multiprocessors_, 16 /*MULTIPROCESSOR_COUNT*/, device_), "attribute query");
+    dependent_launch_ = dependent_launch_enabled();
   }
   ~CudaDevice() override { cuda_driver().cuDevicePrimaryCtxRelease_v2(device_); }
 
@@ -200,14 +209,30 @@ class CudaDevice final : public Device {
           "occupancy query of " + kernel.name);
     return uint32_t(per_multiprocessor) * uint32_t(multiprocessors_);
   }
+  bool overlaps_dependent_launches() const override { return dependent_launch_; }
+  // A kernel whose record says it waits for its predecessor at entry is
+  // launched with programmatic stream serialization: its launch and block
+  // scheduling overlap the previous kernel's tail (docs/RUNTIME.md).
   void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) override {
     check_launch(kernel, geometry, args);
     current();
     std::vector<void*> values = args.pointers();
-    check(cuda_driver().cuLaunchKernel(static_cast<CUfunction>(kernel.handle), geometry.blocks, 1, 1,
-                                       block_threads(kernel, geometry, warp_size_), 1, 1, 0,
-                                       static_cast<CudaStream&>(stream).handle(), values.data(), nullptr),
-          "kernel launch");
+    CUlaunchAttribute dependent{};
+    dependent.id = kCuLaunchAttributeProgrammaticStreamSerialization;
+    dependent.value.programmatic_stream_serialization_allowed = 1;
+    const bool overlap = kernel.dependent_launch && dependent_launch_;
+    const CUlaunchConfig config{.grid_x = geometry.blocks,
+                                .grid_y = 1,
+                                .grid_z = 1,
+                                .block_x = block_threads(kernel, geometry, warp_size_),
+                                .block_y = 1,
+                                .block_z = 1,
+                                .shared_bytes = 0,
+                                .stream = static_cast<CudaStream&>(stream).handle(),
+                                .attributes = overlap ? &dependent : nullptr,
+                                .attribute_count = overlap ? 1u : 0u};
+    check(cuda_driver().cuLaunchKernelEx(&config, static_cast<CUfunction>(kernel.handle), values.data(), nullptr),
+          "kernel launch of " + kernel.name);
   }
   void synchronize() override {
     current();
@@ -261,6 +286,7 @@ class CudaDevice final : public Device {
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
   int major_ = 0, minor_ = 0, warp_size_ = 32, multiprocessors_ = 0;
+  bool dependent_launch_ = true;
 };
 
 }  // namespace

@@ -25,6 +25,26 @@ using CUgraphExec = struct CUgraphExec_st*;
 struct CUipcMemHandle {
   char reserved[64];
 };
+// cuLaunchKernelEx's configuration, laid out as cuda.h has it (CUDA 12+).
+inline constexpr int kCuLaunchAttributeProgrammaticStreamSerialization = 6;
+struct CUlaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    alignas(8) char bytes[64];
+    unsigned programmatic_stream_serialization_allowed;
+  } value;
+};
+static_assert(sizeof(CUlaunchAttribute) == 72);
+struct CUlaunchConfig {
+  unsigned grid_x, grid_y, grid_z;
+  unsigned block_x, block_y, block_z;
+  unsigned shared_bytes;
+  CUstream stream;
+  CUlaunchAttribute* attributes;
+  unsigned attribute_count;
+};
+static_assert(sizeof(CUlaunchConfig) == 56);
 
 #define EPJIT_CUDA_SYMBOLS(X)                                                                                 \
   X(cuInit, CUresult, unsigned)                                                                               \
@@ -47,6 +67,7 @@ struct CUipcMemHandle {
   X(cuModuleGetFunction, CUresult, CUfunction*, CUmodule, const char*)                                        \
   X(cuLaunchKernel, CUresult, CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, \
     CUstream, void**, void**)                                                                                 \
+  X(cuLaunchKernelEx, CUresult, const CUlaunchConfig*, CUfunction, void**, void**)                            \
   X(cuStreamCreate, CUresult, CUstream*, unsigned)                                                            \
   X(cuStreamDestroy_v2, CUresult, CUstream)                                                                   \
   X(cuStreamSynchronize, CUresult, CUstream)                                                                  \

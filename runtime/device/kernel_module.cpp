@@ -114,6 +114,7 @@ KernelModule::KernelModule(Device& device, std::shared_ptr<const KernelArtifact>
     Kernel kernel = module_->kernel(signature.name);
     kernel.signature = &signature;
     kernel.wave_size = record.target.wave_size;
+    kernel.dependent_launch = record.target.dependent_launch;
     kernels_.emplace(signature.name, std::move(kernel));
   }
 }

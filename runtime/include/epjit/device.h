@@ -58,6 +58,10 @@ struct Kernel {
   // KernelModule that bound it lives.
   const KernelSignature* signature = nullptr;
   int wave_size = 0;  // the lanes per warp it was compiled for; 0: the device's
+  // It waits at entry for the kernel before it on the stream (the interface
+  // record's target.dependent_launch), so a device that can may launch it
+  // before that kernel ends. False for a bare Module's kernels.
+  bool dependent_launch = false;
 };
 
 class Module {
@@ -185,6 +189,10 @@ class Device {
   // holds at once (blocks per SM/CU times their count). Kernels whose blocks
   // wait for each other (a cross-rank meeting) must not launch more.
   virtual uint32_t resident_blocks(const Kernel& kernel, uint32_t warps_per_block) = 0;
+  // Whether launches of kernels that wait for their predecessor at entry
+  // (Kernel::dependent_launch) overlap that predecessor's tail: CUDA, unless
+  // EPJIT_DEPENDENT_LAUNCH=0. Results are the same either way.
+  virtual bool overlaps_dependent_launches() const { return false; }
   // Enqueues a launch with a copy of the argument values.
   virtual void launch(const Kernel& kernel, LaunchGeometry geometry, const KernelArgs& args, Stream& stream) = 0;
   virtual void synchronize() = 0;

@@ -56,6 +56,10 @@ struct InterfaceTarget {
   std::string vendor;  // "amd", "nvidia", "cpu"
   std::string arch;    // "gfx1250", "sm_90", "native"
   int wave_size = 0;
+  // The kernels wait at entry for the kernel before them on the stream
+  // (TargetInfo::dependent_launch), so a device may launch them before that
+  // one ends. Absent (false) in records of compilers that did not insert it.
+  bool dependent_launch = false;
 };
 
 struct ModuleInterface {

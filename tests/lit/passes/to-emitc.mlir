@@ -33,6 +33,12 @@ ep.window_region @recv_counts : bf16 {
 // GFX1250-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(64)"]
 // SM90-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(64, 1)"]
 // HOST-SAME: specifiers = ["extern \22C\22"]
+// A kernel on a target with programmatic dependent launch first waits for the one before it.
+// SM90-NEXT: call_opaque "epjit::enter_dependent_grid"() : () -> ()
+// GFX942-NOT: enter_dependent_grid
+// GFX950-NOT: enter_dependent_grid
+// GFX1250-NOT: enter_dependent_grid
+// HOST-NOT: enter_dependent_grid
 // CHECK: call_opaque "epjit::window_address"(%[[W]]) : (!emitc.opaque<"EPJIT_WINDOW_PARAM">) -> !emitc.ptr<!emitc.opaque<"const epjit::Window">>
 // CHECK: call_opaque "epjit::global_warp_index"()
 // CHECK: call_opaque "epjit::peer_ptr"({{.*}}) {template_args = [#emitc.opaque<"uint16_t">, #emitc.opaque<"1">]}

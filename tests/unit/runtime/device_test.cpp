@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <random>
 
+#include "../../../runtime/core/environment.h"
 #include "../../common/work_dir.h"
 #include "epjit/cache.h"
 #include "epjit/device.h"
@@ -85,6 +86,37 @@ TEST(HostDevice, EventsTimeAStreamAndSharedMemoryMapsTwice) {
   EXPECT_EQ(static_cast<int*>(again)[10], 1234);
   device->close_shareable(again, 4096);
   device->close_shareable(shared.pointer, 4096);
+}
+
+// The host device runs launches in order on one thread per warp: nothing
+// overlaps, whatever the kernels' records say.
+TEST(HostDevice, NeverOverlapsDependentLaunches) {
+  EXPECT_FALSE(make_host_device()->overlaps_dependent_launches());
+}
+
+// EPJIT_DEPENDENT_LAUNCH and switches like it: exactly 0 or 1, never a guess.
+TEST(Environment, ASwitchIsZeroOrOneAndNothingElse) {
+  const char* name = "EPJIT_TEST_SWITCH";
+  unsetenv(name);
+  EXPECT_TRUE(environment_switch(name, true, "x"));
+  EXPECT_FALSE(environment_switch(name, false, "x"));
+  setenv(name, "0", 1);
+  EXPECT_FALSE(environment_switch(name, true, "x"));
+  setenv(name, "1", 1);
+  EXPECT_TRUE(environment_switch(name, false, "x"));
+  for (const char* wrong : {"yes", "on", "2", "01", " 1", "true"}) {
+    setenv(name, wrong, 1);
+    try {
+      environment_switch(name, true, "launch plainly");
+      ADD_FAILURE() << "'" << wrong << "' was accepted";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(std::string("EPJIT_TEST_SWITCH is '") + wrong + "'"), std::string::npos) << message;
+      EXPECT_NE(message.find("0 or 1"), std::string::npos) << message;
+      EXPECT_NE(message.find("set 0 to launch plainly"), std::string::npos) << message;
+    }
+  }
+  unsetenv(name);
 }
 
 TEST(HostDevice, HasNoGraphsAndSaysSo) {

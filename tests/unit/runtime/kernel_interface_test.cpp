@@ -59,6 +59,7 @@ TEST(ModuleInterface, ParsesWhatTheCompilerWrites) {
   EXPECT_EQ(record.template_name, "quantize_fp8_direct");
   EXPECT_EQ(record.target.name, "host");
   EXPECT_EQ(record.target.wave_size, 32);
+  EXPECT_FALSE(record.target.dependent_launch);  // the host runs launches in order
   const KernelSignature& kernel = record.kernel("quantize_fp8_direct");
   EXPECT_EQ(kernel.describe(), "quantize_fp8_direct(input: ptr<bf16>, output: ptr<i8>, tokens: index)");
   EXPECT_EQ(kernel.warps_per_block, 4);
@@ -75,6 +76,20 @@ TEST(ModuleInterface, LookupsNameWhatExists) {
   EXPECT_NE(errorOf([&] { record.kernel("other"); }).find("one of its kernels: k"), std::string::npos);
   EXPECT_NE(errorOf([&] { record.constant("state_epoch"); }).find("state_error"), std::string::npos);
   EXPECT_NE(errorOf([&] { record.region("signals"); }).find("state, rows"), std::string::npos);
+}
+
+// Records of compilers that did not insert the entry wait say nothing, and
+// such kernels must never be launched before their predecessor ends.
+TEST(ModuleInterface, DependentLaunchIsOnlyWhatTheRecordStates) {
+  EXPECT_FALSE(ModuleInterface::parse(kRecord, "a test").target.dependent_launch);
+  std::string stated = kRecord;
+  stated.replace(stated.find("\"wave_size\": 32"), 15, "\"wave_size\": 32, \"dependent_launch\": true");
+  EXPECT_TRUE(ModuleInterface::parse(stated, "a test").target.dependent_launch);
+  std::string wrong = kRecord;
+  wrong.replace(wrong.find("\"wave_size\": 32"), 15, "\"wave_size\": 32, \"dependent_launch\": 1");
+  EXPECT_NE(errorOf([&] { ModuleInterface::parse(wrong, "a test"); })
+                .find("record.target.dependent_launch is not true or false"),
+            std::string::npos);
 }
 
 TEST(ModuleInterface, DamagedOrForeignRecordsAreRefusedNamingTheField) {

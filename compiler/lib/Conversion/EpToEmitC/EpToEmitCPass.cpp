@@ -85,6 +85,18 @@ void takeWindowByValue(OpBuilder& builder, emitc::FuncOp kernel) {
   kernel.setFunctionTypeAttr(TypeAttr::get(FunctionType::get(context, inputs, kernel.getResultTypes())));
 }
 
+// On a target with programmatic dependent launch (TargetInfo::dependent_launch)
+// every kernel begins by waiting for the kernel before it on the stream
+// (epjit::enter_dependent_grid, from the prelude), before its first memory
+// access: the runtime may then launch it while that kernel still runs, which
+// hides the launch and block scheduling. The interface record says so, and
+// the runtime launches that way only the kernels whose record says they wait.
+void waitForPriorGrid(OpBuilder& builder, emitc::FuncOp kernel) {
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(&kernel.getBody().front());
+  emitc::CallOpaqueOp::create(builder, kernel.getLoc(), TypeRange{}, "epjit::enter_dependent_grid", ValueRange{});
+}
+
 // ep.kernel -> emitc.func with the converted parameter types; the specifiers
 // (extern "C", the target's kernel qualifiers and launch bounds) are set once every op is converted.
 struct KernelPattern : OpConversionPattern<ep::KernelOp> {
@@ -140,7 +152,7 @@ struct EpToEmitC : impl::EpToEmitCBase<EpToEmitC> {
 
     SmallVector<Kernel> kernels;
     for (auto kernel : module.getOps<ep::KernelOp>())
-      kernels.push_back({kernel.getSymName().str(), kernel.getWarpsPerBlock()});
+      kernels.push_back({kernel.getSymName().str(), int64_t(kernel.getWarpsPerBlock())});
     // Regions are numbered in declaration order (the runtime lays the window
     // out in the same order, from the interface record); their count bodies
     // were for the record and go with them.
@@ -184,6 +196,7 @@ struct EpToEmitC : impl::EpToEmitCBase<EpToEmitC> {
       auto func = module.lookupSymbol<emitc::FuncOp>(kernel.name);
       func.setSpecifiersAttr(kernelSpecifiers(builder, *target, kernel));
       takeWindowByValue(builder, func);
+      if (target->dependent_launch) waitForPriorGrid(builder, func);
       if (target->is_host()) {
         builder.setInsertionPointAfter(func);
         buildHostEntry(builder, func);

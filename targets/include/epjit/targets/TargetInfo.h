@@ -85,6 +85,13 @@ struct TargetInfo {
   // (sm90: 8, measured on H200 against 4; AMD: 4, a wave64 step moves twice
   // the bytes, unmeasured).
   int copy_loads_in_flight = 1;
+  // Programmatic dependent launch: a kernel may be launched while the one
+  // before it on the stream still runs, and waits at its entry for that one
+  // to finish and flush (sm90: griddepcontrol.wait, launched with
+  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION). What it hides is
+  // the launch and block scheduling of the next kernel. AMD has no such
+  // launch; the host runs launches in order on one thread.
+  bool dependent_launch = false;
   DefaultToolchain toolchain = DefaultToolchain::HostCxx;
   std::string_view numerics_of;        // the hardware whose numerics this target carries
   int cuda_capability = 0;             // NVIDIA: major * 10 + minor of the GPUs it runs on

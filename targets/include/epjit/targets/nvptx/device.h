@@ -20,6 +20,19 @@ EPJIT_DEVICE size_t block_count() { return gridDim.x; }
 EPJIT_DEVICE size_t global_warp_index() { return size_t(blockIdx.x) * (blockDim.x / kWaveSize) + warp_index(); }
 EPJIT_DEVICE size_t global_warp_count() { return size_t(gridDim.x) * (blockDim.x / kWaveSize); }
 
+// Every kernel's first call on a target with programmatic dependent launch
+// (TargetInfo::dependent_launch; the ep-to-emitc pass inserts it). It lets
+// the next kernel on the stream be launched at once (that kernel's blocks
+// wait in their own call) and waits until the kernel before this one has
+// finished and its writes are visible. For a kernel launched without the
+// attribute both instructions do nothing. The next kernel launches only once
+// every block of this one has passed here, so all of this grid is resident
+// first: a kernel that waits on its own grid keeps its co-residency.
+EPJIT_DEVICE void enter_dependent_grid() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 template <Reduce K, int Group>
 EPJIT_DEVICE float lane_reduce(float value) {
 #pragma unroll
