@@ -122,6 +122,19 @@ if [[ ${SWEEP:-0} == 1 ]]; then
   done < bench-sweep.txt
   exit 0
 fi
+# PDL=1: programmatic dependent launch off and on, twice each (A/B/A/B), on
+# the bench's shape at this host's world: the round trip (dispatch then
+# combine back to back) is where the overlap can show.
+if [[ ${PDL:-0} == 1 ]]; then
+  for pass in 1 2; do
+    for pdl in 0 1; do
+      EPJIT_DEPENDENT_LAUNCH=$pdl timeout 100 ./epjit-bench --target sm90 --device cuda --ranks-as processes $shape \
+        --dtype bf16 --graph --iters 50 --warmup 5 --json "$logs/pdl$pdl-$pass.json" > "$logs/pdl$pdl-$pass.txt" 2>&1
+      echo "dependent launch $pdl, pass $pass: exit $?"; grep -E '^ +[0-9]+ ' "$logs/pdl$pdl-$pass.txt"
+    done
+  done
+  [[ ${PDL_ONLY:-0} == 1 ]] && exit 0
+fi
 # MATRIX=1: only the issue-13 matrix at EP2 (bench-matrix.txt), then stop.
 if [[ ${MATRIX:-0} == 1 ]]; then
   n=0

@@ -55,6 +55,11 @@ struct RankPoint {
   double combine_us = 0;
   double graph_dispatch_us = 0;  // --graph: the same calls replayed from captured graphs
   double graph_combine_us = 0;
+  // Dispatch then combine, called back to back with no event between them
+  // (the loop a user's decode step runs): per pair. Programmatic dependent
+  // launch can only overlap kernels here, never across the per-leg events.
+  double round_trip_us = 0;
+  double graph_round_trip_us = 0;  // --graph: the two captured graphs, back to back
   double remote_received = 0;   // rows from the other ranks of this node (over NVLink)
   double network_received = 0;  // rows from other nodes (over the internode transport)
   double nccl_dispatch_us = 0;  // --baselines: NCCL moving the same bytes
@@ -65,6 +70,7 @@ struct RankPoint {
 struct RankResult {
   int rank = 0;
   double construct_seconds = 0;
+  bool dependent_launch = false;  // the device overlaps dependent launches (EPJIT_DEPENDENT_LAUNCH)
   double fetch_seconds = 0;  // of which: kernels from the cache (a compile when cold) and module load
   CacheStats cache;
   double ceiling_copy_engine_GBps = 0;  // --baselines

@@ -234,6 +234,14 @@ void time_graphs(const Options& o, EpDispatchCombineOp& op, Device& device,
   }
   point.graph_dispatch_us /= o.iterations;
   point.graph_combine_us /= o.iterations;
+  events[0]->record(op.stream());
+  for (int i = 0; i < o.iterations; ++i) {
+    dispatch_graph->launch(op.stream());
+    combine_graph->launch(op.stream());
+  }
+  events[1]->record(op.stream());
+  op.check();
+  point.graph_round_trip_us = 1000.0 * events[1]->elapsed_ms(*events[0]) / o.iterations;
 }
 
 }  // namespace
@@ -246,6 +254,7 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
   EpDispatchCombineOp op(o.config(comm.rank()), comm, {&cache, nullptr});
   result.construct_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.fetch_seconds = op.kernel_fetch_seconds();
+  result.dependent_launch = device.overlaps_dependent_launches();
   const EpDispatchCombineConfig& config = op.config();
   const int64_t cap = op.capacity(), max_n = config.max_num_inp_token_per_rank, k = o.topk;
   const size_t token_bytes = config.dispatch_token_bytes(), row_bytes = config.combine_token_bytes();
@@ -337,6 +346,11 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
       }
       point.dispatch_us /= o.iterations;
       point.combine_us /= o.iterations;
+      events[0]->record(op.stream());
+      for (int i = 0; i < o.iterations; ++i) combine(dispatch(o.replay));
+      events[1]->record(op.stream());
+      op.check();
+      point.round_trip_us = 1000.0 * events[1]->elapsed_ms(*events[0]) / o.iterations;
       if (o.graph) time_graphs(o, op, device, events, dispatch, combine, point);
     }
     // Where this rank's tokens go, and from where it receives (every rank's view).

@@ -77,6 +77,7 @@ std::vector<uint8_t> serialize(const RankResult& r) {
   w.put(r.rank);
   w.put(r.construct_seconds);
   w.put(r.fetch_seconds);
+  w.put(uint8_t(r.dependent_launch ? 1 : 0));
   w.put(r.cache);
   w.put(r.ceiling_copy_engine_GBps);
   w.put(r.ceiling_sm_writes_GBps);
@@ -88,6 +89,8 @@ std::vector<uint8_t> serialize(const RankResult& r) {
     w.put(p.combine_us);
     w.put(p.graph_dispatch_us);
     w.put(p.graph_combine_us);
+    w.put(p.round_trip_us);
+    w.put(p.graph_round_trip_us);
     w.put(p.remote_received);
     w.put(p.network_received);
     w.put(p.nccl_dispatch_us);
@@ -103,6 +106,7 @@ RankResult deserialize(const std::vector<uint8_t>& bytes) {
   r.rank = in.get<int>();
   r.construct_seconds = in.get<double>();
   r.fetch_seconds = in.get<double>();
+  r.dependent_launch = in.get<uint8_t>() != 0;
   r.cache = in.get<CacheStats>();
   r.ceiling_copy_engine_GBps = in.get<double>();
   r.ceiling_sm_writes_GBps = in.get<double>();
@@ -115,6 +119,8 @@ RankResult deserialize(const std::vector<uint8_t>& bytes) {
     p.combine_us = in.get<double>();
     p.graph_dispatch_us = in.get<double>();
     p.graph_combine_us = in.get<double>();
+    p.round_trip_us = in.get<double>();
+    p.graph_round_trip_us = in.get<double>();
     p.remote_received = in.get<double>();
     p.network_received = in.get<double>();
     p.nccl_dispatch_us = in.get<double>();
@@ -136,6 +142,9 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
               ep::name_of(config.dispatch_type()), ep::name_of(config.combine_type()), ep::name_of(o.combine_mode),
               ep::name_of(o.quant), name_of(o.routing), o.std_moe ? ", std-MoE" : "", o.replay ? ", routing replay" : "",
               o.graph ? "eager and graph" : "eager");
+  const bool dependent_launch = ranks.front().dependent_launch;
+  std::printf("programmatic dependent launch: %s\n",
+              dependent_launch ? "on (kernels may launch before the one before them ends)" : "off");
   double construct_max = 0, fetch_max = 0;
   CacheStats total{};
   for (const RankResult& r : ranks) {
@@ -154,9 +163,11 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
               construct_max, fetch_max, total.compiles ? "cold" : "warm", (unsigned long long)total.compiles,
               total.compile_seconds, (unsigned long long)total.disk_hits, (unsigned long long)total.memory_hits,
               (unsigned long long)total.lock_waits);
-  std::printf("\n%8s %10s %8s %13s %13s %14s %14s", "tokens", "recv/rank", "check", "dispatch us", "combine us",
-              "dispatch GB/s", "combine GB/s");
-  if (o.graph) std::printf(" %13s %13s %14s %14s", "graph disp us", "graph comb us", "graph disp GB/s", "graph comb GB/s");
+  std::printf("\n%8s %10s %8s %13s %13s %14s %14s %13s", "tokens", "recv/rank", "check", "dispatch us", "combine us",
+              "dispatch GB/s", "combine GB/s", "round trip us");
+  if (o.graph)
+    std::printf(" %13s %13s %14s %14s %13s", "graph disp us", "graph comb us", "graph disp GB/s", "graph comb GB/s",
+                "graph rt us");
   std::printf("\n");
 
   json points = json::array();
@@ -165,6 +176,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
   for (size_t i = 0; i < ranks.front().points.size(); ++i) {
     double dispatch_us = 0, combine_us = 0, received = 0, dispatch_bw = 0, combine_bw = 0;
     double graph_dispatch_us = 0, graph_combine_us = 0, graph_dispatch_bw = 0, graph_combine_bw = 0;
+    double round_trip_us = 0, graph_round_trip_us = 0;
     std::string failure;
     for (const RankResult& r : ranks) {
       if (i >= r.points.size()) continue;
@@ -177,6 +189,8 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
       if (p.combine_us > 0) combine_bw += double(p.received) * row_bytes / (p.combine_us * 1e3);
       graph_dispatch_us = std::max(graph_dispatch_us, p.graph_dispatch_us);
       graph_combine_us = std::max(graph_combine_us, p.graph_combine_us);
+      round_trip_us = std::max(round_trip_us, p.round_trip_us);
+      graph_round_trip_us = std::max(graph_round_trip_us, p.graph_round_trip_us);
       if (p.graph_dispatch_us > 0) graph_dispatch_bw += double(p.received) * token_bytes / (p.graph_dispatch_us * 1e3);
       if (p.graph_combine_us > 0) graph_combine_bw += double(p.received) * row_bytes / (p.graph_combine_us * 1e3);
       if (!p.check_failure.empty() && failure.empty()) failure = "rank " + std::to_string(r.rank) + ": " + p.check_failure;
@@ -185,10 +199,11 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
     const int64_t tokens = ranks.front().points[i].tokens;
     std::printf("%8lld %10.1f %8s", (long long)tokens, received / n, failure.empty() ? "passed" : "FAILED");
     if (failure.empty() && !o.check_only) {
-      std::printf(" %13.1f %13.1f %14.3f %14.3f", dispatch_us, combine_us, dispatch_bw / n, combine_bw / n);
+      std::printf(" %13.1f %13.1f %14.3f %14.3f %13.1f", dispatch_us, combine_us, dispatch_bw / n, combine_bw / n,
+                  round_trip_us);
       if (o.graph)
-        std::printf(" %13.1f %13.1f %14.3f %14.3f", graph_dispatch_us, graph_combine_us, graph_dispatch_bw / n,
-                    graph_combine_bw / n);
+        std::printf(" %13.1f %13.1f %14.3f %14.3f %13.1f", graph_dispatch_us, graph_combine_us, graph_dispatch_bw / n,
+                    graph_combine_bw / n, graph_round_trip_us);
     }
     std::printf("\n");
     if (!failure.empty()) {
@@ -202,11 +217,13 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
       point["combine_us_max_rank"] = combine_us;
       point["dispatch_algbw_GBps_per_rank"] = dispatch_bw / n;
       point["combine_algbw_GBps_per_rank"] = combine_bw / n;
+      point["round_trip_us_max_rank"] = round_trip_us;
       if (o.graph) {
         point["graph_dispatch_us_max_rank"] = graph_dispatch_us;
         point["graph_combine_us_max_rank"] = graph_combine_us;
         point["graph_dispatch_algbw_GBps_per_rank"] = graph_dispatch_bw / n;
         point["graph_combine_algbw_GBps_per_rank"] = graph_combine_bw / n;
+        point["graph_round_trip_us_max_rank"] = graph_round_trip_us;
       }
     }
     points.push_back(point);
@@ -294,6 +311,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
                    {"shape", {{"hidden", o.hidden}, {"topk", o.topk}, {"experts", o.world * o.experts_per_rank},
                               {"experts_per_rank", o.experts_per_rank}}},
                    {"graph_mode", o.graph ? "eager and graph (dispatch and combine captured as one graph each)" : "eager"},
+                   {"dependent_launch", dependent_launch},
                    {"iterations", o.iterations},
                    {"warmup", o.warmup},
                    {"seed", o.seed},
