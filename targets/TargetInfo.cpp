@@ -118,6 +118,8 @@ constexpr TargetInfo kHost{
     .fp8_conversion = Fp8Conversion::Software,
     .fp4 = Fp4Support::Software,
     .lds_bytes = 1024 * 1024 * KiB,
+    // As sm90: the host runs the unrolled copies and sums the GPUs run.
+    .copy_loads_in_flight = 8,
     .toolchain = DefaultToolchain::HostCxx,
     .numerics_of = "host",
     .schedule = kHostSchedule,
@@ -133,6 +135,7 @@ constexpr TargetInfo host_variant_of(const TargetInfo& gpu, std::string_view nam
   host.fp8_e5m2 = gpu.fp8_e5m2;
   host.fp4 = gpu.has_fp4() ? Fp4Support::Software : Fp4Support::None;
   host.numerics_of = gpu.name;
+  host.copy_loads_in_flight = gpu.copy_loads_in_flight;
   return host;
 }
 

@@ -48,21 +48,57 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
     %short = arith.cmpi ult, %left, %chunk : index
     %n = arith.select %short, %left, %chunk : index
     scf.if %gather {
-      // Contribution j: the expert output destination j staged (route entry rank * capacity + slot).
-      ep.warp.sum_rows %output[%out_at], %n, sources(%topk) : !ep.ptr<!ep.row_elem<"combine_elem">> {
-      ^bb0(%j: index):
-        %box = arith.addi %row, %j : index
-        %entry = ep.load %route[%box] : !ep.ptr<i32>
-        %valid = arith.cmpi sge, %entry, %c0_i32 : i32
-        %known = arith.select %valid, %entry, %c0_i32 : i32
-        %dest_i32 = arith.divsi %known, %capacity_i32 : i32
-        %slot_i32 = arith.remsi %known, %capacity_i32 : i32
-        %dest = arith.index_cast %dest_i32 : i32 to index
-        %slot = arith.index_cast %slot_i32 : i32 to index
-        %src_row = arith.muli %slot, %hidden : index
-        %src_at = arith.addi %src_row, %c : index
-        %src = ep.peer_ptr %w[%dest] @combine_rows[%src_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
-        ep.source %valid, %src : !ep.ptr<!ep.row_elem<"combine_elem">>
+      // Contribution j: the expert output destination j staged (route entry
+      // rank * capacity + slot). A token has one entry per destination rank
+      // and -1 for the others, so when top-k exceeds the world it has at most
+      // `world` contributions: the sum then takes the k-th valid entry as its
+      // source k (the same order, so the same result), and its lanes spend
+      // their loads on rows instead of absent sources (EP2: 2 sources, 4
+      // chunks of each in flight on sm90, against 8 sources of which 2 live).
+      %world = ep.param_value @world : index
+      %compact = arith.cmpi ult, %world, %topk : index
+      scf.if %compact {
+        %c_1_i32 = arith.constant -1 : i32
+        ep.warp.sum_rows %output[%out_at], %n, sources(%world) : !ep.ptr<!ep.row_elem<"combine_elem">> {
+        ^bb0(%k: index):
+          %picked:2 = scf.for %j = %c0 to %topk step %c1 iter_args(%seen = %c0, %pick = %c_1_i32) -> (index, i32) {
+            %box = arith.addi %row, %j : index
+            %entry = ep.load %route[%box] : !ep.ptr<i32>
+            %valid = arith.cmpi sge, %entry, %c0_i32 : i32
+            %kth = arith.cmpi eq, %seen, %k : index
+            %take = arith.andi %valid, %kth : i1
+            %next_pick = arith.select %take, %entry, %pick : i32
+            %one = arith.select %valid, %c1, %c0 : index
+            %next_seen = arith.addi %seen, %one : index
+            scf.yield %next_seen, %next_pick : index, i32
+          }
+          %valid = arith.cmpi sge, %picked#1, %c0_i32 : i32
+          %known = arith.select %valid, %picked#1, %c0_i32 : i32
+          %dest_i32 = arith.divsi %known, %capacity_i32 : i32
+          %slot_i32 = arith.remsi %known, %capacity_i32 : i32
+          %dest = arith.index_cast %dest_i32 : i32 to index
+          %slot = arith.index_cast %slot_i32 : i32 to index
+          %src_row = arith.muli %slot, %hidden : index
+          %src_at = arith.addi %src_row, %c : index
+          %src = ep.peer_ptr %w[%dest] @combine_rows[%src_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+          ep.source %valid, %src : !ep.ptr<!ep.row_elem<"combine_elem">>
+        }
+      } else {
+        ep.warp.sum_rows %output[%out_at], %n, sources(%topk) : !ep.ptr<!ep.row_elem<"combine_elem">> {
+        ^bb0(%j: index):
+          %box = arith.addi %row, %j : index
+          %entry = ep.load %route[%box] : !ep.ptr<i32>
+          %valid = arith.cmpi sge, %entry, %c0_i32 : i32
+          %known = arith.select %valid, %entry, %c0_i32 : i32
+          %dest_i32 = arith.divsi %known, %capacity_i32 : i32
+          %slot_i32 = arith.remsi %known, %capacity_i32 : i32
+          %dest = arith.index_cast %dest_i32 : i32 to index
+          %slot = arith.index_cast %slot_i32 : i32 to index
+          %src_row = arith.muli %slot, %hidden : index
+          %src_at = arith.addi %src_row, %c : index
+          %src = ep.peer_ptr %w[%dest] @combine_rows[%src_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+          ep.source %valid, %src : !ep.ptr<!ep.row_elem<"combine_elem">>
+        }
       }
     } else {
       // Contribution j: this rank's inbox row token * topk + j.

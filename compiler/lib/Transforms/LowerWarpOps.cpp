@@ -320,6 +320,22 @@ void forEachLaneChunk(Lowering& l, Value count, int64_t chunk, llvm::function_re
 
 int64_t rowChunk(Value src) { return 16 / elementBytes(ep::elementTypeOf(src)); }
 
+// Steps of `wave * unroll` chunks: `at(first + lane)` for each lane, the lane
+// then taking chunks first + lane + u * wave (u < unroll) itself. SIMT lanes
+// run their own; the host walks the lanes of a step in order.
+void forEachLaneStep(Lowering& l, Value chunks, int64_t unroll, llvm::function_ref<void(Value chunkIndex)> at) {
+  const int64_t wave = l.target.wave_size;
+  Value zero = l.index(0);
+  if (l.simt()) {
+    Value lane = ep::LaneIdOp::create(l.b, l.b.getIndexType());
+    l.loop(zero, chunks, wave * unroll, [&](Value first) { at(l.add(first, lane)); });
+    return;
+  }
+  l.loop(zero, chunks, wave * unroll, [&](Value first) {
+    l.loop(zero, l.index(wave), 1, [&](Value lane) { at(l.add(first, lane)); });
+  });
+}
+
 // A copy keeps `copy_loads_in_flight` chunks per lane in flight: lane i of
 // a step takes chunks first + i + k * wave (k < unroll), all loaded before
 // any is stored. The host target walks the same chunks lane by lane.
@@ -338,15 +354,7 @@ void lowerCopy(ep::WarpCopyRowOp op, Lowering& l) {
                                  l.b.getI64IntegerAttr(chunk), l.b.getI64IntegerAttr(unroll),
                                  l.b.getBoolAttr(aligned));
   };
-  Value zero = l.index(0);
-  if (l.simt()) {
-    Value lane = ep::LaneIdOp::create(l.b, l.b.getIndexType());
-    l.loop(zero, chunks, wave * unroll, [&](Value first) { copyFrom(l.add(first, lane)); });
-    return;
-  }
-  l.loop(zero, chunks, wave * unroll, [&](Value first) {
-    l.loop(zero, l.index(wave), 1, [&](Value lane) { copyFrom(l.add(first, lane)); });
-  });
+  forEachLaneStep(l, chunks, unroll, copyFrom);
 }
 
 void lowerAccumulate(ep::WarpAccumulateOp op, Lowering& l) {
@@ -387,9 +395,24 @@ LogicalResult lowerSumRows(ep::WarpSumRowsOp op, Lowering& l) {
   bool aligned = isAlignedAccess(op.getDst(), op.getDstOffset(), chunk);
   for (Value row : rows) aligned = aligned && isKnownAlignedPointer(row, chunk);
   Value dst = ep::PtrAddOp::create(l.b, op.getDst().getType(), op.getDst(), op.getDstOffset());
-  forEachLaneChunk(l, op.getCount(), chunk, [&](Value start, Value n) {
-    ep::LaneSumChunkOp::create(l.b, dst, start, n, valid, rows, scales, op.getFormatAttr(), op.getBlockAttr(),
-                               op.getMethodAttr(), l.b.getI64IntegerAttr(chunk), l.b.getBoolAttr(aligned));
+  // With few sources (a gather combine at EP2 has two) a lane takes `unroll`
+  // chunks at a time (lane i of a step: chunks first + i + u * wave), all of
+  // their loads issued before the first add, up to the target's
+  // copy_loads_in_flight; when the sources alone fill it, one chunk.
+  const int64_t wave = l.target.wave_size;
+  const int64_t unroll = std::max<int64_t>(1, l.target.copy_loads_in_flight / *sources);
+  if (unroll == 1) {
+    forEachLaneChunk(l, op.getCount(), chunk, [&](Value start, Value n) {
+      ep::LaneSumChunkOp::create(l.b, dst, start, n, valid, rows, scales, op.getFormatAttr(), op.getBlockAttr(),
+                                 op.getMethodAttr(), l.b.getI64IntegerAttr(chunk), l.b.getBoolAttr(aligned));
+    });
+    return success();
+  }
+  Value stride = l.index(wave * chunk);
+  forEachLaneStep(l, l.ceilDiv(op.getCount(), chunk), unroll, [&](Value chunkIndex) {
+    ep::LaneSumChunksOp::create(l.b, dst, l.mul(chunkIndex, chunk), op.getCount(), stride, valid, rows, scales,
+                                op.getFormatAttr(), op.getBlockAttr(), op.getMethodAttr(),
+                                l.b.getI64IntegerAttr(chunk), l.b.getI64IntegerAttr(unroll), l.b.getBoolAttr(aligned));
   });
   return success();
 }

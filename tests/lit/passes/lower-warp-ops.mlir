@@ -66,14 +66,22 @@ func.func @row_max(%x: !ep.ptr<f32>, %out: !ep.ptr<f32>, %n: index) {
 
 // A sum of 3 rows: the body is cloned once per source, so every source's row
 // is known before the lanes load; one lane chunk is 16 bytes of each source
-// (8 bf16 elements). Each lane sums chunks lane, lane + wave, ...
+// (8 bf16 elements). Each lane sums chunks lane, lane + wave, ..., taking as
+// many at once as keep the target's copy_loads_in_flight loads in flight:
+// one at a time where 3 sources fill its 4 (AMD, host-gfx950), two at a time
+// (sum_chunks, stride wave * 8 elements) within sm90's 8.
 // CHECK-LABEL: func.func @sum_three
 // CHECK-NOT: ep.warp.sum_rows
 // CHECK-NOT: ep.source
 // SIMT: ep.lane.id
 // GFX950: scf.for {{.*}} step %c64
-// SM90: scf.for {{.*}} step %c32
-// SIMT: ep.lane.sum_chunk {{.*}} valid({{.*}}, {{.*}}, {{.*}}) rows({{.*}}, {{.*}}, {{.*}} : !ep.ptr<bf16>, !ep.ptr<bf16>, !ep.ptr<bf16>) {aligned = true, chunk = 8 : i64}
+// GFX950: ep.lane.sum_chunk {{.*}} valid({{.*}}, {{.*}}, {{.*}}) rows({{.*}}, {{.*}}, {{.*}} : !ep.ptr<bf16>, !ep.ptr<bf16>, !ep.ptr<bf16>) {aligned = true, chunk = 8 : i64}
+// GFX942: scf.for {{.*}} step %c64
+// GFX942: ep.lane.sum_chunk {{.*}} {aligned = true, chunk = 8 : i64}
+// GFX1250: scf.for {{.*}} step %c32
+// GFX1250: ep.lane.sum_chunk {{.*}} {aligned = true, chunk = 8 : i64}
+// SM90: scf.for {{.*}} step %c64
+// SM90: ep.lane.sum_chunks {{.*}} stride %c256 valid({{.*}}, {{.*}}, {{.*}}) rows({{.*}}, {{.*}}, {{.*}} : !ep.ptr<bf16>, !ep.ptr<bf16>, !ep.ptr<bf16>) {aligned = true, chunk = 8 : i64, unroll = 2 : i64}
 // HOST: scf.for
 // HOST: scf.for
 // HOST: ep.lane.sum_chunk {{.*}} rows({{.*}}, {{.*}}, {{.*}} : !ep.ptr<bf16>, !ep.ptr<bf16>, !ep.ptr<bf16>) {aligned = true, chunk = 8 : i64}
@@ -95,12 +103,13 @@ func.func @sum_three(%rows: !ep.ptr<bf16>, %live: !ep.ptr<i32>, %out: !ep.ptr<bf
 }
 
 // fp8 blockwise sources decode with the target's method; an unaligned
-// destination (offset not a multiple of 16 bytes) keeps scalar stores.
+// destination (offset not a multiple of 16 bytes) keeps scalar stores. Two
+// sources: two chunks at once on AMD and the host's gfx950 variant, four on sm90.
 // CHECK-LABEL: func.func @sum_fp8_blockwise
-// GFX950: ep.lane.sum_chunk {{.*}} scales({{.*}}) {aligned = false, block = 128 : i64, chunk = 16 : i64, format = #ep.fp8<e4m3fn>, method = #ep.method<amdgcn_pk_fp8>}
-// GFX942: format = #ep.fp8<e4m3fnuz>, method = #ep.method<amdgcn_pk_fp8>
-// SM90: format = #ep.fp8<e4m3fn>, method = #ep.method<ptx_cvt_satfinite>
-// HOST: format = #ep.fp8<e4m3fn>, method = #ep.method<software>
+// GFX950: ep.lane.sum_chunks {{.*}} stride %c1024 {{.*}} scales({{.*}}) {aligned = false, block = 128 : i64, chunk = 16 : i64, format = #ep.fp8<e4m3fn>, method = #ep.method<amdgcn_pk_fp8>, unroll = 2 : i64}
+// GFX942: ep.lane.sum_chunks {{.*}} format = #ep.fp8<e4m3fnuz>, method = #ep.method<amdgcn_pk_fp8>, unroll = 2 : i64
+// SM90: ep.lane.sum_chunks {{.*}} stride %c512 {{.*}} format = #ep.fp8<e4m3fn>, method = #ep.method<ptx_cvt_satfinite>, unroll = 4 : i64
+// HOST: ep.lane.sum_chunks {{.*}} format = #ep.fp8<e4m3fn>, method = #ep.method<software>, unroll = 2 : i64
 func.func @sum_fp8_blockwise(%codes: !ep.ptr<i8>, %scales: !ep.ptr<f32>, %out: !ep.ptr<f32>, %n: index) {
   %true = arith.constant true
   %c2 = arith.constant 2 : index
@@ -115,13 +124,13 @@ func.func @sum_fp8_blockwise(%codes: !ep.ptr<i8>, %scales: !ep.ptr<f32>, %out: !
 
 // A row copy keeps the target's copy_loads_in_flight chunks per lane (4 on
 // AMD, 8 on sm90): a step covers wave * that many chunks on GPUs, one lane
-// at a time on the host.
+// at a time on the host (host-gfx950 copies as gfx950 does).
 // CHECK-LABEL: func.func @copy_row
 // GFX950: scf.for {{.*}} step %c256
 // SM90: scf.for {{.*}} step %c256
 // GFX950: ep.lane.copy_chunks {{.*}} stride %c{{[0-9]+}} {aligned = true, chunk = 8 : i64, unroll = 4 : i64} : !ep.ptr<bf16> -> !ep.ptr<bf16>
 // SM90: ep.lane.copy_chunks {{.*}} stride %c{{[0-9]+}} {aligned = true, chunk = 8 : i64, unroll = 8 : i64} : !ep.ptr<bf16> -> !ep.ptr<bf16>
-// HOST: ep.lane.copy_chunks {{.*}} {aligned = true, chunk = 8 : i64, unroll = 1 : i64}
+// HOST: ep.lane.copy_chunks {{.*}} {aligned = true, chunk = 8 : i64, unroll = 4 : i64}
 func.func @copy_row(%x: !ep.ptr<bf16>, %y: !ep.ptr<bf16>, %t: index) {
   %c7168 = arith.constant 7168 : index
   %row = arith.muli %t, %c7168 : index

@@ -67,39 +67,59 @@ struct AccumulateChunkPattern : OpConversionPattern<ep::LaneAccumulateChunkOp> {
   }
 };
 
-// One lane's chunk of a multi-row sum: each source becomes a RowSource (live
-// flag, row at the range's first element, block scales), then one call sums
-// them: epjit::prim::sum_chunk for bf16/f32 rows, the conversion method's
-// sum_fp8_chunk for fp8 codes.
+// A multi-row sum's call: each source becomes a RowSource (live flag, row at
+// the range's first element, block scales) after `leading`, then one call
+// sums them: epjit::prim::NAME for bf16/f32 rows, the conversion method's
+// FP8_NAME for fp8 codes. Template arguments: [format,] chunk, `extra`..., aligned.
+template <typename SumOp, typename Adaptor>
+LogicalResult emitSum(SumOp op, Adaptor adaptor, ConversionPatternRewriter& rewriter, SmallVector<Value> operands,
+                      StringRef name, StringRef fp8Name, ArrayRef<std::string> extra) {
+  Location loc = op.getLoc();
+  auto rowType = cast<emitc::PointerType>(adaptor.getRows().front().getType());
+  const std::string element = cTypeName(rowType.getPointee());
+  const bool scaled = !adaptor.getScales().empty();
+  auto sourceType = emitc::OpaqueType::get(
+      rewriter.getContext(), scaled ? "epjit::prim::ScaledCodes" : "epjit::prim::RowSource<" + element + ">");
+  for (size_t k = 0; k < adaptor.getRows().size(); ++k) {
+    SmallVector<Value> parts = {adaptor.getValid()[k], adaptor.getRows()[k]};
+    if (scaled) parts.push_back(adaptor.getScales()[k]);
+    operands.push_back(callPrelude(rewriter, loc, "epjit::prim::row_source", sourceType, parts));
+  }
+  std::string callee = ("epjit::prim::" + name).str();
+  std::vector<std::string> templateArgs;
+  if (auto format = op.getFormatAttr()) {
+    if (!op.getMethod()) return rewriter.notifyMatchFailure(op, "fp8 sources need a conversion method");
+    callee = preludeNamespace(*op.getMethod()) + "::" + fp8Name.str();
+    templateArgs.push_back(preludeFormatName(format));
+  }
+  templateArgs.push_back(std::to_string(op.getChunk()));
+  templateArgs.insert(templateArgs.end(), extra.begin(), extra.end());
+  templateArgs.push_back(boolName(op.getAligned()));
+  callPrelude(rewriter, loc, callee, {}, operands, templateArgs);
+  rewriter.eraseOp(op);
+  return success();
+}
+
+// One lane's chunk: sum_chunk / sum_fp8_chunk (dst at the chunk, its element count, its start).
 struct SumChunkPattern : OpConversionPattern<ep::LaneSumChunkOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(ep::LaneSumChunkOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter& rewriter) const override {
-    Location loc = op.getLoc();
-    auto rowType = cast<emitc::PointerType>(adaptor.getRows().front().getType());
-    const std::string element = cTypeName(rowType.getPointee());
-    const bool scaled = !adaptor.getScales().empty();
-    auto sourceType = emitc::OpaqueType::get(
-        getContext(), scaled ? "epjit::prim::ScaledCodes" : "epjit::prim::RowSource<" + element + ">");
-    SmallVector<Value> operands = {offsetPointer(rewriter, loc, adaptor.getDst(), adaptor.getStart()),
+    SmallVector<Value> operands = {offsetPointer(rewriter, op.getLoc(), adaptor.getDst(), adaptor.getStart()),
                                    adaptor.getCount(), adaptor.getStart()};
-    for (size_t k = 0; k < adaptor.getRows().size(); ++k) {
-      SmallVector<Value> parts = {adaptor.getValid()[k], adaptor.getRows()[k]};
-      if (scaled) parts.push_back(adaptor.getScales()[k]);
-      operands.push_back(callPrelude(rewriter, loc, "epjit::prim::row_source", sourceType, parts));
-    }
-    std::string callee = "epjit::prim::sum_chunk";
-    std::vector<std::string> templateArgs;
-    if (auto format = op.getFormatAttr()) {
-      if (!op.getMethod()) return rewriter.notifyMatchFailure(op, "fp8 sources need a conversion method");
-      callee = preludeNamespace(*op.getMethod()) + "::sum_fp8_chunk";
-      templateArgs.push_back(preludeFormatName(format));
-    }
-    templateArgs.push_back(std::to_string(op.getChunk()));
-    templateArgs.push_back(boolName(op.getAligned()));
-    callPrelude(rewriter, loc, callee, {}, operands, templateArgs);
-    rewriter.eraseOp(op);
-    return success();
+    return emitSum(op, adaptor, rewriter, operands, "sum_chunk", "sum_fp8_chunk", {});
+  }
+};
+
+// One lane's `unroll` chunks: sum_chunks / sum_fp8_chunks (dst at the range,
+// its element count, the first chunk's start, the stride between chunks).
+struct SumChunksPattern : OpConversionPattern<ep::LaneSumChunksOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::LaneSumChunksOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    SmallVector<Value> operands = {adaptor.getDst(), adaptor.getCount(), adaptor.getStart(), adaptor.getStride()};
+    return emitSum(op, adaptor, rewriter, operands, "sum_chunks", "sum_fp8_chunks",
+                   {std::to_string(op.getUnroll())});
   }
 };
 
@@ -171,7 +191,7 @@ void populateLanePatterns(TypeConverter& converter, RewritePatternSet& patterns)
   MLIRContext* context = patterns.getContext();
   patterns.add<ChunkConvertPattern<ep::LaneQuantizeChunkOp>>(converter, context, "quantize");
   patterns.add<ChunkConvertPattern<ep::LaneDequantizeChunkOp>>(converter, context, "dequantize");
-  patterns.add<CopyChunksPattern, AccumulateChunkPattern, SumChunkPattern, ChunkReducePattern, LaneReducePattern, LaneCombinePattern,
+  patterns.add<CopyChunksPattern, AccumulateChunkPattern, SumChunkPattern, SumChunksPattern, ChunkReducePattern, LaneReducePattern, LaneCombinePattern,
                ReduceIdentityPattern, MxScalePattern, BlockwiseScalePattern>(converter, context);
 }
 

@@ -95,5 +95,12 @@ EPJIT_DEVICE void sum_fp8_chunk(Dst* dst, size_t n, size_t start, const Source& 
   static_assert(Chunk == 16, "a chunk is 16 bytes of codes");
   detail::sum_sources<Chunk, Aligned, detail::WidenCodes<Codec<F>>>(dst, n, start, first, more...);
 }
+template <Fp8Format F, int Chunk, int Unroll, bool Aligned, typename Dst, typename Source, typename... More>
+EPJIT_DEVICE void sum_fp8_chunks(Dst* dst, size_t count, size_t start, size_t stride, const Source& first,
+                                 const More&... more) {
+  static_assert(Chunk == 16, "a chunk is 16 bytes of codes");
+  detail::sum_sources_unrolled<Chunk, Unroll, Aligned, detail::WidenCodes<Codec<F>>>(dst, count, start, stride,
+                                                                                     first, more...);
+}
 
 }  // namespace epjit::prim::amdgcn_pk_fp8

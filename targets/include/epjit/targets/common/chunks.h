@@ -138,6 +138,49 @@ EPJIT_HD void sum_sources(Dst* dst, size_t n, size_t start, const Source& first,
   store_row<Chunk, Aligned>(dst, n, acc);
 }
 
+// The same sum over Unroll chunks of a range of `count` elements, at start +
+// u * stride, each clipped to the range (rows and dst at the range's first
+// element): every live source of every chunk is loaded before the first
+// add, so Unroll x live sources loads are in flight per lane. A chunk past
+// the range has n = 0: no load, no store.
+template <int Chunk, int Unroll, bool Aligned, typename Widen, typename Dst, typename Source, typename... More>
+EPJIT_HD void sum_sources_unrolled(Dst* dst, size_t count, size_t start, size_t stride, const Source& first,
+                                   const More&... more) {
+  constexpr int kSources = 1 + int(sizeof...(More));
+  const Source sources[kSources] = {first, more...};
+  auto clipped = [&](size_t at) -> size_t {
+    return at >= count ? 0 : count - at < size_t(Chunk) ? count - at : size_t(Chunk);
+  };
+  Vec16 raw[Unroll][kSources];
+#pragma unroll
+  for (int u = 0; u < Unroll; ++u) {
+    const size_t at = start + size_t(u) * stride;
+    const size_t n = clipped(at);
+#pragma unroll
+    for (int k = 0; k < kSources; ++k)
+      if (sources[k].live) raw[u][k] = load16<Aligned>(sources[k].row + at, n);
+  }
+#pragma unroll
+  for (int u = 0; u < Unroll; ++u) {
+    const size_t at = start + size_t(u) * stride;
+    const size_t n = clipped(at);
+    float acc[Chunk];
+#pragma unroll
+    for (int i = 0; i < Chunk; ++i) acc[i] = 0.0f;
+    bool any = false;
+#pragma unroll
+    for (int k = 0; k < kSources; ++k) {
+      if (!sources[k].live) continue;
+      float x[Chunk];
+      Widen::widen(raw[u][k], sources[k], at, x);
+#pragma unroll
+      for (int i = 0; i < Chunk; ++i) acc[i] = any ? acc[i] + x[i] : x[i];
+      any = true;
+    }
+    store_row<Chunk, Aligned>(dst + at, n, acc);
+  }
+}
+
 // bf16 bits (8 a chunk) and f32 (4 a chunk) widen exactly.
 struct WidenRows {
   EPJIT_HD static void widen(const Vec16& v, const RowSource<uint16_t>&, size_t, float (&x)[8]) {
@@ -179,6 +222,15 @@ template <int Chunk, bool Aligned, typename Dst, typename T, typename... More>
 EPJIT_HD void sum_chunk(Dst* dst, size_t n, size_t start, const RowSource<T>& first, const More&... more) {
   static_assert(Chunk * sizeof(T) == 16, "a chunk is 16 bytes of each source");
   detail::sum_sources<Chunk, Aligned, detail::WidenRows>(dst, n, start, first, more...);
+}
+
+// The same over the Unroll chunks at start + u * stride of a range of
+// `count` elements, all of their loads in flight before the first add.
+template <int Chunk, int Unroll, bool Aligned, typename Dst, typename T, typename... More>
+EPJIT_HD void sum_chunks(Dst* dst, size_t count, size_t start, size_t stride, const RowSource<T>& first,
+                         const More&... more) {
+  static_assert(Chunk * sizeof(T) == 16, "a chunk is 16 bytes of each source");
+  detail::sum_sources_unrolled<Chunk, Unroll, Aligned, detail::WidenRows>(dst, count, start, stride, first, more...);
 }
 
 // ---------------------------------------------------------------- MX scales
@@ -286,6 +338,15 @@ template <Fp8Format F, int Chunk, bool Aligned, typename Dst, typename Source, t
 EPJIT_HD void sum_fp8_chunk(Dst* dst, size_t n, size_t start, const Source& first, const More&... more) {
   static_assert(Chunk == 16, "a chunk is 16 bytes of codes");
   detail::sum_sources<Chunk, Aligned, detail::WidenCodes<Codec<F>>>(dst, n, start, first, more...);
+}
+
+// The same over Unroll chunks (sum_chunks).
+template <Fp8Format F, int Chunk, int Unroll, bool Aligned, typename Dst, typename Source, typename... More>
+EPJIT_HD void sum_fp8_chunks(Dst* dst, size_t count, size_t start, size_t stride, const Source& first,
+                             const More&... more) {
+  static_assert(Chunk == 16, "a chunk is 16 bytes of codes");
+  detail::sum_sources_unrolled<Chunk, Unroll, Aligned, detail::WidenCodes<Codec<F>>>(dst, count, start, stride,
+                                                                                     first, more...);
 }
 
 template <bool Aligned, typename Dst>

@@ -57,5 +57,10 @@ template <Fp8Format F, int Chunk, bool Aligned, typename Dst, typename Source, t
 EPJIT_DEVICE void sum_fp8_chunk(Dst* dst, size_t n, size_t start, const Source& first, const More&... more) {
   software::sum_fp8_chunk<F, Chunk, Aligned>(dst, n, start, first, more...);
 }
+template <Fp8Format F, int Chunk, int Unroll, bool Aligned, typename Dst, typename Source, typename... More>
+EPJIT_DEVICE void sum_fp8_chunks(Dst* dst, size_t count, size_t start, size_t stride, const Source& first,
+                                 const More&... more) {
+  software::sum_fp8_chunks<F, Chunk, Unroll, Aligned>(dst, count, start, stride, first, more...);
+}
 
 }  // namespace epjit::prim::ptx_cvt_satfinite

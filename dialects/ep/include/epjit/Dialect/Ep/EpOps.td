@@ -604,6 +604,32 @@ def Ep_LaneSumChunkOp : Ep_Op<"lane.sum_chunk", [AttrSizedOperandSegments]> {
   }];
 }
 
+def Ep_LaneSumChunksOp : Ep_Op<"lane.sum_chunks", [AttrSizedOperandSegments]> {
+  let summary = "one lane sums `unroll` chunks of a range of every source into dst";
+  let description = [{
+    ```mlir
+    ep.lane.sum_chunks %dst[%start], %count stride %stride valid(%v0, %v1) rows(%r0, %r1 : !ep.ptr<bf16>, !ep.ptr<bf16>)
+        {chunk = 8, unroll = 4, aligned = true} : !ep.ptr<bf16>
+    ```
+    `dst` and every row point at the summed range's first element; the range
+    holds `count` elements. The lane sums elements [start + u * stride, +
+    chunk) for u < unroll, each clipped to the range. A chunk is 16 bytes of
+    each source (`chunk` elements); every live source of every chunk is
+    loaded before the first add, so a lane keeps unroll x live sources loads
+    in flight; `valid` says which sources count. With `format`, rows are fp8
+    codes (times `scales[at / block]`).
+  }];
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$start, Index:$count, Index:$stride,
+                       Variadic<I1>:$valid, Variadic<Ep_AnyPtr>:$rows, Variadic<Ep_AnyPtr>:$scales,
+                       OptionalAttr<Ep_Fp8Attr>:$format, OptionalAttr<I64Attr>:$block,
+                       OptionalAttr<Ep_ConversionMethodAttr>:$method, I64Attr:$chunk, I64Attr:$unroll,
+                       BoolAttr:$aligned);
+  let assemblyFormat = [{
+    $dst `[` $start `]` `,` $count `stride` $stride `valid` `(` $valid `)` `rows` `(` $rows `:` type($rows) `)`
+    (`scales` `(` $scales^ `:` type($scales) `)`)? attr-dict `:` type($dst)
+  }];
+}
+
 def Ep_ReduceIdentityOp : Ep_Op<"reduce_identity", [Pure]> {
   let summary = "the identity of a reduction: -inf for max, 0 for absmax and sum";
   let arguments = (ins Ep_ReduceKindAttr:$kind);
