@@ -37,27 +37,40 @@ ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sourc
     %i_i32 = arith.index_cast %i : index to i32
     %token_at = arith.muli %i, %hidden : index
     %token = ep.peer_ptr %w[%rank] @recv_tokens[%c0] : !ep.ptr<bf16>
-    scf.for %j = %c0 to %topk step %c1 {
+    // The token's row is read once and stored to each local expert it routes
+    // to (each expert once): a slot per expert first, then one copy.
+    ep.warp.fanout_row %token[%token_at], %hidden, destinations(%topk) : !ep.ptr<bf16> {
+    ^bb0(%j: index):
       %at = arith.addi %row, %j : index
       %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
       %expert = arith.index_cast %expert_i32 : i32 to index
       %owner = arith.divui %expert, %epr : index
       %here = arith.cmpi eq, %owner, %rank : index
-      scf.if %here {
+      %live = scf.if %here -> (i1) {
         %repeat = func.call @expert_repeats_earlier(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i1
         %fresh = arith.xori %repeat, %true : i1
-        scf.if %fresh {
-          %local = arith.remui %expert, %epr : index
-          %position_i32 = ep.atomic_rmw add %moe_counts[%local], %one scope(agent) order(relaxed) : !ep.ptr<i32>
-          %position = arith.index_cast %position_i32 : i32 to index
-          %packed_row_base = arith.muli %local, %rows_per_expert : index
-          %packed_row = arith.addi %packed_row_base, %position : index
-          %packed_at = arith.muli %packed_row, %hidden : index
-          ep.warp.copy_row %token[%token_at], %packed[%packed_at], %hidden : !ep.ptr<bf16> -> !ep.ptr<bf16>
-          ep.store %i_i32, %sources[%packed_row] : !ep.ptr<i32>
-          ep.store %position_i32, %slots[%at] : !ep.ptr<i32>
-        }
+        scf.yield %fresh : i1
+      } else {
+        %false = arith.constant false
+        scf.yield %false : i1
       }
+      %local = arith.remui %expert, %epr : index
+      %packed_row_base = arith.muli %local, %rows_per_expert : index
+      %position_i32 = scf.if %live -> (i32) {
+        %taken = ep.atomic_rmw add %moe_counts[%local], %one scope(agent) order(relaxed) : !ep.ptr<i32>
+        %taken_index = arith.index_cast %taken : i32 to index
+        %taken_row = arith.addi %packed_row_base, %taken_index : index
+        ep.store %i_i32, %sources[%taken_row] : !ep.ptr<i32>
+        ep.store %taken, %slots[%at] : !ep.ptr<i32>
+        scf.yield %taken : i32
+      } else {
+        scf.yield %zero : i32
+      }
+      %position = arith.index_cast %position_i32 : i32 to index
+      %packed_row = arith.addi %packed_row_base, %position : index
+      %packed_at = arith.muli %packed_row, %hidden : index
+      %destination = ep.ptr_add %packed, %packed_at : !ep.ptr<bf16>
+      ep.destination %live, %destination : !ep.ptr<bf16>
     }
   }
   // The last warp publishes the counts and clears them for the next call.

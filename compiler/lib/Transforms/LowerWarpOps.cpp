@@ -417,6 +417,39 @@ LogicalResult lowerSumRows(ep::WarpSumRowsOp op, Lowering& l) {
   return success();
 }
 
+// ------------------------------------------------------------ one row to several
+
+// The body once per destination (its number a constant), then the copy: a
+// lane loads copy_loads_in_flight chunks of the source, then stores each to
+// every live destination.
+LogicalResult lowerFanout(ep::WarpFanoutRowOp op, Lowering& l) {
+  std::optional<int64_t> destinations = getConstantIntValue(op.getDestinations());
+  if (!destinations || *destinations < 1 || *destinations > 64)
+    return op.emitError() << "ep.warp.fanout_row needs a constant count of 1 to 64 destinations once specialized";
+  SmallVector<Value> live, rows;
+  Block& body = op.getBody().front();
+  for (int64_t j = 0; j < *destinations; ++j) {
+    IRMapping mapping;
+    mapping.map(body.getArgument(0), l.index(j));
+    for (Operation& inner : body.without_terminator()) l.b.clone(inner, mapping);
+    ep::DestinationOp destination = op.getDestination();
+    live.push_back(mapping.lookupOrDefault(destination.getLive()));
+    rows.push_back(mapping.lookupOrDefault(destination.getRow()));
+  }
+  const int64_t chunk = rowChunk(op.getSrc());
+  bool aligned = isAlignedAccess(op.getSrc(), op.getSrcOffset(), chunk);
+  for (Value row : rows) aligned = aligned && isKnownAlignedPointer(row, chunk);
+  const int64_t unroll = std::max(1, l.target.copy_loads_in_flight);
+  Value src = ep::PtrAddOp::create(l.b, op.getSrc().getType(), op.getSrc(), op.getSrcOffset());
+  Value stride = l.index(l.target.wave_size * chunk);
+  forEachLaneStep(l, l.ceilDiv(op.getCount(), chunk), unroll, [&](Value chunkIndex) {
+    ep::LaneFanoutChunksOp::create(l.b, src, op.getCount(), l.mul(chunkIndex, chunk), stride, live, rows,
+                                   l.b.getI64IntegerAttr(chunk), l.b.getI64IntegerAttr(unroll),
+                                   l.b.getBoolAttr(aligned));
+  });
+  return success();
+}
+
 // ------------------------------------------------------------ row reduction
 
 // One lane's partial: its chunks lane, lane + wave, ... combined in order.
@@ -468,7 +501,7 @@ struct EpLowerWarpOps : impl::EpLowerWarpOpsBase<EpLowerWarpOps> {
     SmallVector<Operation*> warpOps;
     module.walk([&](Operation* op) {
       if (isa<ep::WarpQuantizeOp, ep::WarpDequantizeOp, ep::WarpCopyRowOp, ep::WarpAccumulateOp, ep::WarpReduceOp,
-              ep::WarpSumRowsOp>(op))
+              ep::WarpSumRowsOp, ep::WarpFanoutRowOp>(op))
         warpOps.push_back(op);
     });
     for (Operation* op : warpOps) {
@@ -492,6 +525,8 @@ struct EpLowerWarpOps : impl::EpLowerWarpOpsBase<EpLowerWarpOps> {
       if (auto accumulate = dyn_cast<ep::WarpAccumulateOp>(op)) lowerAccumulate(accumulate, lowering);
       if (auto reduce = dyn_cast<ep::WarpReduceOp>(op)) reduce.getResult().replaceAllUsesWith(lowerReduce(reduce, lowering));
       if (auto sum = dyn_cast<ep::WarpSumRowsOp>(op); sum && failed(lowerSumRows(sum, lowering)))
+        return signalPassFailure();
+      if (auto fanout = dyn_cast<ep::WarpFanoutRowOp>(op); fanout && failed(lowerFanout(fanout, lowering)))
         return signalPassFailure();
       op->erase();
     }

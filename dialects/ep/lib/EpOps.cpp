@@ -367,6 +367,18 @@ LogicalResult WarpSumRowsOp::verify() {
   return success();
 }
 
+LogicalResult WarpFanoutRowOp::verify() {
+  Block& body = getBody().front();
+  if (body.getNumArguments() != 1 || !body.getArgument(0).getType().isIndex())
+    return emitOpError() << "the body takes one index argument: the destination's number";
+  if (body.empty() || !isa<DestinationOp>(body.back()))
+    return emitOpError() << "the body must end with ep.destination";
+  Type src = elementTypeOf(getSrc()), dst = elementTypeOf(getDestination().getRow());
+  if (src != dst)
+    return emitOpError() << "destinations hold the source's element type (" << src << "); got " << dst;
+  return success();
+}
+
 LogicalResult WarpQuantizeOp::verify() { return verifyQuantizeLike(*this, getSrc(), getDst()); }
 LogicalResult WarpDequantizeOp::verify() { return verifyQuantizeLike(*this, getDst(), getSrc()); }
 

@@ -325,3 +325,27 @@ func.func @sum_body_without_index(%x: !ep.ptr<bf16>, %n: index) {
   }
   return
 }
+
+// -----
+
+func.func @fanout_to_another_type(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %n: index) {
+  %true = arith.constant true
+  // expected-error @+1 {{destinations hold the source's element type ('bf16'); got 'f32'}}
+  ep.warp.fanout_row %x[%n], %n, destinations(%n) : !ep.ptr<bf16> {
+  ^bb0(%j: index):
+    ep.destination %true, %f : !ep.ptr<f32>
+  }
+  return
+}
+
+// -----
+
+func.func @fanout_body_without_a_number(%x: !ep.ptr<bf16>, %n: index) {
+  %true = arith.constant true
+  // expected-error @+1 {{the body takes one index argument: the destination's number}}
+  ep.warp.fanout_row %x[%n], %n, destinations(%n) : !ep.ptr<bf16> {
+  ^bb0(%j: i32):
+    ep.destination %true, %x : !ep.ptr<bf16>
+  }
+  return
+}

@@ -101,6 +101,13 @@ ep.kernel @warp_ops(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %q: !ep.ptr<i8>, %s: !e
   ^bb0(%j: index):
     ep.source %true, %q scales %fs : !ep.ptr<i8>, !ep.ptr<f32>
   }
+  // CHECK: ep.warp.fanout_row %{{.*}}[%{{.*}}], %{{.*}}, destinations(%{{.*}}) : !ep.ptr<bf16> {
+  // CHECK: ep.destination %{{.*}}, %{{.*}} : !ep.ptr<bf16>
+  ep.warp.fanout_row %x[%c0], %n, destinations(%c2) : !ep.ptr<bf16> {
+  ^bb0(%j: index):
+    %row = ep.ptr_add %x, %j : !ep.ptr<bf16>
+    ep.destination %true, %row : !ep.ptr<bf16>
+  }
   ep.return
 }
 
@@ -127,6 +134,10 @@ func.func @lane_primitives(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %n: index) {
   // CHECK: ep.lane.sum_chunk %{{.*}}[%{{.*}}], %{{.*}} valid(%{{.*}}) rows(%{{.*}} : !ep.ptr<bf16>) {aligned = false, chunk = 8 : i64} : !ep.ptr<bf16>
   %true = arith.constant true
   ep.lane.sum_chunk %x[%lane], %n valid(%true) rows(%x : !ep.ptr<bf16>) {chunk = 8, aligned = false} : !ep.ptr<bf16>
+  // CHECK: ep.lane.sum_chunks %{{.*}}[%{{.*}}], %{{.*}} stride %{{.*}} valid(%{{.*}}) rows(%{{.*}} : !ep.ptr<bf16>) {aligned = true, chunk = 8 : i64, unroll = 4 : i64} : !ep.ptr<bf16>
+  ep.lane.sum_chunks %x[%lane], %n stride %n valid(%true) rows(%x : !ep.ptr<bf16>) {chunk = 8, unroll = 4, aligned = true} : !ep.ptr<bf16>
+  // CHECK: ep.lane.fanout_chunks %{{.*}}, %{{.*}} at %{{.*}} stride %{{.*}} live(%{{.*}}, %{{.*}}) rows(%{{.*}}, %{{.*}} : !ep.ptr<bf16>, !ep.ptr<bf16>) {aligned = true, chunk = 8 : i64, unroll = 8 : i64} : !ep.ptr<bf16>
+  ep.lane.fanout_chunks %x, %n at %lane stride %n live(%true, %true) rows(%x, %x : !ep.ptr<bf16>, !ep.ptr<bf16>) {chunk = 8, unroll = 8, aligned = true} : !ep.ptr<bf16>
   // CHECK: ep.lane.load %{{.*}}[%{{.*}}] : !ep.ptr<i8>
   %byte = ep.lane.load %q[%lane] : !ep.ptr<i8>
   return

@@ -145,3 +145,29 @@ func.func @copy_unaligned(%x: !ep.ptr<bf16>, %y: !ep.ptr<bf16>, %at: index, %n: 
   ep.warp.copy_row %x[%at], %y[%at], %n : !ep.ptr<bf16> -> !ep.ptr<bf16>
   return
 }
+
+// A row to several rows: every destination's body runs first (its number a
+// constant), then each lane loads copy_loads_in_flight chunks of the source
+// once and stores them to every live destination.
+// CHECK-LABEL: func.func @fanout_three
+// CHECK-NOT: ep.warp.fanout_row
+// CHECK-NOT: ep.destination
+// GFX950: ep.lane.fanout_chunks {{.*}} stride %c512 live({{.*}}, {{.*}}, {{.*}}) rows({{.*}}, {{.*}}, {{.*}} : !ep.ptr<bf16>, !ep.ptr<bf16>, !ep.ptr<bf16>) {aligned = true, chunk = 8 : i64, unroll = 4 : i64} : !ep.ptr<bf16>
+// SM90: ep.lane.fanout_chunks {{.*}} stride %c256 {{.*}} {aligned = true, chunk = 8 : i64, unroll = 8 : i64} : !ep.ptr<bf16>
+// HOST: scf.for
+// HOST: ep.lane.fanout_chunks {{.*}} {aligned = true, chunk = 8 : i64, unroll = 4 : i64}
+func.func @fanout_three(%x: !ep.ptr<bf16>, %live: !ep.ptr<i32>, %out: !ep.ptr<bf16>, %t: index) {
+  %c3 = arith.constant 3 : index
+  %c7168 = arith.constant 7168 : index
+  %zero = arith.constant 0 : i32
+  %at = arith.muli %t, %c7168 : index
+  ep.warp.fanout_row %x[%at], %c7168, destinations(%c3) : !ep.ptr<bf16> {
+  ^bb0(%j: index):
+    %flag = ep.load %live[%j] : !ep.ptr<i32>
+    %valid = arith.cmpi ne, %flag, %zero : i32
+    %offset = arith.muli %j, %c7168 : index
+    %row = ep.ptr_add %out, %offset : !ep.ptr<bf16>
+    ep.destination %valid, %row : !ep.ptr<bf16>
+  }
+  return
+}

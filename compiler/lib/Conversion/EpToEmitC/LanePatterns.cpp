@@ -123,6 +123,27 @@ struct SumChunksPattern : OpConversionPattern<ep::LaneSumChunksOp> {
   }
 };
 
+// One lane's chunks of a row to several rows: each destination becomes a
+// RowDest (live flag, row), then epjit::prim::fanout_chunks.
+struct FanoutChunksPattern : OpConversionPattern<ep::LaneFanoutChunksOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::LaneFanoutChunksOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    Location loc = op.getLoc();
+    auto rowType = cast<emitc::PointerType>(adaptor.getSrc().getType());
+    auto destType = emitc::OpaqueType::get(getContext(),
+                                           "epjit::prim::RowDest<" + cTypeName(rowType.getPointee()) + ">");
+    SmallVector<Value> operands = {adaptor.getSrc(), adaptor.getCount(), adaptor.getStart(), adaptor.getStride()};
+    for (size_t k = 0; k < adaptor.getRows().size(); ++k)
+      operands.push_back(callPrelude(rewriter, loc, "epjit::prim::row_dest", destType,
+                                     {adaptor.getLive()[k], adaptor.getRows()[k]}));
+    callPrelude(rewriter, loc, "epjit::prim::fanout_chunks", {}, operands,
+                {std::to_string(op.getChunk()), std::to_string(op.getUnroll()), boolName(op.getAligned())});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
 struct ChunkReducePattern : OpConversionPattern<ep::LaneChunkReduceOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(ep::LaneChunkReduceOp op, OpAdaptor adaptor,
@@ -191,7 +212,7 @@ void populateLanePatterns(TypeConverter& converter, RewritePatternSet& patterns)
   MLIRContext* context = patterns.getContext();
   patterns.add<ChunkConvertPattern<ep::LaneQuantizeChunkOp>>(converter, context, "quantize");
   patterns.add<ChunkConvertPattern<ep::LaneDequantizeChunkOp>>(converter, context, "dequantize");
-  patterns.add<CopyChunksPattern, AccumulateChunkPattern, SumChunkPattern, SumChunksPattern, ChunkReducePattern, LaneReducePattern, LaneCombinePattern,
+  patterns.add<CopyChunksPattern, AccumulateChunkPattern, SumChunkPattern, SumChunksPattern, FanoutChunksPattern, ChunkReducePattern, LaneReducePattern, LaneCombinePattern,
                ReduceIdentityPattern, MxScalePattern, BlockwiseScalePattern>(converter, context);
 }
 

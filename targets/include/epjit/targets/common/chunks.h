@@ -53,6 +53,60 @@ EPJIT_HD void copy_chunks(const T* src, T* dst, size_t count, size_t start, size
   }
 }
 
+// One destination of a fan-out: its row (at the row's first element) and
+// whether it is written.
+template <typename T>
+struct RowDest {
+  T* row;
+  bool live;
+};
+template <typename T>
+EPJIT_HD RowDest<T> row_dest(bool live, T* row) {
+  return {row, live};
+}
+
+// copy_chunks to every live destination: each full aligned chunk is loaded
+// once (Unroll loads in flight per lane), then stored to each destination.
+template <int Chunk, int Unroll, bool Aligned, typename T, typename... More>
+EPJIT_HD void fanout_chunks(const T* src, size_t count, size_t start, size_t stride, const RowDest<T>& first,
+                            const More&... more) {
+  constexpr int kDests = 1 + int(sizeof...(More));
+  const RowDest<T> dests[kDests] = {first, more...};
+  if constexpr (Aligned && sizeof(T) * Chunk == sizeof(Vec16)) {
+    Vec16 held[Unroll];
+#pragma unroll
+    for (int k = 0; k < Unroll; ++k) {
+      const size_t at = start + size_t(k) * stride;
+      if (at + Chunk <= count) held[k] = load_global(reinterpret_cast<const Vec16*>(src + at));
+    }
+#pragma unroll
+    for (int d = 0; d < kDests; ++d) {
+      if (!dests[d].live) continue;
+#pragma unroll
+      for (int k = 0; k < Unroll; ++k) {
+        const size_t at = start + size_t(k) * stride;
+        if (at + Chunk <= count) store_global(reinterpret_cast<Vec16*>(dests[d].row + at), held[k]);
+      }
+    }
+    // At most one chunk of the row is partial: the one holding its end.
+    const size_t tail = count - count % Chunk;
+    if (tail != count && tail >= start && (tail - start) % stride == 0 && (tail - start) / stride < size_t(Unroll)) {
+      for (int d = 0; d < kDests; ++d)
+        if (dests[d].live)
+          for (size_t i = tail; i < count; ++i) dests[d].row[i] = src[i];
+    }
+  } else {
+    for (int d = 0; d < kDests; ++d) {
+      if (!dests[d].live) continue;
+      for (int k = 0; k < Unroll; ++k) {
+        const size_t at = start + size_t(k) * stride;
+        const size_t end = at + Chunk < count ? at + Chunk : count;
+        for (size_t i = at; i < end; ++i) dests[d].row[i] = src[i];
+      }
+    }
+  }
+}
+
 // bf16 <-> f32 rows: exact one way, round-to-nearest-even the other.
 template <int Chunk, int Unroll, bool Aligned, typename Src, typename Dst>
 EPJIT_HD void copy_chunks(const Src* src, Dst* dst, size_t count, size_t start, size_t stride) {

@@ -493,6 +493,68 @@ def Ep_SourceOp : Ep_Op<"source", [Terminator, HasParent<"WarpSumRowsOp">]> {
   }];
 }
 
+def Ep_WarpFanoutRowOp : Ep_Op<"warp.fanout_row", [RecursiveMemoryEffects]> {
+  let summary = "copy one row to up to `destinations` rows, reading it once";
+  let description = [{
+    The body names destination `%j` (0 <= j < destinations) with
+    `ep.destination`: whether it is written, and its row (the same element
+    type as the source). Each lane loads its chunks of the source once and
+    stores them to every written destination, so a row that goes to several
+    places costs one read of it, with the target's copy_loads_in_flight
+    loads in flight per lane.
+
+    `destinations` is a constant once the template is specialized: the
+    lowering asks for every destination up front (the body runs once per
+    destination, before any copying, side effects included).
+
+    ```mlir
+    ep.warp.fanout_row %src[%at], %n, destinations(%topk) : !ep.ptr<bf16> {
+    ^bb0(%j: index):
+      ...
+      ep.destination %live, %row : !ep.ptr<bf16>
+    }
+    ```
+  }];
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$src, Index:$src_offset, Index:$count,
+                       Index:$destinations);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $src `[` $src_offset `]` `,` $count `,` `destinations` `(` $destinations `)` attr-dict `:` type($src) $body
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    DestinationOp getDestination() { return ::llvm::cast<DestinationOp>(getBody().front().getTerminator()); }
+  }];
+}
+
+def Ep_DestinationOp : Ep_Op<"destination", [Terminator, HasParent<"WarpFanoutRowOp">]> {
+  let summary = "one destination of an ep.warp.fanout_row: whether it is written, and its row";
+  let arguments = (ins I1:$live, Arg<Ep_AnyPtr, "", [MemWrite]>:$row);
+  let assemblyFormat = "$live `,` $row attr-dict `:` type($row)";
+}
+
+def Ep_LaneFanoutChunksOp : Ep_Op<"lane.fanout_chunks", [AttrSizedOperandSegments]> {
+  let summary = "one lane copies `unroll` chunks of a row to every live destination";
+  let description = [{
+    ```mlir
+    ep.lane.fanout_chunks %src, %count at %start stride %stride live(%l0, %l1) rows(%d0, %d1 : !ep.ptr<bf16>, !ep.ptr<bf16>)
+        {chunk = 8, unroll = 8, aligned = true}
+        : !ep.ptr<bf16>
+    ```
+    Elements [start + k * stride, + chunk) for k < unroll, each clipped to
+    the row's `count` elements, are loaded once from `src` and stored to
+    every destination row whose flag is set (all point at the row's first
+    element).
+  }];
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$src, Index:$count, Index:$start, Index:$stride,
+                       Variadic<I1>:$live, Arg<Variadic<Ep_AnyPtr>, "", [MemWrite]>:$rows,
+                       I64Attr:$chunk, I64Attr:$unroll, BoolAttr:$aligned);
+  let assemblyFormat = [{
+    $src `,` $count `at` $start `stride` $stride `live` `(` $live `)` `rows` `(` $rows `:` type($rows) `)`
+    attr-dict `:` type($src)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Lane primitives (produced by ep-lower-warp-ops, consumed by ep-to-emitc)
 //===----------------------------------------------------------------------===//
