@@ -253,13 +253,17 @@ ep.window_region @scatter_weights : f32 {
   %count = arith.select %scatter, %weights, %c0 : index
   ep.yield %count : index
 }
-// Standard MoE: the per-expert counts being taken (local), and the packed
-// position of each received (token, k).
+// Standard MoE: the per-expert counts being taken (local), then as many
+// words that are never written: the zeros the pack's last warp copies over
+// the counts to clear them (one lane-parallel copy, not a word at a time).
+// And the packed position of each received (token, k).
 ep.window_region @moe_counts : i32 {
   %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
   %std_moe = ep.param_value @std_moe : i1
   %experts = ep.param_value @experts_per_rank : index
-  %count = arith.select %std_moe, %experts, %c0 : index
+  %twice = arith.muli %experts, %c2 : index
+  %count = arith.select %std_moe, %twice, %c0 : index
   ep.yield %count : index
 }
 ep.window_region @moe_slots : i32 {
