@@ -6,6 +6,66 @@
 // a parameter, so each specialization keeps one of the two addressings.
 ep.include "ep/common"
 
+// How many contributions a token's sum takes (sum_contributions): one per
+// top-k entry, or, when top-k exceeds the world, `world`. A token has one
+// route entry per destination rank (rank * capacity + slot) and -1 for its
+// other entries, so it has at most `world` contributions; a sum over only
+// those spends its lanes' loads on rows instead of absent sources (EP2: 2
+// sources, 4 chunks of each in flight per lane on sm90, against 8 sources of
+// which 2 live).
+//
+// Contribution k of the token whose route entries start at `row`: its top-k
+// box (row + j), or row + topk when it has no contribution k. Compacted, it
+// is the box of the k-th valid entry: the same order, so the same sum.
+func.func private @contribution_box(%route: !ep.ptr<i32>, %row: index, %k: index) -> index {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c0_i32 = arith.constant 0 : i32
+  %world = ep.param_value @world : index
+  %topk = ep.param_value @topk : index
+  %end = arith.addi %row, %topk : index
+  %compact = arith.cmpi ult, %world, %topk : index
+  %box = scf.if %compact -> (index) {
+    %scan:2 = scf.for %j = %c0 to %topk step %c1 iter_args(%seen = %c0, %found = %end) -> (index, index) {
+      %at = arith.addi %row, %j : index
+      %entry = ep.load %route[%at] : !ep.ptr<i32>
+      %valid = arith.cmpi sge, %entry, %c0_i32 : i32
+      %kth = arith.cmpi eq, %seen, %k : index
+      %take = arith.andi %valid, %kth : i1
+      %next_found = arith.select %take, %at, %found : index
+      %one = arith.select %valid, %c1, %c0 : index
+      %next_seen = arith.addi %seen, %one : index
+      scf.yield %next_seen, %next_found : index, index
+    }
+    scf.yield %scan#1 : index
+  } else {
+    %at = arith.addi %row, %k : index
+    scf.yield %at : index
+  }
+  return %box : index
+}
+
+// The route entry of a box @contribution_box gave (rank * capacity + slot),
+// or -1 when it has none.
+func.func private @contribution_entry(%route: !ep.ptr<i32>, %row: index, %box: index) -> i32 {
+  %c_1_i32 = arith.constant -1 : i32
+  %true = arith.constant true
+  %world = ep.param_value @world : index
+  %topk = ep.param_value @topk : index
+  %end = arith.addi %row, %topk : index
+  // Uncompacted, every box exists: no test (it folds away).
+  %compact = arith.cmpi ult, %world, %topk : index
+  %inside = arith.cmpi ult, %box, %end : index
+  %exists = arith.select %compact, %inside, %true : i1
+  %entry = scf.if %exists -> (i32) {
+    %loaded = ep.load %route[%box] : !ep.ptr<i32>
+    scf.yield %loaded : i32
+  } else {
+    scf.yield %c_1_i32 : i32
+  }
+  return %entry : i32
+}
+
 // Sums each of this rank's `tokens` tokens into `output` and, when weighted,
 // their weights into `out_weights`. Work items are (token, piece) pairs
 // (@row_piece_blocks), so a few tokens still spread over the grid; each warp keeps
@@ -47,66 +107,36 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
     %left = arith.subi %hidden, %c : index
     %short = arith.cmpi ult, %left, %chunk : index
     %n = arith.select %short, %left, %chunk : index
+    // As many sources as a token can have contributions (@contribution_box),
+    // computed here from parameters: a sum's source count is a constant.
+    %world = ep.param_value @world : index
+    %compact = arith.cmpi ult, %world, %topk : index
+    %contributions = arith.select %compact, %world, %topk : index
     scf.if %gather {
-      // Contribution j: the expert output destination j staged (route entry
-      // rank * capacity + slot). A token has one entry per destination rank
-      // and -1 for the others, so when top-k exceeds the world it has at most
-      // `world` contributions: the sum then takes the k-th valid entry as its
-      // source k (the same order, so the same result), and its lanes spend
-      // their loads on rows instead of absent sources (EP2: 2 sources, 4
-      // chunks of each in flight on sm90, against 8 sources of which 2 live).
-      %world = ep.param_value @world : index
-      %compact = arith.cmpi ult, %world, %topk : index
-      scf.if %compact {
-        %c_1_i32 = arith.constant -1 : i32
-        ep.warp.sum_rows %output[%out_at], %n, sources(%world) : !ep.ptr<!ep.row_elem<"combine_elem">> {
-        ^bb0(%k: index):
-          %picked:2 = scf.for %j = %c0 to %topk step %c1 iter_args(%seen = %c0, %pick = %c_1_i32) -> (index, i32) {
-            %box = arith.addi %row, %j : index
-            %entry = ep.load %route[%box] : !ep.ptr<i32>
-            %valid = arith.cmpi sge, %entry, %c0_i32 : i32
-            %kth = arith.cmpi eq, %seen, %k : index
-            %take = arith.andi %valid, %kth : i1
-            %next_pick = arith.select %take, %entry, %pick : i32
-            %one = arith.select %valid, %c1, %c0 : index
-            %next_seen = arith.addi %seen, %one : index
-            scf.yield %next_seen, %next_pick : index, i32
-          }
-          %valid = arith.cmpi sge, %picked#1, %c0_i32 : i32
-          %known = arith.select %valid, %picked#1, %c0_i32 : i32
-          %dest_i32 = arith.divsi %known, %capacity_i32 : i32
-          %slot_i32 = arith.remsi %known, %capacity_i32 : i32
-          %dest = arith.index_cast %dest_i32 : i32 to index
-          %slot = arith.index_cast %slot_i32 : i32 to index
-          %src_row = arith.muli %slot, %hidden : index
-          %src_at = arith.addi %src_row, %c : index
-          %src = ep.peer_ptr %w[%dest] @combine_rows[%src_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
-          ep.source %valid, %src : !ep.ptr<!ep.row_elem<"combine_elem">>
-        }
-      } else {
-        ep.warp.sum_rows %output[%out_at], %n, sources(%topk) : !ep.ptr<!ep.row_elem<"combine_elem">> {
-        ^bb0(%j: index):
-          %box = arith.addi %row, %j : index
-          %entry = ep.load %route[%box] : !ep.ptr<i32>
-          %valid = arith.cmpi sge, %entry, %c0_i32 : i32
-          %known = arith.select %valid, %entry, %c0_i32 : i32
-          %dest_i32 = arith.divsi %known, %capacity_i32 : i32
-          %slot_i32 = arith.remsi %known, %capacity_i32 : i32
-          %dest = arith.index_cast %dest_i32 : i32 to index
-          %slot = arith.index_cast %slot_i32 : i32 to index
-          %src_row = arith.muli %slot, %hidden : index
-          %src_at = arith.addi %src_row, %c : index
-          %src = ep.peer_ptr %w[%dest] @combine_rows[%src_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
-          ep.source %valid, %src : !ep.ptr<!ep.row_elem<"combine_elem">>
-        }
+      // Contribution k: the expert output its destination staged (route
+      // entry rank * capacity + slot).
+      ep.warp.sum_rows %output[%out_at], %n, sources(%contributions) : !ep.ptr<!ep.row_elem<"combine_elem">> {
+      ^bb0(%k: index):
+        %box = func.call @contribution_box(%route, %row, %k) : (!ep.ptr<i32>, index, index) -> index
+        %entry = func.call @contribution_entry(%route, %row, %box) : (!ep.ptr<i32>, index, index) -> i32
+        %valid = arith.cmpi sge, %entry, %c0_i32 : i32
+        %known = arith.select %valid, %entry, %c0_i32 : i32
+        %dest_i32 = arith.divsi %known, %capacity_i32 : i32
+        %slot_i32 = arith.remsi %known, %capacity_i32 : i32
+        %dest = arith.index_cast %dest_i32 : i32 to index
+        %slot = arith.index_cast %slot_i32 : i32 to index
+        %src_row = arith.muli %slot, %hidden : index
+        %src_at = arith.addi %src_row, %c : index
+        %src = ep.peer_ptr %w[%dest] @combine_rows[%src_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+        ep.source %valid, %src : !ep.ptr<!ep.row_elem<"combine_elem">>
       }
     } else {
-      // Contribution j: this rank's inbox row token * topk + j.
+      // Contribution k: this rank's inbox row at its top-k box.
       scf.if %plain {
-        ep.warp.sum_rows %output[%out_at], %n, sources(%topk) : !ep.ptr<!ep.row_elem<"combine_elem">> {
-        ^bb0(%j: index):
-          %box = arith.addi %row, %j : index
-          %entry = ep.load %route[%box] : !ep.ptr<i32>
+        ep.warp.sum_rows %output[%out_at], %n, sources(%contributions) : !ep.ptr<!ep.row_elem<"combine_elem">> {
+        ^bb0(%k: index):
+          %box = func.call @contribution_box(%route, %row, %k) : (!ep.ptr<i32>, index, index) -> index
+        %entry = func.call @contribution_entry(%route, %row, %box) : (!ep.ptr<i32>, index, index) -> i32
           %valid = arith.cmpi sge, %entry, %c0_i32 : i32
           %box_row = arith.muli %box, %hidden : index
           %box_at = arith.addi %box_row, %c : index
@@ -115,11 +145,11 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
         }
       } else {
         scf.if %direct {
-          ep.warp.sum_rows %output[%out_at], %n, sources(%topk) {format = #ep.fp8<target>}
+          ep.warp.sum_rows %output[%out_at], %n, sources(%contributions) {format = #ep.fp8<target>}
               : !ep.ptr<!ep.row_elem<"combine_elem">> {
-          ^bb0(%j: index):
-            %box = arith.addi %row, %j : index
-            %entry = ep.load %route[%box] : !ep.ptr<i32>
+          ^bb0(%k: index):
+            %box = func.call @contribution_box(%route, %row, %k) : (!ep.ptr<i32>, index, index) -> index
+        %entry = func.call @contribution_entry(%route, %row, %box) : (!ep.ptr<i32>, index, index) -> i32
             %valid = arith.cmpi sge, %entry, %c0_i32 : i32
             %box_row = arith.muli %box, %hidden : index
             %box_at = arith.addi %box_row, %c : index
@@ -128,11 +158,11 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
           }
         } else {
           %first_block = arith.divui %c, %c128 : index
-          ep.warp.sum_rows %output[%out_at], %n, sources(%topk)
+          ep.warp.sum_rows %output[%out_at], %n, sources(%contributions)
               {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>} : !ep.ptr<!ep.row_elem<"combine_elem">> {
-          ^bb0(%j: index):
-            %box = arith.addi %row, %j : index
-            %entry = ep.load %route[%box] : !ep.ptr<i32>
+          ^bb0(%k: index):
+            %box = func.call @contribution_box(%route, %row, %k) : (!ep.ptr<i32>, index, index) -> index
+        %entry = func.call @contribution_entry(%route, %row, %box) : (!ep.ptr<i32>, index, index) -> i32
             %valid = arith.cmpi sge, %entry, %c0_i32 : i32
             %box_row = arith.muli %box, %hidden : index
             %box_at = arith.addi %box_row, %c : index

@@ -400,7 +400,11 @@ LogicalResult lowerSumRows(ep::WarpSumRowsOp op, Lowering& l) {
   // their loads issued before the first add, up to the target's
   // copy_loads_in_flight; when the sources alone fill it, one chunk.
   const int64_t wave = l.target.wave_size;
-  const int64_t unroll = std::max<int64_t>(1, l.target.copy_loads_in_flight / *sources);
+  // fp8 chunks are 16 elements (two bf16 chunks' worth of f32 sums): at most
+  // two at a time, or the sums spill (EP2 fp8 scatter on sm90 spilled 72 to
+  // 144 bytes at four).
+  const int64_t most = op.getFormat() ? 2 : l.target.copy_loads_in_flight;
+  const int64_t unroll = std::clamp<int64_t>(l.target.copy_loads_in_flight / *sources, 1, most);
   if (unroll == 1) {
     forEachLaneChunk(l, op.getCount(), chunk, [&](Value start, Value n) {
       ep::LaneSumChunkOp::create(l.b, dst, start, n, valid, rows, scales, op.getFormatAttr(), op.getBlockAttr(),
