@@ -371,23 +371,30 @@ void lowerAccumulate(ep::WarpAccumulateOp op, Lowering& l) {
 
 // ------------------------------------------------------------ multi-row sum
 
+// A per-row body (sum_rows' sources, fanout_row's destinations) cloned once
+// for each of `count` rows, its number a constant; `take` reads the clone's
+// terminator operands through the mapping. Every row is then known before
+// the lanes touch memory.
+template <typename Terminator>
+void cloneBodyPerRow(Lowering& l, Block& body, int64_t count, llvm::function_ref<void(Terminator, IRMapping&)> take) {
+  for (int64_t j = 0; j < count; ++j) {
+    IRMapping mapping;
+    mapping.map(body.getArgument(0), l.index(j));
+    for (Operation& inner : body.without_terminator()) l.b.clone(inner, mapping);
+    take(cast<Terminator>(body.getTerminator()), mapping);
+  }
+}
+
 LogicalResult lowerSumRows(ep::WarpSumRowsOp op, Lowering& l) {
   std::optional<int64_t> sources = getConstantIntValue(op.getSources());
   if (!sources || *sources < 1 || *sources > 64)
     return op.emitError() << "ep.warp.sum_rows needs a constant count of 1 to 64 sources once specialized";
-  // The body, once per source with its number as a constant: every source's
-  // row is known before the lanes start loading.
   SmallVector<Value> valid, rows, scales;
-  Block& body = op.getBody().front();
-  for (int64_t j = 0; j < *sources; ++j) {
-    IRMapping mapping;
-    mapping.map(body.getArgument(0), l.index(j));
-    for (Operation& inner : body.without_terminator()) l.b.clone(inner, mapping);
-    ep::SourceOp source = op.getSource();
+  cloneBodyPerRow<ep::SourceOp>(l, op.getBody().front(), *sources, [&](ep::SourceOp source, IRMapping& mapping) {
     valid.push_back(mapping.lookupOrDefault(source.getValid()));
     rows.push_back(mapping.lookupOrDefault(source.getRow()));
     if (source.getScales()) scales.push_back(mapping.lookupOrDefault(source.getScales()));
-  }
+  });
   // A lane chunk is 16 bytes of each source (8 bf16, 4 f32, 16 fp8 codes):
   // one vector load per source, and vector stores of the sum, when the
   // destination and every row are known to start on a 16-byte boundary.
@@ -431,15 +438,11 @@ LogicalResult lowerFanout(ep::WarpFanoutRowOp op, Lowering& l) {
   if (!destinations || *destinations < 1 || *destinations > 64)
     return op.emitError() << "ep.warp.fanout_row needs a constant count of 1 to 64 destinations once specialized";
   SmallVector<Value> live, rows;
-  Block& body = op.getBody().front();
-  for (int64_t j = 0; j < *destinations; ++j) {
-    IRMapping mapping;
-    mapping.map(body.getArgument(0), l.index(j));
-    for (Operation& inner : body.without_terminator()) l.b.clone(inner, mapping);
-    ep::DestinationOp destination = op.getDestination();
-    live.push_back(mapping.lookupOrDefault(destination.getLive()));
-    rows.push_back(mapping.lookupOrDefault(destination.getRow()));
-  }
+  cloneBodyPerRow<ep::DestinationOp>(l, op.getBody().front(), *destinations,
+                                     [&](ep::DestinationOp destination, IRMapping& mapping) {
+                                       live.push_back(mapping.lookupOrDefault(destination.getLive()));
+                                       rows.push_back(mapping.lookupOrDefault(destination.getRow()));
+                                     });
   const int64_t chunk = rowChunk(op.getSrc());
   bool aligned = isAlignedAccess(op.getSrc(), op.getSrcOffset(), chunk);
   for (Value row : rows) aligned = aligned && isKnownAlignedPointer(row, chunk);

@@ -22,37 +22,6 @@ EPJIT_HD float chunk_reduce(const Src* src, size_t n) {
 
 // ---------------------------------------------------------------- copy, accumulate
 
-// Chunks of a row at elements start + k * stride (k < Unroll), each clipped
-// to the row's `count` elements. Full aligned chunks are all loaded before
-// the first store: Unroll 16-byte loads in flight per lane.
-template <int Chunk, int Unroll, bool Aligned, typename T>
-EPJIT_HD void copy_chunks(const T* src, T* dst, size_t count, size_t start, size_t stride) {
-  if constexpr (Aligned && sizeof(T) * Chunk == sizeof(Vec16)) {
-    Vec16 held[Unroll];
-#pragma unroll
-    for (int k = 0; k < Unroll; ++k) {
-      const size_t at = start + size_t(k) * stride;
-      if (at + Chunk <= count) held[k] = load_global(reinterpret_cast<const Vec16*>(src + at));
-    }
-#pragma unroll
-    for (int k = 0; k < Unroll; ++k) {
-      const size_t at = start + size_t(k) * stride;
-      if (at + Chunk <= count) store_global(reinterpret_cast<Vec16*>(dst + at), held[k]);
-    }
-    // At most one chunk of the row is partial: the one holding its end.
-    const size_t tail = count - count % Chunk;
-    if (tail != count && tail >= start && (tail - start) % stride == 0 && (tail - start) / stride < size_t(Unroll)) {
-      for (size_t i = tail; i < count; ++i) dst[i] = src[i];
-    }
-  } else {
-    for (int k = 0; k < Unroll; ++k) {
-      const size_t at = start + size_t(k) * stride;
-      const size_t end = at + Chunk < count ? at + Chunk : count;
-      for (size_t i = at; i < end; ++i) dst[i] = src[i];
-    }
-  }
-}
-
 // One destination of a fan-out: its row (at the row's first element) and
 // whether it is written.
 template <typename T>
@@ -65,8 +34,10 @@ EPJIT_HD RowDest<T> row_dest(bool live, T* row) {
   return {row, live};
 }
 
-// copy_chunks to every live destination: each full aligned chunk is loaded
-// once (Unroll loads in flight per lane), then stored to each destination.
+// Chunks of a row at elements start + k * stride (k < Unroll), each clipped
+// to the row's `count` elements, to every live destination: each full
+// aligned chunk is loaded once (Unroll loads in flight per lane) before the
+// first store, then stored to each destination.
 template <int Chunk, int Unroll, bool Aligned, typename T, typename... More>
 EPJIT_HD void fanout_chunks(const T* src, size_t count, size_t start, size_t stride, const RowDest<T>& first,
                             const More&... more) {
@@ -105,6 +76,15 @@ EPJIT_HD void fanout_chunks(const T* src, size_t count, size_t start, size_t str
       }
     }
   }
+}
+
+// Chunks of a row at elements start + k * stride (k < Unroll), each clipped
+// to the row's `count` elements. Full aligned chunks are all loaded before
+// the first store: Unroll 16-byte loads in flight per lane. A fan-out to one
+// destination.
+template <int Chunk, int Unroll, bool Aligned, typename T>
+EPJIT_HD void copy_chunks(const T* src, T* dst, size_t count, size_t start, size_t stride) {
+  fanout_chunks<Chunk, Unroll, Aligned>(src, count, start, stride, row_dest(true, dst));
 }
 
 // bf16 <-> f32 rows: exact one way, round-to-nearest-even the other.
@@ -162,6 +142,26 @@ EPJIT_HD Vec16 load16(const T* at, size_t n) {
   return v;
 }
 
+// acc = the live sources' loaded chunks in source order: the first one's
+// values widened to f32, plus the others', each widened only at its add
+// (zeros when none is live). `at` is the chunk's first element.
+template <int Chunk, typename Widen, typename Source, int kSources>
+EPJIT_HD void add_in_order(const Vec16 (&raw)[kSources], const Source (&sources)[kSources], size_t at,
+                           float (&acc)[Chunk]) {
+#pragma unroll
+  for (int i = 0; i < Chunk; ++i) acc[i] = 0.0f;
+  bool any = false;
+#pragma unroll
+  for (int k = 0; k < kSources; ++k) {
+    if (!sources[k].live) continue;
+    float x[Chunk];
+    Widen::widen(raw[k], sources[k], at, x);
+#pragma unroll
+    for (int i = 0; i < Chunk; ++i) acc[i] = any ? acc[i] + x[i] : x[i];
+    any = true;
+  }
+}
+
 // Elements [start, start + n) of every live source (n <= Chunk, the elements
 // of 16 source bytes), each loaded as 16 bytes before the first add (the
 // loads are independent, so all of them are in flight at once) and widened
@@ -177,18 +177,7 @@ EPJIT_HD void sum_sources(Dst* dst, size_t n, size_t start, const Source& first,
   for (int k = 0; k < kSources; ++k)
     if (sources[k].live) raw[k] = load16<Aligned>(sources[k].row + start, n);
   float acc[Chunk];
-#pragma unroll
-  for (int i = 0; i < Chunk; ++i) acc[i] = 0.0f;
-  bool any = false;
-#pragma unroll
-  for (int k = 0; k < kSources; ++k) {
-    if (!sources[k].live) continue;
-    float x[Chunk];
-    Widen::widen(raw[k], sources[k], start, x);
-#pragma unroll
-    for (int i = 0; i < Chunk; ++i) acc[i] = any ? acc[i] + x[i] : x[i];
-    any = true;
-  }
+  add_in_order<Chunk, Widen>(raw, sources, start, acc);
   store_row<Chunk, Aligned>(dst, n, acc);
 }
 
@@ -219,18 +208,7 @@ EPJIT_HD void sum_sources_unrolled(Dst* dst, size_t count, size_t start, size_t 
     const size_t at = start + size_t(u) * stride;
     const size_t n = clipped(at);
     float acc[Chunk];
-#pragma unroll
-    for (int i = 0; i < Chunk; ++i) acc[i] = 0.0f;
-    bool any = false;
-#pragma unroll
-    for (int k = 0; k < kSources; ++k) {
-      if (!sources[k].live) continue;
-      float x[Chunk];
-      Widen::widen(raw[u][k], sources[k], at, x);
-#pragma unroll
-      for (int i = 0; i < Chunk; ++i) acc[i] = any ? acc[i] + x[i] : x[i];
-      any = true;
-    }
+    add_in_order<Chunk, Widen>(raw[u], sources, at, acc);
     store_row<Chunk, Aligned>(dst + at, n, acc);
   }
 }
