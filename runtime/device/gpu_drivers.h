@@ -65,8 +65,6 @@ static_assert(sizeof(CUlaunchConfig) == 56);
   X(cuModuleLoadData, CUresult, CUmodule*, const void*)                                                       \
   X(cuModuleUnload, CUresult, CUmodule)                                                                       \
   X(cuModuleGetFunction, CUresult, CUfunction*, CUmodule, const char*)                                        \
-  X(cuLaunchKernel, CUresult, CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, \
-    CUstream, void**, void**)                                                                                 \
   X(cuLaunchKernelEx, CUresult, const CUlaunchConfig*, CUfunction, void**, void**)                            \
   X(cuStreamCreate, CUresult, CUstream*, unsigned)                                                            \
   X(cuStreamDestroy_v2, CUresult, CUstream)                                                                   \

@@ -12,7 +12,6 @@ ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sourc
                            %rank: index, %w: !ep.window) warps_per_block(4)
     when(@std_moe) {
   %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
   %total_word = ep.constant_value @state_total_recv : index
   %arrivals = ep.constant_value @state_moe_arrivals : index
   %one = arith.constant 1 : i32

@@ -100,7 +100,7 @@ class KernelArgs {
   }
   size_t size() const { return offsets_.size(); }
   const Slot& slot(size_t index) const { return slots_.at(index); }
-  // Pointers to each value, as cuLaunchKernel/hipModuleLaunchKernel take them;
+  // Pointers to each value, as cuLaunchKernelEx/hipModuleLaunchKernel take them;
   // valid while this object is alive and unchanged. Drivers only read them.
   std::vector<void*> pointers() const {
     std::vector<void*> result;

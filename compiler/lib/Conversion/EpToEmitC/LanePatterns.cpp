@@ -67,10 +67,11 @@ struct AccumulateChunkPattern : OpConversionPattern<ep::LaneAccumulateChunkOp> {
   }
 };
 
-// A multi-row sum's call: each source becomes a RowSource (live flag, row at
-// the range's first element, block scales) after `leading`, then one call
-// sums them: epjit::prim::NAME for bf16/f32 rows, the conversion method's
-// FP8_NAME for fp8 codes. Template arguments: [format,] chunk, `extra`..., aligned.
+// A multi-row sum's call: `operands` (where and how much), then each source
+// as a RowSource (live flag, row at the range's first element, block
+// scales); the callee is epjit::prim::`name` for bf16/f32 rows, the
+// conversion method's `fp8Name` for fp8 codes. Template arguments: [format,]
+// chunk, `extra`..., aligned.
 template <typename SumOp, typename Adaptor>
 LogicalResult emitSum(SumOp op, Adaptor adaptor, ConversionPatternRewriter& rewriter, SmallVector<Value> operands,
                       StringRef name, StringRef fp8Name, ArrayRef<std::string> extra) {
@@ -212,8 +213,9 @@ void populateLanePatterns(TypeConverter& converter, RewritePatternSet& patterns)
   MLIRContext* context = patterns.getContext();
   patterns.add<ChunkConvertPattern<ep::LaneQuantizeChunkOp>>(converter, context, "quantize");
   patterns.add<ChunkConvertPattern<ep::LaneDequantizeChunkOp>>(converter, context, "dequantize");
-  patterns.add<CopyChunksPattern, AccumulateChunkPattern, SumChunkPattern, SumChunksPattern, FanoutChunksPattern, ChunkReducePattern, LaneReducePattern, LaneCombinePattern,
-               ReduceIdentityPattern, MxScalePattern, BlockwiseScalePattern>(converter, context);
+  patterns.add<CopyChunksPattern, AccumulateChunkPattern, SumChunkPattern, SumChunksPattern, FanoutChunksPattern,
+               ChunkReducePattern, LaneReducePattern, LaneCombinePattern, ReduceIdentityPattern, MxScalePattern,
+               BlockwiseScalePattern>(converter, context);
 }
 
 }  // namespace epjit::to_emitc
