@@ -12,13 +12,13 @@
 // GFX1200-NOT: 0x43700000
 // GFX1200: v_med3_num_f32
 // GFX1200: v_cvt_pk_fp8_f32
-// GFX1200: ; resources quantize_fp8_direct: wave 32 {{.*}} scratch 0 code
+// GFX1200: ; resources quantize_fp8_direct: wave 32 {{.*}} lds 0 scratch 0 code
 
 // GFX1200-DEQ: v_cvt_pk_f32_fp8
-// GFX1200-DEQ: ; resources dequantize_fp8_blockwise: wave 32 {{.*}} scratch 0 code
+// GFX1200-DEQ: ; resources dequantize_fp8_blockwise: wave 32 {{.*}} lds 0 scratch 0 code
 
-// GFX1200-EP-DAG: ; resources ep_dispatch: wave 32 {{.*}} scratch 0
-// GFX1200-EP-DAG: ; resources ep_combine_scatter: wave 32 {{.*}} scratch 0
+// GFX1200-EP-DAG: ; resources ep_dispatch: wave 32 {{.*}} lds 0 scratch 0
+// GFX1200-EP-DAG: ; resources ep_combine_scatter: wave 32 {{.*}} lds 0 scratch 0
 // GFX1200-EP-DAG: v_cvt_pk_fp8_f32
 // GFX1200-EP-GATHER-DAG: ; resources ep_combine_gather: wave 32
 // GFX1200-EP-GATHER-DAG: ; resources ep_std_moe_pack: wave 32

@@ -9,9 +9,9 @@
 // GFX942-NOT: 0x43e00000
 // GFX942: v_med3_f32
 // GFX942: v_cvt_pk_fp8_f32
-// GFX942: ; resources quantize_fp8_direct: wave 64 {{.*}} scratch 0 code
+// GFX942: ; resources quantize_fp8_direct: wave 64 {{.*}} lds 0 scratch 0 code
 
 // GFX942-DEQ: v_cvt_pk_f32_fp8
-// GFX942-DEQ: ; resources dequantize_fp8_blockwise: wave 64 {{.*}} scratch 0 code
+// GFX942-DEQ: ; resources dequantize_fp8_blockwise: wave 64 {{.*}} lds 0 scratch 0 code
 
 // GFX942-FP4: quantize_mxfp4.mlir:{{[0-9]+}}:{{[0-9]+}}: error: target gfx942 has no FP4 (E2M1) conversion instructions; targets with them: gfx950, gfx1250

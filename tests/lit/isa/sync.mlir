@@ -14,12 +14,12 @@
 // GFX942: s_memrealtime
 // GFX942: s_sleep
 // GFX942: s_barrier
-// GFX942: ; resources sync_ops: wave 64 {{.*}} scratch 0 code
+// GFX942: ; resources sync_ops: wave 64 {{.*}} lds 0 scratch 0 code
 // GFX950: {{flat|global}}_atomic_add
-// GFX950: ; resources sync_ops: wave 64 {{.*}} scratch 0 code
+// GFX950: ; resources sync_ops: wave 64 {{.*}} lds 0 scratch 0 code
 // GFX1250: {{flat|global}}_atomic_add
 // GFX1250: s_sendmsg_rtn_b64 {{.*}}sendmsg(MSG_RTN_GET_REALTIME)
-// GFX1250: ; resources sync_ops: wave 32 {{.*}} scratch 0 code
+// GFX1250: ; resources sync_ops: wave 32 {{.*}} lds 0 scratch 0 code
 // Ordering is carried by the instruction (PTX ISA 7.0 memory model), not by
 // a separate membar around a relaxed access.
 // SM90-NOT: membar

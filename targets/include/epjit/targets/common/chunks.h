@@ -130,15 +130,21 @@ EPJIT_HD ScaledCodes row_source(bool live, const int8_t* row, const float* scale
 namespace detail {
 
 // 16 bytes of a row from `at`: one vector load for a full aligned chunk,
-// else `n` elements (of `bytes` bytes each) one by one, zero-filled past n.
+// else its first `n` elements byte by byte, zero-filled past n. Each byte is
+// shifted into its word at a constant position: a byte store into the
+// vector at a variable index would keep it in memory (AMD promotes such a
+// per-lane array to LDS: 16 KB of a 1024-lane block's, though only a row's
+// tail ever takes this path).
 template <bool Aligned, typename T>
 EPJIT_HD Vec16 load16(const T* at, size_t n) {
   constexpr size_t kElements = 16 / sizeof(T);
   if (Aligned && n == kElements) return load_global(reinterpret_cast<const Vec16*>(at));
-  Vec16 v = {{0, 0, 0, 0}};
-  auto* bytes = reinterpret_cast<unsigned char*>(v.w);
+  const size_t bytes = n < kElements ? n * sizeof(T) : 16;
   const auto* from = reinterpret_cast<const unsigned char*>(at);
-  for (size_t i = 0; i < n * sizeof(T) && i < 16; ++i) bytes[i] = from[i];
+  Vec16 v = {{0, 0, 0, 0}};
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    if (size_t(i) < bytes) v.w[i / 4] |= uint32_t(from[i]) << (8 * (i % 4));
   return v;
 }
 
