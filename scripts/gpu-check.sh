@@ -96,6 +96,8 @@ strip -o "$out/libepjit_kernel_source.so" "$build/lib/libepjit_kernel_source.so"
 # (its Python differs from this machine's).
 mkdir -p "$out/deps/include"
 for dir in spdlog fmt nlohmann CLI; do cp -r "/usr/include/$dir" "$out/deps/include/"; done
+# The meeting microbenchmark (MEETING=1 in run.sh): built there with the host's nvcc.
+cp benchmarks/gpu/meeting_latency.cu "$out/"
 cat > "$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # On the GPU machine: import the warmed kernels, then run the GPU tests with
@@ -126,6 +128,13 @@ if [[ ${SWEEP:-0} == 1 ]]; then
       > "$logs/sweep-$n.txt" 2>&1
     echo "sweep $n ($flags): exit $?"; grep -E '^ +[0-9]+ ' "$logs/sweep-$n.txt"
   done < bench-sweep.txt
+  exit 0
+fi
+# MEETING=1: what a meeting and its steps cost on this GPU, apart from any EP
+# kernel (benchmarks/gpu/meeting_latency.cu), twice; then stop.
+if [[ ${MEETING:-0} == 1 ]]; then
+  nvcc -O3 -arch=sm_90 -o meeting_latency meeting_latency.cu || exit 1
+  for pass in 1 2; do ./meeting_latency | tee "$logs/meeting-$pass.txt"; done
   exit 0
 fi
 # PDL=1: programmatic dependent launch off and on, twice each (A/B/A/B), on
