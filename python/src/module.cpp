@@ -158,7 +158,7 @@ struct PyOp {
   bool holds_inputs() const { return comm->device->vendor() == Vendor::Cpu; }
   void hold(std::vector<nb::ndarray<>> arrays) {
     if (!holds_inputs()) return;
-    HeldInputs entry{comm->device->create_event(), std::move(arrays)};
+    HeldInputs entry{comm->device->create_event(EventUse::completion), std::move(arrays)};
     entry.passed->record(op->stream());
     held.push_back(std::move(entry));
   }

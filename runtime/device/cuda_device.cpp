@@ -55,8 +55,9 @@ class CudaStream final : public Stream {
 
 class CudaEvent final : public Event {
  public:
-  explicit CudaEvent(CUcontext context) : context_(context) {
-    check(cuda_driver().cuEventCreate(&event_, 0), "event creation");
+  CudaEvent(CUcontext context, EventUse use) : Event(use), context_(context) {
+    constexpr unsigned kDisableTiming = 0x2;  // CU_EVENT_DISABLE_TIMING
+    check(cuda_driver().cuEventCreate(&event_, use == EventUse::timing ? 0u : kDisableTiming), "event creation");
   }
   ~CudaEvent() override { cuda_driver().cuEventDestroy_v2(event_); }
   void record(Stream& stream) override {
@@ -71,7 +72,7 @@ class CudaEvent final : public Event {
     check(result, "event query");
     return true;
   }
-  float elapsed_ms(const Event& start) const override {
+  float measured_ms(const Event& start) const override {
     float ms = 0;
     check(cuda_driver().cuEventElapsedTime(&ms, static_cast<const CudaEvent&>(start).event_, event_), "elapsed time");
     return ms;
@@ -196,9 +197,9 @@ class CudaDevice final : public Device {
   std::unique_ptr<Stream> wrap_stream(void* native) override {
     return std::make_unique<CudaStream>(context_, static_cast<CUstream>(native));
   }
-  std::unique_ptr<Event> create_event() override {
+  std::unique_ptr<Event> create_event(EventUse use) override {
     current();
-    return std::make_unique<CudaEvent>(context_);
+    return std::make_unique<CudaEvent>(context_, use);
   }
   uint32_t resident_blocks(const Kernel& kernel, uint32_t warps_per_block) override {
     current();

@@ -118,7 +118,7 @@ struct hipIpcMemHandle_t {
   X(hipStreamCreate, hipError_t, hipStream_t*)                                                                \
   X(hipStreamDestroy, hipError_t, hipStream_t)                                                                \
   X(hipStreamSynchronize, hipError_t, hipStream_t)                                                            \
-  X(hipEventCreate, hipError_t, hipEvent_t*)                                                                  \
+  X(hipEventCreateWithFlags, hipError_t, hipEvent_t*, unsigned)                                               \
   X(hipEventRecord, hipError_t, hipEvent_t, hipStream_t)                                                      \
   X(hipEventSynchronize, hipError_t, hipEvent_t)                                                              \
   X(hipEventQuery, hipError_t, hipEvent_t)                                                                    \

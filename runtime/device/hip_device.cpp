@@ -48,7 +48,11 @@ class HipStream final : public Stream {
 
 class HipEvent final : public Event {
  public:
-  HipEvent() { check(hip_driver().hipEventCreate(&event_), "event creation"); }
+  explicit HipEvent(EventUse use) : Event(use) {
+    constexpr unsigned kDisableTiming = 0x2;  // hipEventDisableTiming
+    check(hip_driver().hipEventCreateWithFlags(&event_, use == EventUse::timing ? 0u : kDisableTiming),
+          "event creation");
+  }
   ~HipEvent() override { hip_driver().hipEventDestroy(event_); }
   void record(Stream& stream) override {
     check(hip_driver().hipEventRecord(event_, static_cast<HipStream&>(stream).handle()), "event record");
@@ -61,7 +65,7 @@ class HipEvent final : public Event {
     check(result, "event query");
     return true;
   }
-  float elapsed_ms(const Event& start) const override {
+  float measured_ms(const Event& start) const override {
     float ms = 0;
     check(hip_driver().hipEventElapsedTime(&ms, static_cast<const HipEvent&>(start).event_, event_), "elapsed time");
     return ms;
@@ -199,7 +203,7 @@ class HipDevice final : public Device {
   std::unique_ptr<Stream> wrap_stream(void* native) override {
     return std::make_unique<HipStream>(static_cast<hipStream_t>(native));
   }
-  std::unique_ptr<Event> create_event() override { return std::make_unique<HipEvent>(); }
+  std::unique_ptr<Event> create_event(EventUse use) override { return std::make_unique<HipEvent>(use); }
   uint32_t resident_blocks(const Kernel& kernel, uint32_t warps_per_block) override {
     int per_compute_unit = 0;
     const int threads = int(block_threads(kernel, {1, warps_per_block}, wave_size()));

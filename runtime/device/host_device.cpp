@@ -164,6 +164,7 @@ class HostStream final : public Stream {
 
 class HostEvent final : public Event {
  public:
+  explicit HostEvent(EventUse use) : Event(use) {}
   void record(Stream& stream) override {
     {
       std::lock_guard lock(state_->mutex);
@@ -184,7 +185,7 @@ class HostEvent final : public Event {
     std::lock_guard lock(state_->mutex);
     return state_->done;
   }
-  float elapsed_ms(const Event& start) const override {
+  float measured_ms(const Event& start) const override {
     const auto& other = static_cast<const HostEvent&>(start);
     return std::chrono::duration<float, std::milli>(state_->time - other.state_->time).count();
   }
@@ -230,7 +231,7 @@ class HostDevice final : public Device {
     throw Error("wrap_stream on the host device", "a GPU device (host streams are epjit's own)",
                 "let the op use its own stream on the host");
   }
-  std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
+  std::unique_ptr<Event> create_event(EventUse use) override { return std::make_unique<HostEvent>(use); }
 
   // Every warp of a launch is its own thread, so every block is resident as
   // long as the threads exist: a launch has at most kMaxWarpThreads warps.

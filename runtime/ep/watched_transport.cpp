@@ -50,7 +50,7 @@ class EventPool {
         spare_.pop_back();
       }
     }
-    if (!event) event = device_.create_event();
+    if (!event) event = device_.create_event(EventUse::completion);
     return {event.release(), [this](Event* returned) {
               std::lock_guard lock(mutex_);
               spare_.emplace_back(returned);

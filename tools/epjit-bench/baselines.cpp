@@ -19,7 +19,7 @@ namespace {
 template <typename Body>
 double time_us(Device& device, Stream& stream, int warmup, int iterations, Body&& body) {
   for (int i = 0; i < warmup; ++i) body();
-  auto start = device.create_event(), stop = device.create_event();
+  auto start = device.create_event(EventUse::timing), stop = device.create_event(EventUse::timing);
   start->record(stream);
   for (int i = 0; i < iterations; ++i) body();
   stop->record(stream);

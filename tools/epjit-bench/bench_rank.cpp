@@ -281,7 +281,7 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
     }
   }
   std::vector<std::unique_ptr<Event>> events;
-  for (int i = 0; i < 3 * std::max(o.iterations, 1); ++i) events.push_back(device.create_event());
+  for (int i = 0; i < 3 * std::max(o.iterations, 1); ++i) events.push_back(device.create_event(EventUse::timing));
 
   for (int64_t n : o.tokens) {
     RankPoint point;

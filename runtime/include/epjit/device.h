@@ -32,15 +32,30 @@ class Stream {
   virtual bool capturing() const { return false; }
 };
 
+// What an event is for. Timing events carry a timestamp (elapsed_ms); events
+// that only mark completion (a host waiting for or polling a point of the
+// stream) are recorded without one, which the drivers do more cheaply.
+enum class EventUse { timing, completion };
+
 class Event {
  public:
+  explicit Event(EventUse use) : use_(use) {}
   virtual ~Event() = default;
+  EventUse use() const { return use_; }
   virtual void record(Stream& stream) = 0;
   virtual void synchronize() = 0;
   // True once the stream has passed the recorded point (never blocks).
   virtual bool completed() = 0;
-  // Milliseconds between two recorded events (both complete).
-  virtual float elapsed_ms(const Event& start) const = 0;
+  // Milliseconds between two recorded events (both complete, both created
+  // for EventUse::timing; otherwise an epjit::Error).
+  float elapsed_ms(const Event& start) const;
+
+ protected:
+  // elapsed_ms between two timing events of this event's kind.
+  virtual float measured_ms(const Event& start) const = 0;
+
+ private:
+  EventUse use_;
 };
 
 // A captured sequence of launches, replayed as one.
@@ -184,7 +199,7 @@ class Device {
   // A stream someone else owns (a framework's CUstream / hipStream_t), not
   // destroyed with the returned object. Throws on the host device.
   virtual std::unique_ptr<Stream> wrap_stream(void* native) = 0;
-  virtual std::unique_ptr<Event> create_event() = 0;
+  virtual std::unique_ptr<Event> create_event(EventUse use) = 0;
   // How many blocks of `warps_per_block` warps of `kernel` the whole device
   // holds at once (blocks per SM/CU times their count). Kernels whose blocks
   // wait for each other (a cross-rank meeting) must not launch more.

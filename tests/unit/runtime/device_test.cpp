@@ -75,7 +75,7 @@ TEST(HostDevice, RunsTemplatesFromTheCacheBitExactly) {
 TEST(HostDevice, EventsTimeAStreamAndSharedMemoryMapsTwice) {
   auto device = make_host_device();
   auto stream = device->create_stream();
-  auto start = device->create_event(), stop = device->create_event();
+  auto start = device->create_event(EventUse::timing), stop = device->create_event(EventUse::timing);
   start->record(*stream);
   stop->record(*stream);
   stop->synchronize();
@@ -86,6 +86,26 @@ TEST(HostDevice, EventsTimeAStreamAndSharedMemoryMapsTwice) {
   EXPECT_EQ(static_cast<int*>(again)[10], 1234);
   device->close_shareable(again, 4096);
   device->close_shareable(shared.pointer, 4096);
+}
+
+// A completion event marks a point of the stream like a timing one, but has
+// no time: asking for one is an error that says which events to create.
+TEST(HostDevice, CompletionEventsCompleteButHaveNoTime) {
+  auto device = make_host_device();
+  auto stream = device->create_stream();
+  auto start = device->create_event(EventUse::timing), passed = device->create_event(EventUse::completion);
+  EXPECT_EQ(passed->use(), EventUse::completion);
+  start->record(*stream);
+  passed->record(*stream);
+  passed->synchronize();
+  EXPECT_TRUE(passed->completed());
+  try {
+    (void)passed->elapsed_ms(*start);
+    FAIL() << "a completion event gave a time";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("EventUse::timing"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)start->elapsed_ms(*passed), Error);
 }
 
 // The host device runs launches in order on one thread per warp: nothing
