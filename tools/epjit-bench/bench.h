@@ -59,6 +59,9 @@ struct RankPoint {
   // (the loop a user's decode step runs): per pair. Programmatic dependent
   // launch can only overlap kernels here, never across the per-leg events.
   double round_trip_us = 0;
+  // The host's own time per round trip: enqueuing the two calls, no wait.
+  // Near round_trip_us, the calls are bound by the host, not the GPU.
+  double host_round_trip_us = 0;
   double graph_round_trip_us = 0;  // --graph: the two captured graphs, back to back
   double remote_received = 0;   // rows from the other ranks of this node (over NVLink)
   double network_received = 0;  // rows from other nodes (over the internode transport)

@@ -347,10 +347,14 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
       point.dispatch_us /= o.iterations;
       point.combine_us /= o.iterations;
       events[0]->record(op.stream());
+      const auto enqueue_start = std::chrono::steady_clock::now();
       for (int i = 0; i < o.iterations; ++i) combine(dispatch(o.replay));
+      const auto enqueued = std::chrono::steady_clock::now();
       events[1]->record(op.stream());
       op.check();
       point.round_trip_us = 1000.0 * events[1]->elapsed_ms(*events[0]) / o.iterations;
+      point.host_round_trip_us =
+          std::chrono::duration<double, std::micro>(enqueued - enqueue_start).count() / o.iterations;
       if (o.graph) time_graphs(o, op, device, events, dispatch, combine, point);
     }
     // Where this rank's tokens go, and from where it receives (every rank's view).

@@ -90,6 +90,7 @@ std::vector<uint8_t> serialize(const RankResult& r) {
     w.put(p.graph_dispatch_us);
     w.put(p.graph_combine_us);
     w.put(p.round_trip_us);
+    w.put(p.host_round_trip_us);
     w.put(p.graph_round_trip_us);
     w.put(p.remote_received);
     w.put(p.network_received);
@@ -120,6 +121,7 @@ RankResult deserialize(const std::vector<uint8_t>& bytes) {
     p.graph_dispatch_us = in.get<double>();
     p.graph_combine_us = in.get<double>();
     p.round_trip_us = in.get<double>();
+    p.host_round_trip_us = in.get<double>();
     p.graph_round_trip_us = in.get<double>();
     p.remote_received = in.get<double>();
     p.network_received = in.get<double>();
@@ -163,8 +165,8 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
               construct_max, fetch_max, total.compiles ? "cold" : "warm", (unsigned long long)total.compiles,
               total.compile_seconds, (unsigned long long)total.disk_hits, (unsigned long long)total.memory_hits,
               (unsigned long long)total.lock_waits);
-  std::printf("\n%8s %10s %8s %13s %13s %14s %14s %13s", "tokens", "recv/rank", "check", "dispatch us", "combine us",
-              "dispatch GB/s", "combine GB/s", "round trip us");
+  std::printf("\n%8s %10s %8s %13s %13s %14s %14s %13s %12s", "tokens", "recv/rank", "check", "dispatch us",
+              "combine us", "dispatch GB/s", "combine GB/s", "round trip us", "host rt us");
   if (o.graph)
     std::printf(" %13s %13s %14s %14s %13s", "graph disp us", "graph comb us", "graph disp GB/s", "graph comb GB/s",
                 "graph rt us");
@@ -176,7 +178,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
   for (size_t i = 0; i < ranks.front().points.size(); ++i) {
     double dispatch_us = 0, combine_us = 0, received = 0, dispatch_bw = 0, combine_bw = 0;
     double graph_dispatch_us = 0, graph_combine_us = 0, graph_dispatch_bw = 0, graph_combine_bw = 0;
-    double round_trip_us = 0, graph_round_trip_us = 0;
+    double round_trip_us = 0, host_round_trip_us = 0, graph_round_trip_us = 0;
     std::string failure;
     for (const RankResult& r : ranks) {
       if (i >= r.points.size()) continue;
@@ -190,6 +192,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
       graph_dispatch_us = std::max(graph_dispatch_us, p.graph_dispatch_us);
       graph_combine_us = std::max(graph_combine_us, p.graph_combine_us);
       round_trip_us = std::max(round_trip_us, p.round_trip_us);
+      host_round_trip_us = std::max(host_round_trip_us, p.host_round_trip_us);
       graph_round_trip_us = std::max(graph_round_trip_us, p.graph_round_trip_us);
       if (p.graph_dispatch_us > 0) graph_dispatch_bw += double(p.received) * token_bytes / (p.graph_dispatch_us * 1e3);
       if (p.graph_combine_us > 0) graph_combine_bw += double(p.received) * row_bytes / (p.graph_combine_us * 1e3);
@@ -199,8 +202,8 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
     const int64_t tokens = ranks.front().points[i].tokens;
     std::printf("%8lld %10.1f %8s", (long long)tokens, received / n, failure.empty() ? "passed" : "FAILED");
     if (failure.empty() && !o.check_only) {
-      std::printf(" %13.1f %13.1f %14.3f %14.3f %13.1f", dispatch_us, combine_us, dispatch_bw / n, combine_bw / n,
-                  round_trip_us);
+      std::printf(" %13.1f %13.1f %14.3f %14.3f %13.1f %12.1f", dispatch_us, combine_us, dispatch_bw / n,
+                  combine_bw / n, round_trip_us, host_round_trip_us);
       if (o.graph)
         std::printf(" %13.1f %13.1f %14.3f %14.3f %13.1f", graph_dispatch_us, graph_combine_us, graph_dispatch_bw / n,
                     graph_combine_bw / n, graph_round_trip_us);
@@ -218,6 +221,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
       point["dispatch_algbw_GBps_per_rank"] = dispatch_bw / n;
       point["combine_algbw_GBps_per_rank"] = combine_bw / n;
       point["round_trip_us_max_rank"] = round_trip_us;
+      point["host_round_trip_us_max_rank"] = host_round_trip_us;
       if (o.graph) {
         point["graph_dispatch_us_max_rank"] = graph_dispatch_us;
         point["graph_combine_us_max_rank"] = graph_combine_us;
