@@ -56,6 +56,16 @@ __device__ __forceinline__ int load_relaxed_sys(const int* p) {
   return v;
 }
 
+// A kernel taking the window table by value, as every EP kernel does
+// (epjit::Window: 32 region offsets and 64 peer bases, 768 bytes).
+struct WindowTable {
+  unsigned long long region_offset[32];
+  char* peer_base[64];
+};
+__global__ void empty_with_window(int*, const __grid_constant__ WindowTable table) {
+  if (table.region_offset[0] == 12345) asm volatile("trap;");
+}
+
 // state: [0] arrivals, [1] flag, [2..3] per-block counters by epoch parity, [8..] a row.
 __global__ void empty_kernel(int*, int) {}
 
@@ -195,6 +205,23 @@ int main() {
       std::snprintf(name, sizeof name, "empty %dx%d", blocks, threads);
       time_kernel(name, [&](int) { empty_kernel<<<blocks, threads>>>(state, 0); });
     }
+  }
+  // What the launch path adds for the EP kernels' parameters and launch mode:
+  // a 768-byte window table by value, and cudaLaunchKernelEx with
+  // programmatic stream serialization (epjit's sm90 launches).
+  WindowTable table{};
+  time_kernel("empty 128x256 + 768 B window", [&](int) { empty_with_window<<<128, 256>>>(state, table); });
+  for (bool programmatic : {false, true}) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(128);
+    config.blockDim = dim3(256);
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = programmatic ? 1 : 0;
+    time_kernel(programmatic ? "the same, LaunchKernelEx, programmatic" : "the same, LaunchKernelEx",
+                [&](int) { CHECK(cudaLaunchKernelEx(&config, empty_with_window, state, table)); });
   }
   // The same from a CUDA graph (one kernel node; then two, as a dispatch ->
   // combine round trip in one graph would be).
