@@ -63,6 +63,9 @@ struct RankPoint {
   // Near round_trip_us, the calls are bound by the host, not the GPU.
   double host_round_trip_us = 0;
   double graph_round_trip_us = 0;  // --graph: the two captured graphs, back to back
+  // --graph: dispatch and combine captured into one graph, as a decode step's
+  // graph holds them (programmatic launch edges exist only inside one graph).
+  double one_graph_round_trip_us = 0;
   double remote_received = 0;   // rows from the other ranks of this node (over NVLink)
   double network_received = 0;  // rows from other nodes (over the internode transport)
   double nccl_dispatch_us = 0;  // --baselines: NCCL moving the same bytes

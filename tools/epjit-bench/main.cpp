@@ -207,7 +207,8 @@ int main(int argc, char** argv) {
   app.add_option("--iters", o.iterations, "timed iterations per point")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "untimed iterations per point")->check(CLI::NonNegativeNumber);
   app.add_flag("--check-only", o.check_only, "identity checks only, no timing");
-  app.add_flag("--graph", o.graph, "also time dispatch and combine replayed from captured graphs (GPUs)");
+  app.add_flag("--graph", o.graph,
+               "also time dispatch and combine replayed from captured graphs, one per leg and both in one (GPUs)");
   app.add_flag("--baselines", o.baselines,
                "also measure NCCL moving the same bytes and the peer-copy ceilings (GPUs; EPJIT_NCCL_LIBRARY)");
   app.add_flag("--warm-only", o.warm_only, "build the op's kernels for --target into the cache, print their key, stop");

@@ -92,6 +92,7 @@ std::vector<uint8_t> serialize(const RankResult& r) {
     w.put(p.round_trip_us);
     w.put(p.host_round_trip_us);
     w.put(p.graph_round_trip_us);
+    w.put(p.one_graph_round_trip_us);
     w.put(p.remote_received);
     w.put(p.network_received);
     w.put(p.nccl_dispatch_us);
@@ -123,6 +124,7 @@ RankResult deserialize(const std::vector<uint8_t>& bytes) {
     p.round_trip_us = in.get<double>();
     p.host_round_trip_us = in.get<double>();
     p.graph_round_trip_us = in.get<double>();
+    p.one_graph_round_trip_us = in.get<double>();
     p.remote_received = in.get<double>();
     p.network_received = in.get<double>();
     p.nccl_dispatch_us = in.get<double>();
@@ -168,8 +170,8 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
   std::printf("\n%8s %10s %8s %13s %13s %14s %14s %13s %12s", "tokens", "recv/rank", "check", "dispatch us",
               "combine us", "dispatch GB/s", "combine GB/s", "round trip us", "host rt us");
   if (o.graph)
-    std::printf(" %13s %13s %14s %14s %13s", "graph disp us", "graph comb us", "graph disp GB/s", "graph comb GB/s",
-                "graph rt us");
+    std::printf(" %13s %13s %14s %14s %13s %14s", "graph disp us", "graph comb us", "graph disp GB/s", "graph comb GB/s",
+                "graph rt us", "1-graph rt us");
   std::printf("\n");
 
   json points = json::array();
@@ -178,7 +180,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
   for (size_t i = 0; i < ranks.front().points.size(); ++i) {
     double dispatch_us = 0, combine_us = 0, received = 0, dispatch_bw = 0, combine_bw = 0;
     double graph_dispatch_us = 0, graph_combine_us = 0, graph_dispatch_bw = 0, graph_combine_bw = 0;
-    double round_trip_us = 0, host_round_trip_us = 0, graph_round_trip_us = 0;
+    double round_trip_us = 0, host_round_trip_us = 0, graph_round_trip_us = 0, one_graph_round_trip_us = 0;
     std::string failure;
     for (const RankResult& r : ranks) {
       if (i >= r.points.size()) continue;
@@ -194,6 +196,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
       round_trip_us = std::max(round_trip_us, p.round_trip_us);
       host_round_trip_us = std::max(host_round_trip_us, p.host_round_trip_us);
       graph_round_trip_us = std::max(graph_round_trip_us, p.graph_round_trip_us);
+      one_graph_round_trip_us = std::max(one_graph_round_trip_us, p.one_graph_round_trip_us);
       if (p.graph_dispatch_us > 0) graph_dispatch_bw += double(p.received) * token_bytes / (p.graph_dispatch_us * 1e3);
       if (p.graph_combine_us > 0) graph_combine_bw += double(p.received) * row_bytes / (p.graph_combine_us * 1e3);
       if (!p.check_failure.empty() && failure.empty()) failure = "rank " + std::to_string(r.rank) + ": " + p.check_failure;
@@ -205,8 +208,8 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
       std::printf(" %13.1f %13.1f %14.3f %14.3f %13.1f %12.1f", dispatch_us, combine_us, dispatch_bw / n,
                   combine_bw / n, round_trip_us, host_round_trip_us);
       if (o.graph)
-        std::printf(" %13.1f %13.1f %14.3f %14.3f %13.1f", graph_dispatch_us, graph_combine_us, graph_dispatch_bw / n,
-                    graph_combine_bw / n, graph_round_trip_us);
+        std::printf(" %13.1f %13.1f %14.3f %14.3f %13.1f %14.1f", graph_dispatch_us, graph_combine_us,
+                    graph_dispatch_bw / n, graph_combine_bw / n, graph_round_trip_us, one_graph_round_trip_us);
     }
     std::printf("\n");
     if (!failure.empty()) {
@@ -228,6 +231,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
         point["graph_dispatch_algbw_GBps_per_rank"] = graph_dispatch_bw / n;
         point["graph_combine_algbw_GBps_per_rank"] = graph_combine_bw / n;
         point["graph_round_trip_us_max_rank"] = graph_round_trip_us;
+        point["one_graph_round_trip_us_max_rank"] = one_graph_round_trip_us;
       }
     }
     points.push_back(point);
