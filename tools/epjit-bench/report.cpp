@@ -248,8 +248,9 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
     else
       std::printf("\nbaselines on the same GPUs: NCCL grouped send/recv of the same bytes over the same transport "
                   "(no peer-write ceilings: ranks across nodes)\n");
-    std::printf("%8s %8s %8s %12s %12s %10s %10s %13s %9s %9s\n", "tokens", "NVLink", "network", "nccl disp us",
-                "nccl comb us", "disp/nccl", "comb/nccl", "disp NVL GB/s", "vs CE", "vs SM");
+    std::printf("%8s %8s %8s %12s %12s %10s %10s %13s %9s %9s %13s %9s\n", "tokens", "NVLink", "network",
+                "nccl disp us", "nccl comb us", "disp/nccl", "comb/nccl", "disp NVL GB/s", "vs CE", "vs SM",
+                "comb NVL GB/s", "vs SM");
     json ceilings = ceilings_measured ? json{{"copy_engine_GBps", ce}, {"sm_writes_GBps", sm}} : json(nullptr);
     for (size_t i = 0; i < ranks.front().points.size(); ++i) {
       double remote = 0, network = 0, received = 0, nccl_d = 0, nccl_c = 0, epjit_d = 0, epjit_c = 0;
@@ -268,16 +269,21 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
       const double n = double(ranks.size());
       const double share = received > 0 ? remote / received : 0;
       const double network_share = received > 0 ? network / received : 0;
+      // Over NVLink per rank: dispatch sends the rows other ranks of the node
+      // receive; combine moves each of them back to its origin.
       const double nvlink_GBps = remote / n * token_bytes / (epjit_d * 1e3);
-      auto percent_of = [&](double ceiling) {
+      const double combine_nvlink_GBps = epjit_c > 0 ? remote / n * row_bytes / (epjit_c * 1e3) : 0;
+      auto percent_of = [&](double GBps, double ceiling) {
         char text[32] = "-";
-        if (ceilings_measured) std::snprintf(text, sizeof text, "%.0f%%", 100 * nvlink_GBps / ceiling);
+        if (ceilings_measured) std::snprintf(text, sizeof text, "%.0f%%", 100 * GBps / ceiling);
         return std::string(text);
       };
-      const std::string vs_ce = percent_of(ce), vs_sm = percent_of(sm);
-      std::printf("%8lld %7.0f%% %7.0f%% %12.1f %12.1f %9.2fx %9.2fx %13.1f %9s %9s\n",
+      const std::string vs_ce = percent_of(nvlink_GBps, ce), vs_sm = percent_of(nvlink_GBps, sm);
+      const std::string combine_vs_sm = percent_of(combine_nvlink_GBps, sm);
+      std::printf("%8lld %7.0f%% %7.0f%% %12.1f %12.1f %9.2fx %9.2fx %13.1f %9s %9s %13.1f %9s\n",
                   (long long)ranks.front().points[i].tokens, 100 * share, 100 * network_share, nccl_d, nccl_c,
-                  nccl_d / epjit_d, nccl_c / epjit_c, nvlink_GBps, vs_ce.c_str(), vs_sm.c_str());
+                  nccl_d / epjit_d, nccl_c / epjit_c, nvlink_GBps, vs_ce.c_str(), vs_sm.c_str(), combine_nvlink_GBps,
+                  combine_vs_sm.c_str());
       json& point = points[i];
       point["nvlink_share_of_received"] = share;
       point["network_share_of_received"] = network_share;
@@ -286,9 +292,12 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
       point["dispatch_speedup_vs_nccl"] = nccl_d / epjit_d;
       point["combine_speedup_vs_nccl"] = nccl_c / epjit_c;
       point["dispatch_nvlink_GBps_per_rank"] = nvlink_GBps;
+      point["combine_nvlink_GBps_per_rank"] = combine_nvlink_GBps;
       if (ceilings_measured) {
         point["dispatch_vs_copy_engine_ceiling"] = nvlink_GBps / ce;
         point["dispatch_vs_sm_write_ceiling"] = nvlink_GBps / sm;
+        point["combine_vs_copy_engine_ceiling"] = combine_nvlink_GBps / ce;
+        point["combine_vs_sm_write_ceiling"] = combine_nvlink_GBps / sm;
       }
     }
     baseline_record = {{"ceilings", ceilings},
@@ -318,7 +327,8 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
                    {"routing", name_of(o.routing)},
                    {"shape", {{"hidden", o.hidden}, {"topk", o.topk}, {"experts", o.world * o.experts_per_rank},
                               {"experts_per_rank", o.experts_per_rank}}},
-                   {"graph_mode", o.graph ? "eager and graph (dispatch and combine captured as one graph each)" : "eager"},
+                   {"graph_mode", o.graph ? "eager and graph (dispatch and combine captured as one graph each, and both in one)"
+                                         : "eager"},
                    {"dependent_launch", dependent_launch},
                    {"iterations", o.iterations},
                    {"warmup", o.warmup},
