@@ -155,6 +155,10 @@ def main():
     for path in args.records:
         record = json.load(open(path))
         print(f"**{describe(record)}** ({path})\n")
+        floor = (record.get("baselines") or {}).get("launch_floor_us")
+        if floor:
+            print(f"Launch floor in the same run (an empty kernel on the EP kernels' launch path, timed like a leg): "
+                  f"{floor:.1f} µs.\n")
         print(table(record) + "\n")
         if is_main_configuration(record):
             print("Issue 13's targets:\n")

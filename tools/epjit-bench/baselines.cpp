@@ -119,6 +119,19 @@ Ceilings measure_ceilings(Communicator& comm, KernelCache& cache, const std::str
       LaunchArgs(kernel).set("source", source).set("rows", rows).set("peer", peer).set("w", window).build();
   const double sm_us = time_us(device, *stream, warmup, iterations,
                                [&] { device.launch(kernel, {132, 16}, args, *stream); });
+  const KernelArgs idle =
+      LaunchArgs(kernel).set("source", source).set("rows", 0).set("peer", peer).set("w", window).build();
+  for (int i = 0; i < warmup; ++i) device.launch(kernel, {128, 16}, idle, *stream);
+  std::vector<std::unique_ptr<Event>> marks;
+  for (int i = 0; i < 2 * iterations; ++i) marks.push_back(device.create_event(EventUse::timing));
+  for (int i = 0; i < iterations; ++i) {
+    marks[size_t(2 * i)]->record(*stream);
+    device.launch(kernel, {128, 16}, idle, *stream);
+    marks[size_t(2 * i + 1)]->record(*stream);
+  }
+  stream->synchronize();
+  for (int i = 0; i < iterations; ++i)
+    ceilings.launch_floor_us += 1000.0 * marks[size_t(2 * i + 1)]->elapsed_ms(*marks[size_t(2 * i)]) / iterations;
   comm.barrier();  // no peer writes into this window any more
   ceilings.copy_engine_GBps = double(bytes) / (ce_us * 1e3);
   ceilings.sm_writes_GBps = double(bytes) / (sm_us * 1e3);

@@ -32,6 +32,10 @@ struct Ceilings {
   double copy_engine_GBps = 0;  // cuMemcpyDtoDAsync into the peer's mapping
   double sm_writes_GBps = 0;    // the ep_peer_copy kernel, 132 blocks x 16 warps
   size_t bytes = 0;
+  // ep_peer_copy with no rows (the EP kernels' launch path: the window table
+  // by value, dependent launch on sm90, 128 blocks x 16 warps) timed like a
+  // leg, an event before and after each launch: the least a call can take.
+  double launch_floor_us = 0;
 };
 Ceilings measure_ceilings(Communicator& comm, KernelCache& cache, const std::string& target, int warmup,
                           int iterations);

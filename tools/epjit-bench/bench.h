@@ -81,6 +81,7 @@ struct RankResult {
   CacheStats cache;
   double ceiling_copy_engine_GBps = 0;  // --baselines
   double ceiling_sm_writes_GBps = 0;
+  double launch_floor_us = 0;  // --baselines, one node: an empty kernel timed like a leg
   std::vector<RankPoint> points;
 };
 

@@ -288,6 +288,7 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
       const Ceilings ceilings = measure_ceilings(comm, cache, config.target, o.warmup, o.iterations);
       result.ceiling_copy_engine_GBps = ceilings.copy_engine_GBps;
       result.ceiling_sm_writes_GBps = ceilings.sm_writes_GBps;
+      result.launch_floor_us = ceilings.launch_floor_us;
     }
   }
   std::vector<std::unique_ptr<Event>> events;

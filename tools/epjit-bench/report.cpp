@@ -81,6 +81,7 @@ std::vector<uint8_t> serialize(const RankResult& r) {
   w.put(r.cache);
   w.put(r.ceiling_copy_engine_GBps);
   w.put(r.ceiling_sm_writes_GBps);
+  w.put(r.launch_floor_us);
   w.put(uint32_t(r.points.size()));
   for (const RankPoint& p : r.points) {
     w.put(p.tokens);
@@ -112,6 +113,7 @@ RankResult deserialize(const std::vector<uint8_t>& bytes) {
   r.cache = in.get<CacheStats>();
   r.ceiling_copy_engine_GBps = in.get<double>();
   r.ceiling_sm_writes_GBps = in.get<double>();
+  r.launch_floor_us = in.get<double>();
   const uint32_t n = in.get<uint32_t>();
   for (uint32_t i = 0; i < n; ++i) {
     RankPoint p;
@@ -237,14 +239,18 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
     points.push_back(point);
   }
   if (o.baselines && !o.check_only) {
-    double ce = 1e300, sm = 1e300;
-    for (const RankResult& r : ranks) ce = std::min(ce, r.ceiling_copy_engine_GBps), sm = std::min(sm, r.ceiling_sm_writes_GBps);
+    double ce = 1e300, sm = 1e300, floor_us = 0;
+    for (const RankResult& r : ranks) {
+      ce = std::min(ce, r.ceiling_copy_engine_GBps), sm = std::min(sm, r.ceiling_sm_writes_GBps);
+      floor_us = std::max(floor_us, r.launch_floor_us);
+    }
     // The ceilings copy into the next rank's window: measured on one node only.
     const bool ceilings_measured = ce > 0 && sm > 0;
     if (ceilings_measured)
       std::printf("\nbaselines on the same GPUs: peer-write ceiling %.1f GB/s (copy engine), %.1f GB/s (SM writes, "
-                  "ep_peer_copy); NCCL grouped send/recv of the same bytes\n",
-                  ce, sm);
+                  "ep_peer_copy); launch floor %.1f us (an empty kernel on the EP kernels' launch path, timed like a "
+                  "leg); NCCL grouped send/recv of the same bytes\n",
+                  ce, sm, floor_us);
     else
       std::printf("\nbaselines on the same GPUs: NCCL grouped send/recv of the same bytes over the same transport "
                   "(no peer-write ceilings: ranks across nodes)\n");
@@ -252,6 +258,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
                 "nccl disp us", "nccl comb us", "disp/nccl", "comb/nccl", "disp NVL GB/s", "vs CE", "vs SM",
                 "comb NVL GB/s", "vs SM");
     json ceilings = ceilings_measured ? json{{"copy_engine_GBps", ce}, {"sm_writes_GBps", sm}} : json(nullptr);
+    json launch_floor = ceilings_measured ? json(floor_us) : json(nullptr);
     for (size_t i = 0; i < ranks.front().points.size(); ++i) {
       double remote = 0, network = 0, received = 0, nccl_d = 0, nccl_c = 0, epjit_d = 0, epjit_c = 0;
       for (const RankResult& r : ranks) {
@@ -301,6 +308,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
       }
     }
     baseline_record = {{"ceilings", ceilings},
+                       {"launch_floor_us", launch_floor},
                        {"nccl", "grouped ncclSend/ncclRecv of each rank's dispatch (combine) bytes per peer, "
                                 "local included"}};
   }
