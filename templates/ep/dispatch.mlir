@@ -280,15 +280,18 @@ func.func private @send_tokens_reserved(%input: !ep.ptr<i32>, %weights: !ep.ptr<
   return
 }
 
-// Dispatch of a tiny call: block b sends top-k entries b, b + blocks, ... .
-// Every warp of the block decides alike (the entry's checks read the same
-// indices); warp 0 takes the slot and records it in the route, the block's
-// barrier publishes it, and each warp copies its share of the row (whole
-// 16-byte chunks) while warps 1-3 copy the weights, indices and scales and
-// warp 0 the origin, so no warp has more than one round of loads.
+// Dispatch of a tiny call (no more top-k entries than blocks): block b
+// sends top-k entry b, whose expert `expert_i32` the kernel read before its
+// state words came back (@early_entry_expert). Every warp of the block
+// decides alike (the entry's checks read the same indices); warp 0 takes
+// the slot and records it in the route, the block's barrier publishes it,
+// and each warp copies its share of the row (whole 16-byte chunks) while
+// warps 1-3 copy the weights, indices and scales and warp 0 the origin, so
+// no warp has more than one round of loads.
 func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                                          %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index,
-                                         %rank: index, %replaying: i1, %forwarding: i1, %w: !ep.window) {
+                                         %rank: index, %replaying: i1, %forwarding: i1, %expert_i32: i32,
+                                         %w: !ep.window) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
@@ -342,18 +345,18 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
   %piece_count = arith.select %has_piece, %clipped_count, %c0 : index
 
   %entries = arith.muli %tokens, %topk : index
-  scf.for %entry = %block to %entries step %blocks {
-    %token = arith.divui %entry, %topk : index
-    %j = arith.remui %entry, %topk : index
+  %has_entry = arith.cmpi ult, %block, %entries : index
+  scf.if %has_entry {
+    %token = arith.divui %block, %topk : index
+    %j = arith.remui %block, %topk : index
     %row = arith.muli %token, %topk : index
-    %at = arith.addi %row, %j : index
     %first_entry = arith.cmpi eq, %j, %c0 : index
     %checks = arith.andi %first_entry, %lead : i1
     scf.if %checks {
       func.call @check_token(%indices, %route, %token, %w, %rank, %forwarding)
         : (!ep.ptr<i32>, !ep.ptr<i32>, index, !ep.window, index, i1) -> ()
     }
-    %bit = func.call @rank_bit(%indices, %at, %rank, %forwarding) : (!ep.ptr<i32>, index, index, i1) -> i64
+    %bit = func.call @rank_bit_of(%expert_i32, %rank, %forwarding) : (i32, index, i1) -> i64
     %earlier = func.call @ranks_before(%indices, %row, %j, %rank, %forwarding)
         : (!ep.ptr<i32>, index, index, index, i1) -> i64
     %known = arith.andi %earlier, %bit : i64
@@ -362,7 +365,6 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
     %opens = arith.andi %is_new, %is_valid : i1
     scf.if %opens {
       %n = func.call @rank_count(%earlier) : (i64) -> index
-      %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
       %expert = arith.index_cast %expert_i32 : i32 to index
       %owner = arith.divui %expert, %epr : index
       %dest = func.call @send_target(%rank, %owner, %forwarding) : (index, index, i1) -> index
@@ -482,24 +484,38 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
   %previous = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
+  // A tiny call (no more top-k entries than blocks) gives each entry a whole
+  // block: one warp takes the slot, then every warp copies its share of the
+  // row, so the row crosses in one round of loads. The block's expert is
+  // read here, in flight with the state words (it reads the caller's
+  // indices, nothing a peer writes); the token's other indices share its
+  // line, so the entry's checks then read them from the cache.
+  %topk = ep.param_value @topk : index
+  %entries = arith.muli %tokens, %topk : index
+  %blocks = ep.block_count : index
+  %by_block = arith.cmpi ule, %entries, %blocks : index
+  %block = ep.block_index : index
+  %has_entry = arith.cmpi ult, %block, %entries : index
+  %reads_entry = arith.andi %by_block, %has_entry : i1
+  %early_expert = scf.if %reads_entry -> (i32) {
+    %expert = ep.load %indices[%block] : !ep.ptr<i32>
+    scf.yield %expert : i32
+  } else {
+    %none = ep.constant_value @expert_none : i32
+    scf.yield %none : i32
+  }
   scf.if %answered {
     %c2 = arith.constant 2 : index
     %arrivals = ep.constant_value @state_dispatch_arrivals : index
     %dispatch_meeting = ep.constant_value @meeting_dispatch : index
-    %topk = ep.param_value @topk : index
     %replaying = arith.cmpi ne, %replay, %c0 : index
     %forwarding = arith.cmpi ne, %forward, %c0 : index
     %epoch = arith.addi %previous, %one : i32
 
-    // A tiny call (no more top-k entries than blocks) gives each entry a
-    // whole block: one warp takes the slot, then every warp copies its share
-    // of the row, so the row crosses in one round of loads.
-    %entries = arith.muli %tokens, %topk : index
-    %blocks = ep.block_count : index
-    %by_block = arith.cmpi ule, %entries, %blocks : index
     scf.if %by_block {
-      func.call @send_entries_by_block(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying, %forwarding, %w)
-          : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, i1, !ep.window) -> ()
+      func.call @send_entries_by_block(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying,
+                                       %forwarding, %early_expert, %w)
+          : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, i1, i32, !ep.window) -> ()
     } else {
       // At most two top-k entries per warp: one entry per work item, so a
       // small call's copies to different ranks run on different warps and

@@ -199,14 +199,13 @@ func.func private @send_target(%rank: index, %dest: index, %forwarding: i1) -> i
   return %target : index
 }
 
-// The bit of the send target (@send_target) of the rank expert
-// `indices[at]` lives on (world <= 64: the config bounds it by the wave
-// size), or 0 for a masked or invalid expert.
-func.func private @rank_bit(%indices: !ep.ptr<i32>, %at: index, %rank: index, %forwarding: i1) -> i64 {
+// The bit of the send target (@send_target) of the rank expert `expert_i32`
+// lives on (world <= 64: the config bounds it by the wave size), or 0 for a
+// masked or invalid expert.
+func.func private @rank_bit_of(%expert_i32: i32, %rank: index, %forwarding: i1) -> i64 {
   %zero = arith.constant 0 : i64
   %one = arith.constant 1 : i64
   %epr = ep.param_value @experts_per_rank : index
-  %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
   %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
   %expert = arith.index_cast %expert_i32 : i32 to index
   %dest = arith.divui %expert, %epr : index
@@ -214,6 +213,13 @@ func.func private @rank_bit(%indices: !ep.ptr<i32>, %at: index, %rank: index, %f
   %target_i64 = arith.index_cast %target : index to i64
   %shifted = arith.shli %one, %target_i64 : i64
   %bit = arith.select %invalid, %zero, %shifted : i64
+  return %bit : i64
+}
+
+// @rank_bit_of of the expert `indices[at]`.
+func.func private @rank_bit(%indices: !ep.ptr<i32>, %at: index, %rank: index, %forwarding: i1) -> i64 {
+  %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+  %bit = func.call @rank_bit_of(%expert_i32, %rank, %forwarding) : (i32, index, i1) -> i64
   return %bit : i64
 }
 
