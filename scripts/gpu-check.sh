@@ -96,6 +96,13 @@ strip -o "$out/libepjit_kernel_source.so" "$build/lib/libepjit_kernel_source.so"
 # (its Python differs from this machine's).
 mkdir -p "$out/deps/include"
 for dir in spdlog fmt nlohmann CLI; do cp -r "/usr/include/$dir" "$out/deps/include/"; done
+# A before/after of kernel changes (AB=1 in run.sh): BEFORE=<an older .gpu>
+# brings its bundle and the tools built with it (the cache key includes their build).
+if [[ -n ${BEFORE:-} ]]; then
+  cp "$BEFORE/sm90.bundle" "$out/sm90-before.bundle"
+  cp "$BEFORE/epjit-bench" "$out/epjit-bench-before"
+  cp "$BEFORE/epjit-warm" "$out/epjit-warm-before"
+fi
 # The meeting microbenchmark (MEETING=1 in run.sh): built there with the host's nvcc.
 cp benchmarks/gpu/meeting_latency.cu "$out/"
 cat > "$out/run.sh" <<'RUN'
@@ -128,6 +135,24 @@ if [[ ${SWEEP:-0} == 1 ]]; then
       > "$logs/sweep-$n.txt" 2>&1
     echo "sweep $n ($flags): exit $?"; grep -E '^ +[0-9]+ ' "$logs/sweep-$n.txt"
   done < bench-sweep.txt
+  exit 0
+fi
+# AB=1 (with BEFORE= at preparation): each kernel's own time on the GPU (ncu
+# medians) for the older bundle and this one, alternated twice, at EP1 and
+# 1 / 8 / 128 / 8192 tokens; then stop.
+if [[ ${AB:-0} == 1 ]]; then
+  ./epjit-warm-before --import sm90-before.bundle --cache-dir /tmp/cache-before --json > /dev/null || exit 1
+  for pass in 1 2; do
+    for side in before after; do
+      bench=./epjit-bench; [[ $side == before ]] && bench=./epjit-bench-before
+      dir=$cache; [[ $side == before ]] && dir=/tmp/cache-before
+      EPJIT_CACHE_DIR=$dir timeout 200 ncu --cache-control none --clock-control none -k regex:ep_ \
+        --metrics gpu__time_duration.sum $bench --target sm90 --device cuda --ranks-as processes --world 1 \
+        --hidden 7168 --topk 8 --experts-per-rank 256 --tokens 1,8,128,8192 --dtype bf16 --iters 20 --warmup 3 \
+        2>&1 | grep -E "^  ep_|gpu__time|error" > "$logs/ncu-$side-$pass.txt"
+      echo "$side, pass $pass: $(grep -c gpu__time "$logs/ncu-$side-$pass.txt") kernels timed"
+    done
+  done
   exit 0
 fi
 # MEETING=1: what a meeting and its steps cost on this GPU, apart from any EP
