@@ -20,14 +20,23 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
   %epoch = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
   %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
+  // The weights row this warp stages first, on its way while the state words
+  // come back (the caller's input, which has at least capacity rows).
+  %topk = ep.param_value @topk : index
+  %capacity = ep.param_value @capacity : index
+  %first = ep.global_warp_index : index
+  %weighted = arith.cmpi ne, %has_weights, %c0 : index
+  %row_exists = arith.cmpi ult, %first, %capacity : index
+  %prefetches = arith.andi %weighted, %row_exists : i1
+  scf.if %prefetches {
+    %first_row = arith.muli %first, %topk : index
+    ep.prefetch %in_weights[%first_row] : !ep.ptr<f32>
+  }
   scf.if %answered {
     %hidden = ep.param_value @hidden : index
-    %topk = ep.param_value @topk : index
     %arrivals = ep.constant_value @state_combine_arrivals : index
     %combine_meeting = ep.constant_value @meeting_combine : index
-    %weighted = arith.cmpi ne, %has_weights, %c0 : index
     %total = arith.index_cast %total_i32 : i32 to index
-    %first = ep.global_warp_index : index
     %stride = ep.global_warp_count : index
 
     %copy_rows = arith.cmpi eq, %staged, %c0 : index

@@ -56,6 +56,8 @@ ep.kernel @scalars(%p: !ep.ptr<i32>, %w: !ep.window, %n: index) warps_per_block(
   ep.atomic_store %a, %p[%0] scope(system) order(release) : !ep.ptr<i32>
   // CHECK: ep.fence scope(workgroup) order(acq_rel)
   ep.fence scope(workgroup) order(acq_rel)
+  // CHECK: ep.prefetch %{{.*}}[%{{.*}}] : !ep.ptr<i32>
+  ep.prefetch %q[%1] : !ep.ptr<i32>
   // CHECK: ep.constant_value @state_error : index
   %err = ep.constant_value @state_error : index
   // CHECK: ep.constant_value @error_timeout : i32

@@ -44,6 +44,10 @@ ep.window_region @recv_counts : bf16 {
 // CHECK: call_opaque "epjit::peer_ptr"({{.*}}) {template_args = [#emitc.opaque<"uint16_t">, #emitc.opaque<"1">]}
 // CHECK: call_opaque "epjit::warp_atomic_add"({{.*}}) {template_args = [#emitc.opaque<"epjit::Scope::System">, #emitc.opaque<"epjit::Order::AcqRel">]}
 // CHECK: call_opaque "epjit::warp_wait_until"({{.*}}) {template_args = [#emitc.opaque<"epjit::Until::GE">, #emitc.opaque<"epjit::Scope::System">]}
+// A prefetch is kept (it declares no memory effects) and becomes the prelude's hint at its address.
+// CHECK: %[[ELEMENT:.*]] = subscript %{{.*}}[%{{.*}}] : (!emitc.ptr<i32>, !emitc.size_t) -> !emitc.lvalue<i32>
+// CHECK-NEXT: %[[AT:.*]] = address_of %[[ELEMENT]] : !emitc.lvalue<i32>
+// CHECK-NEXT: call_opaque "epjit::warp_prefetch"(%[[AT]]) : (!emitc.ptr<i32>) -> ()
 // CHECK: call_opaque "epjit::fence"() {template_args = [#emitc.opaque<"epjit::Scope::Agent">, #emitc.opaque<"epjit::Order::Release">]}
 // GFX942: "epjit::prim::amdgcn_pk_fp8::quantize_fp8_chunk"{{.*}}#emitc.opaque<"epjit::Fp8Format::E4M3FNUZ">
 // GFX950: "epjit::prim::amdgcn_pk_fp8::quantize_fp8_chunk"{{.*}}#emitc.opaque<"epjit::Fp8Format::E4M3FN">
@@ -63,6 +67,7 @@ ep.kernel @kernel(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %flags: !ep.ptr<i32>, %w: 
   %peer = ep.peer_ptr %w[%warp] @recv_counts[%c0] : !ep.ptr<bf16>
   %old = ep.atomic_rmw add %flags[%c0], %c1 scope(system) order(acq_rel) : !ep.ptr<i32>
   %ok = ep.wait_until %flags[%warp] ge %old scope(system) timeout_ms(%c7) error(%flags[%c0], %c7) : !ep.ptr<i32>, !ep.ptr<i32>
+  ep.prefetch %flags[%warp] : !ep.ptr<i32>
   ep.fence scope(agent) order(release)
   ep.warp.quantize %peer[%c0], %q[%c0], %n {format = #ep.fp8<target>} : !ep.ptr<bf16> -> !ep.ptr<i8>
 }

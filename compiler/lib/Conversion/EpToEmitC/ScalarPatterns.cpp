@@ -119,6 +119,16 @@ struct AtomicStorePattern : OpConversionPattern<ep::AtomicStoreOp> {
   }
 };
 
+struct PrefetchPattern : OpConversionPattern<ep::PrefetchOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::PrefetchOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
+    Value address = offsetPointer(rewriter, op.getLoc(), adaptor.getPtr(), adaptor.getIndex());
+    callPrelude(rewriter, op.getLoc(), "epjit::warp_prefetch", {}, {address}, {});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
 struct FencePattern : OpConversionPattern<ep::FenceOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(ep::FenceOp op, OpAdaptor, ConversionPatternRewriter& rewriter) const override {
@@ -178,7 +188,7 @@ void populateScalarPatterns(TypeConverter& converter, RewritePatternSet& pattern
   patterns.add<GeometryPattern<ep::BlockCountOp>>(converter, context, "epjit::block_count");
   patterns.add<GeometryPattern<ep::LaneIdOp>>(converter, context, "epjit::lane_id");
   patterns.add<PtrAddPattern, LoadPattern, LaneLoadPattern, StorePattern, AtomicRmwPattern, AtomicLoadPattern, AtomicStorePattern,
-               FencePattern, WaitUntilPattern, BlockBarrierPattern>(converter, context);
+               PrefetchPattern, FencePattern, WaitUntilPattern, BlockBarrierPattern>(converter, context);
   patterns.add<PeerPtrPattern>(converter, context, regionIndex);
   patterns.add<IndexUnsignedPattern<arith::DivUIOp, emitc::DivOp>, IndexUnsignedPattern<arith::RemUIOp, emitc::RemOp>>(
       converter, context);

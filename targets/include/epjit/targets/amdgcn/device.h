@@ -113,6 +113,13 @@ EPJIT_DEVICE T warp_load(const T* address) {
   else return *address;
 }
 
+// ep.prefetch: CDNA3 (gfx942, gfx950) has no prefetch instruction, and
+// llvm.prefetch becomes nothing there; gfx12 targets may lower it to one.
+template <typename T>
+EPJIT_DEVICE void warp_prefetch(const T* address) {
+  __builtin_prefetch(address);
+}
+
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE T atomic_load(T* address) {
   return amdgcn::broadcast_first_lane(__hip_atomic_load(address, amdgcn::c_order<O>(), amdgcn::hip_scope<S>()));

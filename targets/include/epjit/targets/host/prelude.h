@@ -92,6 +92,12 @@ inline T warp_load(const T* address) {
   return *address;
 }
 
+// ep.prefetch: the compiler's hint (the warp is one thread).
+template <typename T>
+inline void warp_prefetch(const T* address) {
+  __builtin_prefetch(address);
+}
+
 template <Scope S, Order O, typename T>
 inline T atomic_load(T* address) {
   return std::atomic_ref<T>(*address).load(host::memory_order(O));

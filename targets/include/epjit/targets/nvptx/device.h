@@ -208,6 +208,12 @@ EPJIT_DEVICE T atomic_load(T* address) {
   return nvptx::load<S, O>(address);
 }
 
+// ep.prefetch: the line into L1, issued by one lane (every lane names it).
+template <typename T>
+EPJIT_DEVICE void warp_prefetch(const T* address) {
+  if (lane_id() == 0) asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(address)));
+}
+
 template <Scope S, Order O, typename T>
 EPJIT_DEVICE void warp_atomic_store(T* address, T value) {
   if (lane_id() == 0) nvptx::store<S, O>(address, value);

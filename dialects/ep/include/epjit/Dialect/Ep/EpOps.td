@@ -183,6 +183,25 @@ def Ep_LoadOp : Ep_Op<"load", [
   let assemblyFormat = "$ptr `[` $index `]` attr-dict `:` type($ptr)";
 }
 
+def Ep_PrefetchOp : Ep_Op<"prefetch"> {
+  let summary = "a hint: bring the line holding ptr[index] into this warp's cache";
+  let description = [{
+    Starts reading the line of `ptr[index]` into the nearest cache without
+    waiting for it, so a later load of it (or of its neighbours) does not
+    pay the round trip after whatever it depends on. No result changes:
+    only caller-owned or otherwise immutable memory should be named, and a
+    target without such an instruction does nothing. Declares no memory
+    effects, so that it is neither erased nor moved past other memory
+    operations.
+
+    ```mlir
+    ep.prefetch %indices[%first] : !ep.ptr<i32>
+    ```
+  }];
+  let arguments = (ins Ep_AnyPtr:$ptr, Index:$index);
+  let assemblyFormat = "$ptr `[` $index `]` attr-dict `:` type($ptr)";
+}
+
 def Ep_StoreOp : Ep_Op<"store", [
     TypesMatchWith<"value is the pointer's element type", "ptr", "value",
                    "::llvm::cast<::epjit::ep::PtrType>($_self).getElementType()">]> {
