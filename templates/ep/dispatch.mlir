@@ -480,7 +480,6 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   // The epoch is read before the stopped check so both loads are in flight at once.
   %c0 = arith.constant 0 : index
   %one = arith.constant 1 : i32
-  %true = arith.constant true
   %epoch_word = ep.constant_value @state_epoch : index
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
   %previous = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
@@ -504,21 +503,6 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   } else {
     %none = ep.constant_value @expert_none : i32
     scf.yield %none : i32
-  }
-  // Larger calls: the indices of this warp's first entry (a small call's
-  // split) and of its first token (whole tokens per warp), on their way too.
-  %by_warp = arith.xori %by_block, %true : i1
-  %warp_first = ep.global_warp_index : index
-  %warp_token_at = arith.muli %warp_first, %topk : index
-  %entry_exists = arith.cmpi ult, %warp_first, %entries : index
-  %token_exists = arith.cmpi ult, %warp_token_at, %entries : index
-  %prefetches_entry = arith.andi %by_warp, %entry_exists : i1
-  %prefetches_token = arith.andi %by_warp, %token_exists : i1
-  scf.if %prefetches_entry {
-    ep.prefetch %indices[%warp_first] : !ep.ptr<i32>
-  }
-  scf.if %prefetches_token {
-    ep.prefetch %indices[%warp_token_at] : !ep.ptr<i32>
   }
   scf.if %answered {
     %c2 = arith.constant 2 : index
