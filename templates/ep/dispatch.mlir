@@ -281,8 +281,8 @@ func.func private @send_tokens_reserved(%input: !ep.ptr<i32>, %weights: !ep.ptr<
 }
 
 // Dispatch of a tiny call (no more top-k entries than blocks): block b
-// sends top-k entry b, whose expert `expert_i32` the kernel read before its
-// state words came back (@early_entry_expert). Every warp of the block
+// sends top-k entry b, whose expert `expert_i32` ep_dispatch read while its
+// state words were on their way. Every warp of the block
 // decides alike (the entry's checks read the same indices); warp 0 takes
 // the slot and records it in the route, the block's barrier publishes it,
 // and each warp copies its share of the row (whole 16-byte chunks) while
