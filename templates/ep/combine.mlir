@@ -149,7 +149,7 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
               : !ep.ptr<!ep.row_elem<"combine_elem">> {
           ^bb0(%k: index):
             %box = func.call @contribution_box(%route, %row, %k) : (!ep.ptr<i32>, index, index) -> index
-          %entry = func.call @contribution_entry(%route, %row, %box) : (!ep.ptr<i32>, index, index) -> i32
+            %entry = func.call @contribution_entry(%route, %row, %box) : (!ep.ptr<i32>, index, index) -> i32
             %valid = arith.cmpi sge, %entry, %c0_i32 : i32
             %box_row = arith.muli %box, %hidden : index
             %box_at = arith.addi %box_row, %c : index
@@ -162,7 +162,7 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
               {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>} : !ep.ptr<!ep.row_elem<"combine_elem">> {
           ^bb0(%k: index):
             %box = func.call @contribution_box(%route, %row, %k) : (!ep.ptr<i32>, index, index) -> index
-          %entry = func.call @contribution_entry(%route, %row, %box) : (!ep.ptr<i32>, index, index) -> i32
+            %entry = func.call @contribution_entry(%route, %row, %box) : (!ep.ptr<i32>, index, index) -> i32
             %valid = arith.cmpi sge, %entry, %c0_i32 : i32
             %box_row = arith.muli %box, %hidden : index
             %box_at = arith.addi %box_row, %c : index

@@ -278,18 +278,18 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
       const double network_share = received > 0 ? network / received : 0;
       // Over NVLink per rank: dispatch sends the rows other ranks of the node
       // receive; combine moves each of them back to its origin.
-      const double nvlink_GBps = remote / n * token_bytes / (epjit_d * 1e3);
+      const double dispatch_nvlink_GBps = remote / n * token_bytes / (epjit_d * 1e3);
       const double combine_nvlink_GBps = epjit_c > 0 ? remote / n * row_bytes / (epjit_c * 1e3) : 0;
       auto percent_of = [&](double GBps, double ceiling) {
         char text[32] = "-";
         if (ceilings_measured) std::snprintf(text, sizeof text, "%.0f%%", 100 * GBps / ceiling);
         return std::string(text);
       };
-      const std::string vs_ce = percent_of(nvlink_GBps, ce), vs_sm = percent_of(nvlink_GBps, sm);
+      const std::string vs_ce = percent_of(dispatch_nvlink_GBps, ce), vs_sm = percent_of(dispatch_nvlink_GBps, sm);
       const std::string combine_vs_sm = percent_of(combine_nvlink_GBps, sm);
       std::printf("%8lld %7.0f%% %7.0f%% %12.1f %12.1f %9.2fx %9.2fx %13.1f %9s %9s %13.1f %9s\n",
                   (long long)ranks.front().points[i].tokens, 100 * share, 100 * network_share, nccl_d, nccl_c,
-                  nccl_d / epjit_d, nccl_c / epjit_c, nvlink_GBps, vs_ce.c_str(), vs_sm.c_str(), combine_nvlink_GBps,
+                  nccl_d / epjit_d, nccl_c / epjit_c, dispatch_nvlink_GBps, vs_ce.c_str(), vs_sm.c_str(), combine_nvlink_GBps,
                   combine_vs_sm.c_str());
       json& point = points[i];
       point["nvlink_share_of_received"] = share;
@@ -298,11 +298,11 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
       point["nccl_combine_us_max_rank"] = nccl_c;
       point["dispatch_speedup_vs_nccl"] = nccl_d / epjit_d;
       point["combine_speedup_vs_nccl"] = nccl_c / epjit_c;
-      point["dispatch_nvlink_GBps_per_rank"] = nvlink_GBps;
+      point["dispatch_nvlink_GBps_per_rank"] = dispatch_nvlink_GBps;
       point["combine_nvlink_GBps_per_rank"] = combine_nvlink_GBps;
       if (ceilings_measured) {
-        point["dispatch_vs_copy_engine_ceiling"] = nvlink_GBps / ce;
-        point["dispatch_vs_sm_write_ceiling"] = nvlink_GBps / sm;
+        point["dispatch_vs_copy_engine_ceiling"] = dispatch_nvlink_GBps / ce;
+        point["dispatch_vs_sm_write_ceiling"] = dispatch_nvlink_GBps / sm;
         point["combine_vs_copy_engine_ceiling"] = combine_nvlink_GBps / ce;
         point["combine_vs_sm_write_ceiling"] = combine_nvlink_GBps / sm;
       }
