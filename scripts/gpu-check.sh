@@ -155,6 +155,23 @@ if [[ ${AB:-0} == 1 ]]; then
   done
   exit 0
 fi
+# AB_HOST=1 (with BEFORE= at preparation): the eager legs of small calls as a
+# user times them, older tools and bundle against these, alternated three
+# times at EP1 (host-side changes show here, not in ncu); then stop.
+if [[ ${AB_HOST:-0} == 1 ]]; then
+  ./epjit-warm-before --import sm90-before.bundle --cache-dir /tmp/cache-before --json > /dev/null || exit 1
+  for pass in 1 2 3; do
+    for side in before after; do
+      bench=./epjit-bench; [[ $side == before ]] && bench=./epjit-bench-before
+      dir=$cache; [[ $side == before ]] && dir=/tmp/cache-before
+      EPJIT_CACHE_DIR=$dir timeout 100 $bench --target sm90 --device cuda --ranks-as processes --world 1 \
+        --hidden 7168 --topk 8 --experts-per-rank 256 --tokens 1,8,128,8192 --dtype bf16 --iters 500 --warmup 20 \
+        --json "$logs/host-$side-$pass.json" > "$logs/host-$side-$pass.txt" 2>&1
+      echo "$side, pass $pass: exit $?"; grep -E '^ +[0-9]+ ' "$logs/host-$side-$pass.txt" | head -4
+    done
+  done
+  exit 0
+fi
 # MEETING=1: what a meeting and its steps cost on this GPU, apart from any EP
 # kernel (benchmarks/gpu/meeting_latency.cu), twice; then stop.
 if [[ ${MEETING:-0} == 1 ]]; then

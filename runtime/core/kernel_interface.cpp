@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "epjit/error.h"
+#include "epjit/targets/common/window.h"
 
 namespace epjit {
 namespace {
@@ -82,6 +83,7 @@ KernelParam parse_param(const Reader& read, const json& entry, const std::string
     param.kind = ParamKind::Pointer;
   } else if (type == "window") {
     param.kind = ParamKind::Window;
+    param.value_bytes = sizeof(Window);  // passed by value
   } else if (type == "index") {
     param.kind = ParamKind::Index;
   } else if (type == "i32") {

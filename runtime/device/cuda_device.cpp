@@ -232,8 +232,10 @@ class CudaDevice final : public Device {
                                 .stream = static_cast<CudaStream&>(stream).handle(),
                                 .attributes = overlap ? &dependent : nullptr,
                                 .attribute_count = overlap ? 1u : 0u};
-    check(cuda_driver().cuLaunchKernelEx(&config, static_cast<CUfunction>(kernel.handle), values.data(), nullptr),
-          "kernel launch of " + kernel.name);
+    const CUresult launched =
+        cuda_driver().cuLaunchKernelEx(&config, static_cast<CUfunction>(kernel.handle), values.data(), nullptr);
+    // The message is built only on failure: a small call waits for this path.
+    if (launched != 0) check(launched, "kernel launch of " + kernel.name);
   }
   void synchronize() override {
     current();

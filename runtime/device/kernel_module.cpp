@@ -47,8 +47,9 @@ void LaunchArgs::set_window(std::string_view name, const Window& window) {
   const KernelParam& param = kernel_->signature->params[index];
   if (param.kind != ParamKind::Window) mismatch(param, "a window table");
   Value value{Value::Kind::Window};
-  value.window = window;
+  value.window_index = windows_.size();
   store(index, value);
+  windows_.push_back(window);
 }
 
 void LaunchArgs::set_unsigned(std::string_view name, uint64_t value) {
@@ -87,12 +88,15 @@ KernelArgs LaunchArgs::build() const {
     throw Error("kernel " + kernel_->name + ": parameters left unset: " + unset,
                 "every parameter of " + kernel_->signature->describe(), "set each of them before launching");
   KernelArgs args;
+  size_t bytes = 0;
+  for (const KernelParam& param : params) bytes += param.value_bytes + alignof(std::max_align_t);
+  args.reserve(params.size(), bytes);
   for (size_t i = 0; i < params.size(); ++i) {
     const Value& value = *values_[i];
     const uint64_t bits = value.kind == Value::Kind::Signed ? uint64_t(value.signed_value) : value.unsigned_value;
     switch (params[i].kind) {
       case ParamKind::Pointer: args.add(value.pointer); break;
-      case ParamKind::Window: args.add(value.window); break;
+      case ParamKind::Window: args.add(windows_[value.window_index]); break;
       case ParamKind::Index: args.add(uint64_t(bits)); break;
       case ParamKind::I32: args.add(int32_t(int64_t(bits))); break;
       case ParamKind::I64: args.add(int64_t(bits)); break;

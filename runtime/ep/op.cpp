@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
+#include <span>
 
 #include "epjit/error.h"
 #include "epjit/kernel_module.h"
@@ -25,7 +27,7 @@ KernelCache& process_cache() {
 
 std::atomic<uint64_t> next_op_id{1};
 
-std::string shape_text(const std::vector<int64_t>& shape) {
+std::string shape_text(std::span<const int64_t> shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
   return text + "]";
@@ -46,8 +48,11 @@ DType tensor_type_of(DataType type, const TargetInfo& target) {
 namespace {
 
 // Checks one tensor argument; `rows` < 0 accepts any first dimension >= -rows - 1.
+// `shape` is a list, not a vector: every call checks its tensors this way,
+// and a small call's latency includes the host's own work one for one.
 void expect_tensor(const char* call, const char* what, const TensorRef& tensor, DType dtype,
-                   const std::vector<int64_t>& shape, bool at_least_rows = false) {
+                   std::initializer_list<int64_t> expected, bool at_least_rows = false) {
+  const std::span<const int64_t> shape(expected.begin(), expected.size());
   if (tensor.dtype != dtype)
     throw Error(std::string(call) + ": " + what + " is " + name_of(tensor.dtype), std::string(name_of(dtype)),
                 std::string("pass ") + what + " as " + name_of(dtype) + " (the op's configuration fixes it)");

@@ -113,6 +113,13 @@ class KernelArgs {
     slots_.push_back({kind, sizeof(T)});
     return *this;
   }
+  // Room for `count` values of `bytes` in all (alignment included), so
+  // adding them allocates once.
+  void reserve(size_t count, size_t bytes) {
+    storage_.reserve(bytes);
+    offsets_.reserve(count);
+    slots_.reserve(count);
+  }
   size_t size() const { return offsets_.size(); }
   const Slot& slot(size_t index) const { return slots_.at(index); }
   // Pointers to each value, as cuLaunchKernelEx/hipModuleLaunchKernel take them;
@@ -132,13 +139,15 @@ class KernelArgs {
    public:
     size_t size() const { return size_; }
     void resize(size_t bytes) {
-      chunks_.resize((bytes + sizeof(Chunk) - 1) / sizeof(Chunk));
+      chunks_.resize(chunks_for(bytes));
       size_ = bytes;
     }
+    void reserve(size_t bytes) { chunks_.reserve(chunks_for(bytes)); }
     unsigned char* data() { return chunks_.empty() ? nullptr : chunks_.front().bytes; }
     const unsigned char* data() const { return chunks_.empty() ? nullptr : chunks_.front().bytes; }
 
    private:
+    static size_t chunks_for(size_t bytes) { return (bytes + sizeof(Chunk) - 1) / sizeof(Chunk); }
     std::vector<Chunk> chunks_;
     size_t size_ = 0;
   };

@@ -60,13 +60,16 @@ class LaunchArgs {
   KernelArgs build() const;
 
  private:
+  // A window table is 768 bytes: it is kept once in windows_ (Value holds
+  // its index), not in every parameter's slot, since the launch path of a
+  // small call waits for this host work one for one.
   struct Value {
     enum class Kind : uint8_t { Pointer, Unsigned, Signed, Float, Window } kind;
     void* pointer = nullptr;
     uint64_t unsigned_value = 0;
     int64_t signed_value = 0;
     float float_value = 0;
-    Window window{};
+    size_t window_index = 0;
   };
   size_t index_of(std::string_view name) const;
   [[noreturn]] void mismatch(const KernelParam& param, const std::string& given) const;
@@ -79,6 +82,7 @@ class LaunchArgs {
 
   const Kernel* kernel_;
   std::vector<std::optional<Value>> values_;
+  std::vector<Window> windows_;
 };
 
 class KernelModule {
