@@ -139,7 +139,8 @@ if [[ ${SWEEP:-0} == 1 ]]; then
 fi
 # AB=1 (with BEFORE= at preparation): each kernel's own time on the GPU (ncu
 # medians) for the older bundle and this one, alternated twice, at EP1 and
-# 1 / 8 / 128 / 8192 tokens; then stop.
+# 1 / 8 / 128 / 8192 tokens (AB_FLAGS: more epjit-bench flags, e.g.
+# "--combine-mode scatter --quant fp8_direct_cast"); then stop.
 if [[ ${AB:-0} == 1 ]]; then
   ./epjit-warm-before --import sm90-before.bundle --cache-dir /tmp/cache-before --json > /dev/null || exit 1
   for pass in 1 2; do
@@ -149,7 +150,7 @@ if [[ ${AB:-0} == 1 ]]; then
       EPJIT_CACHE_DIR=$dir timeout 200 ncu --cache-control none --clock-control none -k regex:ep_ \
         --metrics gpu__time_duration.sum $bench --target sm90 --device cuda --ranks-as processes --world 1 \
         --hidden 7168 --topk 8 --experts-per-rank 256 --tokens 1,8,128,8192 --dtype bf16 --iters 20 --warmup 3 \
-        2>&1 | grep -E "^  ep_|gpu__time|error" > "$logs/ncu-$side-$pass.txt"
+        ${AB_FLAGS:-} 2>&1 | grep -E "^  ep_|gpu__time|error" > "$logs/ncu-$side-$pass.txt"
       echo "$side, pass $pass: $(grep -c gpu__time "$logs/ncu-$side-$pass.txt") kernels timed"
     done
   done

@@ -6,6 +6,37 @@ ep.include "ep/common"
 ep.include "ep/sync"
 ep.include "ep/combine"
 
+// Stage 1's copy of `count` elements from `src` into an origin's inbox:
+// the rows, or under quant the target's fp8 codes (and blockwise scales).
+// Every pointer is a 16-byte aligned piece start (hidden is a multiple of 8,
+// a piece of 128), so the copies are vector accesses; a whole row's call
+// passes the constant hidden, so the inlined loops keep their constant trip
+// count (a piece count at every size made fp8 direct 2% slower at 8192
+// tokens).
+func.func private @push_row(%src: !ep.ptr<!ep.row_elem<"combine_elem">>, %rows: !ep.ptr<!ep.row_elem<"combine_elem">>,
+                            %codes: !ep.ptr<i8>, %scales: !ep.ptr<f32>, %count: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %quant = ep.param_value @quant : index
+  %direct = arith.cmpi eq, %quant, %c1 : index
+  %blockwise = arith.cmpi eq, %quant, %c2 : index
+  scf.if %direct {
+    ep.warp.quantize %src[%c0], %codes[%c0], %count {format = #ep.fp8<target>}
+        : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<i8>
+  } else {
+    scf.if %blockwise {
+      ep.warp.quantize %src[%c0], %codes[%c0], %count scales %scales[%c0]
+          {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>}
+          : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<i8>, !ep.ptr<f32>
+    } else {
+      ep.warp.copy_row %src[%c0], %rows[%c0], %count
+          : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<!ep.row_elem<"combine_elem">>
+    }
+  }
+  return
+}
+
 ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,
                               %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                               %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
@@ -28,25 +59,37 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
     %hidden = ep.param_value @hidden : index
     %topk = ep.param_value @topk : index
     %max_tokens = ep.param_value @max_tokens : index
-    %quant = ep.param_value @quant : index
     %arrivals = ep.constant_value @state_combine_arrivals : index
     %combine_meeting = ep.constant_value @meeting_combine : index
-    %direct = arith.cmpi eq, %quant, %c1 : index
-    %blockwise = arith.cmpi eq, %quant, %c2 : index
     %padded = arith.addi %hidden, %c127 : index
     %blocks = arith.divui %padded, %c128 : index
     %weighted = arith.cmpi ne, %has_weights, %c0 : index
     %total = arith.index_cast %total_i32 : i32 to index
     %origins = ep.peer_ptr %w[%rank] @recv_origin[%c0] : !ep.ptr<i32>
-    // Each warp takes a contiguous run of received slots, so at any moment
-    // the grid works on slots spread over the whole range: dispatch hands
-    // out slots in runs per sender warp, and a source's runs cluster in time
-    // (a rank reserves on itself faster than its peers can), so a cyclic
-    // split would have every warp writing to the same origin at once.
-    %slots = func.call @warp_run(%total) : (index) -> index
-    %slots_end = func.call @warp_run_end(%total) : (index) -> index
+    // Work items are (slot, piece) pairs (@row_piece_blocks: one piece per
+    // row once the slots fill the grid, more when they do not, so a small
+    // call's rows cross on many warps, each one round of loads, instead of
+    // one warp per row). Each warp takes a contiguous run of items, so at
+    // any moment the grid works on slots spread over the whole range:
+    // dispatch hands out slots in runs per sender warp, and a source's runs
+    // cluster in time (a rank reserves on itself faster than its peers
+    // can), so a cyclic split would have every warp writing to the same
+    // origin at once. A slot's weights go with its first piece.
+    %piece_blocks = func.call @row_piece_blocks(%total) : (index) -> index
+    %piece = arith.muli %piece_blocks, %c128 : index
+    %pieces = func.call @pieces_per_row(%piece) : (index) -> index
+    %items = arith.muli %total, %pieces : index
+    %whole_rows = arith.cmpi eq, %pieces, %c1 : index
+    %items_begin = func.call @warp_run(%items) : (index) -> index
+    %items_end = func.call @warp_run_end(%items) : (index) -> index
 
-    scf.for %i = %slots to %slots_end step %c1 {
+    scf.for %item = %items_begin to %items_end step %c1 {
+      %i = arith.divui %item, %pieces : index
+      %piece_index = arith.remui %item, %pieces : index
+      %c = arith.muli %piece_index, %piece : index
+      %left = arith.subi %hidden, %c : index
+      %short = arith.cmpi ult, %left, %piece : index
+      %n = arith.select %short, %left, %piece : index
       %origin_at = arith.muli %i, %c2 : index
       %ordinal_at = arith.addi %origin_at, %c1 : index
       %origin_i32 = ep.load %origins[%origin_at] : !ep.ptr<i32>
@@ -57,32 +100,32 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
       %token = arith.remui %origin, %max_tokens : index
       %box_base = arith.muli %token, %topk : index
       %box = arith.addi %box_base, %ordinal : index
-      %src_at = arith.muli %i, %hidden : index
-      %dst_at = arith.muli %box, %hidden : index
+      %src_row = arith.muli %i, %hidden : index
+      %src_at = arith.addi %src_row, %c : index
+      %dst_row = arith.muli %box, %hidden : index
+      %dst_at = arith.addi %dst_row, %c : index
       // An off-node origin's rows go back through the internode transfer
       // (ep_internode_return_pack), not into its stand-in window here.
       %off = func.call @off_node(%rank, %source) : (index, index) -> i1
       %on_node = arith.xori %off, %true : i1
       scf.if %on_node {
-        scf.if %direct {
-          %codes = ep.peer_ptr %w[%source] @scatter_codes[%dst_at] : !ep.ptr<i8>
-          ep.warp.quantize %input[%src_at], %codes[%c0], %hidden {format = #ep.fp8<target>}
-              : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<i8>
+        %src = ep.ptr_add %input, %src_at : !ep.ptr<!ep.row_elem<"combine_elem">>
+        %rows = ep.peer_ptr %w[%source] @scatter_rows[%dst_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+        %codes = ep.peer_ptr %w[%source] @scatter_codes[%dst_at] : !ep.ptr<i8>
+        %box_scales = arith.muli %box, %blocks : index
+        %first_block = arith.muli %piece_index, %piece_blocks : index
+        %scales_at = arith.addi %box_scales, %first_block : index
+        %scales = ep.peer_ptr %w[%source] @scatter_scales[%scales_at] : !ep.ptr<f32>
+        scf.if %whole_rows {
+          func.call @push_row(%src, %rows, %codes, %scales, %hidden)
+              : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<i8>, !ep.ptr<f32>, index) -> ()
         } else {
-          scf.if %blockwise {
-            %codes = ep.peer_ptr %w[%source] @scatter_codes[%dst_at] : !ep.ptr<i8>
-            %scales_at = arith.muli %box, %blocks : index
-            %scales = ep.peer_ptr %w[%source] @scatter_scales[%scales_at] : !ep.ptr<f32>
-            ep.warp.quantize %input[%src_at], %codes[%c0], %hidden scales %scales[%c0]
-                {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>}
-                : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<i8>, !ep.ptr<f32>
-          } else {
-            %rows = ep.peer_ptr %w[%source] @scatter_rows[%dst_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
-            ep.warp.copy_row %input[%src_at], %rows[%c0], %hidden
-                : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<!ep.row_elem<"combine_elem">>
-          }
+          func.call @push_row(%src, %rows, %codes, %scales, %n)
+              : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<i8>, !ep.ptr<f32>, index) -> ()
         }
-        scf.if %weighted {
+        %first_piece = arith.cmpi eq, %piece_index, %c0 : index
+        %weights_here = arith.andi %weighted, %first_piece : i1
+        scf.if %weights_here {
           %weights_at = arith.muli %i, %topk : index
           %box_weights_at = arith.muli %box, %topk : index
           %box_weights = ep.peer_ptr %w[%source] @scatter_weights[%box_weights_at] : !ep.ptr<f32>

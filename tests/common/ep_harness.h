@@ -80,6 +80,9 @@ struct EpCase {
   // Dispatch geometry (unset: the target's schedule). A call with no more
   // top-k entries than dispatch blocks sends each entry with a whole block.
   std::optional<int> dispatch_blocks, warps_per_block;
+  // Combine blocks (unset: the schedule's): a few received rows on more warps
+  // than rows split into pieces (scatter's stage 1, the sums).
+  std::optional<int> combine_blocks;
   // Runs on every rank right before each dispatch is launched, once the
   // ranks have met (fault injection: a rank stopping itself there).
   std::function<void(int call, int rank, Communicator& comm)> before_dispatch;
@@ -108,6 +111,7 @@ inline EpDispatchCombineConfig configFor(const EpCase& c, int rank) {
   config.peer_timeout_s = c.peer_timeout_s;
   config.dispatch_block_num = c.dispatch_blocks;
   config.warp_num_per_block = c.warps_per_block;
+  config.combine_block_num = c.combine_blocks;
   config.gpu_per_node = c.gpu_per_node;
   config.internode_kernel = c.internode_kernel;
   config.internode_auto_ll_max_tokens = c.internode_auto_ll_max_tokens;
