@@ -24,12 +24,14 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
   // come back (the caller's input, which has at least capacity rows).
   %topk = ep.param_value @topk : index
   %capacity = ep.param_value @capacity : index
-  %first = ep.global_warp_index : index
+  // Slots are taken block by block, so a small call's rows are staged on as
+  // many SMs as there are rows (not a block's worth of them on one SM).
+  %first_slot = func.call @block_major_warp_index() : () -> index
   %weighted = arith.cmpi ne, %has_weights, %c0 : index
-  %row_exists = arith.cmpi ult, %first, %capacity : index
+  %row_exists = arith.cmpi ult, %first_slot, %capacity : index
   %prefetches = arith.andi %weighted, %row_exists : i1
   scf.if %prefetches {
-    %first_row = arith.muli %first, %topk : index
+    %first_row = arith.muli %first_slot, %topk : index
     ep.prefetch %in_weights[%first_row] : !ep.ptr<f32>
   }
   scf.if %answered {
@@ -40,7 +42,7 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
     %stride = ep.global_warp_count : index
 
     %copy_rows = arith.cmpi eq, %staged, %c0 : index
-    scf.for %i = %first to %total step %stride {
+    scf.for %i = %first_slot to %total step %stride {
       %at = arith.muli %i, %hidden : index
       scf.if %copy_rows {
         %rows = ep.peer_ptr %w[%rank] @combine_rows[%at] : !ep.ptr<!ep.row_elem<"combine_elem">>

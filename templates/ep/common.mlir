@@ -88,6 +88,20 @@ func.func private @pieces_per_row(%piece: index) -> index {
   return %pieces : index
 }
 
+// The calling warp's index when the grid's warps are counted block by
+// block, warp 0 of every block first: a loop over a few items from it puts
+// consecutive items on different SMs, where the global index would put up
+// to a block's worth of them on one (a copy of eight rows then shares one
+// SM's bandwidth). No division: the same set of indices, reordered.
+func.func private @block_major_warp_index() -> index {
+  %warp = ep.warp_index : index
+  %block = ep.block_index : index
+  %blocks = ep.block_count : index
+  %before = arith.muli %warp, %blocks : index
+  %index = arith.addi %before, %block : index
+  return %index : index
+}
+
 // The calling warp's run of [0, count) when the grid's warps split it into
 // contiguous runs of ceil(count / warps): [warp_run, warp_run_end).
 func.func private @warp_run_length(%count: index) -> index {

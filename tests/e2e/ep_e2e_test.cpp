@@ -86,9 +86,12 @@ std::vector<EpCase> matrix() {
   add({.name = "tiny_by_block_skewed_top8_w2_processes", .ranks = Ranks::Processes, .hidden = 7168, .topk = 8,
        .experts_per_rank = 8, .max_tokens = 9, .routing = RoutingKind::Skewed, .calls = {1, 2, 9, 1},
        .dispatch_blocks = 16, .warps_per_block = 2});
-  // Scatter's stage 1 and the sums over (row, piece) items: a hidden of 1000
+  // Scatter's stage 1 and the sums over (row, piece) items, gather's staging
+  // of a caller's buffer block by block: a hidden of 1000
   // (8 blocks of 128, the last one partial) on 15 warps takes up to 4 pieces
   // of 256 per row at these token counts, the last piece 232 elements.
+  add({.name = "tiny_gather_staged_w3", .world = 3, .hidden = 1000, .calls = tiny, .warps_per_block = 3,
+       .combine_blocks = 5});
   add({.name = "tiny_scatter_pieces_w2", .hidden = 1000, .mode = scatter, .calls = tiny, .warps_per_block = 3,
        .combine_blocks = 5});
   add({.name = "tiny_scatter_pieces_direct_gfx942_w3", .target = "host-gfx942", .world = 3, .hidden = 1000,

@@ -30,6 +30,10 @@ struct Options {
   ep::CombineMode combine_mode = ep::CombineMode::Gather;
   bool std_moe = false;
   bool replay = false;
+  // Gather: the experts' outputs come in a buffer of the caller's (as a
+  // PyTorch caller passes one), so combine stages them into the window
+  // first; otherwise they are written into combine_input() in place.
+  bool combine_from_buffer = false;
   RoutingKind routing = RoutingKind::Uniform;
   uint32_t seed = 1;
   std::optional<int> dispatch_blocks, dispatch_warps, combine_blocks, combine_warps;

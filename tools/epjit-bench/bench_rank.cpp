@@ -274,10 +274,11 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
   void* d_weights = device.allocate(std::max<size_t>(16, size_t(max_n * k) * 4));
   void* d_indices = device.allocate(std::max<size_t>(16, size_t(max_n * k) * 4));
   // Gather combine: experts write straight into the op's window (no staging
-  // copy); scatter reads its input in place from a buffer of the bench's.
-  const bool gather = config.combine_mode == CombineMode::Gather;
-  void* d_expert = gather ? nullptr : device.allocate(size_t(cap) * row_bytes);
-  const TensorRef expert_in = gather ? op.combine_input() : TensorRef{d_expert, row_type, {cap, o.hidden}};
+  // copy) unless --combine-from-buffer; scatter reads its input in place
+  // from a buffer of the bench's.
+  const bool in_place = config.combine_mode == CombineMode::Gather && !o.combine_from_buffer;
+  void* d_expert = in_place ? nullptr : device.allocate(size_t(cap) * row_bytes);
+  const TensorRef expert_in = in_place ? op.combine_input() : TensorRef{d_expert, row_type, {cap, o.hidden}};
   std::unique_ptr<Routing> routing = o.replay ? op.make_routing() : nullptr;
   std::unique_ptr<Baselines> baselines;
   if (o.baselines) {

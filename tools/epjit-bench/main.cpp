@@ -198,6 +198,8 @@ int main(int argc, char** argv) {
   app.add_option("--combine-mode", combine_mode, "gather or scatter");
   app.add_flag("--std-moe", o.std_moe, "pack into the standard-MoE layout and back");
   app.add_flag("--replay", o.replay, "time dispatches that replay a recorded routing");
+  app.add_flag("--combine-from-buffer", o.combine_from_buffer,
+               "gather: pass combine a buffer of the bench's (combine stages it), not combine_input()");
   app.add_option("--routing", routing, "uniform, skewed (all to rank 0) or local (own rank)");
   app.add_option("--seed", o.seed, "input seed");
   app.add_option("--dispatch-blocks", o.dispatch_blocks, "geometry override");
