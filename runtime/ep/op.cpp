@@ -47,9 +47,11 @@ DType tensor_type_of(DataType type, const TargetInfo& target) {
 
 namespace {
 
-// Checks one tensor argument; `rows` < 0 accepts any first dimension >= -rows - 1.
-// `shape` is a list, not a vector: every call checks its tensors this way,
-// and a small call's latency includes the host's own work one for one.
+// Checks one tensor argument: its dtype, its shape (`expected`; with
+// at_least_rows, any first dimension of at least expected[0]) and that it
+// has data. `expected` is a list, not a vector: every call checks its
+// tensors this way, and a small call's latency includes the host's own work
+// one for one.
 void expect_tensor(const char* call, const char* what, const TensorRef& tensor, DType dtype,
                    std::initializer_list<int64_t> expected, bool at_least_rows = false) {
   const std::span<const int64_t> shape(expected.begin(), expected.size());
