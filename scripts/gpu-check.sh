@@ -137,37 +137,42 @@ if [[ ${SWEEP:-0} == 1 ]]; then
   done < bench-sweep.txt
   exit 0
 fi
-# AB=1 (with BEFORE= at preparation): each kernel's own time on the GPU (ncu
-# medians) for the older bundle and this one, alternated twice, at EP1 and
-# 1 / 8 / 128 / 8192 tokens (AB_FLAGS: more epjit-bench flags, e.g.
-# "--combine-mode scatter --quant fp8_direct_cast"); then stop.
-if [[ ${AB:-0} == 1 ]]; then
+# AB=1 and AB_HOST=1 (with BEFORE= at preparation) compare the older
+# bundle and tools with these, alternated; then stop. Each side's bench and
+# cache:
+side_bench() { if [[ $1 == before ]]; then echo ./epjit-bench-before; else echo ./epjit-bench; fi; }
+side_cache() { if [[ $1 == before ]]; then echo /tmp/cache-before; else echo "$cache"; fi; }
+if [[ ${AB:-0} == 1 || ${AB_HOST:-0} == 1 ]]; then
   ./epjit-warm-before --import sm90-before.bundle --cache-dir /tmp/cache-before --json > /dev/null || exit 1
-  for pass in 1 2; do
-    for side in before after; do
-      bench=./epjit-bench; [[ $side == before ]] && bench=./epjit-bench-before
-      dir=$cache; [[ $side == before ]] && dir=/tmp/cache-before
-      EPJIT_CACHE_DIR=$dir timeout 200 ncu --cache-control none --clock-control none -k regex:ep_ \
-        --metrics gpu__time_duration.sum $bench --target sm90 --device cuda --ranks-as processes --world 1 \
-        --hidden 7168 --topk 8 --experts-per-rank 256 --tokens 1,8,128,8192 --dtype bf16 --iters 20 --warmup 3 \
-        ${AB_FLAGS:-} 2>&1 | grep -E "^  ep_|gpu__time|error" > "$logs/ncu-$side-$pass.txt"
-      echo "$side, pass $pass: $(grep -c gpu__time "$logs/ncu-$side-$pass.txt") kernels timed"
+fi
+# AB=1: each kernel's own time on the GPU (ncu medians), two passes, at EP1
+# and 1 / 8 / 128 / 8192 tokens. AB_FLAGS: more epjit-bench flags, several
+# sets separated by ';' (e.g. "; --combine-mode scatter"), each a case of its
+# own (logs ncu-cN-SIDE-PASS.txt).
+if [[ ${AB:-0} == 1 ]]; then
+  IFS=';' read -r -a cases <<< "${AB_FLAGS:-}"
+  (( ${#cases[@]} == 0 )) && cases=("")
+  for n in "${!cases[@]}"; do
+    for pass in 1 2; do
+      for side in before after; do
+        EPJIT_CACHE_DIR=$(side_cache $side) timeout 200 ncu --cache-control none --clock-control none -k regex:ep_ \
+          --metrics gpu__time_duration.sum $(side_bench $side) --target sm90 --device cuda --ranks-as processes \
+          --world 1 --hidden 7168 --topk 8 --experts-per-rank 256 --tokens 1,8,128,8192 --dtype bf16 --iters 20 \
+          --warmup 3 ${cases[$n]} 2>&1 | grep -E "^  ep_|gpu__time|error" > "$logs/ncu-c$n-$side-$pass.txt"
+        echo "case $n (${cases[$n]}), $side, pass $pass: $(grep -c gpu__time "$logs/ncu-c$n-$side-$pass.txt") kernels timed"
+      done
     done
   done
   exit 0
 fi
-# AB_HOST=1 (with BEFORE= at preparation): the eager legs of small calls as a
-# user times them, older tools and bundle against these, alternated three
-# times at EP1 (host-side changes show here, not in ncu); then stop.
+# AB_HOST=1: the eager legs of small calls as a user times them, three
+# passes at EP1 (host-side changes show here, not in ncu).
 if [[ ${AB_HOST:-0} == 1 ]]; then
-  ./epjit-warm-before --import sm90-before.bundle --cache-dir /tmp/cache-before --json > /dev/null || exit 1
   for pass in 1 2 3; do
     for side in before after; do
-      bench=./epjit-bench; [[ $side == before ]] && bench=./epjit-bench-before
-      dir=$cache; [[ $side == before ]] && dir=/tmp/cache-before
-      EPJIT_CACHE_DIR=$dir timeout 100 $bench --target sm90 --device cuda --ranks-as processes --world 1 \
-        --hidden 7168 --topk 8 --experts-per-rank 256 --tokens 1,8,128,8192 --dtype bf16 --iters 500 --warmup 20 \
-        --json "$logs/host-$side-$pass.json" > "$logs/host-$side-$pass.txt" 2>&1
+      EPJIT_CACHE_DIR=$(side_cache $side) timeout 100 $(side_bench $side) --target sm90 --device cuda \
+        --ranks-as processes --world 1 --hidden 7168 --topk 8 --experts-per-rank 256 --tokens 1,8,128,8192 \
+        --dtype bf16 --iters 500 --warmup 20 --json "$logs/host-$side-$pass.json" > "$logs/host-$side-$pass.txt" 2>&1
       echo "$side, pass $pass: exit $?"; grep -E '^ +[0-9]+ ' "$logs/host-$side-$pass.txt" | head -4
     done
   done

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Per-kernel medians of ncu's gpu__time_duration from the AB=1 logs of
-.gpu/run.sh (ncu-before-N.txt, ncu-after-N.txt): one line per log, per token
-count of the run, the median duration of each EP kernel in µs.
+.gpu/run.sh (ncu-cCASE-SIDE-PASS.txt: one case per AB_FLAGS set, sides before
+and after): one line per log, per token count of the run, the median duration
+of each EP kernel in µs.
 
     scripts/ncu-medians.py LOGDIR [--tokens 1,8,128,8192]
 

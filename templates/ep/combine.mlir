@@ -99,7 +99,7 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
   // sums' offsets are known to be whole 16-byte chunks (vector accesses).
   %chunk_blocks = func.call @row_piece_blocks(%tokens) : (index) -> index
   %chunk = arith.muli %chunk_blocks, %c128 : index
-  %chunks = func.call @pieces_per_row(%chunk) : (index) -> index
+  %chunks = func.call @row_pieces(%tokens, %chunk_blocks) : (index, index) -> index
   %row_items = arith.muli %tokens, %chunks : index
   %weight_items = arith.select %weighted, %tokens, %c0 : index
   %items = arith.addi %row_items, %weight_items : index

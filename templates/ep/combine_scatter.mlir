@@ -77,11 +77,12 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
     // origin at once. A slot's weights go with its first piece.
     %piece_blocks = func.call @row_piece_blocks(%total) : (index) -> index
     %piece = arith.muli %piece_blocks, %c128 : index
-    %pieces = func.call @pieces_per_row(%piece) : (index) -> index
+    %pieces = func.call @row_pieces(%total, %piece_blocks) : (index, index) -> index
     %items = arith.muli %total, %pieces : index
     %whole_rows = arith.cmpi eq, %pieces, %c1 : index
-    %items_begin = func.call @warp_run(%items) : (index) -> index
-    %items_end = func.call @warp_run_end(%items) : (index) -> index
+    %run_length = func.call @warp_run_length(%items) : (index) -> index
+    %items_begin = func.call @warp_run(%items, %run_length) : (index, index) -> index
+    %items_end = func.call @warp_run_end(%items, %run_length) : (index, index) -> index
 
     scf.for %item = %items_begin to %items_end step %c1 {
       %i = arith.divui %item, %pieces : index

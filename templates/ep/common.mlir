@@ -47,6 +47,29 @@ ep.constant @meeting_combine = 1 : index
 ep.constant @meeting_forward = 2 : index           // internode v2: every rank of the node has forwarded
 ep.constant @meetings = 3 : index
 
+// ceil(a / b), b > 0.
+func.func private @ceil_div(%a: index, %b: index) -> index {
+  %c1 = arith.constant 1 : index
+  %span = arith.addi %a, %b : index
+  %span_1 = arith.subi %span, %c1 : index
+  %quotient = arith.divui %span_1, %b : index
+  return %quotient : index
+}
+// A row's 128-element blocks.
+func.func private @row_blocks() -> index {
+  %c128 = arith.constant 128 : index
+  %hidden = ep.param_value @hidden : index
+  %blocks = func.call @ceil_div(%hidden, %c128) : (index, index) -> index
+  return %blocks : index
+}
+// The most pieces a row takes: pieces of at least two blocks.
+func.func private @most_row_pieces() -> index {
+  %c2 = arith.constant 2 : index
+  %blocks = func.call @row_blocks() : () -> index
+  %most = func.call @ceil_div(%blocks, %c2) : (index, index) -> index
+  return %most : index
+}
+
 // How a kernel that sums rows cuts them into work items (token, piece): as
 // many pieces per token as the grid has warps per token, so a small call
 // still spreads over the whole grid, and one piece per token once tokens
@@ -54,37 +77,65 @@ ep.constant @meetings = 3 : index
 // start one) and at least 256 elements (a 16-byte load for every lane of a
 // wave32 warp). @row_piece_blocks gives a piece's 128-element blocks (a
 // caller multiplies by 128 where it indexes, so the compiler sees whole
-// 16-byte chunks), @pieces_per_row how many pieces a row of `hidden` takes.
-func.func private @row_piece_blocks(%tokens: index) -> index {
+// 16-byte chunks), @row_pieces how many pieces a row of `hidden` takes.
+//
+// A small call (@small_row_plan: at most warps / @most_row_pieces tokens)
+// takes the most pieces, constants of the specialization, so its plan has no
+// division: it is computed after a meeting or after a dependent load, where
+// each run-time division (a dozen dependent instructions on sm90) lengthens
+// the call. Both functions branch on the token count itself: a branch on the
+// piece size would fold back into one division (the compiler sees that the
+// constant is that division's value at the constant).
+//
+// Small: busy * most <= warps, which is most <= warps / busy.
+func.func private @small_row_plan(%tokens: index) -> i1 {
   %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
-  %c127 = arith.constant 127 : index
-  %c128 = arith.constant 128 : index
-  %hidden = ep.param_value @hidden : index
   %warps = ep.global_warp_count : index
+  %most = func.call @most_row_pieces() : () -> index
   %none = arith.cmpi ult, %tokens, %c1 : index
   %busy = arith.select %none, %c1, %tokens : index
-  %wanted = arith.divui %warps, %busy : index
-  %padded = arith.addi %hidden, %c127 : index
-  %blocks = arith.divui %padded, %c128 : index
-  %blocks_1 = arith.addi %blocks, %c1 : index
-  %most = arith.divui %blocks_1, %c2 : index
-  %over = arith.cmpi ugt, %wanted, %most : index
-  %capped = arith.select %over, %most, %wanted : index
-  %zero_parts = arith.cmpi ult, %capped, %c1 : index
-  %parts = arith.select %zero_parts, %c1, %capped : index
-  %spread = arith.addi %blocks, %parts : index
-  %spread_1 = arith.subi %spread, %c1 : index
-  %piece_blocks = arith.divui %spread_1, %parts : index
+  %wanted_most = arith.muli %busy, %most : index
+  %small = arith.cmpi ule, %wanted_most, %warps : index
+  return %small : i1
+}
+func.func private @row_piece_blocks(%tokens: index) -> index {
+  %c1 = arith.constant 1 : index
+  %blocks = func.call @row_blocks() : () -> index
+  %small = func.call @small_row_plan(%tokens) : (index) -> i1
+  %piece_blocks = scf.if %small -> (index) {
+    %most = func.call @most_row_pieces() : () -> index
+    %fewest = func.call @ceil_div(%blocks, %most) : (index, index) -> index
+    scf.yield %fewest : index
+  } else {
+    // Fewer than the most pieces, at least one.
+    %warps = ep.global_warp_count : index
+    %none = arith.cmpi ult, %tokens, %c1 : index
+    %busy = arith.select %none, %c1, %tokens : index
+    %wanted = arith.divui %warps, %busy : index
+    %zero_parts = arith.cmpi ult, %wanted, %c1 : index
+    %parts = arith.select %zero_parts, %c1, %wanted : index
+    %blocks_per_part = func.call @ceil_div(%blocks, %parts) : (index, index) -> index
+    scf.yield %blocks_per_part : index
+  }
   return %piece_blocks : index
 }
-
-func.func private @pieces_per_row(%piece: index) -> index {
-  %c1 = arith.constant 1 : index
-  %hidden = ep.param_value @hidden : index
-  %span = arith.addi %hidden, %piece : index
-  %span_1 = arith.subi %span, %c1 : index
-  %pieces = arith.divui %span_1, %piece : index
+// The pieces of a row cut into pieces of `piece_blocks` (@row_piece_blocks
+// of the same `tokens`).
+func.func private @row_pieces(%tokens: index, %piece_blocks: index) -> index {
+  %c128 = arith.constant 128 : index
+  %small = func.call @small_row_plan(%tokens) : (index) -> i1
+  %pieces = scf.if %small -> (index) {
+    %most = func.call @most_row_pieces() : () -> index
+    %blocks = func.call @row_blocks() : () -> index
+    %fewest = func.call @ceil_div(%blocks, %most) : (index, index) -> index
+    %count = func.call @ceil_div(%blocks, %fewest) : (index, index) -> index
+    scf.yield %count : index
+  } else {
+    %hidden = ep.param_value @hidden : index
+    %piece = arith.muli %piece_blocks, %c128 : index
+    %count = func.call @ceil_div(%hidden, %piece) : (index, index) -> index
+    scf.yield %count : index
+  }
   return %pieces : index
 }
 
@@ -103,27 +154,33 @@ func.func private @block_major_warp_index() -> index {
 }
 
 // The calling warp's run of [0, count) when the grid's warps split it into
-// contiguous runs of ceil(count / warps): [warp_run, warp_run_end).
+// contiguous runs of `length` = @warp_run_length(count) = ceil(count /
+// warps): [warp_run, warp_run_end). A count the grid covers (a small call's,
+// computed after a dependent load) is one item per warp, with no division.
 func.func private @warp_run_length(%count: index) -> index {
   %c1 = arith.constant 1 : index
   %warps = ep.global_warp_count : index
-  %span = arith.addi %count, %warps : index
-  %span_1 = arith.subi %span, %c1 : index
-  %length = arith.divui %span_1, %warps : index
+  %covered = arith.cmpi ule, %count, %warps : index
+  %length = scf.if %covered -> (index) {
+    %some = arith.cmpi uge, %count, %c1 : index
+    %at_most_one = arith.select %some, %c1, %count : index
+    scf.yield %at_most_one : index
+  } else {
+    %runs = func.call @ceil_div(%count, %warps) : (index, index) -> index
+    scf.yield %runs : index
+  }
   return %length : index
 }
-func.func private @warp_run(%count: index) -> index {
+func.func private @warp_run(%count: index, %length: index) -> index {
   %warp = ep.global_warp_index : index
-  %length = func.call @warp_run_length(%count) : (index) -> index
   %begin = arith.muli %warp, %length : index
   %past = arith.cmpi ugt, %begin, %count : index
   %clipped = arith.select %past, %count, %begin : index
   return %clipped : index
 }
-func.func private @warp_run_end(%count: index) -> index {
+func.func private @warp_run_end(%count: index, %length: index) -> index {
   %c1 = arith.constant 1 : index
   %warp = ep.global_warp_index : index
-  %length = func.call @warp_run_length(%count) : (index) -> index
   %next = arith.addi %warp, %c1 : index
   %end = arith.muli %next, %length : index
   %past = arith.cmpi ugt, %end, %count : index

@@ -437,7 +437,7 @@ ep.kernel @ep_internode_sum(%output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out
     %stride = ep.global_warp_count : index
     %chunk_blocks = func.call @row_piece_blocks(%tokens) : (index) -> index
     %chunk = arith.muli %chunk_blocks, %c128 : index
-    %chunks = func.call @pieces_per_row(%chunk) : (index) -> index
+    %chunks = func.call @row_pieces(%tokens, %chunk_blocks) : (index, index) -> index
     %items = arith.muli %tokens, %chunks : index
     scf.for %item = %first to %items step %stride {
       %token = arith.divui %item, %chunks : index

@@ -115,7 +115,7 @@ ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<bf
   %c128 = arith.constant 128 : index
   %chunk_blocks = func.call @row_piece_blocks(%total) : (index) -> index
   %chunk = arith.muli %chunk_blocks, %c128 : index
-  %chunks = func.call @pieces_per_row(%chunk) : (index) -> index
+  %chunks = func.call @row_pieces(%total, %chunk_blocks) : (index, index) -> index
   %items = arith.muli %total, %chunks : index
   scf.for %item = %first to %items step %stride {
     %i = arith.divui %item, %chunks : index
