@@ -146,7 +146,8 @@ if [[ ${AB:-0} == 1 || ${AB_HOST:-0} == 1 ]]; then
   ./epjit-warm-before --import sm90-before.bundle --cache-dir /tmp/cache-before --json > /dev/null || exit 1
 fi
 # AB=1: each kernel's own time on the GPU (ncu medians), two passes, at EP1
-# and 1 / 8 / 128 / 8192 tokens. AB_FLAGS: more epjit-bench flags, several
+# and 1 / 8 / 128 / 8192 tokens (AB_TOKENS: other counts, the last 8192: the
+# bundle holds the kernels of that max_tokens). AB_FLAGS: more epjit-bench flags, several
 # sets separated by ';' (e.g. "; --combine-mode scatter"), each a case of its
 # own (logs ncu-cN-SIDE-PASS.txt).
 if [[ ${AB:-0} == 1 ]]; then
@@ -157,7 +158,7 @@ if [[ ${AB:-0} == 1 ]]; then
       for side in before after; do
         EPJIT_CACHE_DIR=$(side_cache $side) timeout 200 ncu --cache-control none --clock-control none -k regex:ep_ \
           --metrics gpu__time_duration.sum $(side_bench $side) --target sm90 --device cuda --ranks-as processes \
-          --world 1 --hidden 7168 --topk 8 --experts-per-rank 256 --tokens 1,8,128,8192 --dtype bf16 --iters 20 \
+          --world 1 --hidden 7168 --topk 8 --experts-per-rank 256 --tokens ${AB_TOKENS:-1,8,128,8192} --dtype bf16 --iters 20 \
           --warmup 3 ${cases[$n]} 2>&1 | grep -E "^  ep_|gpu__time|error" > "$logs/ncu-c$n-$side-$pass.txt"
         echo "case $n (${cases[$n]}), $side, pass $pass: $(grep -c gpu__time "$logs/ncu-c$n-$side-$pass.txt") kernels timed"
       done

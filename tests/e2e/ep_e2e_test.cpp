@@ -100,6 +100,12 @@ std::vector<EpCase> matrix() {
   add({.name = "tiny_scatter_pieces_blockwise_gfx950_w2_processes", .target = "host-gfx950", .ranks = Ranks::Processes,
        .hidden = 1000, .mode = scatter, .quant = QuantType::Fp8Blockwise, .routing = RoutingKind::Masked,
        .calls = tiny, .warps_per_block = 3, .combine_blocks = 5});
+  // std-MoE's pack of a small call (no more received top-k entries than
+  // warps: 27 here) takes a warp per entry; the 37-token call a warp per token.
+  add({.name = "tiny_std_moe_by_entry_w2", .calls = tiny, .std_moe = true, .dispatch_blocks = 9,
+       .warps_per_block = 3});
+  add({.name = "tiny_std_moe_by_entry_repeats_scatter_w3", .world = 3, .mode = scatter, .routing = RoutingKind::Repeats,
+       .calls = tiny, .std_moe = true, .dispatch_blocks = 9, .warps_per_block = 3});
   add({.name = "no_tokens_w2", .calls = {0, 0}});
   add({.name = "no_combine_weights_w2", .weights = false});
   add({.name = "zero_copy_gather_w4", .world = 4, .zero_copy = true});
