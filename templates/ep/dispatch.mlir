@@ -218,7 +218,9 @@ func.func private @send_tokens_reserved(%input: !ep.ptr<i32>, %weights: !ep.ptr<
   %topk = ep.param_value @topk : index
   %world = ep.param_value @world : index
   %capacity = ep.param_value @capacity : index
-  %first = ep.global_warp_index : index
+  // Warps counted block by block: a call of fewer tokens than warps copies
+  // on every SM, not on the first tokens / warps-per-block of them.
+  %first = func.call @block_major_warp_index() : () -> index
   %stride = ep.global_warp_count : index
   scf.for %token = %first to %tokens step %stride {
     func.call @check_token(%indices, %route, %token, %w, %rank, %forwarding)
