@@ -93,7 +93,9 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
   %direct = arith.cmpi eq, %quant, %c1 : index
   %padded = arith.addi %hidden, %c127 : index
   %blocks = arith.divui %padded, %c128 : index
-  %first = ep.global_warp_index : index
+  // Warps counted block by block: a call of fewer items than warps reads
+  // its rows on every SM, not on the first items / warps-per-block of them.
+  %first = func.call @block_major_warp_index() : () -> index
   %stride = ep.global_warp_count : index
   // A piece's elements, a multiple of 128 where it is computed, so the
   // sums' offsets are known to be whole 16-byte chunks (vector accesses).
