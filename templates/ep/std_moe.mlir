@@ -149,7 +149,8 @@ ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<bf
   %total = arith.index_cast %total_i32 : i32 to index
   %indices = ep.peer_ptr %w[%rank] @recv_indices[%c0] : !ep.ptr<i32>
   %slots = ep.peer_ptr %w[%rank] @moe_slots[%c0] : !ep.ptr<i32>
-  %first = ep.global_warp_index : index
+  // Items on warps counted block by block, as combine's sums.
+  %first = func.call @block_major_warp_index() : () -> index
   %stride = ep.global_warp_count : index
   %c128 = arith.constant 128 : index
   %chunk_blocks = func.call @row_piece_blocks(%total) : (index) -> index
