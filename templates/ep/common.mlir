@@ -98,13 +98,19 @@ func.func private @small_row_plan(%tokens: index) -> i1 {
   %small = arith.cmpi ule, %wanted_most, %warps : index
   return %small : i1
 }
+// A small call's piece: the most pieces' blocks.
+func.func private @small_piece_blocks() -> index {
+  %blocks = func.call @row_blocks() : () -> index
+  %most = func.call @most_row_pieces() : () -> index
+  %fewest = func.call @ceil_div(%blocks, %most) : (index, index) -> index
+  return %fewest : index
+}
 func.func private @row_piece_blocks(%tokens: index) -> index {
   %c1 = arith.constant 1 : index
   %blocks = func.call @row_blocks() : () -> index
   %small = func.call @small_row_plan(%tokens) : (index) -> i1
   %piece_blocks = scf.if %small -> (index) {
-    %most = func.call @most_row_pieces() : () -> index
-    %fewest = func.call @ceil_div(%blocks, %most) : (index, index) -> index
+    %fewest = func.call @small_piece_blocks() : () -> index
     scf.yield %fewest : index
   } else {
     // Fewer than the most pieces, at least one.
@@ -125,9 +131,8 @@ func.func private @row_pieces(%tokens: index, %piece_blocks: index) -> index {
   %c128 = arith.constant 128 : index
   %small = func.call @small_row_plan(%tokens) : (index) -> i1
   %pieces = scf.if %small -> (index) {
-    %most = func.call @most_row_pieces() : () -> index
     %blocks = func.call @row_blocks() : () -> index
-    %fewest = func.call @ceil_div(%blocks, %most) : (index, index) -> index
+    %fewest = func.call @small_piece_blocks() : () -> index
     %count = func.call @ceil_div(%blocks, %fewest) : (index, index) -> index
     scf.yield %count : index
   } else {
