@@ -79,7 +79,6 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
                                      %weighted: i1) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
-  %c127 = arith.constant 127 : index
   %c128 = arith.constant 128 : index
   %c0_i32 = arith.constant 0 : i32
   %hidden = ep.param_value @hidden : index
@@ -91,8 +90,7 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
   %gather = arith.cmpi eq, %mode, %c0 : index
   %plain = arith.cmpi eq, %quant, %c0 : index
   %direct = arith.cmpi eq, %quant, %c1 : index
-  %padded = arith.addi %hidden, %c127 : index
-  %blocks = arith.divui %padded, %c128 : index
+  %blocks = func.call @row_blocks() : () -> index
   // Warps counted block by block: a call of fewer items than warps reads
   // its rows on every SM, not on the first items / warps-per-block of them.
   %first = func.call @block_major_warp_index() : () -> index

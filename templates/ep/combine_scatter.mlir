@@ -53,7 +53,6 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
   scf.if %answered {
     %c1 = arith.constant 1 : index
     %c2 = arith.constant 2 : index
-    %c127 = arith.constant 127 : index
     %c128 = arith.constant 128 : index
     %true = arith.constant true
     %hidden = ep.param_value @hidden : index
@@ -61,8 +60,7 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
     %max_tokens = ep.param_value @max_tokens : index
     %arrivals = ep.constant_value @state_combine_arrivals : index
     %combine_meeting = ep.constant_value @meeting_combine : index
-    %padded = arith.addi %hidden, %c127 : index
-    %blocks = arith.divui %padded, %c128 : index
+    %blocks = func.call @row_blocks() : () -> index
     %weighted = arith.cmpi ne, %has_weights, %c0 : index
     %total = arith.index_cast %total_i32 : i32 to index
     %origins = ep.peer_ptr %w[%rank] @recv_origin[%c0] : !ep.ptr<i32>
