@@ -112,6 +112,9 @@ void addStagePasses(PassManager& pm, Stage stage, const CompileOptions& options)
       pm.addPass(createEpLowerWarpOps());
       pm.addPass(createCanonicalizerPass());
       pm.addPass(createCSEPass());
+      // Helpers whose calls folded away with a specialization's constants
+      // (a std-MoE unpack in a module without std-MoE) are not emitted.
+      pm.addPass(createSymbolDCEPass());
       break;
     case Stage::ToEmitC: pm.addPass(createEpToEmitC()); break;
     case Stage::Template:

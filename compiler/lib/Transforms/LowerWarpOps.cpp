@@ -32,8 +32,10 @@ constexpr int64_t kConvertChunk = 8;
 int64_t elementBytes(Type type) { return std::max<int64_t>(1, type.getIntOrFloatBitWidth() / 8); }
 
 // True when `value` is provably a multiple of `m` (constants, products with a
-// multiple, sums of multiples), which makes chunk accesses 16-byte aligned
-// given 16-byte aligned base pointers (the kernel argument contract).
+// multiple, sums and differences of multiples), which makes chunk accesses
+// 16-byte aligned given 16-byte aligned base pointers (the kernel argument
+// contract). Differences matter because canonicalization writes
+// (x ^ 1) * c as c - x * c.
 bool isKnownMultipleOf(Value value, int64_t m) {
   if (m <= 1) return true;
   if (auto constant = value.getDefiningOp<arith::ConstantOp>()) {
@@ -44,6 +46,8 @@ bool isKnownMultipleOf(Value value, int64_t m) {
     return isKnownMultipleOf(mul.getLhs(), m) || isKnownMultipleOf(mul.getRhs(), m);
   if (auto add = value.getDefiningOp<arith::AddIOp>())
     return isKnownMultipleOf(add.getLhs(), m) && isKnownMultipleOf(add.getRhs(), m);
+  if (auto sub = value.getDefiningOp<arith::SubIOp>())
+    return isKnownMultipleOf(sub.getLhs(), m) && isKnownMultipleOf(sub.getRhs(), m);
   // The induction variable of a loop whose start and step are multiples.
   if (auto loop = scf::getForInductionVarOwner(value))
     return isKnownMultipleOf(loop.getLowerBound(), m) && isKnownMultipleOf(loop.getStep(), m);

@@ -139,6 +139,22 @@ func.func @copy_row(%x: !ep.ptr<bf16>, %y: !ep.ptr<bf16>, %t: index) {
   return
 }
 
+// A difference of multiples is a multiple (the std-MoE pack's other counts
+// buffer, c - parity * c); a difference with an unknown term is not.
+// CHECK-LABEL: func.func @copy_difference
+// CHECK: ep.lane.copy_chunks {{.*}}aligned = true
+// CHECK: ep.lane.copy_chunks {{.*}}aligned = false
+func.func @copy_difference(%x: !ep.ptr<i32>, %parity: index, %n: index) {
+  %c32 = arith.constant 32 : index
+  %c64 = arith.constant 64 : index
+  %counting = arith.muli %parity, %c32 : index
+  %other = arith.subi %c32, %counting : index
+  ep.warp.copy_row %x[%c64], %x[%other], %c32 : !ep.ptr<i32> -> !ep.ptr<i32>
+  %unknown = arith.subi %c32, %n : index
+  ep.warp.copy_row %x[%c64], %x[%unknown], %c32 : !ep.ptr<i32> -> !ep.ptr<i32>
+  return
+}
+
 // Unaligned offsets keep the element-wise path.
 // CHECK-LABEL: func.func @copy_unaligned
 // CHECK: ep.lane.copy_chunks {{.*}}aligned = false
