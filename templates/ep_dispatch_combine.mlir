@@ -3,10 +3,11 @@
 //   ep/common           parameters, named constants, the window's regions
 //   ep/sync             how ranks meet (arrive, wait), routing helpers
 //   ep/dispatch         ep_dispatch
+//   ep/std_moe          ep_std_moe_pack, ep_std_moe_unpack (before the combines:
+//                       gather combine unpacks std-MoE rows with its functions)
 //   ep/combine          the sum gather and scatter share
 //   ep/combine_gather   ep_combine_gather
 //   ep/combine_scatter  ep_combine_scatter
-//   ep/std_moe          ep_std_moe_pack, ep_std_moe_unpack
 //   ep/counts           ep_count_experts (received tokens per local expert, on the device)
 //   ep/internode        ep_internode_ingest, ep_internode_return_pack, ep_internode_return_unpack
 //                       (v2_ll; included by ep/dispatch, whose last block seals the outboxes)
@@ -21,8 +22,8 @@
 // runtime binds (kernels and their parameters, the window, the constants) is
 // the module's interface record: `epjit-compile --emit interface` prints it.
 ep.include "ep/dispatch"
+ep.include "ep/std_moe"
 ep.include "ep/combine_gather"
 ep.include "ep/combine_scatter"
-ep.include "ep/std_moe"
 ep.include "ep/counts"
 ep.include "ep/internode_v2"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -351,7 +352,11 @@ struct EpDispatchCombineOp::Impl {
       moe_tokens = allocate_zeroed(rows * size_t(config.hidden_dim) * 2);
       moe_counts = allocate_zeroed(size_t(config.num_experts_per_rank) * 4);
       moe_sources = allocate_zeroed(rows * 4);
-      moe_combine_in = allocate_zeroed(size_t(config.total_recv_tokens()) * size_t(config.hidden_dim) * 2);
+      // Gather combine reads its input from the window's combine rows, so the
+      // unpack writes there (combine_input()) and the combine copies nothing;
+      // scatter sends from any buffer, this one.
+      if (config.combine_mode == CombineMode::Scatter)
+        moe_combine_in = allocate_zeroed(size_t(config.total_recv_tokens()) * size_t(config.hidden_dim) * 2);
     }
     write_peer_timeout();
     comm.barrier();  // every rank's window exists before any kernel touches a peer's
@@ -508,7 +513,10 @@ struct EpDispatchCombineOp::Impl {
     return result;
   }
 
-  CombineResult launch_combine(const char* call, const TensorRef& input, const std::optional<TensorRef>& weights) {
+  // expert_out (std-MoE, intranode gather): the combine kernel first unpacks
+  // the standard-MoE layout into its staged rows, which `input` then is.
+  CombineResult launch_combine(const char* call, const TensorRef& input, const std::optional<TensorRef>& weights,
+                               const void* expert_out = nullptr) {
     require_open(call);
     require_working_transport(call);
     if (dispatched_tokens < 0)
@@ -544,7 +552,8 @@ struct EpDispatchCombineOp::Impl {
           .set("rank", config.rank)
           .set("has_weights", weighted)
           .set("w", window_table);
-      if (!scatter) args.set("staged", staged);
+      if (!scatter)
+        args.set("staged", staged).set("expert_out", expert_out).set("unpacks", expert_out != nullptr);
       device.launch(kernel, grid, args.build(), *stream);
     }
     dispatched_tokens = -1;
@@ -657,18 +666,33 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
   if (op.dispatched_tokens < 0)
     throw Error("std_moe_combine without a dispatch before it", "dispatch, std_moe_pack, std_moe_combine",
                 "call dispatch() and std_moe_pack() first");
+  void* unpacked = op.moe_combine_in ? op.moe_combine_in : op.local(op.window.combine_rows);
+  const TensorRef combine_in{unpacked, DType::BF16, {op.capacity(), op.config.hidden_dim}};
+  // Intranode gather combine unpacks in its own kernel, into its staged rows.
+  // Internode, the rows leave the node before the combine kernel runs, and
+  // scatter sends them from its input: both need them unpacked first.
+  if (op.config.combine_mode == CombineMode::Gather && !op.internode) {
+    const auto* out_begin = static_cast<const std::byte*>(expert_out.data);
+    const auto* rows_begin = static_cast<const std::byte*>(unpacked);
+    const size_t out_bytes = size_t(experts) * size_t(rows) * size_t(op.config.hidden_dim) * 2;
+    const size_t rows_bytes = size_t(op.capacity()) * size_t(op.config.hidden_dim) * 2;
+    if (out_begin < rows_begin + rows_bytes && rows_begin < out_begin + out_bytes)
+      throw Error("std_moe_combine: expert_out overlaps combine_input(), the rows it unpacks into (they would be "
+                  "overwritten while read)",
+                  "expert outputs in a buffer of their own", "write the experts' outputs to another tensor");
+    return op.launch_combine("std_moe_combine", combine_in, weights, expert_out.data);
+  }
   const ScheduleEntry geometry = op.geometry_for(op.dispatched_tokens);
   const Kernel& kernel = *op.kernels.std_moe_unpack;
   op.device.launch(kernel, {uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)},
                    LaunchArgs(kernel)
                        .set("expert_out", expert_out.data)
-                       .set("combine_in", op.moe_combine_in)
+                       .set("combine_in", unpacked)
                        .set("rank", op.config.rank)
                        .set("w", op.window_table)
                        .build(),
                    *op.stream);
-  return op.launch_combine("std_moe_combine",
-                           {op.moe_combine_in, DType::BF16, {op.capacity(), op.config.hidden_dim}}, weights);
+  return op.launch_combine("std_moe_combine", combine_in, weights);
 }
 
 std::vector<int> EpDispatchCombineOp::local_expert_counts(ExpertCountRule rule) {

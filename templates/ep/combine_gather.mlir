@@ -4,14 +4,19 @@
 ep.include "ep/common"
 ep.include "ep/sync"
 ep.include "ep/combine"
+ep.include "ep/std_moe"
 
 // staged != 0: the expert outputs were written into @combine_rows in place
 // (EpDispatchCombineOp::combine_input()), so only the weights are copied.
+// unpacks != 0 (std-MoE, intranode): they are first summed here from the
+// standard-MoE layout's `expert_out` into @combine_rows (@unpack_received),
+// and staged is set. One kernel instead of an unpack kernel and this one: a
+// launch less per std-MoE combine.
 ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,
                              %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                              %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
-                             %staged: index, %w: !ep.window) warps_per_block(4)
-    when(@combine_mode eq "gather") {
+                             %staged: index, %expert_out: !ep.ptr<bf16>, %unpacks: index, %w: !ep.window)
+    warps_per_block(4) when(@combine_mode eq "gather") {
   // The epoch and the received count are read before the stopped check, all three loads in flight at once.
   %c0 = arith.constant 0 : index
   %epoch_word = ep.constant_value @state_epoch : index
@@ -34,6 +39,12 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
     %first_row = arith.muli %first_slot, %topk : index
     ep.prefetch %in_weights[%first_row] : !ep.ptr<f32>
   }
+  %std_moe = ep.param_value @std_moe : i1
+  %unpack_asked = arith.cmpi ne, %unpacks, %c0 : index
+  %unpacking = arith.andi %std_moe, %unpack_asked : i1
+  scf.if %unpacking {
+    func.call @prefetch_unpack_entries(%w, %rank) : (!ep.window, index) -> ()
+  }
   scf.if %answered {
     %hidden = ep.param_value @hidden : index
     %arrivals = ep.constant_value @state_combine_arrivals : index
@@ -41,6 +52,11 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
     %total = arith.index_cast %total_i32 : i32 to index
     %stride = ep.global_warp_count : index
 
+    scf.if %unpacking {
+      %received = ep.peer_ptr %w[%rank] @combine_rows[%c0] : !ep.ptr<!ep.row_elem<"combine_elem">>
+      func.call @unpack_received(%expert_out, %received, %w, %rank, %total)
+          : (!ep.ptr<bf16>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.window, index, index) -> ()
+    }
     %copy_rows = arith.cmpi eq, %staged, %c0 : index
     scf.for %i = %first_slot to %total step %stride {
       %at = arith.muli %i, %hidden : index

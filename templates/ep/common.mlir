@@ -29,6 +29,7 @@ ep.constant @state_peer_timeout_ms = 7 : index     // how long a wait for a peer
 ep.constant @state_stopped = 8 : index             // nonzero: a dispatch's peer wait timed out; kernels do nothing until reset()
 ep.constant @state_node_recv = 9 : index           // of state_total_recv, the tokens that came from this rank's node
 ep.constant @state_forward_arrivals = 10 : index   // blocks of this rank done forwarding (internode v2)
+ep.constant @state_moe_packs = 11 : index          // std-MoE packs so far; the low bit picks @moe_counts' buffer
 ep.constant @state_words = 16 : index
 
 // What a kernel writes into state_error (EpDispatchCombineOp::check() names them).
@@ -329,17 +330,18 @@ ep.window_region @scatter_weights : f32 {
   %count = arith.select %scatter, %weights, %c0 : index
   ep.yield %count : index
 }
-// Standard MoE: the per-expert counts being taken (local), then as many
-// words that are never written: the zeros the pack's last warp copies over
-// the counts to clear them (one lane-parallel copy, not a word at a time).
-// And the packed position of each received (token, k).
+// Standard MoE: two buffers of per-expert counts (local), a pack counting
+// in one while it clears the other for the next pack (state_moe_packs'
+// low bit picks), then as many words that are never written: the zeros it
+// copies over the other buffer (one lane-parallel copy, not a word at a
+// time). And the packed position of each received (token, k).
 ep.window_region @moe_counts : i32 {
   %c0 = arith.constant 0 : index
-  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
   %std_moe = ep.param_value @std_moe : i1
   %experts = ep.param_value @experts_per_rank : index
-  %twice = arith.muli %experts, %c2 : index
-  %count = arith.select %std_moe, %twice, %c0 : index
+  %thrice = arith.muli %experts, %c3 : index
+  %count = arith.select %std_moe, %thrice, %c0 : index
   ep.yield %count : index
 }
 ep.window_region @moe_slots : i32 {

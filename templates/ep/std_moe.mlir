@@ -5,11 +5,13 @@ ep.include "ep/common"
 ep.include "ep/sync"
 
 // The packed row of received token `i`'s top-k entry `j` (entries from
-// `row` = i * topk): its local expert's next free row, taken here (with the
-// token's slot as its source and the position in moe_slots), or -1 when the
-// entry names another rank's expert or an expert an earlier entry named.
-func.func private @take_packed_row(%indices: !ep.ptr<i32>, %moe_counts: !ep.ptr<i32>, %sources: !ep.ptr<i32>,
-                                   %slots: !ep.ptr<i32>, %i: index, %row: index, %j: index, %rank: index) -> index {
+// `row` = i * topk), whose expert is `expert_i32`: its local expert's next
+// free row, counted in `moe_counts` and taken here (with the token's slot as
+// its source and the position in moe_slots), or -1 when the entry names
+// another rank's expert or an expert an earlier entry named.
+func.func private @take_packed_row(%expert_i32: i32, %indices: !ep.ptr<i32>, %moe_counts: !ep.ptr<i32>,
+                                   %sources: !ep.ptr<i32>, %slots: !ep.ptr<i32>, %i: index, %row: index, %j: index,
+                                   %rank: index) -> index {
   %one = arith.constant 1 : i32
   %none = arith.constant -1 : index
   %true = arith.constant true
@@ -18,7 +20,6 @@ func.func private @take_packed_row(%indices: !ep.ptr<i32>, %moe_counts: !ep.ptr<
   %max_tokens = ep.param_value @max_tokens : index
   %rows_per_expert = arith.muli %world, %max_tokens : index
   %at = arith.addi %row, %j : index
-  %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
   %expert = arith.index_cast %expert_i32 : i32 to index
   %owner = arith.divui %expert, %epr : index
   %here = arith.cmpi eq, %owner, %rank : index
@@ -48,22 +49,29 @@ func.func private @take_packed_row(%indices: !ep.ptr<i32>, %moe_counts: !ep.ptr<
 
 // Standard MoE, out of dispatch: every received token once per local expert
 // it routes to, packed per expert in arrival order, with its receive slot as
-// the source map and the per-expert counts. The last warp publishes the
-// counts and clears them for the next call.
+// the source map and the per-expert counts. The counts are taken in one of
+// @moe_counts' two buffers while a warp clears the other for the next pack;
+// the last block publishes them. (Clearing the counted buffer after
+// publishing them was one more dependent round trip at the end of every
+// pack.)
 ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sources: !ep.ptr<i32>,
                            %rank: index, %w: !ep.window) warps_per_block(4)
     when(@std_moe) {
   %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
   %total_word = ep.constant_value @state_total_recv : index
+  %packs_word = ep.constant_value @state_moe_packs : index
   %arrivals = ep.constant_value @state_moe_arrivals : index
   %one = arith.constant 1 : i32
-  %zero = arith.constant 0 : i32
   %none = arith.constant -1 : index
   %hidden = ep.param_value @hidden : index
   %topk = ep.param_value @topk : index
   %epr = ep.param_value @experts_per_rank : index
+  %capacity = ep.param_value @capacity : index
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
   %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
+  %packs = ep.load %state[%packs_word] : !ep.ptr<i32>
   %total = arith.index_cast %total_i32 : i32 to index
   %indices = ep.peer_ptr %w[%rank] @recv_indices[%c0] : !ep.ptr<i32>
   %moe_counts = ep.peer_ptr %w[%rank] @moe_counts[%c0] : !ep.ptr<i32>
@@ -72,6 +80,31 @@ ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sourc
   // Warps counted block by block, so consecutive items copy on different SMs.
   %first = func.call @block_major_warp_index() : () -> index
   %stride = ep.global_warp_count : index
+  // A small call's warp copies entry `first`: its expert is read here, in
+  // flight with the state words (dispatch wrote the received indices before
+  // this kernel).
+  %index_words = arith.muli %capacity, %topk : index
+  %in_indices = arith.cmpi ult, %first, %index_words : index
+  %early_expert = scf.if %in_indices -> (i32) {
+    %expert = ep.load %indices[%first] : !ep.ptr<i32>
+    scf.yield %expert : i32
+  } else {
+    %no_expert = ep.constant_value @expert_none : i32
+    scf.yield %no_expert : i32
+  }
+  %parity_i32 = arith.andi %packs, %one : i32
+  %parity = arith.index_cast %parity_i32 : i32 to index
+  %counting_at = arith.muli %parity, %epr : index
+  %clearing_at = arith.subi %epr, %counting_at : index
+  %counting = ep.ptr_add %moe_counts, %counting_at : !ep.ptr<i32>
+  // The next pack's buffer, cleared on the grid's last warp (idle in a
+  // small call); the last pack published it, and this one does not use it.
+  %last_warp = arith.subi %stride, %c1 : index
+  %clears = arith.cmpi eq, %first, %last_warp : index
+  scf.if %clears {
+    %zeros_at = arith.muli %epr, %c2 : index
+    ep.warp.copy_row %moe_counts[%zeros_at], %moe_counts[%clearing_at], %epr : !ep.ptr<i32> -> !ep.ptr<i32>
+  }
   %entries = arith.muli %total, %topk : index
   %by_entry = arith.cmpi ule, %entries, %stride : index
   scf.if %by_entry {
@@ -83,8 +116,8 @@ ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sourc
       %i = arith.divui %first, %topk : index
       %j = arith.remui %first, %topk : index
       %row = arith.muli %i, %topk : index
-      %packed_row = func.call @take_packed_row(%indices, %moe_counts, %sources, %slots, %i, %row, %j, %rank)
-          : (!ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index, index) -> index
+      %packed_row = func.call @take_packed_row(%early_expert, %indices, %counting, %sources, %slots, %i, %row, %j, %rank)
+          : (i32, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index, index) -> index
       %live = arith.cmpi ne, %packed_row, %none : index
       scf.if %live {
         %token_at = arith.muli %i, %hidden : index
@@ -101,8 +134,10 @@ ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sourc
       %token_at = arith.muli %i, %hidden : index
       ep.warp.fanout_row %token[%token_at], %hidden, destinations(%topk) : !ep.ptr<bf16> {
       ^bb0(%j: index):
-        %packed_row = func.call @take_packed_row(%indices, %moe_counts, %sources, %slots, %i, %row, %j, %rank)
-            : (!ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index, index) -> index
+        %at = arith.addi %row, %j : index
+        %expert = ep.load %indices[%at] : !ep.ptr<i32>
+        %packed_row = func.call @take_packed_row(%expert, %indices, %counting, %sources, %slots, %i, %row, %j, %rank)
+            : (i32, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index, index) -> index
         %live = arith.cmpi ne, %packed_row, %none : index
         %row_or_first = arith.select %live, %packed_row, %c0 : index
         %packed_at = arith.muli %row_or_first, %hidden : index
@@ -111,48 +146,59 @@ ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sourc
       }
     }
   }
-  // The last warp publishes the counts and clears them for the next call.
-  ep.fence scope(agent) order(release)
-  %before = ep.atomic_rmw add %state[%arrivals], %one scope(agent) order(acq_rel) : !ep.ptr<i32>
-  %warps = ep.global_warp_count : index
-  %warps_i32 = arith.index_cast %warps : index to i32
-  %last_count = arith.subi %warps_i32, %one : i32
-  %last = arith.cmpi eq, %before, %last_count : i32
-  // Two lane-parallel copies: the counts out, then the zeros kept after them
-  // over them (a lane clears the words it has just read). A word at a time
-  // was a dependent round trip per expert: 50 us with 128 experts per rank.
+  // The last block publishes the counts (one lane-parallel copy) and hands
+  // the other buffer to the next pack, which this stream runs after it.
+  %last = func.call @last_block_to_arrive(%w, %rank, %arrivals) : (!ep.window, index, index) -> i1
   scf.if %last {
-    ep.atomic_store %zero, %state[%arrivals] scope(agent) order(relaxed) : !ep.ptr<i32>
+    %next_packs = arith.addi %packs, %one : i32
+    ep.store %next_packs, %state[%packs_word] : !ep.ptr<i32>
     ep.fence scope(agent) order(acquire)
-    ep.warp.copy_row %moe_counts[%c0], %counts[%c0], %epr : !ep.ptr<i32> -> !ep.ptr<i32>
-    ep.warp.copy_row %moe_counts[%epr], %moe_counts[%c0], %epr : !ep.ptr<i32> -> !ep.ptr<i32>
+    ep.warp.copy_row %counting[%c0], %counts[%c0], %epr : !ep.ptr<i32> -> !ep.ptr<i32>
   }
 }
 
-// Standard MoE, back into combine: each received token's row is the f32 sum
-// of its local experts' output rows (each expert once, in top-k order),
-// rounded once to bf16.
-ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<bf16>, %rank: index,
-                             %w: !ep.window) warps_per_block(4)
-    when(@std_moe) {
+// Standard MoE, back into combine: the token of this warp's first unpack
+// item under a small call's plan (its piece count a constant). Its indices
+// and packed positions start on their way while the received count comes
+// back. Only a hint: a larger call's first token is another, and nothing
+// here changes a result.
+func.func private @prefetch_unpack_entries(%w: !ep.window, %rank: index) {
   %c0 = arith.constant 0 : index
+  %topk = ep.param_value @topk : index
+  %capacity = ep.param_value @capacity : index
+  %indices = ep.peer_ptr %w[%rank] @recv_indices[%c0] : !ep.ptr<i32>
+  %slots = ep.peer_ptr %w[%rank] @moe_slots[%c0] : !ep.ptr<i32>
+  %first = func.call @block_major_warp_index() : () -> index
+  %most_pieces = func.call @most_row_pieces() : () -> index
+  %likely_token = arith.divui %first, %most_pieces : index
+  %token_exists = arith.cmpi ult, %likely_token, %capacity : index
+  scf.if %token_exists {
+    %likely_row = arith.muli %likely_token, %topk : index
+    ep.prefetch %indices[%likely_row] : !ep.ptr<i32>
+    ep.prefetch %slots[%likely_row] : !ep.ptr<i32>
+  }
+  return
+}
+
+// Each of the `total` received tokens' row of combine's input is the f32
+// sum of its local experts' output rows in `expert_out` (each expert once,
+// in top-k order), rounded once. Items are (token, piece) pairs on warps
+// counted block by block, as combine's sums.
+func.func private @unpack_received(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<!ep.row_elem<"combine_elem">>,
+                                   %w: !ep.window, %rank: index, %total: index) {
+  %c0 = arith.constant 0 : index
+  %c128 = arith.constant 128 : index
   %true = arith.constant true
-  %total_word = ep.constant_value @state_total_recv : index
   %hidden = ep.param_value @hidden : index
   %topk = ep.param_value @topk : index
   %epr = ep.param_value @experts_per_rank : index
   %world = ep.param_value @world : index
   %max_tokens = ep.param_value @max_tokens : index
   %rows_per_expert = arith.muli %world, %max_tokens : index
-  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
-  %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
-  %total = arith.index_cast %total_i32 : i32 to index
   %indices = ep.peer_ptr %w[%rank] @recv_indices[%c0] : !ep.ptr<i32>
   %slots = ep.peer_ptr %w[%rank] @moe_slots[%c0] : !ep.ptr<i32>
-  // Items on warps counted block by block, as combine's sums.
   %first = func.call @block_major_warp_index() : () -> index
   %stride = ep.global_warp_count : index
-  %c128 = arith.constant 128 : index
   %chunk_blocks = func.call @row_piece_blocks(%total) : (index) -> index
   %chunk = arith.muli %chunk_blocks, %c128 : index
   %chunks = func.call @row_pieces(%total, %chunk_blocks) : (index, index) -> index
@@ -168,7 +214,7 @@ ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<bf
     %n = arith.select %short, %left, %chunk : index
     %out_chunk = arith.addi %out_at, %c : index
     // Source j: the packed row of (token, k = j) when its expert is here and not a repeat.
-    ep.warp.sum_rows %combine_in[%out_chunk], %n, sources(%topk) : !ep.ptr<bf16> {
+    ep.warp.sum_rows %combine_in[%out_chunk], %n, sources(%topk) : !ep.ptr<!ep.row_elem<"combine_elem">> {
     ^bb0(%j: index):
       %at = arith.addi %row, %j : index
       %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
@@ -189,4 +235,21 @@ ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<bf
       ep.source %valid, %src : !ep.ptr<bf16>
     }
   }
+  return
+}
+
+// Standard MoE, back into combine's input (@unpack_received), for a combine
+// that does not unpack itself: scatter, and internode. (Intranode gather
+// combine unpacks in its own kernel, ep/combine_gather.)
+ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<!ep.row_elem<"combine_elem">>,
+                             %rank: index, %w: !ep.window) warps_per_block(4)
+    when(@std_moe) {
+  %c0 = arith.constant 0 : index
+  %total_word = ep.constant_value @state_total_recv : index
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
+  func.call @prefetch_unpack_entries(%w, %rank) : (!ep.window, index) -> ()
+  %total = arith.index_cast %total_i32 : i32 to index
+  func.call @unpack_received(%expert_out, %combine_in, %w, %rank, %total)
+      : (!ep.ptr<bf16>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.window, index, index) -> ()
 }

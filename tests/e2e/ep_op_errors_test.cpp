@@ -169,6 +169,33 @@ TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
   EXPECT_EQ(failures, "");
 }
 
+// Gather's std_moe_combine unpacks into combine_input()'s rows: expert
+// outputs kept there (one expert per rank makes the shapes fit) would be
+// overwritten while read, so they are refused; the op goes on.
+TEST(EpOpErrors, StdMoeExpertOutputsInTheCombineRowsAreRefused) {
+  EpCase c = smallCase();
+  c.topk = 1;
+  c.experts_per_rank = 1;
+  c.std_moe = true;
+  const std::string failures = runRanks(1, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
+                                                                             KernelCache& cache) {
+    std::string f;
+    EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+    Buffers b(comm.device());
+    auto [x, w, idx, y, yw, s] = b.pointers;
+    op.dispatch({x, DType::BF16, {3, 64}}, {w, DType::F32, {3, 1}}, std::nullopt, {idx, DType::I32, {3, 1}});
+    op.std_moe_pack();
+    const TensorRef in_place{op.combine_input().data, DType::BF16, {1, 8, 64}};
+    f += expectParts("expert outputs in the combine rows", thrown([&] { op.std_moe_combine(in_place); }),
+                     {"expert_out overlaps combine_input()", "another tensor"});
+    if (const std::string why = thrown([&] { op.std_moe_combine({y, DType::BF16, {1, 8, 64}}); }); !why.empty())
+      f += "std_moe_combine from a buffer of its own threw: " + why + "\n";
+    op.check();
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+}
+
 TEST(EpOpErrors, Fp8OfTheWrongFlavorIsRefused) {
   EpCase c = smallCase();
   c.target = "host-gfx942";
