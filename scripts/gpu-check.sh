@@ -36,8 +36,9 @@ for world in 1 2 4; do
   done
 done
 # EP1 on one GPU (EP1_MATRIX=1 in run.sh): the combines whose work is local
-# (std-MoE pack and unpack, scatter's sum) measured where no second GPU is lent.
-for flags in "--std-moe" "--combine-mode scatter" "--combine-mode scatter --quant fp8_direct_cast"; do
+# (std-MoE pack and unpack, gather's and scatter's, scatter's sum) measured where no second GPU is lent.
+for flags in "--std-moe" "--std-moe --combine-mode scatter" "--combine-mode scatter" \
+  "--combine-mode scatter --quant fp8_direct_cast"; do
   "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes $(bench_shape 1) \
     --dtype bf16 $flags --cache-dir "$out/warm"
 done
@@ -208,7 +209,8 @@ fi
 # EP1_MATRIX=1: gather, std-MoE and scatter at EP1 on this host's first GPU, then stop.
 if [[ ${EP1_MATRIX:-0} == 1 ]]; then
   n=0
-  for flags in "" "--std-moe" "--combine-mode scatter" "--combine-mode scatter --quant fp8_direct_cast"; do
+  for flags in "" "--std-moe" "--std-moe --combine-mode scatter" "--combine-mode scatter" \
+    "--combine-mode scatter --quant fp8_direct_cast"; do
     n=$((n + 1))
     CUDA_VISIBLE_DEVICES=0 timeout 100 ./epjit-bench --target sm90 --device cuda --ranks-as processes \
       $(cat bench-shape-1.txt) --dtype bf16 $flags --graph --iters 20 --warmup 3 --json "$logs/ep1-$n.json" \
