@@ -55,13 +55,21 @@ struct Buffers {
   void* pointers[6]{};
 };
 
-TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
-  const EpCase c = smallCase();
-  const std::string failures = runRanks(1, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
-                                                                             KernelCache& cache) {
-    std::string f;
+// What `body(op, comm, buffers)` reports on the one rank of case `c`, run on
+// a thread with an op of that case and fresh buffers.
+template <typename Body>
+std::string onOneRank(const EpCase& c, Body&& body) {
+  return runRanks(1, Ranks::Threads, testCache(), [&](int rank, Communicator& comm, KernelCache& cache) {
     EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
     Buffers b(comm.device());
+    return body(op, comm, b);
+  });
+}
+
+TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
+  const EpCase c = smallCase();
+  const std::string failures = onOneRank(c, [&](EpDispatchCombineOp& op, Communicator& comm, Buffers& b) {
+    std::string f;
     auto [x, w, idx, y, yw, s] = b.pointers;
     const TensorRef input{x, DType::BF16, {3, 64}}, weights{w, DType::F32, {3, 2}}, indices{idx, DType::I32, {3, 2}};
     f += expectParts("too many tokens",
@@ -177,11 +185,8 @@ TEST(EpOpErrors, StdMoeExpertOutputsInTheCombineRowsAreRefused) {
   c.topk = 1;
   c.experts_per_rank = 1;
   c.std_moe = true;
-  const std::string failures = runRanks(1, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
-                                                                             KernelCache& cache) {
+  const std::string failures = onOneRank(c, [&](EpDispatchCombineOp& op, Communicator&, Buffers& b) {
     std::string f;
-    EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
-    Buffers b(comm.device());
     auto [x, w, idx, y, yw, s] = b.pointers;
     op.dispatch({x, DType::BF16, {3, 64}}, {w, DType::F32, {3, 1}}, std::nullopt, {idx, DType::I32, {3, 1}});
     op.std_moe_pack();
@@ -200,10 +205,7 @@ TEST(EpOpErrors, Fp8OfTheWrongFlavorIsRefused) {
   EpCase c = smallCase();
   c.target = "host-gfx942";
   c.data_type = DataType::FP8;
-  const std::string failures = runRanks(1, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
-                                                                             KernelCache& cache) {
-    EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
-    Buffers b(comm.device());
+  const std::string failures = onOneRank(c, [&](EpDispatchCombineOp& op, Communicator&, Buffers& b) {
     return expectParts("fp8 flavor",
                        thrown([&] { op.dispatch({b.pointers[0], DType::FP8_E4M3FN, {1, 64}},
                                                 {b.pointers[1], DType::F32, {1, 2}}, std::nullopt,
