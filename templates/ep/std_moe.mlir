@@ -148,12 +148,17 @@ ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sourc
   }
   // The last block publishes the counts (one lane-parallel copy) and hands
   // the other buffer to the next pack, which this stream runs after it.
-  %last = func.call @last_block_to_arrive(%w, %rank, %arrivals) : (!ep.window, index, index) -> i1
-  scf.if %last {
-    %next_packs = arith.addi %packs, %one : i32
-    ep.store %next_packs, %state[%packs_word] : !ep.ptr<i32>
-    ep.fence scope(agent) order(acquire)
-    ep.warp.copy_row %counting[%c0], %counts[%c0], %epr : !ep.ptr<i32> -> !ep.ptr<i32>
+  ep.block_barrier
+  %warp = ep.warp_index : index
+  %lead = arith.cmpi eq, %warp, %c0 : index
+  scf.if %lead {
+    %last = func.call @count_block_arrival(%w, %rank, %arrivals) : (!ep.window, index, index) -> i1
+    scf.if %last {
+      %next_packs = arith.addi %packs, %one : i32
+      ep.store %next_packs, %state[%packs_word] : !ep.ptr<i32>
+      ep.fence scope(agent) order(acquire)
+      ep.warp.copy_row %counting[%c0], %counts[%c0], %epr : !ep.ptr<i32> -> !ep.ptr<i32>
+    }
   }
 }
 

@@ -32,63 +32,62 @@ func.func private @off_node(%rank: index, %peer: index) -> i1 {
   return %off : i1
 }
 
-// The calling block's arrival in this rank's count state[counter], once all
-// its warps are there: one warp per block counts the block with one acq_rel
-// atomic at agent scope (the block barrier puts its warps' writes before
-// it), and the last block resets the count for the next call. One atomic
-// per block, not per warp: every warp of a grid on one word is a queue of
-// a thousand atomics at sm90's small-call geometry. Returns true on the last
-// block's lead warp, which has acquired every block's writes.
-func.func private @last_block_to_arrive(%w: !ep.window, %rank: index, %counter: index) -> i1 {
+// A block's arrival in this rank's count state[counter], on the block's
+// lead warp once the block barrier put all its warps' writes before it: one
+// acq_rel atomic at agent scope per block (not per warp: every warp of a
+// grid on one word is a queue of a thousand atomics at sm90's small-call
+// geometry). The last block resets the count for the next call and gets
+// true, having acquired every block's writes.
+func.func private @count_block_arrival(%w: !ep.window, %rank: index, %counter: index) -> i1 {
   %c0 = arith.constant 0 : index
   %zero = arith.constant 0 : i32
   %one = arith.constant 1 : i32
-  %false = arith.constant false
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %before = ep.atomic_rmw add %state[%counter], %one scope(agent) order(acq_rel) : !ep.ptr<i32>
+  %blocks = ep.block_count : index
+  %blocks_i32 = arith.index_cast %blocks : index to i32
+  %last_count = arith.subi %blocks_i32, %one : i32
+  %is_last = arith.cmpi eq, %before, %last_count : i32
+  scf.if %is_last {
+    ep.atomic_store %zero, %state[%counter] scope(agent) order(relaxed) : !ep.ptr<i32>
+  }
+  return %is_last : i1
+}
+
+// The calling block's arrival at a cross-rank meeting, once all its warps
+// are there (@count_block_arrival in state[counter]); the last block, after
+// one system-scope release fence, raises this rank's flag
+// (signals[meeting * world + rank] = epoch) on every rank. Release is
+// cumulative: that fence orders every block's writes the last block's atomic
+// acquired, so only one block per meeting pays for a system-scope fence (it
+// was every block's costliest step: ncu's stall samples of a one-token
+// dispatch sat on its ERRBAR). Returns true on that one warp.
+func.func private @arrive(%w: !ep.window, %rank: index, %epoch: i32, %counter: index, %meeting: index) -> i1 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %false = arith.constant false
+  %world = ep.param_value @world : index
   ep.block_barrier
   %warp = ep.warp_index : index
   %lead = arith.cmpi eq, %warp, %c0 : index
   %last = scf.if %lead -> (i1) {
-    %before = ep.atomic_rmw add %state[%counter], %one scope(agent) order(acq_rel) : !ep.ptr<i32>
-    %blocks = ep.block_count : index
-    %blocks_i32 = arith.index_cast %blocks : index to i32
-    %last_count = arith.subi %blocks_i32, %one : i32
-    %is_last = arith.cmpi eq, %before, %last_count : i32
+    %is_last = func.call @count_block_arrival(%w, %rank, %counter) : (!ep.window, index, index) -> i1
     scf.if %is_last {
-      ep.atomic_store %zero, %state[%counter] scope(agent) order(relaxed) : !ep.ptr<i32>
+      %base = arith.muli %meeting, %world : index
+      %slot = arith.addi %base, %rank : index
+      // One release fence for all the flags (a fence, then relaxed stores, is
+      // a release of each), not a release store per peer.
+      ep.fence scope(system) order(release)
+      %node_first = func.call @node_first(%rank) : (index) -> index
+      %node_end = func.call @node_end(%rank) : (index) -> index
+      scf.for %peer = %node_first to %node_end step %c1 {
+        %flags = ep.peer_ptr %w[%peer] @signals[%c0] : !ep.ptr<i32>
+        ep.atomic_store %epoch, %flags[%slot] scope(system) order(relaxed) : !ep.ptr<i32>
+      }
     }
     scf.yield %is_last : i1
   } else {
     scf.yield %false : i1
-  }
-  return %last : i1
-}
-
-// The calling block's arrival at a cross-rank meeting (@last_block_to_arrive
-// in state[counter]): the last block, after one system-scope release fence,
-// raises this rank's flag (signals[meeting * world + rank] = epoch) on every
-// rank. Release is cumulative: that fence orders every block's writes the
-// last block's atomic acquired, so only one block per meeting pays for a
-// system-scope fence (it was every block's costliest step: ncu's stall
-// samples of a one-token dispatch sat on its ERRBAR). Returns true on that
-// one warp.
-func.func private @arrive(%w: !ep.window, %rank: index, %epoch: i32, %counter: index, %meeting: index) -> i1 {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %world = ep.param_value @world : index
-  %last = func.call @last_block_to_arrive(%w, %rank, %counter) : (!ep.window, index, index) -> i1
-  scf.if %last {
-    %base = arith.muli %meeting, %world : index
-    %slot = arith.addi %base, %rank : index
-    // One release fence for all the flags (a fence, then relaxed stores, is
-    // a release of each), not a release store per peer.
-    ep.fence scope(system) order(release)
-    %node_first = func.call @node_first(%rank) : (index) -> index
-    %node_end = func.call @node_end(%rank) : (index) -> index
-    scf.for %peer = %node_first to %node_end step %c1 {
-      %flags = ep.peer_ptr %w[%peer] @signals[%c0] : !ep.ptr<i32>
-      ep.atomic_store %epoch, %flags[%slot] scope(system) order(relaxed) : !ep.ptr<i32>
-    }
   }
   return %last : i1
 }
