@@ -352,10 +352,9 @@ struct EpDispatchCombineOp::Impl {
       moe_tokens = allocate_zeroed(rows * size_t(config.hidden_dim) * 2);
       moe_counts = allocate_zeroed(size_t(config.num_experts_per_rank) * 4);
       moe_sources = allocate_zeroed(rows * 4);
-      // Gather combine reads its input from the window's combine rows, so the
-      // unpack writes there (combine_input()) and the combine copies nothing;
-      // scatter sends from any buffer, this one.
-      if (config.combine_mode == CombineMode::Scatter)
+      // Where the unpack kernel runs (unpacks_apart()), gather's writes the
+      // window's combine rows (combine_input()); scatter's this buffer.
+      if (unpacks_apart() && config.combine_mode == CombineMode::Scatter)
         moe_combine_in = allocate_zeroed(size_t(config.total_recv_tokens()) * size_t(config.hidden_dim) * 2);
     }
     write_peer_timeout();
@@ -513,8 +512,17 @@ struct EpDispatchCombineOp::Impl {
     return result;
   }
 
-  // expert_out (std-MoE, intranode gather): the combine kernel first unpacks
-  // the standard-MoE layout into its staged rows, which `input` then is.
+  // Does std_moe_combine launch the unpack kernel before the combine? Not
+  // intranode, where the combine kernel unpacks itself: gather into its
+  // staged rows, scatter without quant straight into the origins' inboxes.
+  // Internode the rows leave the node before the combine kernel runs, and
+  // scatter's quantizer reads rows: there the unpack kernel writes them first.
+  bool unpacks_apart() const {
+    return config.internode() || (config.combine_mode == CombineMode::Scatter && config.quant_type != QuantType::None);
+  }
+
+  // expert_out (std-MoE, !unpacks_apart()): the combine kernel unpacks the
+  // standard-MoE layout itself; gather's `input` is then its staged rows.
   CombineResult launch_combine(const char* call, const TensorRef& input, const std::optional<TensorRef>& weights,
                                const void* expert_out = nullptr) {
     require_open(call);
@@ -552,8 +560,8 @@ struct EpDispatchCombineOp::Impl {
           .set("rank", config.rank)
           .set("has_weights", weighted)
           .set("w", window_table);
-      if (!scatter)
-        args.set("staged", staged).set("expert_out", expert_out).set("unpacks", expert_out != nullptr);
+      args.set("expert_out", expert_out).set("unpacks", expert_out != nullptr);
+      if (!scatter) args.set("staged", staged);
       device.launch(kernel, grid, args.build(), *stream);
     }
     dispatched_tokens = -1;
@@ -666,12 +674,10 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
   if (op.dispatched_tokens < 0)
     throw Error("std_moe_combine without a dispatch before it", "dispatch, std_moe_pack, std_moe_combine",
                 "call dispatch() and std_moe_pack() first");
+  const bool gather = op.config.combine_mode == CombineMode::Gather;
   void* unpacked = op.moe_combine_in ? op.moe_combine_in : op.local(op.window.combine_rows);
   const TensorRef combine_in{unpacked, DType::BF16, {op.capacity(), op.config.hidden_dim}};
-  // Intranode gather combine unpacks in its own kernel, into its staged rows.
-  // Internode, the rows leave the node before the combine kernel runs, and
-  // scatter sends them from its input: both need them unpacked first.
-  if (op.config.combine_mode == CombineMode::Gather && !op.internode) {
+  if (!op.unpacks_apart() && gather) {
     const auto* out_begin = static_cast<const std::byte*>(expert_out.data);
     const auto* rows_begin = static_cast<const std::byte*>(unpacked);
     const size_t out_bytes = size_t(experts) * size_t(rows) * size_t(op.config.hidden_dim) * 2;
@@ -682,6 +688,11 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
                   "expert outputs in a buffer of their own", "write the experts' outputs to another tensor");
     return op.launch_combine("std_moe_combine", combine_in, weights, expert_out.data);
   }
+  // Scatter's kernel reads expert_out, not its input rows, when it unpacks;
+  // `input` names the same memory (at least capacity rows) for the call's checks.
+  if (!op.unpacks_apart())
+    return op.launch_combine("std_moe_combine", {expert_out.data, DType::BF16, {op.capacity(), op.config.hidden_dim}},
+                             weights, expert_out.data);
   const ScheduleEntry geometry = op.geometry_for(op.dispatched_tokens);
   const Kernel& kernel = *op.kernels.std_moe_unpack;
   op.device.launch(kernel, {uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)},

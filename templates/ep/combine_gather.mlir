@@ -42,9 +42,6 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
   %std_moe = ep.param_value @std_moe : i1
   %unpack_asked = arith.cmpi ne, %unpacks, %c0 : index
   %unpacking = arith.andi %std_moe, %unpack_asked : i1
-  scf.if %unpacking {
-    func.call @prefetch_unpack_entries(%w, %rank) : (!ep.window, index) -> ()
-  }
   scf.if %answered {
     %hidden = ep.param_value @hidden : index
     %arrivals = ep.constant_value @state_combine_arrivals : index

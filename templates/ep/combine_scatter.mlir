@@ -5,6 +5,7 @@
 ep.include "ep/common"
 ep.include "ep/sync"
 ep.include "ep/combine"
+ep.include "ep/std_moe"
 
 // Stage 1's copy of `count` elements from `src` into an origin's inbox:
 // the rows, or under quant the target's fp8 codes (and blockwise scales).
@@ -37,10 +38,14 @@ func.func private @push_row(%src: !ep.ptr<!ep.row_elem<"combine_elem">>, %rows: 
   return
 }
 
+// unpacks != 0 (std-MoE, intranode, no quant): stage 1 sends each received
+// token's sum of its local experts' rows in the standard-MoE layout's
+// `expert_out` (@unpack_piece) straight into its origin's inbox, instead of
+// `input` rows an unpack kernel wrote: a launch and a pass over the rows less.
 ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,
                               %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                               %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
-                              %w: !ep.window) warps_per_block(4)
+                              %expert_out: !ep.ptr<bf16>, %unpacks: index, %w: !ep.window) warps_per_block(4)
     when(@combine_mode eq "scatter") {
   // The epoch and the received count are read before the stopped check, all three loads in flight at once.
   %c0 = arith.constant 0 : index
@@ -78,6 +83,12 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
     %pieces = func.call @row_pieces(%total, %piece_blocks) : (index, index) -> index
     %items = arith.muli %total, %pieces : index
     %whole_rows = arith.cmpi eq, %pieces, %c1 : index
+    %std_moe = ep.param_value @std_moe : i1
+    %quant = ep.param_value @quant : index
+    %plain = arith.cmpi eq, %quant, %c0 : index
+    %unpack_asked = arith.cmpi ne, %unpacks, %c0 : index
+    %std_moe_plain = arith.andi %std_moe, %plain : i1
+    %unpacking = arith.andi %std_moe_plain, %unpack_asked : i1
     %run_length = func.call @warp_run_length(%items) : (index) -> index
     %items_begin = func.call @warp_run(%items, %run_length) : (index, index) -> index
     %items_end = func.call @warp_run_end(%items, %run_length) : (index, index) -> index
@@ -115,12 +126,17 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
         %first_block = arith.muli %piece_index, %piece_blocks : index
         %scales_at = arith.addi %box_scales, %first_block : index
         %scales = ep.peer_ptr %w[%source] @scatter_scales[%scales_at] : !ep.ptr<f32>
-        scf.if %whole_rows {
-          func.call @push_row(%src, %rows, %codes, %scales, %hidden)
-              : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<i8>, !ep.ptr<f32>, index) -> ()
+        scf.if %unpacking {
+          func.call @unpack_piece(%expert_out, %rows, %w, %rank, %i, %first_block, %n)
+              : (!ep.ptr<bf16>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.window, index, index, index, index) -> ()
         } else {
-          func.call @push_row(%src, %rows, %codes, %scales, %n)
-              : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<i8>, !ep.ptr<f32>, index) -> ()
+          scf.if %whole_rows {
+            func.call @push_row(%src, %rows, %codes, %scales, %hidden)
+                : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<i8>, !ep.ptr<f32>, index) -> ()
+          } else {
+            func.call @push_row(%src, %rows, %codes, %scales, %n)
+                : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<i8>, !ep.ptr<f32>, index) -> ()
+          }
         }
         %first_piece = arith.cmpi eq, %piece_index, %c0 : index
         %weights_here = arith.andi %weighted, %first_piece : i1
