@@ -674,10 +674,16 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
   if (op.dispatched_tokens < 0)
     throw Error("std_moe_combine without a dispatch before it", "dispatch, std_moe_pack, std_moe_combine",
                 "call dispatch() and std_moe_pack() first");
-  const bool gather = op.config.combine_mode == CombineMode::Gather;
+  // Gather's staged rows (combine_input()); where the unpack kernel runs,
+  // scatter's buffer of its own.
   void* unpacked = op.moe_combine_in ? op.moe_combine_in : op.local(op.window.combine_rows);
   const TensorRef combine_in{unpacked, DType::BF16, {op.capacity(), op.config.hidden_dim}};
-  if (!op.unpacks_apart() && gather) {
+  if (!op.unpacks_apart()) {
+    if (op.config.combine_mode == CombineMode::Scatter)
+      // The kernel reads expert_out, not its input rows, when it unpacks;
+      // `input` names the same memory (at least capacity rows) for the checks.
+      return op.launch_combine("std_moe_combine", {expert_out.data, DType::BF16, {op.capacity(), op.config.hidden_dim}},
+                               weights, expert_out.data);
     const auto* out_begin = static_cast<const std::byte*>(expert_out.data);
     const auto* rows_begin = static_cast<const std::byte*>(unpacked);
     const size_t out_bytes = size_t(experts) * size_t(rows) * size_t(op.config.hidden_dim) * 2;
@@ -688,11 +694,6 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
                   "expert outputs in a buffer of their own", "write the experts' outputs to another tensor");
     return op.launch_combine("std_moe_combine", combine_in, weights, expert_out.data);
   }
-  // Scatter's kernel reads expert_out, not its input rows, when it unpacks;
-  // `input` names the same memory (at least capacity rows) for the call's checks.
-  if (!op.unpacks_apart())
-    return op.launch_combine("std_moe_combine", {expert_out.data, DType::BF16, {op.capacity(), op.config.hidden_dim}},
-                             weights, expert_out.data);
   const ScheduleEntry geometry = op.geometry_for(op.dispatched_tokens);
   const Kernel& kernel = *op.kernels.std_moe_unpack;
   op.device.launch(kernel, {uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)},
