@@ -373,35 +373,41 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
       %route_at = arith.addi %row, %n : index
       %not_replaying = arith.xori %replaying, %true : i1
       %takes_slot = arith.andi %lead, %not_replaying : i1
-      scf.if %takes_slot {
-        %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
-        %taken = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
-        %taken_fits = arith.cmpi slt, %taken, %capacity_i32 : i32
-        %dest_i32 = arith.index_cast %dest : index to i32
-        %base = arith.muli %dest_i32, %capacity_i32 : i32
-        %entry_value = arith.addi %base, %taken : i32
-        %recorded_value = arith.select %taken_fits, %entry_value, %none : i32
-        ep.store %recorded_value, %route[%route_at] : !ep.ptr<i32>
-      }
-      ep.block_barrier
-      // The slot, as recorded by warp 0 just now or by the dispatch being
-      // replayed; -1: it did not fit (combine skips the entry).
-      %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
-      %fits = arith.cmpi sge, %recorded, %zero : i32
-      %overflow = arith.xori %fits, %true : i1
-      %reports = arith.andi %overflow, %lead : i1
-      scf.if %reports {
-        ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
-      }
-      scf.if %fits {
+      %words_at = arith.muli %token, %token_words : index
+      %from_words = arith.addi %words_at, %piece_at : index
+      // The warp's piece of the row is loaded while warp 0 takes the slot;
+      // the counter's address first, so that an AMD wave, whose loads
+      // complete in order, need not wait for the row to start the atomic.
+      %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
+      %slot, %fits = ep.warp.copy_row_around %input[%from_words], %piece_count : !ep.ptr<i32> -> index, i1 {
+        scf.if %takes_slot {
+          %taken = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
+          %taken_fits = arith.cmpi slt, %taken, %capacity_i32 : i32
+          %dest_i32 = arith.index_cast %dest : index to i32
+          %base = arith.muli %dest_i32, %capacity_i32 : i32
+          %entry_value = arith.addi %base, %taken : i32
+          %recorded_value = arith.select %taken_fits, %entry_value, %none : i32
+          ep.store %recorded_value, %route[%route_at] : !ep.ptr<i32>
+        }
+        ep.block_barrier
+        // The slot, as recorded by warp 0 just now or by the dispatch being
+        // replayed; -1: it did not fit (combine skips the entry).
+        %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
+        %slot_fits = arith.cmpi sge, %recorded, %zero : i32
+        %overflow = arith.xori %slot_fits, %true : i1
+        %reports = arith.andi %overflow, %lead : i1
+        scf.if %reports {
+          ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+        }
         %slot_i32 = arith.remsi %recorded, %capacity_i32 : i32
-        %slot = arith.index_cast %slot_i32 : i32 to index
-        %words_at = arith.muli %token, %token_words : index
-        %from_words = arith.addi %words_at, %piece_at : index
-        %recv_words = arith.muli %slot, %token_words : index
+        %kept_slot_i32 = arith.select %slot_fits, %slot_i32, %zero : i32
+        %kept_slot = arith.index_cast %kept_slot_i32 : i32 to index
+        %recv_words = arith.muli %kept_slot, %token_words : index
         %to_words = arith.addi %recv_words, %piece_at : index
         %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%to_words] : !ep.ptr<i32>
-        ep.warp.copy_row %input[%from_words], %to_tokens[%c0], %piece_count : !ep.ptr<i32> -> !ep.ptr<i32>
+        ep.copy_to %slot_fits, %to_tokens : !ep.ptr<i32> yield %kept_slot, %slot_fits : index, i1
+      }
+      scf.if %fits {
         %recv_row = arith.muli %slot, %topk : index
         scf.if %copies_weights {
           %to_weights = ep.peer_ptr %w[%dest] @recv_weights[%recv_row] : !ep.ptr<f32>

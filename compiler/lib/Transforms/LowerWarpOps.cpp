@@ -327,17 +327,33 @@ int64_t rowChunk(Value src) { return 16 / elementBytes(ep::elementTypeOf(src)); 
 // Steps of `wave * unroll` chunks: `at(first + lane)` for each lane, the lane
 // then taking chunks first + lane + u * wave (u < unroll) itself. SIMT lanes
 // run their own; the host walks the lanes of a step in order.
-void forEachLaneStep(Lowering& l, Value chunks, int64_t unroll, llvm::function_ref<void(Value chunkIndex)> at) {
+// `from` (a multiple of wave * unroll) skips the steps before it.
+void forEachLaneStep(Lowering& l, Value chunks, int64_t unroll, llvm::function_ref<void(Value chunkIndex)> at,
+                     int64_t from = 0) {
   const int64_t wave = l.target.wave_size;
   Value zero = l.index(0);
   if (l.simt()) {
     Value lane = ep::LaneIdOp::create(l.b, l.b.getIndexType());
-    l.loop(zero, chunks, wave * unroll, [&](Value first) { at(l.add(first, lane)); });
+    l.loop(l.index(from), chunks, wave * unroll, [&](Value first) { at(l.add(first, lane)); });
     return;
   }
-  l.loop(zero, chunks, wave * unroll, [&](Value first) {
+  l.loop(l.index(from), chunks, wave * unroll, [&](Value first) {
     l.loop(zero, l.index(wave), 1, [&](Value lane) { at(l.add(first, lane)); });
   });
+}
+
+// Steps of ep.lane.copy_chunks over a row's chunks from chunk `from` on.
+void copyChunkSteps(Lowering& l, Value src, Value dst, Value count, int64_t chunk, int64_t unroll, bool aligned,
+                    int64_t from = 0) {
+  Value stride = l.index(l.target.wave_size * chunk);
+  forEachLaneStep(
+      l, l.ceilDiv(count, chunk), unroll,
+      [&](Value chunkIndex) {
+        ep::LaneCopyChunksOp::create(l.b, src, dst, count, l.mul(chunkIndex, chunk), stride,
+                                     l.b.getI64IntegerAttr(chunk), l.b.getI64IntegerAttr(unroll),
+                                     l.b.getBoolAttr(aligned));
+      },
+      from);
 }
 
 // A copy keeps `copy_loads_in_flight` chunks per lane in flight: lane i of
@@ -345,20 +361,47 @@ void forEachLaneStep(Lowering& l, Value chunks, int64_t unroll, llvm::function_r
 // any is stored. The host target walks the same chunks lane by lane.
 void lowerCopy(ep::WarpCopyRowOp op, Lowering& l) {
   const int64_t chunk = rowChunk(op.getSrc());
-  const int64_t wave = l.target.wave_size;
   const int64_t unroll = std::max(1, l.target.copy_loads_in_flight);
   const bool aligned =
       isAlignedAccess(op.getSrc(), op.getSrcOffset(), chunk) && isAlignedAccess(op.getDst(), op.getDstOffset(), chunk);
   Value src = ep::PtrAddOp::create(l.b, op.getSrc().getType(), op.getSrc(), op.getSrcOffset());
   Value dst = ep::PtrAddOp::create(l.b, op.getDst().getType(), op.getDst(), op.getDstOffset());
-  Value chunks = l.ceilDiv(op.getCount(), chunk);
+  copyChunkSteps(l, src, dst, op.getCount(), chunk, unroll, aligned);
+}
+
+// A SIMT lane loads its first copy_loads_in_flight chunks (the first step of
+// a plain copy) into registers, the body runs once, and then, if the
+// destination is live, the lane stores them and copies the row's remaining
+// steps. The host has no latency to hide: the body, then a plain copy.
+void lowerCopyAround(ep::WarpCopyRowAroundOp op, Lowering& l) {
+  const int64_t chunk = rowChunk(op.getSrc());
+  const int64_t wave = l.target.wave_size;
+  const int64_t unroll = std::max(1, l.target.copy_loads_in_flight);
+  const bool srcAligned = isAlignedAccess(op.getSrc(), op.getSrcOffset(), chunk);
+  Value src = ep::PtrAddOp::create(l.b, op.getSrc().getType(), op.getSrc(), op.getSrcOffset());
+  Value count = op.getCount();
   Value stride = l.index(wave * chunk);
-  auto copyFrom = [&](Value chunkIndex) {
-    ep::LaneCopyChunksOp::create(l.b, src, dst, op.getCount(), l.mul(chunkIndex, chunk), stride,
-                                 l.b.getI64IntegerAttr(chunk), l.b.getI64IntegerAttr(unroll),
-                                 l.b.getBoolAttr(aligned));
-  };
-  forEachLaneStep(l, chunks, unroll, copyFrom);
+  Value start, held;
+  if (l.simt()) {
+    start = l.mul(ep::LaneIdOp::create(l.b, l.b.getIndexType()), chunk);
+    held = ep::LaneHoldChunksOp::create(l.b, ep::HeldChunksType::get(l.b.getContext(), unroll), src, count, start,
+                                        stride, l.b.getI64IntegerAttr(chunk), l.b.getBoolAttr(srcAligned));
+  }
+  IRMapping mapping;
+  for (Operation& inner : op.getBody().front().without_terminator()) l.b.clone(inner, mapping);
+  ep::CopyToOp copyTo = op.getCopyTo();
+  Value row = mapping.lookupOrDefault(copyTo.getRow());
+  // put_chunks reads the source for what hold_chunks did not load, so an
+  // unaligned source stays unaligned here whatever the destination.
+  const bool aligned = srcAligned && isKnownAlignedPointer(row, chunk);
+  l.when(mapping.lookupOrDefault(copyTo.getLive()), [&] {
+    if (!l.simt()) return copyChunkSteps(l, src, row, count, chunk, unroll, aligned);
+    ep::LanePutChunksOp::create(l.b, held, src, row, count, start, stride, l.b.getI64IntegerAttr(chunk),
+                                l.b.getBoolAttr(aligned));
+    copyChunkSteps(l, src, row, count, chunk, unroll, aligned, /*from=*/wave * unroll);
+  });
+  for (auto [result, value] : llvm::zip_equal(op.getResults(), copyTo.getValues()))
+    result.replaceAllUsesWith(mapping.lookupOrDefault(value));
 }
 
 void lowerAccumulate(ep::WarpAccumulateOp op, Lowering& l) {
@@ -512,7 +555,7 @@ struct EpLowerWarpOps : impl::EpLowerWarpOpsBase<EpLowerWarpOps> {
     SmallVector<Operation*> warpOps;
     module.walk([&](Operation* op) {
       if (isa<ep::WarpQuantizeOp, ep::WarpDequantizeOp, ep::WarpCopyRowOp, ep::WarpAccumulateOp, ep::WarpReduceOp,
-              ep::WarpSumRowsOp, ep::WarpFanoutRowOp>(op))
+              ep::WarpSumRowsOp, ep::WarpFanoutRowOp, ep::WarpCopyRowAroundOp>(op))
         warpOps.push_back(op);
     });
     for (Operation* op : warpOps) {
@@ -533,6 +576,7 @@ struct EpLowerWarpOps : impl::EpLowerWarpOpsBase<EpLowerWarpOps> {
       if (auto quantize = dyn_cast<ep::WarpQuantizeOp>(op)) lowerConversion(quantize, lowering, true);
       if (auto dequantize = dyn_cast<ep::WarpDequantizeOp>(op)) lowerConversion(dequantize, lowering, false);
       if (auto copy = dyn_cast<ep::WarpCopyRowOp>(op)) lowerCopy(copy, lowering);
+      if (auto around = dyn_cast<ep::WarpCopyRowAroundOp>(op)) lowerCopyAround(around, lowering);
       if (auto accumulate = dyn_cast<ep::WarpAccumulateOp>(op)) lowerAccumulate(accumulate, lowering);
       if (auto reduce = dyn_cast<ep::WarpReduceOp>(op)) reduce.getResult().replaceAllUsesWith(lowerReduce(reduce, lowering));
       if (auto sum = dyn_cast<ep::WarpSumRowsOp>(op); sum && failed(lowerSumRows(sum, lowering)))

@@ -379,6 +379,19 @@ LogicalResult WarpFanoutRowOp::verify() {
   return success();
 }
 
+LogicalResult WarpCopyRowAroundOp::verify() {
+  Block& body = getBody().front();
+  if (body.getNumArguments() != 0) return emitOpError() << "the body takes no arguments";
+  if (body.empty() || !isa<CopyToOp>(body.back())) return emitOpError() << "the body must end with ep.copy_to";
+  CopyToOp copyTo = getCopyTo();
+  Type src = elementTypeOf(getSrc()), dst = elementTypeOf(copyTo.getRow());
+  if (src != dst) return emitOpError() << "the destination holds the source's element type (" << src << "); got " << dst;
+  if (!llvm::equal(copyTo.getValues().getTypes(), getResultTypes()))
+    return emitOpError() << "ep.copy_to yields the op's result types (" << getResultTypes().size()
+                         << " values); it yields " << copyTo.getValues().size();
+  return success();
+}
+
 LogicalResult WarpQuantizeOp::verify() { return verifyQuantizeLike(*this, getSrc(), getDst()); }
 LogicalResult WarpDequantizeOp::verify() { return verifyQuantizeLike(*this, getDst(), getSrc()); }
 

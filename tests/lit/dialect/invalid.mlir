@@ -349,3 +349,37 @@ func.func @fanout_body_without_a_number(%x: !ep.ptr<bf16>, %n: index) {
   }
   return
 }
+
+// -----
+
+func.func @copy_around_to_another_type(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %n: index) {
+  %true = arith.constant true
+  // expected-error @+1 {{the destination holds the source's element type ('bf16'); got 'f32'}}
+  ep.warp.copy_row_around %x[%n], %n : !ep.ptr<bf16> {
+    ep.copy_to %true, %f : !ep.ptr<f32>
+  }
+  return
+}
+
+// -----
+
+func.func @copy_around_yields_other_types(%x: !ep.ptr<bf16>, %n: index) {
+  %true = arith.constant true
+  // expected-error @+1 {{ep.copy_to yields the op's result types (1 values); it yields 2}}
+  %r = ep.warp.copy_row_around %x[%n], %n : !ep.ptr<bf16> -> index {
+    ep.copy_to %true, %x : !ep.ptr<bf16> yield %n, %n : index, index
+  }
+  return
+}
+
+// -----
+
+func.func @copy_around_body_with_an_argument(%x: !ep.ptr<bf16>, %n: index) {
+  %true = arith.constant true
+  // expected-error @+1 {{the body takes no arguments}}
+  ep.warp.copy_row_around %x[%n], %n : !ep.ptr<bf16> {
+  ^bb0(%j: index):
+    ep.copy_to %true, %x : !ep.ptr<bf16>
+  }
+  return
+}

@@ -110,6 +110,19 @@ ep.kernel @warp_ops(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %q: !ep.ptr<i8>, %s: !e
     %row = ep.ptr_add %x, %j : !ep.ptr<bf16>
     ep.destination %true, %row : !ep.ptr<bf16>
   }
+  // CHECK: %{{.*}}:2 = ep.warp.copy_row_around %{{.*}}[%{{.*}}], %{{.*}} : !ep.ptr<bf16> -> index, i1 {
+  // CHECK: ep.block_barrier
+  // CHECK: ep.copy_to %{{.*}}, %{{.*}} : !ep.ptr<bf16> yield %{{.*}}, %{{.*}} : index, i1
+  %slot, %fits = ep.warp.copy_row_around %x[%c0], %n : !ep.ptr<bf16> -> index, i1 {
+    ep.block_barrier
+    %row = ep.ptr_add %x, %n : !ep.ptr<bf16>
+    ep.copy_to %true, %row : !ep.ptr<bf16> yield %n, %true : index, i1
+  }
+  // CHECK: ep.warp.copy_row_around %{{.*}}[%{{.*}}], %{{.*}} : !ep.ptr<bf16> {
+  // CHECK: ep.copy_to %{{.*}}, %{{.*}} : !ep.ptr<bf16>{{$}}
+  ep.warp.copy_row_around %x[%c0], %n : !ep.ptr<bf16> {
+    ep.copy_to %fits, %x : !ep.ptr<bf16>
+  }
   ep.return
 }
 
@@ -117,6 +130,10 @@ ep.kernel @warp_ops(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %q: !ep.ptr<i8>, %s: !e
 func.func @lane_primitives(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %n: index) {
   // CHECK: ep.lane.id : index
   %lane = ep.lane.id : index
+  // CHECK: %[[HELD:.*]] = ep.lane.hold_chunks %{{.*}}, %{{.*}} at %{{.*}} stride %{{.*}} {aligned = true, chunk = 8 : i64} : !ep.ptr<bf16> -> !ep.held_chunks<8>
+  // CHECK: ep.lane.put_chunks %[[HELD]], %{{.*}}, %{{.*}}, %{{.*}} at %{{.*}} stride %{{.*}} {aligned = true, chunk = 8 : i64} : !ep.held_chunks<8>, !ep.ptr<bf16> -> !ep.ptr<bf16>
+  %held = ep.lane.hold_chunks %x, %n at %lane stride %n {chunk = 8, aligned = true} : !ep.ptr<bf16> -> !ep.held_chunks<8>
+  ep.lane.put_chunks %held, %x, %x, %n at %lane stride %n {chunk = 8, aligned = true} : !ep.held_chunks<8>, !ep.ptr<bf16> -> !ep.ptr<bf16>
   // CHECK: ep.lane.chunk_reduce absmax %{{.*}}[%{{.*}}], %{{.*}} chunk(8) : !ep.ptr<bf16> -> f32
   %p = ep.lane.chunk_reduce absmax %x[%lane], %n chunk(8) : !ep.ptr<bf16> -> f32
   // CHECK: ep.lane.reduce max %{{.*}} group(16) : f32

@@ -188,3 +188,50 @@ func.func @fanout_three(%x: !ep.ptr<bf16>, %live: !ep.ptr<i32>, %out: !ep.ptr<bf
   }
   return
 }
+
+// A copy around a body: on GPUs each lane loads its first step of chunks
+// (the target's copy_loads_in_flight) before the body, which runs once; the
+// stores, and the row's later steps, follow it when the destination is live.
+// The host runs the body, then a plain copy.
+// CHECK-LABEL: func.func @copy_around
+// CHECK-NOT: ep.warp.copy_row_around
+// SIMT: %[[HELD:.*]] = ep.lane.hold_chunks {{.*}} {aligned = true, chunk = 8 : i64} : !ep.ptr<bf16> -> !ep.held_chunks<{{[48]}}>
+// HOST-NOT: ep.lane.hold_chunks
+// CHECK: ep.block_barrier
+// CHECK: %[[SLOT:.*]] = arith.index_cast
+// CHECK: scf.if
+// SIMT: ep.lane.put_chunks %[[HELD]], {{.*}} {aligned = true, chunk = 8 : i64}
+// SIMT: scf.for
+// CHECK: ep.lane.copy_chunks {{.*}}aligned = true
+// CHECK: return %[[SLOT]] : index
+func.func @copy_around(%x: !ep.ptr<bf16>, %route: !ep.ptr<i32>, %out: !ep.ptr<bf16>, %t: index) -> index {
+  %c7168 = arith.constant 7168 : index
+  %zero = arith.constant 0 : i32
+  %at = arith.muli %t, %c7168 : index
+  %slot = ep.warp.copy_row_around %x[%at], %c7168 : !ep.ptr<bf16> -> index {
+    ep.block_barrier
+    %recorded = ep.load %route[%t] : !ep.ptr<i32>
+    %fits = arith.cmpi sge, %recorded, %zero : i32
+    %slot_index = arith.index_cast %recorded : i32 to index
+    %offset = arith.muli %slot_index, %c7168 : index
+    %row = ep.ptr_add %out, %offset : !ep.ptr<bf16>
+    ep.copy_to %fits, %row : !ep.ptr<bf16> yield %slot_index : index
+  }
+  return %slot : index
+}
+
+// An aligned source held for a destination not known to be aligned: the
+// stores go element by element, reading the source again.
+// CHECK-LABEL: func.func @copy_around_unaligned_destination
+// SIMT: ep.lane.hold_chunks {{.*}} {aligned = true, chunk = 8 : i64}
+// SIMT: ep.lane.put_chunks {{.*}} {aligned = false, chunk = 8 : i64}
+// CHECK: ep.lane.copy_chunks {{.*}}aligned = false
+func.func @copy_around_unaligned_destination(%x: !ep.ptr<bf16>, %out: !ep.ptr<bf16>, %to: index) {
+  %true = arith.constant true
+  %c7168 = arith.constant 7168 : index
+  ep.warp.copy_row_around %x[%c7168], %c7168 : !ep.ptr<bf16> {
+    %row = ep.ptr_add %out, %to : !ep.ptr<bf16>
+    ep.copy_to %true, %row : !ep.ptr<bf16>
+  }
+  return
+}

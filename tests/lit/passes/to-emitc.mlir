@@ -54,6 +54,17 @@ ep.window_region @recv_counts : bf16 {
 // GFX1250: "epjit::prim::amdgcn_pk_fp8::quantize_fp8_chunk"{{.*}}#emitc.opaque<"epjit::Fp8Format::E4M3FN">
 // SM90: "epjit::prim::ptx_cvt_satfinite::quantize_fp8_chunk"{{.*}}#emitc.opaque<"epjit::Fp8Format::E4M3FN">
 // HOST: "epjit::prim::software::quantize_fp8_chunk"{{.*}}#emitc.opaque<"epjit::Fp8Format::E4M3FN">
+// A copy around a body holds a lane's chunks in a variable of the prelude's
+// type across it (the host holds nothing).
+// GFX942: %[[HELD:.*]] = call_opaque "epjit::prim::hold_chunks"{{.*}} -> !emitc.opaque<"epjit::prim::HeldChunks<4>">
+// GFX942: call_opaque "epjit::block_barrier"
+// GFX942: call_opaque "epjit::prim::put_chunks"(%[[HELD]], {{.*}}template_args = [#emitc.opaque<"8">, #emitc.opaque<"4">, #emitc.opaque<"true">]
+// SM90: %[[HELD:.*]] = call_opaque "epjit::prim::hold_chunks"{{.*}} -> !emitc.opaque<"epjit::prim::HeldChunks<8>">
+// SM90: call_opaque "epjit::block_barrier"
+// SM90: call_opaque "epjit::prim::put_chunks"(%[[HELD]], {{.*}}template_args = [#emitc.opaque<"8">, #emitc.opaque<"8">, #emitc.opaque<"true">]
+// HOST-NOT: hold_chunks
+// HOST: call_opaque "epjit::block_barrier"
+// HOST-NOT: put_chunks
 // HOST-LABEL: emitc.func @kernel__epjit_host_entry
 // HOST: call_opaque "epjit::host::enter"
 // HOST-COUNT-5: call_opaque "epjit::host::arg"
@@ -70,4 +81,9 @@ ep.kernel @kernel(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %flags: !ep.ptr<i32>, %w: 
   ep.prefetch %flags[%warp] : !ep.ptr<i32>
   ep.fence scope(agent) order(release)
   ep.warp.quantize %peer[%c0], %q[%c0], %n {format = #ep.fp8<target>} : !ep.ptr<bf16> -> !ep.ptr<i8>
+  ep.warp.copy_row_around %x[%c0], %n : !ep.ptr<bf16> {
+    ep.block_barrier
+    %true = arith.constant true
+    ep.copy_to %true, %peer : !ep.ptr<bf16>
+  }
 }

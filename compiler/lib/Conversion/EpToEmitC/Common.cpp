@@ -26,6 +26,10 @@ void populateTypeConversions(TypeConverter& converter) {
   converter.addConversion([](ep::PtrType type) -> Type {
     return emitc::PointerType::get(storageType(type.getElementType()));
   });
+  converter.addConversion([](ep::HeldChunksType type) -> Type {
+    return emitc::OpaqueType::get(type.getContext(),
+                                  "epjit::prim::HeldChunks<" + std::to_string(type.getUnroll()) + ">");
+  });
   converter.addConversion([](ep::WindowType type) -> Type {
     return emitc::PointerType::get(emitc::OpaqueType::get(type.getContext(), "const epjit::Window"));
   });

@@ -52,6 +52,34 @@ struct CopyChunksPattern : OpConversionPattern<ep::LaneCopyChunksOp> {
   }
 };
 
+// A lane's chunks held across the body of a copy_row_around, and their stores.
+struct HoldChunksPattern : OpConversionPattern<ep::LaneHoldChunksOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::LaneHoldChunksOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    Type held = getTypeConverter()->convertType(op.getHeld().getType());
+    rewriter.replaceOp(op, callPrelude(rewriter, op.getLoc(), "epjit::prim::hold_chunks", held,
+                                       {adaptor.getSrc(), adaptor.getCount(), adaptor.getStart(), adaptor.getStride()},
+                                       {std::to_string(op.getChunk()), std::to_string(op.getHeld().getType().getUnroll()),
+                                        boolName(op.getAligned())}));
+    return success();
+  }
+};
+
+struct PutChunksPattern : OpConversionPattern<ep::LanePutChunksOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::LanePutChunksOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    callPrelude(rewriter, op.getLoc(), "epjit::prim::put_chunks", {},
+                {adaptor.getHeld(), adaptor.getSrc(), adaptor.getDst(), adaptor.getCount(), adaptor.getStart(),
+                 adaptor.getStride()},
+                {std::to_string(op.getChunk()), std::to_string(op.getHeld().getType().getUnroll()),
+                 boolName(op.getAligned())});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
 struct AccumulateChunkPattern : OpConversionPattern<ep::LaneAccumulateChunkOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(ep::LaneAccumulateChunkOp op, OpAdaptor adaptor,
@@ -213,7 +241,7 @@ void populateLanePatterns(TypeConverter& converter, RewritePatternSet& patterns)
   MLIRContext* context = patterns.getContext();
   patterns.add<ChunkConvertPattern<ep::LaneQuantizeChunkOp>>(converter, context, "quantize");
   patterns.add<ChunkConvertPattern<ep::LaneDequantizeChunkOp>>(converter, context, "dequantize");
-  patterns.add<CopyChunksPattern, AccumulateChunkPattern, SumChunkPattern, SumChunksPattern, FanoutChunksPattern,
+  patterns.add<CopyChunksPattern, HoldChunksPattern, PutChunksPattern, AccumulateChunkPattern, SumChunkPattern, SumChunksPattern, FanoutChunksPattern,
                ChunkReducePattern, LaneReducePattern, LaneCombinePattern, ReduceIdentityPattern, MxScalePattern,
                BlockwiseScalePattern>(converter, context);
 }

@@ -2,7 +2,9 @@
 """Reads assembly on stdin and checks that one kernel keeps enough memory
 loads in flight: the longest run of `--load` instructions with no `--wait`
 between them must be at least `--min`. A kernel that waits for each load
-before issuing the next (the combine of the first round) fails it.
+before issuing the next (the combine of the first round) fails it. With
+`--ends-at`, only runs that reach an instruction matching it (a barrier,
+say) before any wait count: loads issued ahead of that instruction.
 
 Kernels are found by their symbol line (`<name>:` in AMD disassembly, or
 `.entry name` in PTX) and end at the next kernel."""
@@ -32,21 +34,27 @@ def main():
     parser.add_argument("--load", required=True, help="regex of a load")
     parser.add_argument("--wait", required=True, help="regex of an instruction that consumes loads")
     parser.add_argument("--min", type=int, required=True)
+    parser.add_argument("--ends-at", help="regex of the instruction a counted run must reach")
     args = parser.parse_args()
     lines = kernel_lines(sys.stdin.read(), args.kernel)
     if not lines:
         sys.exit(f"kernel {args.kernel} not found in the input")
     load, wait = re.compile(args.load), re.compile(args.wait)
+    ends_at = re.compile(args.ends_at) if args.ends_at else None
     longest = run = 0
     for line in lines:
+        if ends_at and ends_at.search(line):
+            longest = max(longest, run)
         if wait.search(line):
             run = 0
         elif load.search(line):
             run += 1
-            longest = max(longest, run)
-    print(f"{args.kernel}: {longest} loads in flight")
+            if not ends_at:
+                longest = max(longest, run)
+    where = f" before {args.ends_at}" if ends_at else ""
+    print(f"{args.kernel}: {longest} loads in flight{where}")
     if longest < args.min:
-        sys.exit(f"{args.kernel}: at most {longest} loads in flight, expected at least {args.min}")
+        sys.exit(f"{args.kernel}: at most {longest} loads in flight{where}, expected at least {args.min}")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,15 @@ EPJIT_HD RowDest<T> row_dest(bool live, T* row) {
   return {row, live};
 }
 
+// At most one chunk of a row is partial, the one holding its end: copied
+// element by element if it is among the lane's chunks start + k * stride.
+template <int Chunk, int Unroll, typename T>
+EPJIT_HD void copy_partial_chunk(const T* src, T* dst, size_t count, size_t start, size_t stride) {
+  const size_t tail = count - count % Chunk;
+  if (tail != count && tail >= start && (tail - start) % stride == 0 && (tail - start) / stride < size_t(Unroll))
+    for (size_t i = tail; i < count; ++i) dst[i] = src[i];
+}
+
 // Chunks of a row at elements start + k * stride (k < Unroll), each clipped
 // to the row's `count` elements, to every live destination: each full
 // aligned chunk is loaded once (Unroll loads in flight per lane) before the
@@ -59,13 +68,8 @@ EPJIT_HD void fanout_chunks(const T* src, size_t count, size_t start, size_t str
         if (at + Chunk <= count) store_global(reinterpret_cast<Vec16*>(dests[d].row + at), held[k]);
       }
     }
-    // At most one chunk of the row is partial: the one holding its end.
-    const size_t tail = count - count % Chunk;
-    if (tail != count && tail >= start && (tail - start) % stride == 0 && (tail - start) / stride < size_t(Unroll)) {
-      for (int d = 0; d < kDests; ++d)
-        if (dests[d].live)
-          for (size_t i = tail; i < count; ++i) dests[d].row[i] = src[i];
-    }
+    for (int d = 0; d < kDests; ++d)
+      if (dests[d].live) copy_partial_chunk<Chunk, Unroll>(src, dests[d].row, count, start, stride);
   } else {
     for (int d = 0; d < kDests; ++d) {
       if (!dests[d].live) continue;
@@ -85,6 +89,47 @@ EPJIT_HD void fanout_chunks(const T* src, size_t count, size_t start, size_t str
 template <int Chunk, int Unroll, bool Aligned, typename T>
 EPJIT_HD void copy_chunks(const T* src, T* dst, size_t count, size_t start, size_t stride) {
   fanout_chunks<Chunk, Unroll, Aligned>(src, count, start, stride, row_dest(true, dst));
+}
+
+// A lane's full chunks of a row, loaded before the code that decides where
+// they go (ep.warp.copy_row_around): registers, not memory.
+template <int Unroll>
+struct HeldChunks {
+  Vec16 chunk[Unroll];
+};
+
+// Loads the lane's full aligned chunks start + k * stride (k < Unroll) of
+// the row's `count` elements; unaligned rows load nothing here.
+template <int Chunk, int Unroll, bool Aligned, typename T>
+EPJIT_HD HeldChunks<Unroll> hold_chunks(const T* src, size_t count, size_t start, size_t stride) {
+  if constexpr (Aligned && sizeof(T) * Chunk == sizeof(Vec16)) {
+    HeldChunks<Unroll> held;  // a chunk past the row is never stored: left unset
+#pragma unroll
+    for (int k = 0; k < Unroll; ++k) {
+      const size_t at = start + size_t(k) * stride;
+      if (at + Chunk <= count) held.chunk[k] = load_global(reinterpret_cast<const Vec16*>(src + at));
+    }
+    return held;
+  } else {
+    return HeldChunks<Unroll>{};
+  }
+}
+
+// Stores what hold_chunks loaded with the same arguments; the partial chunk
+// (and an unaligned row's every chunk) comes from `src` now.
+template <int Chunk, int Unroll, bool Aligned, typename T>
+EPJIT_HD void put_chunks(const HeldChunks<Unroll>& held, const T* src, T* dst, size_t count, size_t start,
+                         size_t stride) {
+  if constexpr (Aligned && sizeof(T) * Chunk == sizeof(Vec16)) {
+#pragma unroll
+    for (int k = 0; k < Unroll; ++k) {
+      const size_t at = start + size_t(k) * stride;
+      if (at + Chunk <= count) store_global(reinterpret_cast<Vec16*>(dst + at), held.chunk[k]);
+    }
+    copy_partial_chunk<Chunk, Unroll>(src, dst, count, start, stride);
+  } else {
+    copy_chunks<Chunk, Unroll, false>(src, dst, count, start, stride);
+  }
 }
 
 // bf16 <-> f32 rows: exact one way, round-to-nearest-even the other.

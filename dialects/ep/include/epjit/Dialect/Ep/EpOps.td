@@ -552,6 +552,49 @@ def Ep_DestinationOp : Ep_Op<"destination", [Terminator, HasParent<"WarpFanoutRo
   let assemblyFormat = "$live `,` $row attr-dict `:` type($row)";
 }
 
+def Ep_WarpCopyRowAroundOp : Ep_Op<"warp.copy_row_around", [RecursiveMemoryEffects]> {
+  let summary = "copy a row whose destination a body decides, the row's loads issued before the body";
+  let description = [{
+    The warp starts loading its chunks of the source, runs the body once
+    (warp-uniformly: it may hold a block barrier, atomics, loads), then
+    stores the row to the destination that the body's `ep.copy_to` names,
+    if its flag is set. The row's load latency overlaps the body's: a
+    dispatch's slot atomic and barrier, say. The op's results are the values
+    `ep.copy_to` yields, for code after the copy.
+
+    Each lane keeps up to the target's copy_loads_in_flight 16-byte chunks in
+    registers across the body; the rest of a longer row, and the whole row on
+    the host target (nothing to overlap there), is read after it. The body
+    must therefore not write the source.
+
+    ```mlir
+    %slot = ep.warp.copy_row_around %src[%at], %n : !ep.ptr<i32> -> index {
+      ep.block_barrier
+      ...
+      ep.copy_to %fits, %row : !ep.ptr<i32> yield %slot : index
+    }
+    ```
+  }];
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$src, Index:$src_offset, Index:$count);
+  let results = (outs Variadic<AnyType>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $src `[` $src_offset `]` `,` $count attr-dict `:` type($src) (`->` type($results)^)? $body
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    CopyToOp getCopyTo() { return ::llvm::cast<CopyToOp>(getBody().front().getTerminator()); }
+  }];
+}
+
+def Ep_CopyToOp : Ep_Op<"copy_to", [Terminator, HasParent<"WarpCopyRowAroundOp">]> {
+  let summary = "the destination of an ep.warp.copy_row_around (whether written, its row) and its results";
+  let arguments = (ins I1:$live, Arg<Ep_AnyPtr, "", [MemWrite]>:$row, Variadic<AnyType>:$values);
+  let assemblyFormat = [{
+    $live `,` $row attr-dict `:` type($row) (`yield` $values^ `:` type($values))?
+  }];
+}
+
 def Ep_LaneFanoutChunksOp : Ep_Op<"lane.fanout_chunks", [AttrSizedOperandSegments]> {
   let summary = "one lane copies `unroll` chunks of a row to every live destination";
   let description = [{
@@ -653,6 +696,45 @@ def Ep_LaneCopyChunksOp : Ep_Op<"lane.copy_chunks"> {
                        I64Attr:$chunk, I64Attr:$unroll, BoolAttr:$aligned);
   let assemblyFormat = [{
     $src `,` $dst `,` $count `at` $start `stride` $stride attr-dict `:` type($src) `->` type($dst)
+  }];
+}
+
+def Ep_LaneHoldChunksOp : Ep_Op<"lane.hold_chunks"> {
+  let summary = "one lane loads `unroll` chunks of a row into registers";
+  let description = [{
+    ```mlir
+    %held = ep.lane.hold_chunks %src, %count at %start stride %stride {chunk = 4, aligned = true}
+        : !ep.ptr<i32> -> !ep.held_chunks<8>
+    ```
+    Loads the full chunks among elements [start + k * stride, + chunk)
+    (k < unroll, clipped to the row's `count` elements) with 16-byte loads
+    when aligned; nothing otherwise (ep.lane.put_chunks then reads them).
+  }];
+  let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$src, Index:$count, Index:$start, Index:$stride,
+                       I64Attr:$chunk, BoolAttr:$aligned);
+  let results = (outs Ep_HeldChunksType:$held);
+  let assemblyFormat = [{
+    $src `,` $count `at` $start `stride` $stride attr-dict `:` type($src) `->` qualified(type($held))
+  }];
+}
+
+def Ep_LanePutChunksOp : Ep_Op<"lane.put_chunks"> {
+  let summary = "one lane stores the chunks it held, reading what it did not hold from the source";
+  let description = [{
+    ```mlir
+    ep.lane.put_chunks %held, %src, %dst, %count at %start stride %stride {chunk = 4, aligned = true}
+        : !ep.held_chunks<8>, !ep.ptr<i32> -> !ep.ptr<i32>
+    ```
+    The same chunks as the ep.lane.hold_chunks that made `held`: full ones
+    from registers, a partial one (the row's end) or, unaligned, all of them
+    element by element from `src`.
+  }];
+  let arguments = (ins Ep_HeldChunksType:$held, Arg<Ep_AnyPtr, "", [MemRead]>:$src,
+                       Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$count, Index:$start, Index:$stride,
+                       I64Attr:$chunk, BoolAttr:$aligned);
+  let assemblyFormat = [{
+    $held `,` $src `,` $dst `,` $count `at` $start `stride` $stride attr-dict
+    `:` qualified(type($held)) `,` type($src) `->` type($dst)
   }];
 }
 

@@ -52,6 +52,16 @@ def Ep_WindowType : Ep_Type<"Window", "window"> {
   }];
 }
 
+def Ep_HeldChunksType : Ep_Type<"HeldChunks", "held_chunks"> {
+  let summary = "16-byte chunks of a row that one lane holds in registers";
+  let description = [{
+    What ep.lane.hold_chunks loaded for ep.lane.put_chunks to store: `unroll`
+    raw 16-byte chunks (the element type does not matter to a copy).
+  }];
+  let parameters = (ins "int64_t":$unroll);
+  let assemblyFormat = "`<` $unroll `>`";
+}
+
 def Ep_AnyPtr : Type<CPred<"::llvm::isa<::epjit::ep::PtrType>($_self)">, "!ep.ptr">;
 
 #endif // EPJIT_DIALECT_EP_EPTYPES_TD
