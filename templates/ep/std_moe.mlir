@@ -116,13 +116,16 @@ ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sourc
       %i = arith.divui %first, %topk : index
       %j = arith.remui %first, %topk : index
       %row = arith.muli %i, %topk : index
-      %packed_row = func.call @take_packed_row(%early_expert, %indices, %counting, %sources, %slots, %i, %row, %j, %rank)
-          : (i32, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index, index) -> index
-      %live = arith.cmpi ne, %packed_row, %none : index
-      scf.if %live {
-        %token_at = arith.muli %i, %hidden : index
-        %packed_at = arith.muli %packed_row, %hidden : index
-        ep.warp.copy_row %token[%token_at], %packed[%packed_at], %hidden : !ep.ptr<bf16> -> !ep.ptr<bf16>
+      %token_at = arith.muli %i, %hidden : index
+      // The row's first loads are in flight while the warp takes its packed row.
+      ep.warp.copy_row_around %token[%token_at], %hidden : !ep.ptr<bf16> {
+        %packed_row = func.call @take_packed_row(%early_expert, %indices, %counting, %sources, %slots, %i, %row, %j, %rank)
+            : (i32, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index, index) -> index
+        %live = arith.cmpi ne, %packed_row, %none : index
+        %row_or_first = arith.select %live, %packed_row, %c0 : index
+        %packed_at = arith.muli %row_or_first, %hidden : index
+        %destination = ep.ptr_add %packed, %packed_at : !ep.ptr<bf16>
+        ep.copy_to %live, %destination : !ep.ptr<bf16>
       }
     }
   } else {
