@@ -379,43 +379,40 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
       // the counter's address first, so that an AMD wave, whose loads
       // complete in order, need not wait for the row to start the atomic.
       %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
-      %weights_count = arith.select %copies_weights, %topk, %c0 : index
       %slot, %fits = ep.warp.copy_row_around %input[%from_words], %piece_count : !ep.ptr<i32> -> index, i1 {
-        // So is the weights row, on the warp that copies it.
-        %held_slot, %held_fits = ep.warp.copy_row_around %weights[%row], %weights_count : !ep.ptr<f32> -> index, i1 {
-          scf.if %takes_slot {
-            %taken = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
-            %taken_fits = arith.cmpi slt, %taken, %capacity_i32 : i32
-            %dest_i32 = arith.index_cast %dest : index to i32
-            %base = arith.muli %dest_i32, %capacity_i32 : i32
-            %entry_value = arith.addi %base, %taken : i32
-            %recorded_value = arith.select %taken_fits, %entry_value, %none : i32
-            ep.store %recorded_value, %route[%route_at] : !ep.ptr<i32>
-          }
-          ep.block_barrier
-          // The slot, as recorded by warp 0 just now or by the dispatch being
-          // replayed; -1: it did not fit (combine skips the entry).
-          %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
-          %slot_fits = arith.cmpi sge, %recorded, %zero : i32
-          %overflow = arith.xori %slot_fits, %true : i1
-          %reports = arith.andi %overflow, %lead : i1
-          scf.if %reports {
-            ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
-          }
-          %slot_i32 = arith.remsi %recorded, %capacity_i32 : i32
-          %kept_slot_i32 = arith.select %slot_fits, %slot_i32, %zero : i32
-          %kept_slot = arith.index_cast %kept_slot_i32 : i32 to index
-          %weights_at = arith.muli %kept_slot, %topk : index
-          %to_weights = ep.peer_ptr %w[%dest] @recv_weights[%weights_at] : !ep.ptr<f32>
-          ep.copy_to %slot_fits, %to_weights : !ep.ptr<f32> yield %kept_slot, %slot_fits : index, i1
+        scf.if %takes_slot {
+          %taken = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
+          %taken_fits = arith.cmpi slt, %taken, %capacity_i32 : i32
+          %dest_i32 = arith.index_cast %dest : index to i32
+          %base = arith.muli %dest_i32, %capacity_i32 : i32
+          %entry_value = arith.addi %base, %taken : i32
+          %recorded_value = arith.select %taken_fits, %entry_value, %none : i32
+          ep.store %recorded_value, %route[%route_at] : !ep.ptr<i32>
         }
-        %recv_words = arith.muli %held_slot, %token_words : index
+        ep.block_barrier
+        // The slot, as recorded by warp 0 just now or by the dispatch being
+        // replayed; -1: it did not fit (combine skips the entry).
+        %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
+        %slot_fits = arith.cmpi sge, %recorded, %zero : i32
+        %overflow = arith.xori %slot_fits, %true : i1
+        %reports = arith.andi %overflow, %lead : i1
+        scf.if %reports {
+          ep.atomic_store %over_capacity, %state[%error_word] scope(system) order(relaxed) : !ep.ptr<i32>
+        }
+        %slot_i32 = arith.remsi %recorded, %capacity_i32 : i32
+        %kept_slot_i32 = arith.select %slot_fits, %slot_i32, %zero : i32
+        %kept_slot = arith.index_cast %kept_slot_i32 : i32 to index
+        %recv_words = arith.muli %kept_slot, %token_words : index
         %to_words = arith.addi %recv_words, %piece_at : index
         %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%to_words] : !ep.ptr<i32>
-        ep.copy_to %held_fits, %to_tokens : !ep.ptr<i32> yield %held_slot, %held_fits : index, i1
+        ep.copy_to %slot_fits, %to_tokens : !ep.ptr<i32> yield %kept_slot, %slot_fits : index, i1
       }
       scf.if %fits {
         %recv_row = arith.muli %slot, %topk : index
+        scf.if %copies_weights {
+          %to_weights = ep.peer_ptr %w[%dest] @recv_weights[%recv_row] : !ep.ptr<f32>
+          ep.warp.copy_row %weights[%row], %to_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
+        }
         scf.if %copies_indices {
           %to_indices = ep.peer_ptr %w[%dest] @recv_indices[%recv_row] : !ep.ptr<i32>
           ep.warp.copy_row %indices[%row], %to_indices[%c0], %topk : !ep.ptr<i32> -> !ep.ptr<i32>
