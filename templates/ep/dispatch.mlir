@@ -286,9 +286,8 @@ func.func private @send_tokens_reserved(%input: !ep.ptr<i32>, %weights: !ep.ptr<
 // sends top-k entry b, whose expert `expert_i32` ep_dispatch read while its
 // state words were on their way. Every warp of the block
 // decides alike (the entry's checks read the same indices); warp 0 takes
-// the slot and records it in the route, hands it to the block's warps
-// through shared memory (ep.block_broadcast, no reload of the route), and
-// each warp copies its share of the row (whole 16-byte chunks) while
+// the slot and records it in the route, the block's barrier publishes it,
+// and each warp copies its share of the row (whole 16-byte chunks) while
 // warps 1-3 copy the weights, indices and scales and warp 0 the origin, so
 // no warp has more than one round of loads.
 func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
@@ -373,6 +372,7 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
       %dest = func.call @send_target(%rank, %owner, %forwarding) : (index, index, i1) -> index
       %route_at = arith.addi %row, %n : index
       %not_replaying = arith.xori %replaying, %true : i1
+      %takes_slot = arith.andi %lead, %not_replaying : i1
       %words_at = arith.muli %token, %token_words : index
       %from_words = arith.addi %words_at, %piece_at : index
       // The warp's piece of the row is loaded while warp 0 takes the slot;
@@ -380,27 +380,19 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
       // complete in order, need not wait for the row to start the atomic.
       %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
       %slot, %fits = ep.warp.copy_row_around %input[%from_words], %piece_count : !ep.ptr<i32> -> index, i1 {
-        // The slot, as warp 0 records it now or reads what the dispatch being
-        // replayed recorded; -1: it did not fit (combine skips the entry).
-        %lead_slot = scf.if %lead -> (i32) {
-          %lead_recorded = scf.if %not_replaying -> (i32) {
-            %taken = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
-            %taken_fits = arith.cmpi slt, %taken, %capacity_i32 : i32
-            %dest_i32 = arith.index_cast %dest : index to i32
-            %base = arith.muli %dest_i32, %capacity_i32 : i32
-            %entry_value = arith.addi %base, %taken : i32
-            %recorded_value = arith.select %taken_fits, %entry_value, %none : i32
-            ep.store %recorded_value, %route[%route_at] : !ep.ptr<i32>
-            scf.yield %recorded_value : i32
-          } else {
-            %replayed = ep.load %route[%route_at] : !ep.ptr<i32>
-            scf.yield %replayed : i32
-          }
-          scf.yield %lead_recorded : i32
-        } else {
-          scf.yield %none : i32
+        scf.if %takes_slot {
+          %taken = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
+          %taken_fits = arith.cmpi slt, %taken, %capacity_i32 : i32
+          %dest_i32 = arith.index_cast %dest : index to i32
+          %base = arith.muli %dest_i32, %capacity_i32 : i32
+          %entry_value = arith.addi %base, %taken : i32
+          %recorded_value = arith.select %taken_fits, %entry_value, %none : i32
+          ep.store %recorded_value, %route[%route_at] : !ep.ptr<i32>
         }
-        %recorded = ep.block_broadcast %lead_slot : i32
+        ep.block_barrier
+        // The slot, as recorded by warp 0 just now or by the dispatch being
+        // replayed; -1: it did not fit (combine skips the entry).
+        %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
         %slot_fits = arith.cmpi sge, %recorded, %zero : i32
         %overflow = arith.xori %slot_fits, %true : i1
         %reports = arith.andi %overflow, %lead : i1

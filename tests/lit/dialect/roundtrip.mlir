@@ -130,9 +130,6 @@ ep.kernel @warp_ops(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %q: !ep.ptr<i8>, %s: !e
 func.func @lane_primitives(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %n: index) {
   // CHECK: ep.lane.id : index
   %lane = ep.lane.id : index
-  // CHECK: ep.block_broadcast %{{.*}} : i32
-  %slot32 = arith.index_cast %n : index to i32
-  %shared = ep.block_broadcast %slot32 : i32
   // CHECK: %[[HELD:.*]] = ep.lane.hold_chunks %{{.*}}, %{{.*}} at %{{.*}} stride %{{.*}} {aligned = true, chunk = 8 : i64} : !ep.ptr<bf16> -> !ep.held_chunks<8>
   // CHECK: ep.lane.put_chunks %[[HELD]], %{{.*}}, %{{.*}}, %{{.*}} at %{{.*}} stride %{{.*}} {aligned = true, chunk = 8 : i64} : !ep.held_chunks<8>, !ep.ptr<bf16> -> !ep.ptr<bf16>
   %held = ep.lane.hold_chunks %x, %n at %lane stride %n {chunk = 8, aligned = true} : !ep.ptr<bf16> -> !ep.held_chunks<8>

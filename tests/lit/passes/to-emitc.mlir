@@ -65,8 +65,6 @@ ep.window_region @recv_counts : bf16 {
 // HOST-NOT: hold_chunks
 // HOST: call_opaque "epjit::block_barrier"
 // HOST-NOT: put_chunks
-// Every target's prelude hands warp 0's value to the block.
-// CHECK: call_opaque "epjit::block_broadcast"(%{{.*}}) : (i32) -> i32
 // HOST-LABEL: emitc.func @kernel__epjit_host_entry
 // HOST: call_opaque "epjit::host::enter"
 // HOST-COUNT-5: call_opaque "epjit::host::arg"
@@ -88,5 +86,4 @@ ep.kernel @kernel(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %flags: !ep.ptr<i32>, %w: 
     %true = arith.constant true
     ep.copy_to %true, %peer : !ep.ptr<bf16>
   }
-  %shared = ep.block_broadcast %c7 : i32
 }

@@ -162,16 +162,6 @@ struct BlockBarrierPattern : OpConversionPattern<ep::BlockBarrierOp> {
   }
 };
 
-struct BlockBroadcastPattern : OpConversionPattern<ep::BlockBroadcastOp> {
-  using OpConversionPattern::OpConversionPattern;
-  LogicalResult matchAndRewrite(ep::BlockBroadcastOp op, OpAdaptor adaptor,
-                                ConversionPatternRewriter& rewriter) const override {
-    rewriter.replaceOp(op, callPrelude(rewriter, op.getLoc(), "epjit::block_broadcast", op.getResult().getType(),
-                                       {adaptor.getValue()}));
-    return success();
-  }
-};
-
 // Unsigned division and remainder of index values: size_t in C is unsigned,
 // so they are plain C / and % (upstream arith-to-emitc leaves index ones out).
 template <typename ArithOp, typename EmitCOp>
@@ -198,7 +188,7 @@ void populateScalarPatterns(TypeConverter& converter, RewritePatternSet& pattern
   patterns.add<GeometryPattern<ep::BlockCountOp>>(converter, context, "epjit::block_count");
   patterns.add<GeometryPattern<ep::LaneIdOp>>(converter, context, "epjit::lane_id");
   patterns.add<PtrAddPattern, LoadPattern, LaneLoadPattern, StorePattern, AtomicRmwPattern, AtomicLoadPattern, AtomicStorePattern,
-               PrefetchPattern, FencePattern, WaitUntilPattern, BlockBarrierPattern, BlockBroadcastPattern>(converter, context);
+               PrefetchPattern, FencePattern, WaitUntilPattern, BlockBarrierPattern>(converter, context);
   patterns.add<PeerPtrPattern>(converter, context, regionIndex);
   patterns.add<IndexUnsignedPattern<arith::DivUIOp, emitc::DivOp>, IndexUnsignedPattern<arith::RemUIOp, emitc::RemOp>>(
       converter, context);

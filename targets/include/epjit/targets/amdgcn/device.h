@@ -11,9 +11,6 @@
 #ifndef __global__
 #define __global__ __attribute__((global))
 #endif
-#ifndef __shared__
-#define __shared__ __attribute__((shared))
-#endif
 #ifndef __launch_bounds__
 #define __launch_bounds__(threads) __attribute__((amdgpu_flat_work_group_size(1, threads)))
 #endif
@@ -174,19 +171,6 @@ EPJIT_DEVICE void block_barrier() {
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
   __builtin_amdgcn_s_barrier();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
-}
-
-// Warp 0's value to every wave of the workgroup through one LDS word; the
-// second barrier keeps a later broadcast from overwriting it before every
-// wave has read it.
-template <typename T>
-EPJIT_DEVICE T block_broadcast(T value) {
-  __shared__ T cell;
-  if (__builtin_amdgcn_workitem_id_x() == 0) cell = value;
-  block_barrier();
-  const T result = cell;
-  block_barrier();
-  return result;
 }
 
 }  // namespace epjit

@@ -18,8 +18,7 @@ namespace epjit {
 namespace host {
 
 // Where the calling warp is. The launcher owns the block barrier: every warp
-// of a block calls arrive_and_wait(barrier) at an ep.block_barrier; and the
-// block's shared word (ep.block_broadcast).
+// of a block calls arrive_and_wait(barrier) at an ep.block_barrier.
 struct WarpContext {
   uint32_t block;
   uint32_t blocks;
@@ -27,7 +26,6 @@ struct WarpContext {
   uint32_t warps_per_block;
   void* barrier;
   void (*arrive_and_wait)(void* barrier);
-  int64_t* block_cell;
 };
 
 inline thread_local WarpContext current_warp{};
@@ -66,20 +64,6 @@ inline size_t global_warp_count() {
 
 inline void block_barrier() {
   if (host::current_warp.arrive_and_wait) host::current_warp.arrive_and_wait(host::current_warp.barrier);
-}
-
-// Warp 0's value to every warp of the block through the block's word (the
-// barrier orders the threads' accesses); the second barrier keeps a later
-// broadcast from overwriting it before every warp has read it.
-template <typename T>
-inline T block_broadcast(T value) {
-  int64_t* cell = host::current_warp.block_cell;
-  if (!cell) return value;  // a launcher without blocks of several warps
-  if (host::current_warp.warp == 0) *cell = int64_t(value);
-  block_barrier();
-  const T result = T(*cell);
-  block_barrier();
-  return result;
 }
 
 // Scopes do not matter between CPU threads: every atomic is system-wide.

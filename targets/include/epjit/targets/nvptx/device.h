@@ -248,17 +248,4 @@ EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code
 
 EPJIT_DEVICE void block_barrier() { __syncthreads(); }
 
-// Warp 0's value to every warp of the block through one shared word; the
-// second barrier keeps a later broadcast from overwriting it before every
-// warp has read it.
-template <typename T>
-EPJIT_DEVICE T block_broadcast(T value) {
-  __shared__ T cell;
-  if (threadIdx.x == 0) cell = value;
-  __syncthreads();
-  const T result = cell;
-  __syncthreads();
-  return result;
-}
-
 }  // namespace epjit

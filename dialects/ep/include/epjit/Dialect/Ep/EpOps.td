@@ -363,24 +363,6 @@ def Ep_BlockBarrierOp : Ep_Op<"block_barrier"> {
   let assemblyFormat = "attr-dict";
 }
 
-def Ep_BlockBroadcastOp : Ep_Op<"block_broadcast", [AllTypesMatch<["value", "result"]>]> {
-  let summary = "every warp of the block gets warp 0's value (a block barrier)";
-  let description = [{
-    ```mlir
-    %slot = ep.block_broadcast %mine : i32
-    ```
-    Every warp of the block must reach it, as an ep.block_barrier; each then
-    has the value warp 0 passed (the others' are ignored). The value goes
-    through the block's shared memory (one LDS / shared word on GPUs), not
-    global memory: a warp that computed something for the block (a slot
-    taken with an atomic) hands it over without a store and a reload
-    through the L2.
-  }];
-  let arguments = (ins AnyTypeOf<[I32, I64]>:$value);
-  let results = (outs AnyTypeOf<[I32, I64]>:$result);
-  let assemblyFormat = "$value attr-dict `:` type($value)";
-}
-
 //===----------------------------------------------------------------------===//
 // Warp operations: all lane parallelism
 //===----------------------------------------------------------------------===//
