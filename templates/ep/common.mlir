@@ -159,6 +159,43 @@ func.func private @block_major_warp_index() -> index {
   return %index : index
 }
 
+// The calling warp's share of a row of `length` elements that its block's
+// warps copy together, in whole 16-byte chunks of `chunk` elements: its
+// first chunk (@block_share_first) and its element count
+// (@block_share_count: 0 past the row's end; the last share ends with the
+// row). The caller multiplies the first chunk by its constant `chunk`, where
+// the compiler sees the offset's alignment.
+func.func private @block_share_chunks(%length: index, %chunk: index) -> index {
+  %blocks = ep.block_count : index
+  %all_warps = ep.global_warp_count : index
+  %warps = arith.divui %all_warps, %blocks : index
+  %chunks = func.call @ceil_div(%length, %chunk) : (index, index) -> index
+  %share_chunks = func.call @ceil_div(%chunks, %warps) : (index, index) -> index
+  return %share_chunks : index
+}
+
+func.func private @block_share_first(%length: index, %chunk: index) -> index {
+  %warp = ep.warp_index : index
+  %share_chunks = func.call @block_share_chunks(%length, %chunk) : (index, index) -> index
+  %first = arith.muli %warp, %share_chunks : index
+  return %first : index
+}
+
+func.func private @block_share_count(%length: index, %chunk: index) -> index {
+  %c0 = arith.constant 0 : index
+  %share_chunks = func.call @block_share_chunks(%length, %chunk) : (index, index) -> index
+  %first = func.call @block_share_first(%length, %chunk) : (index, index) -> index
+  %share = arith.muli %share_chunks, %chunk : index
+  %at = arith.muli %first, %chunk : index
+  %end = arith.addi %at, %share : index
+  %past_row = arith.cmpi ugt, %end, %length : index
+  %clipped_end = arith.select %past_row, %length, %end : index
+  %has_share = arith.cmpi ult, %at, %length : index
+  %clipped = arith.subi %clipped_end, %at : index
+  %count = arith.select %has_share, %clipped, %c0 : index
+  return %count : index
+}
+
 // The calling warp's run of [0, count) when the grid's warps split it into
 // contiguous runs of `length` = @warp_run_length(count) = ceil(count /
 // warps): [warp_run, warp_run_end). A count the grid covers (a small call's,

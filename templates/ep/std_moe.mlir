@@ -4,22 +4,13 @@
 ep.include "ep/common"
 ep.include "ep/sync"
 
-// The packed row of received token `i`'s top-k entry `j` (entries from
-// `row` = i * topk), whose expert is `expert_i32`: its local expert's next
-// free row, counted in `moe_counts` and taken here (with the token's slot as
-// its source and the position in moe_slots), or -1 when the entry names
-// another rank's expert or an expert an earlier entry named.
-func.func private @take_packed_row(%expert_i32: i32, %indices: !ep.ptr<i32>, %moe_counts: !ep.ptr<i32>,
-                                   %sources: !ep.ptr<i32>, %slots: !ep.ptr<i32>, %i: index, %row: index, %j: index,
-                                   %rank: index) -> index {
-  %one = arith.constant 1 : i32
-  %none = arith.constant -1 : index
+// Whether received token `row / topk`'s top-k entry `j`, whose expert is
+// `expert_i32`, takes a packed row: its expert is this rank's and no earlier
+// entry of the token named it.
+func.func private @packs_entry(%expert_i32: i32, %indices: !ep.ptr<i32>, %row: index, %j: index,
+                               %rank: index) -> i1 {
   %true = arith.constant true
   %epr = ep.param_value @experts_per_rank : index
-  %world = ep.param_value @world : index
-  %max_tokens = ep.param_value @max_tokens : index
-  %rows_per_expert = arith.muli %world, %max_tokens : index
-  %at = arith.addi %row, %j : index
   %expert = arith.index_cast %expert_i32 : i32 to index
   %owner = arith.divui %expert, %epr : index
   %here = arith.cmpi eq, %owner, %rank : index
@@ -31,9 +22,31 @@ func.func private @take_packed_row(%expert_i32: i32, %indices: !ep.ptr<i32>, %mo
     %false = arith.constant false
     scf.yield %false : i1
   }
+  return %live : i1
+}
+
+// The first packed row of (this rank's) expert `expert`.
+func.func private @expert_rows_base(%expert: index) -> index {
+  %epr = ep.param_value @experts_per_rank : index
+  %world = ep.param_value @world : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %rows_per_expert = arith.muli %world, %max_tokens : index
+  %local = arith.remui %expert, %epr : index
+  %base = arith.muli %local, %rows_per_expert : index
+  return %base : index
+}
+
+// @take_packed_row once @packs_entry's answer `live` is known.
+func.func private @take_row_if(%live: i1, %expert_i32: i32, %moe_counts: !ep.ptr<i32>, %sources: !ep.ptr<i32>,
+                               %slots: !ep.ptr<i32>, %i: index, %row: index, %j: index) -> index {
+  %one = arith.constant 1 : i32
+  %none = arith.constant -1 : index
+  %epr = ep.param_value @experts_per_rank : index
+  %at = arith.addi %row, %j : index
+  %expert = arith.index_cast %expert_i32 : i32 to index
   %packed_row = scf.if %live -> (index) {
     %local = arith.remui %expert, %epr : index
-    %base = arith.muli %local, %rows_per_expert : index
+    %base = func.call @expert_rows_base(%expert) : (index) -> index
     %taken = ep.atomic_rmw add %moe_counts[%local], %one scope(agent) order(relaxed) : !ep.ptr<i32>
     %taken_index = arith.index_cast %taken : i32 to index
     %taken_row = arith.addi %base, %taken_index : index
@@ -45,6 +58,80 @@ func.func private @take_packed_row(%expert_i32: i32, %indices: !ep.ptr<i32>, %mo
     scf.yield %none : index
   }
   return %packed_row : index
+}
+
+// The packed row of received token `i`'s top-k entry `j` (entries from
+// `row` = i * topk), whose expert is `expert_i32`: its local expert's next
+// free row, counted in `moe_counts` and taken here (with the token's slot as
+// its source and the position in moe_slots), or -1 when the entry takes
+// none (@packs_entry).
+func.func private @take_packed_row(%expert_i32: i32, %indices: !ep.ptr<i32>, %moe_counts: !ep.ptr<i32>,
+                                   %sources: !ep.ptr<i32>, %slots: !ep.ptr<i32>, %i: index, %row: index, %j: index,
+                                   %rank: index) -> index {
+  %live = func.call @packs_entry(%expert_i32, %indices, %row, %j, %rank)
+      : (i32, !ep.ptr<i32>, index, index, index) -> i1
+  %packed_row = func.call @take_row_if(%live, %expert_i32, %moe_counts, %sources, %slots, %i, %row, %j)
+      : (i1, i32, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index) -> index
+  return %packed_row : index
+}
+
+// A tiny pack (no more top-k entries than blocks): block b packs entry b.
+// Warp 0 takes the packed row (its expert `lead_expert` read early) while
+// every warp loads its share of the token's row (ep.warp.copy_row_around);
+// after the block's barrier each warp reads the row warp 0 took from
+// moe_slots and stores its share there. A row of 14 KB crosses in one round
+// of loads per warp instead of 3.5 rounds of one warp's.
+func.func private @pack_entry_by_block(%lead_expert: i32, %indices: !ep.ptr<i32>, %moe_counts: !ep.ptr<i32>,
+                                       %sources: !ep.ptr<i32>, %slots: !ep.ptr<i32>, %token: !ep.ptr<bf16>,
+                                       %packed: !ep.ptr<bf16>, %rank: index) {
+  %c0 = arith.constant 0 : index
+  %c8 = arith.constant 8 : index
+  %hidden = ep.param_value @hidden : index
+  %topk = ep.param_value @topk : index
+  %block = ep.block_index : index
+  %warp = ep.warp_index : index
+  %lead = arith.cmpi eq, %warp, %c0 : index
+  %i = arith.divui %block, %topk : index
+  %j = arith.remui %block, %topk : index
+  %row = arith.muli %i, %topk : index
+  // Warp 0's expert came with the state words; the others read it now, in
+  // flight with their share of the row.
+  %expert_i32 = scf.if %lead -> (i32) {
+    scf.yield %lead_expert : i32
+  } else {
+    %read = ep.load %indices[%block] : !ep.ptr<i32>
+    scf.yield %read : i32
+  }
+  %share_chunk = func.call @block_share_first(%hidden, %c8) : (index, index) -> index
+  %share_count = func.call @block_share_count(%hidden, %c8) : (index, index) -> index
+  %share_at = arith.muli %share_chunk, %c8 : index
+  %token_row = arith.muli %i, %hidden : index
+  %token_at = arith.addi %token_row, %share_at : index
+  // Every warp decides alike whether the entry takes a row.
+  %live = func.call @packs_entry(%expert_i32, %indices, %row, %j, %rank)
+      : (i32, !ep.ptr<i32>, index, index, index) -> i1
+  ep.warp.copy_row_around %token[%token_at], %share_count : !ep.ptr<bf16> {
+    scf.if %lead {
+      %taken_row = func.call @take_row_if(%live, %expert_i32, %moe_counts, %sources, %slots, %i, %row, %j)
+          : (i1, i32, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index) -> index
+    }
+    ep.block_barrier
+    %taken_index = scf.if %live -> (index) {
+      %taken = ep.load %slots[%block] : !ep.ptr<i32>
+      %taken_at = arith.index_cast %taken : i32 to index
+      scf.yield %taken_at : index
+    } else {
+      scf.yield %c0 : index
+    }
+    %expert = arith.index_cast %expert_i32 : i32 to index
+    %base = func.call @expert_rows_base(%expert) : (index) -> index
+    %packed_row = arith.addi %base, %taken_index : index
+    %packed_row_at = arith.muli %packed_row, %hidden : index
+    %packed_at = arith.addi %packed_row_at, %share_at : index
+    %destination = ep.ptr_add %packed, %packed_at : !ep.ptr<bf16>
+    ep.copy_to %live, %destination : !ep.ptr<bf16>
+  }
+  return
 }
 
 // Standard MoE, out of dispatch: every received token once per local expert
@@ -80,9 +167,9 @@ ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sourc
   // Warps counted block by block, so consecutive items copy on different SMs.
   %first = func.call @block_major_warp_index() : () -> index
   %stride = ep.global_warp_count : index
-  // A small call's warp copies entry `first`: its expert is read here, in
-  // flight with the state words (dispatch wrote the received indices before
-  // this kernel).
+  // A small call's warp takes entry `first` (by warp; by block, warp 0's
+  // `first` is its block's entry): its expert is read here, in flight with
+  // the state words (dispatch wrote the received indices before this kernel).
   %index_words = arith.muli %capacity, %topk : index
   %in_indices = arith.cmpi ult, %first, %index_words : index
   %early_expert = scf.if %in_indices -> (i32) {
@@ -106,46 +193,57 @@ ep.kernel @ep_std_moe_pack(%packed: !ep.ptr<bf16>, %counts: !ep.ptr<i32>, %sourc
     ep.warp.copy_row %moe_counts[%zeros_at], %moe_counts[%clearing_at], %epr : !ep.ptr<i32> -> !ep.ptr<i32>
   }
   %entries = arith.muli %total, %topk : index
+  %blocks = ep.block_count : index
+  %by_block = arith.cmpi ule, %entries, %blocks : index
   %by_entry = arith.cmpi ule, %entries, %stride : index
-  scf.if %by_entry {
-    // A small call: a warp per top-k entry, so a token's rows to its
-    // experts copy on as many SMs (one warp per token storing its row to
-    // each expert took 20.9 us at eight tokens at EP1, 5.7 us this way).
-    %has_entry = arith.cmpi ult, %first, %entries : index
-    scf.if %has_entry {
-      %i = arith.divui %first, %topk : index
-      %j = arith.remui %first, %topk : index
-      %row = arith.muli %i, %topk : index
-      %token_at = arith.muli %i, %hidden : index
-      // The row's first loads are in flight while the warp takes its packed row.
-      ep.warp.copy_row_around %token[%token_at], %hidden : !ep.ptr<bf16> {
-        %packed_row = func.call @take_packed_row(%early_expert, %indices, %counting, %sources, %slots, %i, %row, %j, %rank)
-            : (i32, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index, index) -> index
-        %live = arith.cmpi ne, %packed_row, %none : index
-        %row_or_first = arith.select %live, %packed_row, %c0 : index
-        %packed_at = arith.muli %row_or_first, %hidden : index
-        %destination = ep.ptr_add %packed, %packed_at : !ep.ptr<bf16>
-        ep.copy_to %live, %destination : !ep.ptr<bf16>
-      }
+  scf.if %by_block {
+    %block = ep.block_index : index
+    %block_has_entry = arith.cmpi ult, %block, %entries : index
+    scf.if %block_has_entry {
+      func.call @pack_entry_by_block(%early_expert, %indices, %counting, %sources, %slots, %token, %packed, %rank)
+          : (i32, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<bf16>, !ep.ptr<bf16>, index) -> ()
     }
   } else {
-    // Otherwise a warp per token: its row is read once and stored to each
-    // local expert it routes to (a warp per entry re-read every row from
-    // the cache: 302 -> 447 us at 8192 tokens).
-    scf.for %i = %first to %total step %stride {
-      %row = arith.muli %i, %topk : index
-      %token_at = arith.muli %i, %hidden : index
-      ep.warp.fanout_row %token[%token_at], %hidden, destinations(%topk) : !ep.ptr<bf16> {
-      ^bb0(%j: index):
-        %at = arith.addi %row, %j : index
-        %expert = ep.load %indices[%at] : !ep.ptr<i32>
-        %packed_row = func.call @take_packed_row(%expert, %indices, %counting, %sources, %slots, %i, %row, %j, %rank)
-            : (i32, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index, index) -> index
-        %live = arith.cmpi ne, %packed_row, %none : index
-        %row_or_first = arith.select %live, %packed_row, %c0 : index
-        %packed_at = arith.muli %row_or_first, %hidden : index
-        %destination = ep.ptr_add %packed, %packed_at : !ep.ptr<bf16>
-        ep.destination %live, %destination : !ep.ptr<bf16>
+    scf.if %by_entry {
+      // A small call: a warp per top-k entry, so a token's rows to its
+      // experts copy on as many SMs (one warp per token storing its row to
+      // each expert took 20.9 us at eight tokens at EP1, 5.7 us this way).
+      %has_entry = arith.cmpi ult, %first, %entries : index
+      scf.if %has_entry {
+        %i = arith.divui %first, %topk : index
+        %j = arith.remui %first, %topk : index
+        %row = arith.muli %i, %topk : index
+        %token_at = arith.muli %i, %hidden : index
+        // The row's first loads are in flight while the warp takes its packed row.
+        ep.warp.copy_row_around %token[%token_at], %hidden : !ep.ptr<bf16> {
+          %packed_row = func.call @take_packed_row(%early_expert, %indices, %counting, %sources, %slots, %i, %row, %j, %rank)
+              : (i32, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index, index) -> index
+          %live = arith.cmpi ne, %packed_row, %none : index
+          %row_or_first = arith.select %live, %packed_row, %c0 : index
+          %packed_at = arith.muli %row_or_first, %hidden : index
+          %destination = ep.ptr_add %packed, %packed_at : !ep.ptr<bf16>
+          ep.copy_to %live, %destination : !ep.ptr<bf16>
+        }
+      }
+    } else {
+      // Otherwise a warp per token: its row is read once and stored to each
+      // local expert it routes to (a warp per entry re-read every row from
+      // the cache: 302 -> 447 us at 8192 tokens).
+      scf.for %i = %first to %total step %stride {
+        %row = arith.muli %i, %topk : index
+        %token_at = arith.muli %i, %hidden : index
+        ep.warp.fanout_row %token[%token_at], %hidden, destinations(%topk) : !ep.ptr<bf16> {
+        ^bb0(%j: index):
+          %at = arith.addi %row, %j : index
+          %expert = ep.load %indices[%at] : !ep.ptr<i32>
+          %packed_row = func.call @take_packed_row(%expert, %indices, %counting, %sources, %slots, %i, %row, %j, %rank)
+              : (i32, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index, index) -> index
+          %live = arith.cmpi ne, %packed_row, %none : index
+          %row_or_first = arith.select %live, %packed_row, %c0 : index
+          %packed_at = arith.muli %row_or_first, %hidden : index
+          %destination = ep.ptr_add %packed, %packed_at : !ep.ptr<bf16>
+          ep.destination %live, %destination : !ep.ptr<bf16>
+        }
       }
     }
   }

@@ -100,9 +100,13 @@ std::vector<EpCase> matrix() {
   add({.name = "tiny_scatter_pieces_blockwise_gfx950_w2_processes", .target = "host-gfx950", .ranks = Ranks::Processes,
        .hidden = 1000, .mode = scatter, .quant = QuantType::Fp8Blockwise, .routing = RoutingKind::Masked,
        .calls = tiny, .warps_per_block = 3, .combine_blocks = 5});
-  // std-MoE's pack of a small call (no more received top-k entries than
-  // warps: 27 here) takes a warp per entry; the 37-token call a warp per token.
+  // std-MoE's pack of a small call takes a block per received top-k entry
+  // while they fit the blocks (9 here: the one-token calls), a warp per entry
+  // while they fit the warps (27), and a warp per token beyond (37 tokens).
   add({.name = "tiny_std_moe_by_entry_w2", .calls = tiny, .std_moe = true, .dispatch_blocks = 9,
+       .warps_per_block = 3});
+  // By block up to three tokens, a row of 125 chunks over 3 warps (42, 42, 41).
+  add({.name = "tiny_std_moe_by_block_w2", .hidden = 1000, .calls = tiny, .std_moe = true, .dispatch_blocks = 24,
        .warps_per_block = 3});
   add({.name = "tiny_std_moe_by_entry_repeats_scatter_w3", .world = 3, .mode = scatter, .routing = RoutingKind::Repeats,
        .calls = tiny, .std_moe = true, .dispatch_blocks = 9, .warps_per_block = 3});
