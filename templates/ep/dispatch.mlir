@@ -330,10 +330,21 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
   %copies_weights = arith.cmpi eq, %warp, %weights_warp : index
   %copies_indices = arith.cmpi eq, %warp, %indices_warp : index
   %copies_scales = arith.cmpi eq, %warp, %scales_warp : index
-  // This warp's share of a row: [piece_at, piece_at + piece_count) words.
-  %piece_chunk = func.call @block_share_first(%token_words, %c4) : (index, index) -> index
-  %piece_count = func.call @block_share_count(%token_words, %c4) : (index, index) -> index
-  %piece_at = arith.muli %piece_chunk, %c4 : index
+  // This warp's share of a row: [piece_at, piece_at + piece_count) words, a
+  // whole number of 16-byte chunks except at the row's end.
+  %share = arith.addi %token_words, %warps : index
+  %share_1 = arith.subi %share, %c1 : index
+  %words_per_warp = arith.divui %share_1, %warps : index
+  %chunk_span = arith.addi %words_per_warp, %c3 : index
+  %piece_chunks = arith.divui %chunk_span, %c4 : index
+  %piece_words = arith.muli %piece_chunks, %c4 : index
+  %piece_at = arith.muli %warp, %piece_words : index
+  %piece_end = arith.addi %piece_at, %piece_words : index
+  %past_row = arith.cmpi ugt, %piece_end, %token_words : index
+  %clipped_end = arith.select %past_row, %token_words, %piece_end : index
+  %has_piece = arith.cmpi ult, %piece_at, %token_words : index
+  %clipped_count = arith.subi %clipped_end, %piece_at : index
+  %piece_count = arith.select %has_piece, %clipped_count, %c0 : index
 
   %entries = arith.muli %tokens, %topk : index
   %has_entry = arith.cmpi ult, %block, %entries : index

@@ -4,13 +4,22 @@
 ep.include "ep/common"
 ep.include "ep/sync"
 
-// Whether received token `row / topk`'s top-k entry `j`, whose expert is
-// `expert_i32`, takes a packed row: its expert is this rank's and no earlier
-// entry of the token named it.
-func.func private @packs_entry(%expert_i32: i32, %indices: !ep.ptr<i32>, %row: index, %j: index,
-                               %rank: index) -> i1 {
+// The packed row of received token `i`'s top-k entry `j` (entries from
+// `row` = i * topk), whose expert is `expert_i32`: its local expert's next
+// free row, counted in `moe_counts` and taken here (with the token's slot as
+// its source and the position in moe_slots), or -1 when the entry names
+// another rank's expert or an expert an earlier entry named.
+func.func private @take_packed_row(%expert_i32: i32, %indices: !ep.ptr<i32>, %moe_counts: !ep.ptr<i32>,
+                                   %sources: !ep.ptr<i32>, %slots: !ep.ptr<i32>, %i: index, %row: index, %j: index,
+                                   %rank: index) -> index {
+  %one = arith.constant 1 : i32
+  %none = arith.constant -1 : index
   %true = arith.constant true
   %epr = ep.param_value @experts_per_rank : index
+  %world = ep.param_value @world : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %rows_per_expert = arith.muli %world, %max_tokens : index
+  %at = arith.addi %row, %j : index
   %expert = arith.index_cast %expert_i32 : i32 to index
   %owner = arith.divui %expert, %epr : index
   %here = arith.cmpi eq, %owner, %rank : index
@@ -22,31 +31,9 @@ func.func private @packs_entry(%expert_i32: i32, %indices: !ep.ptr<i32>, %row: i
     %false = arith.constant false
     scf.yield %false : i1
   }
-  return %live : i1
-}
-
-// The first packed row of (this rank's) expert `expert`.
-func.func private @expert_rows_base(%expert: index) -> index {
-  %epr = ep.param_value @experts_per_rank : index
-  %world = ep.param_value @world : index
-  %max_tokens = ep.param_value @max_tokens : index
-  %rows_per_expert = arith.muli %world, %max_tokens : index
-  %local = arith.remui %expert, %epr : index
-  %base = arith.muli %local, %rows_per_expert : index
-  return %base : index
-}
-
-// @take_packed_row once @packs_entry's answer `live` is known.
-func.func private @take_row_if(%live: i1, %expert_i32: i32, %moe_counts: !ep.ptr<i32>, %sources: !ep.ptr<i32>,
-                               %slots: !ep.ptr<i32>, %i: index, %row: index, %j: index) -> index {
-  %one = arith.constant 1 : i32
-  %none = arith.constant -1 : index
-  %epr = ep.param_value @experts_per_rank : index
-  %at = arith.addi %row, %j : index
-  %expert = arith.index_cast %expert_i32 : i32 to index
   %packed_row = scf.if %live -> (index) {
     %local = arith.remui %expert, %epr : index
-    %base = func.call @expert_rows_base(%expert) : (index) -> index
+    %base = arith.muli %local, %rows_per_expert : index
     %taken = ep.atomic_rmw add %moe_counts[%local], %one scope(agent) order(relaxed) : !ep.ptr<i32>
     %taken_index = arith.index_cast %taken : i32 to index
     %taken_row = arith.addi %base, %taken_index : index
@@ -60,34 +47,27 @@ func.func private @take_row_if(%live: i1, %expert_i32: i32, %moe_counts: !ep.ptr
   return %packed_row : index
 }
 
-// The packed row of received token `i`'s top-k entry `j` (entries from
-// `row` = i * topk), whose expert is `expert_i32`: its local expert's next
-// free row, counted in `moe_counts` and taken here (with the token's slot as
-// its source and the position in moe_slots), or -1 when the entry takes
-// none (@packs_entry).
-func.func private @take_packed_row(%expert_i32: i32, %indices: !ep.ptr<i32>, %moe_counts: !ep.ptr<i32>,
-                                   %sources: !ep.ptr<i32>, %slots: !ep.ptr<i32>, %i: index, %row: index, %j: index,
-                                   %rank: index) -> index {
-  %live = func.call @packs_entry(%expert_i32, %indices, %row, %j, %rank)
-      : (i32, !ep.ptr<i32>, index, index, index) -> i1
-  %packed_row = func.call @take_row_if(%live, %expert_i32, %moe_counts, %sources, %slots, %i, %row, %j)
-      : (i1, i32, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index) -> index
-  return %packed_row : index
-}
-
 // A tiny pack (no more top-k entries than blocks): block b packs entry b.
 // Warp 0 takes the packed row (its expert `lead_expert` read early) while
 // every warp loads its share of the token's row (ep.warp.copy_row_around);
-// after the block's barrier each warp reads the row warp 0 took from
-// moe_slots and stores its share there. A row of 14 KB crosses in one round
-// of loads per warp instead of 3.5 rounds of one warp's.
+// warp 0 marks an entry that takes no row with -1 in moe_slots, and after
+// the block's barrier each warp reads the entry's position there and stores
+// its share. A row of 14 KB crosses in one round of loads per warp instead
+// of 3.5 rounds of one warp's.
 func.func private @pack_entry_by_block(%lead_expert: i32, %indices: !ep.ptr<i32>, %moe_counts: !ep.ptr<i32>,
                                        %sources: !ep.ptr<i32>, %slots: !ep.ptr<i32>, %token: !ep.ptr<bf16>,
                                        %packed: !ep.ptr<bf16>, %rank: index) {
   %c0 = arith.constant 0 : index
   %c8 = arith.constant 8 : index
+  %none = arith.constant -1 : index
+  %zero = arith.constant 0 : i32
+  %no_position = arith.constant -1 : i32
   %hidden = ep.param_value @hidden : index
   %topk = ep.param_value @topk : index
+  %epr = ep.param_value @experts_per_rank : index
+  %world = ep.param_value @world : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %rows_per_expert = arith.muli %world, %max_tokens : index
   %block = ep.block_index : index
   %warp = ep.warp_index : index
   %lead = arith.cmpi eq, %warp, %c0 : index
@@ -107,25 +87,24 @@ func.func private @pack_entry_by_block(%lead_expert: i32, %indices: !ep.ptr<i32>
   %share_at = arith.muli %share_chunk, %c8 : index
   %token_row = arith.muli %i, %hidden : index
   %token_at = arith.addi %token_row, %share_at : index
-  // Every warp decides alike whether the entry takes a row.
-  %live = func.call @packs_entry(%expert_i32, %indices, %row, %j, %rank)
-      : (i32, !ep.ptr<i32>, index, index, index) -> i1
   ep.warp.copy_row_around %token[%token_at], %share_count : !ep.ptr<bf16> {
     scf.if %lead {
-      %taken_row = func.call @take_row_if(%live, %expert_i32, %moe_counts, %sources, %slots, %i, %row, %j)
-          : (i1, i32, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index) -> index
+      %taken_row = func.call @take_packed_row(%expert_i32, %indices, %moe_counts, %sources, %slots, %i, %row, %j, %rank)
+          : (i32, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, index, index) -> index
+      %takes_none = arith.cmpi eq, %taken_row, %none : index
+      scf.if %takes_none {
+        ep.store %no_position, %slots[%block] : !ep.ptr<i32>
+      }
     }
     ep.block_barrier
-    %taken_index = scf.if %live -> (index) {
-      %taken = ep.load %slots[%block] : !ep.ptr<i32>
-      %taken_at = arith.index_cast %taken : i32 to index
-      scf.yield %taken_at : index
-    } else {
-      scf.yield %c0 : index
-    }
+    %position_i32 = ep.load %slots[%block] : !ep.ptr<i32>
+    %live = arith.cmpi sge, %position_i32, %zero : i32
+    %kept_i32 = arith.select %live, %position_i32, %zero : i32
+    %position = arith.index_cast %kept_i32 : i32 to index
     %expert = arith.index_cast %expert_i32 : i32 to index
-    %base = func.call @expert_rows_base(%expert) : (index) -> index
-    %packed_row = arith.addi %base, %taken_index : index
+    %local = arith.remui %expert, %epr : index
+    %base = arith.muli %local, %rows_per_expert : index
+    %packed_row = arith.addi %base, %position : index
     %packed_row_at = arith.muli %packed_row, %hidden : index
     %packed_at = arith.addi %packed_row_at, %share_at : index
     %destination = ep.ptr_add %packed, %packed_at : !ep.ptr<bf16>
