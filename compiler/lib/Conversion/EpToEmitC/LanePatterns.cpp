@@ -241,9 +241,9 @@ void populateLanePatterns(TypeConverter& converter, RewritePatternSet& patterns)
   MLIRContext* context = patterns.getContext();
   patterns.add<ChunkConvertPattern<ep::LaneQuantizeChunkOp>>(converter, context, "quantize");
   patterns.add<ChunkConvertPattern<ep::LaneDequantizeChunkOp>>(converter, context, "dequantize");
-  patterns.add<CopyChunksPattern, HoldChunksPattern, PutChunksPattern, AccumulateChunkPattern, SumChunkPattern, SumChunksPattern, FanoutChunksPattern,
-               ChunkReducePattern, LaneReducePattern, LaneCombinePattern, ReduceIdentityPattern, MxScalePattern,
-               BlockwiseScalePattern>(converter, context);
+  patterns.add<CopyChunksPattern, HoldChunksPattern, PutChunksPattern, AccumulateChunkPattern, SumChunkPattern,
+               SumChunksPattern, FanoutChunksPattern, ChunkReducePattern, LaneReducePattern, LaneCombinePattern,
+               ReduceIdentityPattern, MxScalePattern, BlockwiseScalePattern>(converter, context);
 }
 
 }  // namespace epjit::to_emitc
