@@ -4,6 +4,19 @@
 ep.include "ep/common"
 ep.include "ep/sync"
 
+// Row `position` of (this rank's) expert `expert` in the packed layout
+// [experts_per_rank, world * max_tokens, hidden].
+func.func private @expert_row(%expert: index, %position: index) -> index {
+  %epr = ep.param_value @experts_per_rank : index
+  %world = ep.param_value @world : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %rows_per_expert = arith.muli %world, %max_tokens : index
+  %local = arith.remui %expert, %epr : index
+  %base = arith.muli %local, %rows_per_expert : index
+  %row = arith.addi %base, %position : index
+  return %row : index
+}
+
 // The packed row of received token `i`'s top-k entry `j` (entries from
 // `row` = i * topk), whose expert is `expert_i32`: its local expert's next
 // free row, counted in `moe_counts` and taken here (with the token's slot as
@@ -16,9 +29,6 @@ func.func private @take_packed_row(%expert_i32: i32, %indices: !ep.ptr<i32>, %mo
   %none = arith.constant -1 : index
   %true = arith.constant true
   %epr = ep.param_value @experts_per_rank : index
-  %world = ep.param_value @world : index
-  %max_tokens = ep.param_value @max_tokens : index
-  %rows_per_expert = arith.muli %world, %max_tokens : index
   %at = arith.addi %row, %j : index
   %expert = arith.index_cast %expert_i32 : i32 to index
   %owner = arith.divui %expert, %epr : index
@@ -33,10 +43,9 @@ func.func private @take_packed_row(%expert_i32: i32, %indices: !ep.ptr<i32>, %mo
   }
   %packed_row = scf.if %live -> (index) {
     %local = arith.remui %expert, %epr : index
-    %base = arith.muli %local, %rows_per_expert : index
     %taken = ep.atomic_rmw add %moe_counts[%local], %one scope(agent) order(relaxed) : !ep.ptr<i32>
     %taken_index = arith.index_cast %taken : i32 to index
-    %taken_row = arith.addi %base, %taken_index : index
+    %taken_row = func.call @expert_row(%expert, %taken_index) : (index, index) -> index
     %i_i32 = arith.index_cast %i : index to i32
     ep.store %i_i32, %sources[%taken_row] : !ep.ptr<i32>
     ep.store %taken, %slots[%at] : !ep.ptr<i32>
@@ -64,10 +73,6 @@ func.func private @pack_entry_by_block(%lead_expert: i32, %indices: !ep.ptr<i32>
   %no_position = arith.constant -1 : i32
   %hidden = ep.param_value @hidden : index
   %topk = ep.param_value @topk : index
-  %epr = ep.param_value @experts_per_rank : index
-  %world = ep.param_value @world : index
-  %max_tokens = ep.param_value @max_tokens : index
-  %rows_per_expert = arith.muli %world, %max_tokens : index
   %block = ep.block_index : index
   %warp = ep.warp_index : index
   %lead = arith.cmpi eq, %warp, %c0 : index
@@ -102,9 +107,7 @@ func.func private @pack_entry_by_block(%lead_expert: i32, %indices: !ep.ptr<i32>
     %kept_i32 = arith.select %live, %position_i32, %zero : i32
     %position = arith.index_cast %kept_i32 : i32 to index
     %expert = arith.index_cast %expert_i32 : i32 to index
-    %local = arith.remui %expert, %epr : index
-    %base = arith.muli %local, %rows_per_expert : index
-    %packed_row = arith.addi %base, %position : index
+    %packed_row = func.call @expert_row(%expert, %position) : (index, index) -> index
     %packed_row_at = arith.muli %packed_row, %hidden : index
     %packed_at = arith.addi %packed_row_at, %share_at : index
     %destination = ep.ptr_add %packed, %packed_at : !ep.ptr<bf16>
@@ -255,9 +258,6 @@ func.func private @unpack_piece(%expert_out: !ep.ptr<bf16>, %dst: !ep.ptr<!ep.ro
   %hidden = ep.param_value @hidden : index
   %topk = ep.param_value @topk : index
   %epr = ep.param_value @experts_per_rank : index
-  %world = ep.param_value @world : index
-  %max_tokens = ep.param_value @max_tokens : index
-  %rows_per_expert = arith.muli %world, %max_tokens : index
   %indices = ep.peer_ptr %w[%rank] @recv_indices[%c0] : !ep.ptr<i32>
   %slots = ep.peer_ptr %w[%rank] @moe_slots[%c0] : !ep.ptr<i32>
   %c = arith.muli %first_block, %c128 : index
@@ -273,11 +273,9 @@ func.func private @unpack_piece(%expert_out: !ep.ptr<bf16>, %dst: !ep.ptr<!ep.ro
     %repeat = func.call @expert_repeats_earlier(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i1
     %fresh = arith.xori %repeat, %true : i1
     %valid = arith.andi %here, %fresh : i1
-    %local = arith.remui %expert, %epr : index
     %position_i32 = ep.load %slots[%at] : !ep.ptr<i32>
     %position = arith.index_cast %position_i32 : i32 to index
-    %packed_row_base = arith.muli %local, %rows_per_expert : index
-    %packed_row = arith.addi %packed_row_base, %position : index
+    %packed_row = func.call @expert_row(%expert, %position) : (index, index) -> index
     %packed_row_at = arith.muli %packed_row, %hidden : index
     %packed_at = arith.addi %packed_row_at, %c : index
     %src = ep.ptr_add %expert_out, %packed_at : !ep.ptr<bf16>
