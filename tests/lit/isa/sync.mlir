@@ -34,6 +34,7 @@
 // SM90: %globaltimer
 // SM90: ld.acquire.gpu.b32
 // SM90: bar.sync
+// SM90: bar.warp.sync -1
 // SM90-NOT: membar
 // SM90: ; resources sync_ops: registers
 // HOST: sync_ops__epjit_host_entry
@@ -69,5 +70,6 @@ ep.kernel @sync_ops(%flags: !ep.ptr<i32>, %counters: !ep.ptr<i64>, %errors: !ep.
       : !ep.ptr<i32>, !ep.ptr<i32>
   %seen = ep.atomic_load %flags[%c1] scope(agent) order(acquire) : !ep.ptr<i32>
   ep.block_barrier
+  ep.warp_barrier
   ep.store %seen, %out[%warp] : !ep.ptr<i32>
 }

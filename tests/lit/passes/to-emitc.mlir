@@ -65,6 +65,8 @@ ep.window_region @recv_counts : bf16 {
 // HOST-NOT: hold_chunks
 // HOST: call_opaque "epjit::block_barrier"
 // HOST-NOT: put_chunks
+// A warp barrier is the prelude's (__syncwarp on NVIDIA, empty on the host).
+// CHECK: call_opaque "epjit::warp_barrier"
 // HOST-LABEL: emitc.func @kernel__epjit_host_entry
 // HOST: call_opaque "epjit::host::enter"
 // HOST-COUNT-5: call_opaque "epjit::host::arg"
@@ -86,4 +88,5 @@ ep.kernel @kernel(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %flags: !ep.ptr<i32>, %w: 
     %true = arith.constant true
     ep.copy_to %true, %peer : !ep.ptr<bf16>
   }
+  ep.warp_barrier
 }

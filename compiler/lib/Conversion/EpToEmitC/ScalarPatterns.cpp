@@ -153,13 +153,19 @@ struct WaitUntilPattern : OpConversionPattern<ep::WaitUntilOp> {
   }
 };
 
-struct BlockBarrierPattern : OpConversionPattern<ep::BlockBarrierOp> {
-  using OpConversionPattern::OpConversionPattern;
-  LogicalResult matchAndRewrite(ep::BlockBarrierOp op, OpAdaptor, ConversionPatternRewriter& rewriter) const override {
-    callPrelude(rewriter, op.getLoc(), "epjit::block_barrier", {}, {});
+// A barrier is a prelude call of the same name (epjit::block_barrier,
+// epjit::warp_barrier): each target says what it takes.
+template <typename BarrierOp>
+struct BarrierPattern : OpConversionPattern<BarrierOp> {
+  BarrierPattern(TypeConverter& converter, MLIRContext* context, StringRef prelude)
+      : OpConversionPattern<BarrierOp>(converter, context), prelude(prelude) {}
+  LogicalResult matchAndRewrite(BarrierOp op, typename BarrierOp::Adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    callPrelude(rewriter, op.getLoc(), prelude, {}, {});
     rewriter.eraseOp(op);
     return success();
   }
+  StringRef prelude;
 };
 
 // Unsigned division and remainder of index values: size_t in C is unsigned,
@@ -188,7 +194,9 @@ void populateScalarPatterns(TypeConverter& converter, RewritePatternSet& pattern
   patterns.add<GeometryPattern<ep::BlockCountOp>>(converter, context, "epjit::block_count");
   patterns.add<GeometryPattern<ep::LaneIdOp>>(converter, context, "epjit::lane_id");
   patterns.add<PtrAddPattern, LoadPattern, LaneLoadPattern, StorePattern, AtomicRmwPattern, AtomicLoadPattern, AtomicStorePattern,
-               PrefetchPattern, FencePattern, WaitUntilPattern, BlockBarrierPattern>(converter, context);
+               PrefetchPattern, FencePattern, WaitUntilPattern>(converter, context);
+  patterns.add<BarrierPattern<ep::BlockBarrierOp>>(converter, context, "epjit::block_barrier");
+  patterns.add<BarrierPattern<ep::WarpBarrierOp>>(converter, context, "epjit::warp_barrier");
   patterns.add<PeerPtrPattern>(converter, context, regionIndex);
   patterns.add<IndexUnsignedPattern<arith::DivUIOp, emitc::DivOp>, IndexUnsignedPattern<arith::RemUIOp, emitc::RemOp>>(
       converter, context);

@@ -173,4 +173,12 @@ EPJIT_DEVICE void block_barrier() {
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
 }
 
+// A wavefront runs in lockstep; the fences keep the compiler and the memory
+// counters from moving a lane's reads above the others' writes.
+EPJIT_DEVICE void warp_barrier() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+}
+
 }  // namespace epjit

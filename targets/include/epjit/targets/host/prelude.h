@@ -66,6 +66,9 @@ inline void block_barrier() {
   if (host::current_warp.arrive_and_wait) host::current_warp.arrive_and_wait(host::current_warp.barrier);
 }
 
+// A warp's lanes run one after another in its thread: nothing to wait for.
+inline void warp_barrier() {}
+
 // Scopes do not matter between CPU threads: every atomic is system-wide.
 template <Scope S, Order O, typename T>
 inline T warp_atomic_add(T* address, T value) {

@@ -247,5 +247,8 @@ EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code
 }
 
 EPJIT_DEVICE void block_barrier() { __syncthreads(); }
+// Lanes are scheduled independently: __syncwarp() orders each lane's
+// writes before the others' later reads.
+EPJIT_DEVICE void warp_barrier() { __syncwarp(kFullMask); }
 
 }  // namespace epjit

@@ -363,6 +363,18 @@ def Ep_BlockBarrierOp : Ep_Op<"block_barrier"> {
   let assemblyFormat = "attr-dict";
 }
 
+def Ep_WarpBarrierOp : Ep_Op<"warp_barrier"> {
+  let summary = "the calling warp's lanes meet; each sees the others' earlier writes";
+  let description = [{
+    What one warp op wrote, the next may read with another lane mapping: a
+    warp op that reads a row an earlier one of the same warp stored (a sum
+    staged, then quantized) needs this between them. `__syncwarp()` on
+    NVIDIA (lanes are scheduled independently), a wavefront fence and barrier
+    on AMD, nothing on the host (a warp's lanes run in order there).
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
 //===----------------------------------------------------------------------===//
 // Warp operations: all lane parallelism
 //===----------------------------------------------------------------------===//
