@@ -38,10 +38,12 @@ func.func private @push_row(%src: !ep.ptr<!ep.row_elem<"combine_elem">>, %rows: 
   return
 }
 
-// unpacks != 0 (std-MoE, intranode, no quant): stage 1 sends each received
-// token's sum of its local experts' rows in the standard-MoE layout's
-// `expert_out` (@unpack_piece) straight into its origin's inbox, instead of
-// `input` rows an unpack kernel wrote: a launch and a pass over the rows less.
+// unpacks != 0 (std-MoE, intranode): stage 1 sums each received token's
+// local experts' rows in the standard-MoE layout's `expert_out`
+// (@unpack_piece) itself, instead of reading `input` rows an unpack kernel
+// wrote: a launch less. Without quant the sum goes straight into the
+// origin's inbox; under quant the warp sums its piece into `input` (then
+// this rank's staging rows), and quantizes it from there while it is in L2.
 ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,
                               %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                               %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
@@ -87,8 +89,8 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
     %quant = ep.param_value @quant : index
     %plain = arith.cmpi eq, %quant, %c0 : index
     %unpack_asked = arith.cmpi ne, %unpacks, %c0 : index
-    %std_moe_plain = arith.andi %std_moe, %plain : i1
-    %unpacking = arith.andi %std_moe_plain, %unpack_asked : i1
+    %unpacking = arith.andi %std_moe, %unpack_asked : i1
+    %unpacking_into_inbox = arith.andi %unpacking, %plain : i1
     %run_length = func.call @warp_run_length(%items) : (index) -> index
     %items_begin = func.call @warp_run(%items, %run_length) : (index, index) -> index
     %items_end = func.call @warp_run_end(%items, %run_length) : (index, index) -> index
@@ -126,10 +128,16 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
         %first_block = arith.muli %piece_index, %piece_blocks : index
         %scales_at = arith.addi %box_scales, %first_block : index
         %scales = ep.peer_ptr %w[%source] @scatter_scales[%scales_at] : !ep.ptr<f32>
-        scf.if %unpacking {
+        scf.if %unpacking_into_inbox {
           func.call @unpack_piece(%expert_out, %rows, %w, %rank, %i, %first_block, %n)
               : (!ep.ptr<bf16>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.window, index, index, index, index) -> ()
         } else {
+          scf.if %unpacking {
+            // The quantizer's lanes read the piece with their own mapping.
+            func.call @unpack_piece(%expert_out, %src, %w, %rank, %i, %first_block, %n)
+                : (!ep.ptr<bf16>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.window, index, index, index, index) -> ()
+            ep.warp_barrier
+          }
           scf.if %whole_rows {
             func.call @push_row(%src, %rows, %codes, %scales, %hidden)
                 : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<i8>, !ep.ptr<f32>, index) -> ()

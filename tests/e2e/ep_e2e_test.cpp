@@ -50,6 +50,12 @@ std::vector<EpCase> matrix() {
   // Standard MoE and routing replay.
   add({.name = "std_moe_gather_w2", .std_moe = true});
   add({.name = "std_moe_scatter_w4", .world = 4, .mode = scatter, .std_moe = true});
+  // Under quant, stage 1 sums each piece into its staging rows and quantizes it from there;
+  // a call of more than 2048 tokens runs the unpack kernel first (kQuantFusedUnpackMaxTokens).
+  add({.name = "std_moe_scatter_direct_gfx942_w3", .target = "host-gfx942", .world = 3, .mode = scatter,
+       .quant = QuantType::Fp8DirectCast, .std_moe = true});
+  add({.name = "std_moe_scatter_blockwise_large_w2", .hidden = 128, .max_tokens = 2100, .mode = scatter,
+       .quant = QuantType::Fp8Blockwise, .calls = {2100, 5, 2049, 2048}, .std_moe = true});
   add({.name = "replay_gather_w2", .replay = true});
   add({.name = "replay_scatter_quant_w4", .target = "host-gfx942", .world = 4, .mode = scatter,
        .quant = QuantType::Fp8Blockwise, .replay = true});
@@ -110,6 +116,9 @@ std::vector<EpCase> matrix() {
        .warps_per_block = 3});
   add({.name = "tiny_std_moe_by_entry_repeats_scatter_w3", .world = 3, .mode = scatter, .routing = RoutingKind::Repeats,
        .calls = tiny, .std_moe = true, .dispatch_blocks = 9, .warps_per_block = 3});
+  add({.name = "tiny_std_moe_scatter_blockwise_gfx950_w2", .target = "host-gfx950", .hidden = 1000, .mode = scatter,
+       .quant = QuantType::Fp8Blockwise, .routing = RoutingKind::Repeats, .calls = tiny, .std_moe = true,
+       .warps_per_block = 3, .combine_blocks = 5});
   add({.name = "no_tokens_w2", .calls = {0, 0}});
   add({.name = "no_combine_weights_w2", .weights = false});
   add({.name = "zero_copy_gather_w4", .world = 4, .zero_copy = true});

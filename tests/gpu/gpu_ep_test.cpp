@@ -93,6 +93,7 @@ std::vector<EpCase> gpuCases(int world) {
   add({.name = "quant_direct", .mode = scatter, .quant = QuantType::Fp8DirectCast});
   add({.name = "quant_blockwise", .mode = scatter, .quant = QuantType::Fp8Blockwise});
   add({.name = "std_moe", .mode = scatter, .std_moe = true});
+  add({.name = "std_moe_quant_blockwise", .mode = scatter, .quant = QuantType::Fp8Blockwise, .std_moe = true});
   add({.name = "replay", .replay = true});
   add({.name = "hidden7168_top8", .hidden = 7168, .topk = 8, .experts_per_rank = 8, .max_tokens = 64,
        .calls = {64, 0, 1, 37}});
