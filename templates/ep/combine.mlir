@@ -5,6 +5,7 @@
 // scatter from this rank's inbox, decoding fp8 codes under quant. The mode is
 // a parameter, so each specialization keeps one of the two addressings.
 ep.include "ep/common"
+ep.include "ep/sync"
 
 // How many contributions a token's sum takes (sum_contributions): one per
 // top-k entry, or, when top-k exceeds the world, `world`. A token has one
@@ -66,6 +67,24 @@ func.func private @contribution_entry(%route: !ep.ptr<i32>, %row: index, %box: i
   return %entry : i32
 }
 
+// In a sum's body, source k of `sources`: the warp's first item meets the
+// other ranks (@wait_for_all) once it has named its last source. A sum runs
+// every source's body before it reads a row, so the route loads that name
+// the sources (this rank's own route, written by its dispatch) are in flight
+// across the poll and the block barrier, not one more dependent round trip
+// after them.
+func.func private @meet_after_last_source(%w: !ep.window, %rank: index, %epoch: i32, %meeting: index,
+                                          %first_item: i1, %k: index, %sources: index) {
+  %c1 = arith.constant 1 : index
+  %last_k = arith.subi %sources, %c1 : index
+  %last = arith.cmpi eq, %k, %last_k : index
+  %now = arith.andi %first_item, %last : i1
+  scf.if %now {
+    func.call @wait_for_all(%w, %rank, %epoch, %meeting) : (!ep.window, index, i32, index) -> ()
+  }
+  return
+}
+
 // Sums each of this rank's `tokens` tokens into `output` and, when weighted,
 // their weights into `out_weights`. Work items are (token, piece) pairs
 // (@row_piece_blocks), so a few tokens still spread over the grid, then, when
@@ -74,9 +93,14 @@ func.func private @contribution_entry(%route: !ep.ptr<i32>, %row: index, %box: i
 // flight with the rows instead of one more dependent (at EP2 remote) read
 // after them (ncu, EP1, one token: 7.9 -> 7.3 us). Each warp keeps its sums in
 // registers with the reads of all of a token's contributions in flight.
+//
+// The sums wait for the meeting (`epoch`, `meeting`) themselves: every warp
+// calls @wait_for_all exactly once (its block barrier needs each of the
+// block's warps), in its first item's sum after naming the sources
+// (@meet_after_last_source), or at once when it has no item.
 func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.ptr<i32>, %tokens: index,
                                      %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
-                                     %weighted: i1) {
+                                     %weighted: i1, %epoch: i32, %meeting: index) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c128 = arith.constant 128 : index
@@ -103,7 +127,12 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
   %row_items = arith.muli %tokens, %chunks : index
   %weight_items = arith.select %weighted, %tokens, %c0 : index
   %items = arith.addi %row_items, %weight_items : index
+  %idle = arith.cmpi uge, %first, %items : index
+  scf.if %idle {
+    func.call @wait_for_all(%w, %rank, %epoch, %meeting) : (!ep.window, index, i32, index) -> ()
+  }
   scf.for %item = %first to %items step %stride {
+    %first_item = arith.cmpi eq, %item, %first : index
     %is_row = arith.cmpi ult, %item, %row_items : index
     scf.if %is_row {
       %token = arith.divui %item, %chunks : index
@@ -136,6 +165,8 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
           %src_row = arith.muli %slot, %hidden : index
           %src_at = arith.addi %src_row, %c : index
           %src = ep.peer_ptr %w[%dest] @combine_rows[%src_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+          func.call @meet_after_last_source(%w, %rank, %epoch, %meeting, %first_item, %k, %contributions)
+              : (!ep.window, index, i32, index, i1, index, index) -> ()
           ep.source %valid, %src : !ep.ptr<!ep.row_elem<"combine_elem">>
         }
       } else {
@@ -149,6 +180,8 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
             %box_row = arith.muli %box, %hidden : index
             %box_at = arith.addi %box_row, %c : index
             %src = ep.peer_ptr %w[%rank] @scatter_rows[%box_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+            func.call @meet_after_last_source(%w, %rank, %epoch, %meeting, %first_item, %k, %contributions)
+                : (!ep.window, index, i32, index, i1, index, index) -> ()
             ep.source %valid, %src : !ep.ptr<!ep.row_elem<"combine_elem">>
           }
         } else {
@@ -162,6 +195,8 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
               %box_row = arith.muli %box, %hidden : index
               %box_at = arith.addi %box_row, %c : index
               %codes = ep.peer_ptr %w[%rank] @scatter_codes[%box_at] : !ep.ptr<i8>
+              func.call @meet_after_last_source(%w, %rank, %epoch, %meeting, %first_item, %k, %contributions)
+                  : (!ep.window, index, i32, index, i1, index, index) -> ()
               ep.source %valid, %codes : !ep.ptr<i8>
             }
           } else {
@@ -178,6 +213,8 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
               %scales_row = arith.muli %box, %blocks : index
               %scales_at = arith.addi %scales_row, %first_block : index
               %scales = ep.peer_ptr %w[%rank] @scatter_scales[%scales_at] : !ep.ptr<f32>
+              func.call @meet_after_last_source(%w, %rank, %epoch, %meeting, %first_item, %k, %contributions)
+                  : (!ep.window, index, i32, index, i1, index, index) -> ()
               ep.source %valid, %codes scales %scales : !ep.ptr<i8>, !ep.ptr<f32>
             }
           }
@@ -202,6 +239,8 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
         %box_at = arith.muli %box, %topk : index
         %inbox = ep.peer_ptr %w[%rank] @scatter_weights[%box_at] : !ep.ptr<f32>
         %src = arith.select %gather, %staged, %inbox : !ep.ptr<f32>
+        func.call @meet_after_last_source(%w, %rank, %epoch, %meeting, %first_item, %j, %topk)
+            : (!ep.window, index, i32, index, i1, index, index) -> ()
         ep.source %valid, %src : !ep.ptr<f32>
       }
     }

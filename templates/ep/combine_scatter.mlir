@@ -158,8 +158,9 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
     }
     %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %combine_meeting)
         : (!ep.window, index, i32, index, index) -> i1
-    func.call @wait_for_all(%w, %rank, %epoch, %combine_meeting) : (!ep.window, index, i32, index) -> ()
-    func.call @sum_contributions(%w, %rank, %route, %tokens, %output, %out_weights, %weighted)
-        : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1) -> ()
+    func.call @sum_contributions(%w, %rank, %route, %tokens, %output, %out_weights, %weighted, %epoch,
+                                 %combine_meeting)
+        : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, i32,
+           index) -> ()
   }
 }

@@ -102,6 +102,36 @@ func.func @sum_three(%rows: !ep.ptr<bf16>, %live: !ep.ptr<i32>, %out: !ep.ptr<bf
   return
 }
 
+// Every source's body runs before the first row is read, so a body may wait
+// once its sources are named (combine's sums meet the other ranks after the
+// last source): both flags' loads, then the barrier, then the lanes' reads.
+// CHECK-LABEL: func.func @sum_waits_after_naming
+// CHECK: ep.load %{{.*}}[%c0]
+// CHECK: ep.load %{{.*}}[%c1]
+// CHECK-NOT: ep.lane
+// CHECK: ep.block_barrier
+// CHECK-NOT: ep.block_barrier
+// CHECK: ep.lane.sum_chunk
+func.func @sum_waits_after_naming(%rows: !ep.ptr<bf16>, %live: !ep.ptr<i32>, %out: !ep.ptr<bf16>) {
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c7168 = arith.constant 7168 : index
+  %zero = arith.constant 0 : i32
+  ep.warp.sum_rows %out[%c7168], %c7168, sources(%c2) : !ep.ptr<bf16> {
+  ^bb0(%j: index):
+    %flag = ep.load %live[%j] : !ep.ptr<i32>
+    %valid = arith.cmpi ne, %flag, %zero : i32
+    %offset = arith.muli %j, %c7168 : index
+    %row = ep.ptr_add %rows, %offset : !ep.ptr<bf16>
+    %last = arith.cmpi eq, %j, %c1 : index
+    scf.if %last {
+      ep.block_barrier
+    }
+    ep.source %valid, %row : !ep.ptr<bf16>
+  }
+  return
+}
+
 // fp8 blockwise sources decode with the target's method; an unaligned
 // destination (offset not a multiple of 16 bytes) keeps scalar stores. Two
 // sources: two chunks at once (fp8 chunks are 16 elements: never more than two,

@@ -495,6 +495,11 @@ def Ep_WarpSumRowsOp : Ep_Op<"warp.sum_rows", [RecursiveMemoryEffects]> {
     issuing all of its loads before the first add, so the reads of all the
     rows are in flight at once.
 
+    The body runs for j = 0 .. sources - 1 in order, all of it before the
+    first row is read. A body may therefore also wait (a meeting, a flag)
+    once the sources are named: what it loaded to name them (a route) is in
+    flight across the wait, and the rows are read after it.
+
     ```mlir
     ep.warp.sum_rows %out[%at], %n, sources(%topk) : !ep.ptr<bf16> {
     ^bb0(%j: index):
