@@ -28,15 +28,6 @@ KernelCache& process_cache() {
 
 std::atomic<uint64_t> next_op_id{1};
 
-// Up to this many dispatched tokens a std-MoE scatter combine under quant
-// unpacks in its own stage 1 (a launch less); above it the unpack kernel runs
-// first. Measured on one H200 (EP1, hidden 7168, top-8, fp8 direct and
-// blockwise; unpack + combine against the fused combine, ncu): -2.6 us at 1
-// token, -4.2 us at 128, -3.5 / -2.3 us at 2048, -0.4 / +1.6 us at 4096,
-// +6.1 / +7.7 us at 8192, where the fused stage 1's dependent sum, store and
-// reload per piece lose to two kernels streaming.
-constexpr int64_t kQuantFusedUnpackMaxTokens = 2048;
-
 std::string shape_text(std::span<const int64_t> shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
@@ -521,19 +512,12 @@ struct EpDispatchCombineOp::Impl {
     return result;
   }
 
-  // Does std_moe_combine of `tokens` dispatched tokens launch the unpack
-  // kernel before the combine? Internode, where the rows leave the node
-  // before the combine kernel runs, and a large scatter under quant
-  // (kQuantFusedUnpackMaxTokens). Otherwise the combine kernel unpacks
-  // itself: gather into its staged rows, scatter without quant straight into
-  // the origins' inboxes, scatter under quant piece by piece into staging
-  // rows its quantizer then reads. Each rank decides for itself: the unpack
-  // is local.
-  bool unpacks_apart(int64_t tokens) const {
-    const bool quantized_scatter =
-        config.combine_mode == CombineMode::Scatter && config.quant_type != QuantType::None;
-    return config.internode() || (quantized_scatter && tokens > kQuantFusedUnpackMaxTokens);
-  }
+  // Does std_moe_combine launch the unpack kernel before the combine? Only
+  // internode, where the rows leave the node before the combine kernel runs.
+  // Intranode the combine kernel unpacks itself: gather into its staged
+  // rows, scatter without quant straight into the origins' inboxes, scatter
+  // under quant into staging rows its quantizer then reads.
+  bool unpacks_apart() const { return config.internode(); }
 
   // Does std-MoE scatter sum rows into a buffer before they leave (the unpack
   // kernel's output, stage 1's staging under quant)?
@@ -542,7 +526,7 @@ struct EpDispatchCombineOp::Impl {
            (config.internode() || config.quant_type != QuantType::None);
   }
 
-  // expert_out (std-MoE, !unpacks_apart(tokens)): the combine kernel unpacks the
+  // expert_out (std-MoE, !unpacks_apart()): the combine kernel unpacks the
   // standard-MoE layout itself; gather's `input` is then its staged rows.
   CombineResult launch_combine(const char* call, const TensorRef& input, const std::optional<TensorRef>& weights,
                                const void* expert_out = nullptr) {
@@ -699,7 +683,7 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
   // where it stages them (under quant, and internode).
   void* unpacked = op.moe_combine_in ? op.moe_combine_in : op.local(op.window.combine_rows);
   const TensorRef combine_in{unpacked, DType::BF16, {op.capacity(), op.config.hidden_dim}};
-  if (!op.unpacks_apart(op.dispatched_tokens)) {
+  if (!op.unpacks_apart()) {
     if (op.config.combine_mode == CombineMode::Scatter) {
       // Under quant the kernel sums into its staging rows and quantizes them;
       // otherwise it reads expert_out, not its input rows, and `input` names

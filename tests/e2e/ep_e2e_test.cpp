@@ -50,8 +50,8 @@ std::vector<EpCase> matrix() {
   // Standard MoE and routing replay.
   add({.name = "std_moe_gather_w2", .std_moe = true});
   add({.name = "std_moe_scatter_w4", .world = 4, .mode = scatter, .std_moe = true});
-  // Under quant, stage 1 sums each piece into its staging rows and quantizes it from there;
-  // a call of more than 2048 tokens runs the unpack kernel first (kQuantFusedUnpackMaxTokens).
+  // Under quant, stage 1 sums its warp's pieces into staging rows, then quantizes them from there
+  // (runs of many items per warp at 2100 tokens on the host's grid).
   add({.name = "std_moe_scatter_direct_gfx942_w3", .target = "host-gfx942", .world = 3, .mode = scatter,
        .quant = QuantType::Fp8DirectCast, .std_moe = true});
   add({.name = "std_moe_scatter_blockwise_large_w2", .hidden = 128, .max_tokens = 2100, .mode = scatter,
