@@ -87,9 +87,23 @@ EPJIT_HD bool lane_wait_until(T* flag, T value, int32_t* error, int32_t code, in
 // The kernel's window parameter, for the helpers that take a pointer.
 EPJIT_HD const Window* window_address(const Window& window) { return &window; }
 
+// ep.peer_ptr is warp-uniform: every lane names the same rank. On AMD the
+// first lane's copy makes that known to the compiler (a rank computed with
+// vector instructions, such as a 64-bit division, lives in a VGPR), so the
+// window table is read with a scalar load, counted apart from the vector
+// loads: a wait for the peer's address does not also wait for a row's loads
+// in flight (vmcnt counts in order).
+EPJIT_HD size_t uniform_rank(size_t rank) {
+#if defined(__AMDGCN__)
+  return __builtin_amdgcn_readfirstlane(uint32_t(rank));
+#else
+  return rank;
+#endif
+}
+
 template <typename T, int Region>
 EPJIT_HD T* peer_ptr(const Window* window, size_t rank, size_t offset) {
-  return reinterpret_cast<T*>(window->peer_base[rank] + window->region_offset[Region]) + offset;
+  return reinterpret_cast<T*>(window->peer_base[uniform_rank(rank)] + window->region_offset[Region]) + offset;
 }
 
 template <Reduce K>
