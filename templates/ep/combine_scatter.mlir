@@ -38,6 +38,35 @@ func.func private @push_row(%src: !ep.ptr<!ep.row_elem<"combine_elem">>, %rows: 
   return
 }
 
+// Stage 1's slot `i` goes back to its origin: the origin's rank, and the
+// inbox row (box) there: the origin token * topk + this rank's destination
+// ordinal, from the slot's origin words (dispatch wrote them).
+func.func private @origin_rank(%origins: !ep.ptr<i32>, %i: index) -> index {
+  %c2 = arith.constant 2 : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %origin_at = arith.muli %i, %c2 : index
+  %origin_i32 = ep.load %origins[%origin_at] : !ep.ptr<i32>
+  %origin = arith.index_cast %origin_i32 : i32 to index
+  %source = arith.divui %origin, %max_tokens : index
+  return %source : index
+}
+func.func private @inbox_box(%origins: !ep.ptr<i32>, %i: index) -> index {
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %topk = ep.param_value @topk : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %origin_at = arith.muli %i, %c2 : index
+  %ordinal_at = arith.addi %origin_at, %c1 : index
+  %origin_i32 = ep.load %origins[%origin_at] : !ep.ptr<i32>
+  %ordinal_i32 = ep.load %origins[%ordinal_at] : !ep.ptr<i32>
+  %origin = arith.index_cast %origin_i32 : i32 to index
+  %ordinal = arith.index_cast %ordinal_i32 : i32 to index
+  %token = arith.remui %origin, %max_tokens : index
+  %box_base = arith.muli %token, %topk : index
+  %box = arith.addi %box_base, %ordinal : index
+  return %box : index
+}
+
 // Under quant, std-MoE's stage 1 first sums each of its warp's items
 // (@unpack_piece) into `staging` (the slot's row, the item's piece), then
 // quantizes them from there: all of a warp's sums, one warp barrier, all of
@@ -132,6 +161,14 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
           : (!ep.ptr<bf16>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.window, index, index, index, index, index) -> ()
     }
 
+    // A piece of a split row (a small call's) is plainly copied around the
+    // origin loads that name its box: its loads are in flight while those
+    // come back, not issued after them (@inbox_box).
+    %plain_copy = arith.cmpi eq, %quant, %c0 : index
+    %pushes_rows = arith.xori %unpacking_into_inbox, %true : i1
+    %plain_push = arith.andi %plain_copy, %pushes_rows : i1
+    %split_rows = arith.xori %whole_rows, %true : i1
+    %held = arith.andi %plain_push, %split_rows : i1
     scf.for %item = %items_begin to %items_end step %c1 {
       %i = arith.divui %item, %pieces : index
       %piece_index = arith.remui %item, %pieces : index
@@ -139,18 +176,27 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
       %left = arith.subi %hidden, %c : index
       %short = arith.cmpi ult, %left, %piece : index
       %n = arith.select %short, %left, %piece : index
-      %origin_at = arith.muli %i, %c2 : index
-      %ordinal_at = arith.addi %origin_at, %c1 : index
-      %origin_i32 = ep.load %origins[%origin_at] : !ep.ptr<i32>
-      %ordinal_i32 = ep.load %origins[%ordinal_at] : !ep.ptr<i32>
-      %origin = arith.index_cast %origin_i32 : i32 to index
-      %ordinal = arith.index_cast %ordinal_i32 : i32 to index
-      %source = arith.divui %origin, %max_tokens : index
-      %token = arith.remui %origin, %max_tokens : index
-      %box_base = arith.muli %token, %topk : index
-      %box = arith.addi %box_base, %ordinal : index
       %src_row = arith.muli %i, %hidden : index
       %src_at = arith.addi %src_row, %c : index
+      %src = ep.ptr_add %input, %src_at : !ep.ptr<!ep.row_elem<"combine_elem">>
+      %box, %source = scf.if %held -> (index, index) {
+        %held_box, %held_source = ep.warp.copy_row_around %src[%c0], %n
+            : !ep.ptr<!ep.row_elem<"combine_elem">> -> index, index {
+          %b = func.call @inbox_box(%origins, %i) : (!ep.ptr<i32>, index) -> index
+          %o = func.call @origin_rank(%origins, %i) : (!ep.ptr<i32>, index) -> index
+          %o_off = func.call @off_node(%rank, %o) : (index, index) -> i1
+          %o_on = arith.xori %o_off, %true : i1
+          %b_row = arith.muli %b, %hidden : index
+          %b_at = arith.addi %b_row, %c : index
+          %b_rows = ep.peer_ptr %w[%o] @scatter_rows[%b_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+          ep.copy_to %o_on, %b_rows : !ep.ptr<!ep.row_elem<"combine_elem">> yield %b, %o : index, index
+        }
+        scf.yield %held_box, %held_source : index, index
+      } else {
+        %b = func.call @inbox_box(%origins, %i) : (!ep.ptr<i32>, index) -> index
+        %o = func.call @origin_rank(%origins, %i) : (!ep.ptr<i32>, index) -> index
+        scf.yield %b, %o : index, index
+      }
       %dst_row = arith.muli %box, %hidden : index
       %dst_at = arith.addi %dst_row, %c : index
       // An off-node origin's rows go back through the internode transfer
@@ -158,23 +204,25 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
       %off = func.call @off_node(%rank, %source) : (index, index) -> i1
       %on_node = arith.xori %off, %true : i1
       scf.if %on_node {
-        %src = ep.ptr_add %input, %src_at : !ep.ptr<!ep.row_elem<"combine_elem">>
         %rows = ep.peer_ptr %w[%source] @scatter_rows[%dst_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
         %codes = ep.peer_ptr %w[%source] @scatter_codes[%dst_at] : !ep.ptr<i8>
         %box_scales = arith.muli %box, %blocks : index
         %first_block = arith.muli %piece_index, %piece_blocks : index
         %scales_at = arith.addi %box_scales, %first_block : index
         %scales = ep.peer_ptr %w[%source] @scatter_scales[%scales_at] : !ep.ptr<f32>
-        scf.if %unpacking_into_inbox {
-          func.call @unpack_piece(%expert_out, %rows, %w, %rank, %i, %first_block, %n)
-              : (!ep.ptr<bf16>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.window, index, index, index, index) -> ()
-        } else {
-          scf.if %whole_rows {
-            func.call @push_row(%src, %rows, %codes, %scales, %hidden)
-                : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<i8>, !ep.ptr<f32>, index) -> ()
+        %not_held = arith.xori %held, %true : i1
+        scf.if %not_held {
+          scf.if %unpacking_into_inbox {
+            func.call @unpack_piece(%expert_out, %rows, %w, %rank, %i, %first_block, %n)
+                : (!ep.ptr<bf16>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.window, index, index, index, index) -> ()
           } else {
-            func.call @push_row(%src, %rows, %codes, %scales, %n)
-                : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<i8>, !ep.ptr<f32>, index) -> ()
+            scf.if %whole_rows {
+              func.call @push_row(%src, %rows, %codes, %scales, %hidden)
+                  : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<i8>, !ep.ptr<f32>, index) -> ()
+            } else {
+              func.call @push_row(%src, %rows, %codes, %scales, %n)
+                  : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<i8>, !ep.ptr<f32>, index) -> ()
+            }
           }
         }
         %first_piece = arith.cmpi eq, %piece_index, %c0 : index
