@@ -120,12 +120,10 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
   scf.if %answered {
     %c1 = arith.constant 1 : index
-    %c2 = arith.constant 2 : index
     %c128 = arith.constant 128 : index
     %true = arith.constant true
     %hidden = ep.param_value @hidden : index
     %topk = ep.param_value @topk : index
-    %max_tokens = ep.param_value @max_tokens : index
     %arrivals = ep.constant_value @state_combine_arrivals : index
     %combine_meeting = ep.constant_value @meeting_combine : index
     %blocks = func.call @row_blocks() : () -> index
@@ -164,9 +162,8 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
     // A piece of a split row (a small call's) is plainly copied around the
     // origin loads that name its box: its loads are in flight while those
     // come back, not issued after them (@inbox_box).
-    %plain_copy = arith.cmpi eq, %quant, %c0 : index
     %pushes_rows = arith.xori %unpacking_into_inbox, %true : i1
-    %plain_push = arith.andi %plain_copy, %pushes_rows : i1
+    %plain_push = arith.andi %plain, %pushes_rows : i1
     %split_rows = arith.xori %whole_rows, %true : i1
     %held = arith.andi %plain_push, %split_rows : i1
     scf.for %item = %items_begin to %items_end step %c1 {
