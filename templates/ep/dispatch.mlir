@@ -32,18 +32,24 @@ func.func private @destination_ordinal(%indices: !ep.ptr<i32>, %row: index, %des
   return %ordinal : index
 }
 
-// What goes with a sent token's row: its weights, indices and scales, and
-// its origin.
-func.func private @send_token_extras(%weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>, %indices: !ep.ptr<i32>,
-                                     %token: index, %dest: index, %slot: index, %ordinal: index, %rank: index,
-                                     %w: !ep.window) {
+// One warp sends token `token` to slot `slot` on rank `dest`, its
+// destination number `ordinal`: the row, its weights, indices and scales,
+// and its origin.
+func.func private @send_token(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
+                              %indices: !ep.ptr<i32>, %token: index, %dest: index, %slot: index,
+                              %ordinal: index, %rank: index, %w: !ep.window) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
+  %token_words = ep.param_value @token_words : index
   %scale_bytes = ep.param_value @scale_bytes : index
   %topk = ep.param_value @topk : index
   %max_tokens = ep.param_value @max_tokens : index
   %row = arith.muli %token, %topk : index
+  %words_at = arith.muli %token, %token_words : index
+  %recv_words = arith.muli %slot, %token_words : index
+  %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%recv_words] : !ep.ptr<i32>
+  ep.warp.copy_row %input[%words_at], %to_tokens[%c0], %token_words : !ep.ptr<i32> -> !ep.ptr<i32>
   %recv_row = arith.muli %slot, %topk : index
   %to_weights = ep.peer_ptr %w[%dest] @recv_weights[%recv_row] : !ep.ptr<f32>
   ep.warp.copy_row %weights[%row], %to_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
@@ -63,22 +69,6 @@ func.func private @send_token_extras(%weights: !ep.ptr<f32>, %scales: !ep.ptr<i8
   %ordinal_i32 = arith.index_cast %ordinal : index to i32
   ep.store %origin, %to_origin[%c0] : !ep.ptr<i32>
   ep.store %ordinal_i32, %to_origin[%c1] : !ep.ptr<i32>
-  return
-}
-
-// One warp sends token `token` to slot `slot` on rank `dest`, its
-// destination number `ordinal`: the row (@send_token_extras: then the rest).
-func.func private @send_token(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
-                              %indices: !ep.ptr<i32>, %token: index, %dest: index, %slot: index,
-                              %ordinal: index, %rank: index, %w: !ep.window) {
-  %c0 = arith.constant 0 : index
-  %token_words = ep.param_value @token_words : index
-  %words_at = arith.muli %token, %token_words : index
-  %recv_words = arith.muli %slot, %token_words : index
-  %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%recv_words] : !ep.ptr<i32>
-  ep.warp.copy_row %input[%words_at], %to_tokens[%c0], %token_words : !ep.ptr<i32> -> !ep.ptr<i32>
-  func.call @send_token_extras(%weights, %scales, %indices, %token, %dest, %slot, %ordinal, %rank, %w)
-      : (!ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, index, index, index, index, index, !ep.window) -> ()
   return
 }
 
@@ -155,8 +145,7 @@ func.func private @check_token(%indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %to
 
 // Sends top-k entry `entry` (token entry / topk, its entry entry % topk)
 // when it is the first to name its rank: one remote atomic for the slot,
-// with the row's first loads in flight across it (ep.warp.copy_row_around),
-// then the rest. The token's first entry also checks the token.
+// then the copy. The token's first entry also checks the token.
 func.func private @send_entry(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                               %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %entry: index, %rank: index,
                               %replaying: i1, %forwarding: i1, %w: !ep.window) {
@@ -190,29 +179,22 @@ func.func private @send_entry(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %sca
     %owner = arith.divui %expert, %epr : index
     %dest = func.call @send_target(%rank, %owner, %forwarding) : (index, index, i1) -> index
     %route_at = arith.addi %row, %n : index
-    %token_words = ep.param_value @token_words : index
-    %words_at = arith.muli %token, %token_words : index
-    %slot, %fits = ep.warp.copy_row_around %input[%words_at], %token_words : !ep.ptr<i32> -> index, i1 {
-      %taken = scf.if %replaying -> (i32) {
-        %unused = arith.constant 0 : i32
-        scf.yield %unused : i32
-      } else {
-        %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
-        %got = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
-        scf.yield %got : i32
-      }
-      %taken_slot = func.call @record_slot(%route, %route_at, %dest, %taken, %replaying, %w, %rank)
-          : (!ep.ptr<i32>, index, index, i32, i1, !ep.window, index) -> index
-      %taken_fits = arith.cmpi ult, %taken_slot, %capacity : index
-      %recv_words = arith.muli %taken_slot, %token_words : index
-      %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%recv_words] : !ep.ptr<i32>
-      ep.copy_to %taken_fits, %to_tokens : !ep.ptr<i32> yield %taken_slot, %taken_fits : index, i1
+    %taken = scf.if %replaying -> (i32) {
+      %unused = arith.constant 0 : i32
+      scf.yield %unused : i32
+    } else {
+      %counter = ep.peer_ptr %w[%dest] @state[%c0] : !ep.ptr<i32>
+      %got = ep.atomic_rmw add %counter[%counter_word], %one scope(system) order(relaxed) : !ep.ptr<i32>
+      scf.yield %got : i32
     }
+    %slot = func.call @record_slot(%route, %route_at, %dest, %taken, %replaying, %w, %rank)
+        : (!ep.ptr<i32>, index, index, i32, i1, !ep.window, index) -> index
+    %fits = arith.cmpi ult, %slot, %capacity : index
     scf.if %fits {
       %ordinal = func.call @destination_ordinal(%indices, %row, %dest, %n, %rank, %forwarding)
           : (!ep.ptr<i32>, index, index, index, index, i1) -> index
-      func.call @send_token_extras(%weights, %scales, %indices, %token, %dest, %slot, %ordinal, %rank, %w)
-          : (!ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, index, index, index, index, index, !ep.window) -> ()
+      func.call @send_token(%input, %weights, %scales, %indices, %token, %dest, %slot, %ordinal, %rank, %w)
+          : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, index, index, index, index, index, !ep.window) -> ()
     }
   }
   return
