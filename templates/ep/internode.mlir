@@ -128,7 +128,7 @@ ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, 
     %bad_count = ep.constant_value @error_internode_count : i32
     %node_word = ep.constant_value @state_node_recv : index
     %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
-    %first = ep.global_warp_index : index
+    %first = func.call @block_major_warp_index() : () -> index
     %stride = ep.global_warp_count : index
     // The node's rows: counted by this call's dispatch; a replay's route
     // records the whole total (as MORI's handle does), so the node's part is
@@ -231,7 +231,7 @@ ep.kernel @ep_internode_return_pack(%input: !ep.ptr<!ep.row_elem<"combine_elem">
     %world = ep.param_value @world : index
     %capacity = ep.param_value @capacity : index
     %weighted = arith.cmpi ne, %has_weights, %c0 : index
-    %first = ep.global_warp_index : index
+    %first = func.call @block_major_warp_index() : () -> index
     %stride = ep.global_warp_count : index
     %node_word = ep.constant_value @state_node_recv : index
     %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
@@ -285,7 +285,7 @@ ep.kernel @ep_internode_return_unpack(%rows_in: !ep.ptr<!ep.row_elem<"combine_el
     %world = ep.param_value @world : index
     %max_tokens = ep.param_value @max_tokens : index
     %weighted = arith.cmpi ne, %has_weights, %c0 : index
-    %first = ep.global_warp_index : index
+    %first = func.call @block_major_warp_index() : () -> index
     %stride = ep.global_warp_count : index
     scf.for %dest = %c0 to %world step %c1 {
       %off = func.call @off_node(%rank, %dest) : (index, index) -> i1

@@ -155,7 +155,7 @@ ep.kernel @ep_internode_forward(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>,
     %nodes = arith.divui %world, %per_node : index
     %place = arith.remui %rank, %per_node : index
     %replaying = arith.cmpi ne, %replay, %c0 : index
-    %first = ep.global_warp_index : index
+    %first = func.call @block_major_warp_index() : () -> index
     %stride = ep.global_warp_count : index
     scf.for %node = %c0 to %nodes step %c1 {
       %node_first = arith.muli %node, %per_node : index
@@ -296,7 +296,7 @@ ep.kernel @ep_internode_partials(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, 
     %combine_meeting = ep.constant_value @meeting_combine : index
     %weighted = arith.cmpi ne, %has_weights, %c0 : index
     %total = arith.index_cast %total_i32 : i32 to index
-    %first = ep.global_warp_index : index
+    %first = func.call @block_major_warp_index() : () -> index
     %stride = ep.global_warp_count : index
     %copy_rows = arith.cmpi eq, %staged, %c0 : index
     scf.for %i = %first to %total step %stride {
@@ -433,7 +433,7 @@ ep.kernel @ep_internode_sum(%output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out
     %capacity_i32 = arith.index_cast %capacity : index to i32
     %sources = arith.addi %topk, %c1 : index
     %weighted = arith.cmpi ne, %has_weights, %c0 : index
-    %first = ep.global_warp_index : index
+    %first = func.call @block_major_warp_index() : () -> index
     %stride = ep.global_warp_count : index
     %chunk_blocks = func.call @row_piece_blocks(%tokens) : (index) -> index
     %chunk = arith.muli %chunk_blocks, %c128 : index
