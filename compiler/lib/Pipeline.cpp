@@ -241,11 +241,14 @@ bool describeParameters(llvm::StringRef sourceText, llvm::StringRef sourceName, 
   }
   for (auto kernel : module->getOps<ep::KernelOp>()) {
     os << "kernel @" << kernel.getSymName() << " (warps_per_block " << kernel.getWarpsPerBlock() << ")";
-    if (auto param = kernel.getWhenParamAttr()) {  // present only for the bindings that satisfy it
-      os << " when(@" << param.getValue();
-      if (auto predicate = kernel.getWhenPredicateAttr()) {
-        os << " " << predicate.getValue() << " ";
-        kernel.getWhenOperand()->print(os, /*elideType=*/true);
+    if (kernel.getWhenClauseCount() > 0) {  // present only for the bindings that satisfy it
+      os << " when(";
+      for (size_t i = 0; i < kernel.getWhenClauseCount(); ++i) {
+        os << (i > 0 ? " and @" : "@") << kernel.getWhenClauseParam(i);
+        if (Attribute operand = kernel.getWhenClauseOperand(i)) {
+          os << " " << kernel.getWhenClausePredicate(i) << " ";
+          operand.print(os, /*elideType=*/true);
+        }
       }
       os << ")";
     }

@@ -291,10 +291,10 @@ struct EpDispatchCombineOp::Impl {
     for (ScheduleEntry& entry : schedule) {
       entry.dispatch_blocks = fit_blocks(*kernels.dispatch, entry.dispatch_blocks, entry.dispatch_warps);
       entry.combine_blocks = fit_blocks(*combine, entry.combine_blocks, entry.combine_warps);
-      if (config.enable_std_moe) {
+      if (kernels.std_moe_pack)
         entry.dispatch_blocks = fit_blocks(*kernels.std_moe_pack, entry.dispatch_blocks, entry.dispatch_warps);
+      if (kernels.std_moe_unpack)
         entry.combine_blocks = fit_blocks(*kernels.std_moe_unpack, entry.combine_blocks, entry.combine_warps);
-      }
       // v2's partials kernel meets its own grid (it stages rows, then every
       // block waits for the node's ranks) on the combine geometry.
       if (builds_v2(config))

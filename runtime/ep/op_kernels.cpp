@@ -17,10 +17,9 @@ EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineCon
     kernels.combine_gather = &module.kernel("ep_combine_gather");
   else
     kernels.combine_scatter = &module.kernel("ep_combine_scatter");
-  if (config.enable_std_moe) {
-    kernels.std_moe_pack = &module.kernel("ep_std_moe_pack");
-    kernels.std_moe_unpack = &module.kernel("ep_std_moe_unpack");
-  }
+  if (config.enable_std_moe) kernels.std_moe_pack = &module.kernel("ep_std_moe_pack");
+  // Intranode, the combine kernels unpack the standard-MoE layout themselves.
+  if (config.enable_std_moe && config.internode()) kernels.std_moe_unpack = &module.kernel("ep_std_moe_unpack");
   if (config.internode()) {
     kernels.internode_ingest = &module.kernel("ep_internode_ingest");
     kernels.internode_return_pack = &module.kernel("ep_internode_return_pack");

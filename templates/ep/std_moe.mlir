@@ -316,13 +316,13 @@ func.func private @unpack_received(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.
   return
 }
 
-// Standard MoE, back into combine's input (@unpack_received), for a combine
-// that does not unpack itself: scatter under quant, and internode.
-// (Intranode gather combine unpacks in its own kernel, ep/combine_gather, and
-// plain scatter in its stage 1, ep/combine_scatter.)
+// Standard MoE, back into combine's input (@unpack_received), for the
+// internode combines, which do not unpack themselves. (Intranode, gather
+// combine unpacks in its own kernel, ep/combine_gather, and scatter in its
+// stage 1, ep/combine_scatter: an intranode module has no such kernel.)
 ep.kernel @ep_std_moe_unpack(%expert_out: !ep.ptr<bf16>, %combine_in: !ep.ptr<!ep.row_elem<"combine_elem">>,
                              %rank: index, %w: !ep.window) warps_per_block(4)
-    when(@std_moe) {
+    when(@std_moe and @gpu_per_node lt @world) {
   %c0 = arith.constant 0 : index
   %total_word = ep.constant_value @state_total_recv : index
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>

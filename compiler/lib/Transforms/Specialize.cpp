@@ -214,7 +214,7 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
   LogicalResult keepKernelsTheBindingsAsk(ModuleOp module, const llvm::StringMap<TypedAttr>& values) {
     bool erased = false;
     for (auto kernel : llvm::make_early_inc_range(module.getOps<ep::KernelOp>())) {
-      if (!kernel.getWhenParamAttr()) continue;
+      if (kernel.getWhenClauseCount() == 0) continue;
       FailureOr<bool> holds = whenHolds(module, kernel, values);
       if (failed(holds)) return failure();
       if (!*holds) {
@@ -222,15 +222,28 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
         erased = true;
         continue;
       }
-      kernel.removeWhenParamAttr();
-      kernel.removeWhenPredicateAttr();
-      kernel.removeWhenOperandAttr();
+      kernel.removeWhenParamsAttr();
+      kernel.removeWhenPredicatesAttr();
+      kernel.removeWhenOperandsAttr();
     }
     if (erased) eraseUncalledHelpers(module);
     return success();
   }
 
+  // Every clause holds (they are joined by `and`).
   FailureOr<bool> whenHolds(ModuleOp module, ep::KernelOp kernel, const llvm::StringMap<TypedAttr>& values) {
+    bool holds = true;
+    for (size_t i = 0; i < kernel.getWhenClauseCount(); ++i) {
+      // Every clause is checked, so a wrong name is reported whatever the others say.
+      FailureOr<bool> clause = clauseHolds(module, kernel, values, i);
+      if (failed(clause)) return failure();
+      holds = holds && *clause;
+    }
+    return holds;
+  }
+
+  FailureOr<bool> clauseHolds(ModuleOp module, ep::KernelOp kernel, const llvm::StringMap<TypedAttr>& values,
+                              size_t clause) {
     auto valueOf = [&](StringRef name) -> FailureOr<int64_t> {
       auto it = values.find(name);
       if (it == values.end() || !isa<IntegerAttr>(it->second))
@@ -241,12 +254,12 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
       return integer.getType().isInteger(1) ? int64_t(integer.getValue().getBoolValue())
                                             : integer.getValue().getSExtValue();
     };
-    const StringRef paramName = kernel.getWhenParamAttr().getValue();
+    const StringRef paramName = kernel.getWhenClauseParam(clause);
     FailureOr<int64_t> lhs = valueOf(paramName);
     if (failed(lhs)) return failure();
-    if (!kernel.getWhenPredicateAttr()) return *lhs != 0;
+    Attribute operand = kernel.getWhenClauseOperand(clause);
+    if (!operand) return *lhs != 0;
     int64_t rhs = 0;
-    Attribute operand = *kernel.getWhenOperand();
     if (auto symbol = dyn_cast<FlatSymbolRefAttr>(operand)) {
       FailureOr<int64_t> value = valueOf(symbol.getValue());
       if (failed(value)) return failure();
@@ -258,7 +271,7 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
       if (failed(index)) return failure();
       rhs = *index;
     }
-    const StringRef predicate = kernel.getWhenPredicateAttr().getValue();
+    const StringRef predicate = kernel.getWhenClausePredicate(clause);
     if (predicate == "eq") return *lhs == rhs;
     if (predicate == "ne") return *lhs != rhs;
     if (predicate == "lt") return *lhs < rhs;

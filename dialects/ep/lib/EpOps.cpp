@@ -124,17 +124,24 @@ ParseResult KernelOp::parse(OpAsmParser& parser, OperationState& result) {
       parser.parseRParen())
     return failure();
   if (succeeded(parser.parseOptionalKeyword("when"))) {
-    FlatSymbolRefAttr param;
-    if (parser.parseLParen() || parser.parseAttribute(param)) return failure();
-    result.addAttribute(getWhenParamAttrName(result.name), param);
-    StringRef predicate;
-    if (succeeded(parser.parseOptionalKeyword(&predicate, kWhenPredicates))) {
-      Attribute operand;
-      if (parser.parseAttribute(operand)) return failure();
-      result.addAttribute(getWhenPredicateAttrName(result.name), builder.getStringAttr(predicate));
-      result.addAttribute(getWhenOperandAttrName(result.name), operand);
-    }
+    // Clauses joined by `and`: @param, or @param PREDICATE operand.
+    SmallVector<Attribute> params, predicates, operands;
+    if (parser.parseLParen()) return failure();
+    do {
+      FlatSymbolRefAttr param;
+      if (parser.parseAttribute(param)) return failure();
+      params.push_back(param);
+      StringRef predicate;
+      Attribute operand = builder.getUnitAttr();
+      if (succeeded(parser.parseOptionalKeyword(&predicate, kWhenPredicates)) && parser.parseAttribute(operand))
+        return failure();
+      predicates.push_back(builder.getStringAttr(predicate));
+      operands.push_back(operand);
+    } while (succeeded(parser.parseOptionalKeyword("and")));
     if (parser.parseRParen()) return failure();
+    result.addAttribute(getWhenParamsAttrName(result.name), builder.getArrayAttr(params));
+    result.addAttribute(getWhenPredicatesAttrName(result.name), builder.getArrayAttr(predicates));
+    result.addAttribute(getWhenOperandsAttrName(result.name), builder.getArrayAttr(operands));
   }
   if (parser.parseOptionalAttrDictWithKeyword(result.attributes)) return failure();
   SmallVector<Type> types;
@@ -160,38 +167,52 @@ void KernelOp::print(OpAsmPrinter& printer) {
   llvm::interleaveComma(entry.getArguments(), printer,
                         [&](BlockArgument argument) { printer.printRegionArgument(argument); });
   printer << ") warps_per_block(" << getWarpsPerBlock() << ")";
-  if (auto param = getWhenParamAttr()) {
+  if (getWhenClauseCount() > 0) {
     printer << " when(";
-    printer.printAttribute(param);
-    if (auto predicate = getWhenPredicateAttr()) {
-      printer << ' ' << predicate.getValue() << ' ';
-      printer.printAttributeWithoutType(*getWhenOperand());
+    for (size_t i = 0; i < getWhenClauseCount(); ++i) {
+      if (i > 0) printer << " and ";
+      printer.printAttribute(getWhenParamsAttr()[i]);
+      if (Attribute operand = getWhenClauseOperand(i)) {
+        printer << ' ' << getWhenClausePredicate(i) << ' ';
+        printer.printAttributeWithoutType(operand);
+      }
     }
     printer << ')';
   }
   printer.printOptionalAttrDictWithKeyword(
       (*this)->getAttrs(), {SymbolTable::getSymbolAttrName(), getFunctionTypeAttrName(), getArgNamesAttrName(),
-                            getWarpsPerBlockAttrName(), getWhenParamAttrName(), getWhenPredicateAttrName(),
-                            getWhenOperandAttrName()});
+                            getWarpsPerBlockAttrName(), getWhenParamsAttrName(), getWhenPredicatesAttrName(),
+                            getWhenOperandsAttrName()});
   printer << ' ';
   printer.printRegion(getBody(), /*printEntryBlockArgs=*/false, /*printBlockTerminators=*/false);
 }
 
-// when(@param), or when(@param PREDICATE operand) with an operand that is a
-// parameter, an integer or a name; what the names mean is ep-specialize's to check.
+// Every clause of when(...) is @param, or @param PREDICATE operand with an
+// operand that is a parameter, an integer or a name; what the names mean is
+// ep-specialize's to check.
 LogicalResult KernelOp::verifyWhen() {
-  const bool hasPredicate = bool(getWhenPredicateAttr()), hasOperand = bool(getWhenOperand());
-  if (!getWhenParamAttr() && (hasPredicate || hasOperand))
-    return emitOpError() << "a when predicate or operand without its parameter";
-  if (hasPredicate != hasOperand) return emitOpError() << "when(...) needs both a predicate and an operand, or neither";
-  if (!hasPredicate) return success();
-  if (!llvm::is_contained(kWhenPredicates, getWhenPredicateAttr().getValue()))
-    return emitOpError() << "when predicate '" << getWhenPredicateAttr().getValue()
-                         << "' is not one of eq, ne, lt, le, gt, ge";
-  Attribute operand = *getWhenOperand();
-  if (!isa<FlatSymbolRefAttr, IntegerAttr, StringAttr>(operand))
-    return emitOpError() << "when compares with a parameter (@name), an integer or a name (\"...\"); got "
-                         << operand;
+  const bool hasParams = bool(getWhenParamsAttr());
+  if (!hasParams && (getWhenPredicatesAttr() || getWhenOperandsAttr()))
+    return emitOpError() << "when predicates or operands without their parameters";
+  if (!hasParams) return success();
+  const size_t clauses = getWhenParamsAttr().size();
+  if (clauses == 0) return emitOpError() << "when(...) needs at least one clause";
+  if (!getWhenPredicatesAttr() || !getWhenOperandsAttr() || getWhenPredicatesAttr().size() != clauses ||
+      getWhenOperandsAttr().size() != clauses)
+    return emitOpError() << "when(...) needs a predicate and an operand entry for each of its " << clauses
+                         << " parameters (\"\" and a unit attribute for an i1 parameter alone)";
+  for (size_t i = 0; i < clauses; ++i) {
+    const StringRef predicate = getWhenClausePredicate(i);
+    const Attribute operand = getWhenClauseOperand(i);
+    if (predicate.empty() != !operand)
+      return emitOpError() << "when(...) needs both a predicate and an operand, or neither";
+    if (predicate.empty()) continue;
+    if (!llvm::is_contained(kWhenPredicates, predicate))
+      return emitOpError() << "when predicate '" << predicate << "' is not one of eq, ne, lt, le, gt, ge";
+    if (!isa<FlatSymbolRefAttr, IntegerAttr, StringAttr>(operand))
+      return emitOpError() << "when compares with a parameter (@name), an integer or a name (\"...\"); got "
+                           << operand;
+  }
   return success();
 }
 

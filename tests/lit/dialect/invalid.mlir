@@ -66,7 +66,7 @@ ep.kernel @kernel_with_a_memref(%m: memref<4xf32>) warps_per_block(2) {}
 ^bb0:
   ep.return
 }) {sym_name = "odd_when", function_type = () -> (), arg_names = [], warps_per_block = 1 : i64,
-    when_param = @world, when_predicate = "near", when_operand = 2} : () -> ()
+    when_params = [@world], when_predicates = ["near"], when_operands = [2]} : () -> ()
 
 // -----
 
@@ -80,7 +80,21 @@ ep.kernel @when_a_float() warps_per_block(1) when(@world lt 2.5 : f32) {}
 ^bb0:
   ep.return
 }) {sym_name = "half_when", function_type = () -> (), arg_names = [], warps_per_block = 1 : i64,
-    when_param = @world, when_predicate = "eq"} : () -> ()
+    when_params = [@world], when_predicates = ["eq"], when_operands = [unit]} : () -> ()
+
+// -----
+
+// expected-error @+1 {{when(...) needs a predicate and an operand entry for each of its 2 parameters}}
+"ep.kernel"() ({
+^bb0:
+  ep.return
+}) {sym_name = "short_when", function_type = () -> (), arg_names = [], warps_per_block = 1 : i64,
+    when_params = [@world, @nodes], when_predicates = ["eq"], when_operands = [2]} : () -> ()
+
+// -----
+
+// expected-error @+1 {{expected attribute value}}
+ep.kernel @dangling_and() warps_per_block(1) when(@world eq 2 and) {}
 
 // -----
 

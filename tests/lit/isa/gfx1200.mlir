@@ -22,6 +22,6 @@
 // GFX1200-EP-DAG: v_cvt_pk_fp8_f32
 // GFX1200-EP-GATHER-DAG: ; resources ep_combine_gather: wave 32
 // GFX1200-EP-GATHER-DAG: ; resources ep_std_moe_pack: wave 32
-// GFX1200-EP-GATHER-DAG: ; resources ep_std_moe_unpack: wave 32
+// GFX1200-EP-GATHER-NOT: ep_std_moe_unpack
 
 // GFX1200-FP4: quantize_mxfp4.mlir:{{[0-9]+}}:{{[0-9]+}}: error: target gfx1200 has no FP4 (E2M1) conversion instructions; targets with them: gfx950, gfx1250

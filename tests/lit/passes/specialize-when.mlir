@@ -5,6 +5,9 @@
 // RUN: epjit-opt %s --ep-specialize=bind=world=4,nodes=4,mode=gather,pack=true | FileCheck %s --check-prefix=GATHER
 // RUN: epjit-opt %s --ep-specialize=bind=world=4,nodes=4,mode=gather,pack=true | epjit-opt | FileCheck %s --check-prefix=GATHER
 // RUN: epjit-opt %s | epjit-opt | FileCheck %s --check-prefix=ROUNDTRIP
+// Clauses joined by `and` must all hold: only the third binding keeps @pack_across
+// (the first fails two of them, the second the nodes one).
+// RUN: epjit-opt %s --ep-specialize=bind=world=4,nodes=2,mode=gather,pack=true | FileCheck %s --check-prefix=ACROSS
 
 ep.param @world : index {min = 1 : i64}
 ep.param @nodes : index {min = 1 : i64}
@@ -16,6 +19,7 @@ ep.param @pack : i1 {default_value = false}
 // ROUNDTRIP: ep.kernel @forward() warps_per_block(4) when(@nodes lt @world)
 // ROUNDTRIP: ep.kernel @packer() warps_per_block(4) when(@pack)
 // ROUNDTRIP: ep.kernel @wide() warps_per_block(4) when(@world ge 8)
+// ROUNDTRIP: ep.kernel @pack_across() warps_per_block(4) when(@pack and @nodes lt @world and @mode eq "gather")
 
 // SCATTER-NOT: func.func private @gather_only
 // SCATTER-NOT: ep.kernel @gather(
@@ -26,6 +30,7 @@ ep.param @pack : i1 {default_value = false}
 // SCATTER: ep.kernel @forward() warps_per_block(4) {
 // SCATTER-NOT: ep.kernel @packer(
 // SCATTER-NOT: ep.kernel @wide(
+// SCATTER-NOT: ep.kernel @pack_across(
 
 // GATHER-NOT: func.func private @forward_only
 // GATHER: func.func private @gather_only
@@ -36,6 +41,8 @@ ep.param @pack : i1 {default_value = false}
 // GATHER-NOT: ep.kernel @forward(
 // GATHER: ep.kernel @packer() warps_per_block(4) {
 // GATHER-NOT: ep.kernel @wide(
+// GATHER-NOT: ep.kernel @pack_across(
+// ACROSS: ep.kernel @pack_across() warps_per_block(4) {
 
 func.func private @gather_only() {
   return
@@ -61,4 +68,6 @@ ep.kernel @forward() warps_per_block(4) when(@nodes lt @world) {
 ep.kernel @packer() warps_per_block(4) when(@pack) {
 }
 ep.kernel @wide() warps_per_block(4) when(@world ge 8) {
+}
+ep.kernel @pack_across() warps_per_block(4) when(@pack and @nodes lt @world and @mode eq "gather") {
 }

@@ -15,6 +15,7 @@
 // LIST: dequantize_fp8_blockwise
 // LIST: {{^}}ep_dispatch_combine
 // LIST: kernel @ep_std_moe_pack (warps_per_block 4) when(@std_moe)
+// LIST: kernel @ep_std_moe_unpack (warps_per_block 4) when(@std_moe and @gpu_per_node lt @world)
 // LIST: kernel @ep_combine_scatter (warps_per_block 4) when(@combine_mode eq "scatter")
 // LIST: kernel @ep_internode_sum (warps_per_block 4) when(@gpu_per_node lt @world)
 // LIST: {{^}}quantize_mxfp4

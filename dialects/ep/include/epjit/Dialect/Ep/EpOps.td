@@ -110,7 +110,8 @@ def Ep_KernelOp : Ep_Op<"kernel", [Symbol, IsolatedFromAbove, HasParent<"::mlir:
     `when(...)` makes the kernel part of the module only for the bindings
     that satisfy it: ep-specialize erases the others, with the helpers only
     they called, so a module holds (and a JIT compiles) only what its
-    configuration launches. The condition compares a parameter with another
+    configuration launches. The condition is one clause or several joined by
+    `and`, all of which must hold. A clause compares a parameter with another
     parameter, an integer or one of its `names` (`eq`, `ne`, `lt`, `le`, `gt`,
     `ge`), or is an i1 parameter alone:
 
@@ -118,13 +119,17 @@ def Ep_KernelOp : Ep_Op<"kernel", [Symbol, IsolatedFromAbove, HasParent<"::mlir:
     ep.kernel @scatter(...) warps_per_block(4) when(@combine_mode eq "scatter") { ... }
     ep.kernel @forward(...) warps_per_block(4) when(@gpu_per_node lt @world) { ... }
     ep.kernel @pack(...) warps_per_block(4) when(@std_moe) { ... }
+    ep.kernel @unpack(...) warps_per_block(4) when(@std_moe and @gpu_per_node lt @world) { ... }
     ```
+
+    Clause i is when_params[i], when_predicates[i] ("" for an i1 parameter
+    alone) and when_operands[i] (a unit attribute then).
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<FunctionType>:$function_type,
                        StrArrayAttr:$arg_names, I64Attr:$warps_per_block,
-                       OptionalAttr<FlatSymbolRefAttr>:$when_param,
-                       OptionalAttr<StrAttr>:$when_predicate,
-                       OptionalAttr<AnyAttr>:$when_operand);
+                       OptionalAttr<FlatSymbolRefArrayAttr>:$when_params,
+                       OptionalAttr<StrArrayAttr>:$when_predicates,
+                       OptionalAttr<ArrayAttr>:$when_operands);
   let regions = (region SizedRegion<1>:$body);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
@@ -132,6 +137,19 @@ def Ep_KernelOp : Ep_Op<"kernel", [Symbol, IsolatedFromAbove, HasParent<"::mlir:
     // The comparisons when(@param PREDICATE operand) may use.
     static constexpr ::llvm::StringRef kWhenPredicates[] = {"eq", "ne", "lt", "le", "gt", "ge"};
     ::mlir::LogicalResult verifyWhen();
+    // Clause i of when(...): its parameter, its predicate ("" for an i1
+    // parameter alone) and its operand (null then).
+    size_t getWhenClauseCount() { return getWhenParamsAttr() ? getWhenParamsAttr().size() : 0; }
+    ::llvm::StringRef getWhenClauseParam(size_t i) {
+      return ::llvm::cast<::mlir::FlatSymbolRefAttr>(getWhenParamsAttr()[i]).getValue();
+    }
+    ::llvm::StringRef getWhenClausePredicate(size_t i) {
+      return ::llvm::cast<::mlir::StringAttr>(getWhenPredicatesAttr()[i]).getValue();
+    }
+    ::mlir::Attribute getWhenClauseOperand(size_t i) {
+      ::mlir::Attribute operand = getWhenOperandsAttr()[i];
+      return ::llvm::isa<::mlir::UnitAttr>(operand) ? ::mlir::Attribute() : operand;
+    }
     ::llvm::ArrayRef<::mlir::Type> getArgumentTypes() { return getFunctionType().getInputs(); }
     ::llvm::StringRef getArgName(unsigned index) {
       return ::llvm::cast<::mlir::StringAttr>(getArgNames()[index]).getValue();
