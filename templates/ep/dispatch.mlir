@@ -47,14 +47,6 @@ func.func private @send_token(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %sca
   %max_tokens = ep.param_value @max_tokens : index
   %row = arith.muli %token, %topk : index
   %words_at = arith.muli %token, %token_words : index
-  %scale_at = arith.muli %token, %scale_bytes : index
-  // The weights and scales lines come into the cache while the row crosses,
-  // so their copies after it read hits instead of waiting on memory each.
-  ep.prefetch %weights[%row] : !ep.ptr<f32>
-  %has_scales = arith.cmpi ne, %scale_bytes, %c0 : index
-  scf.if %has_scales {
-    ep.prefetch %scales[%scale_at] : !ep.ptr<i8>
-  }
   %recv_words = arith.muli %slot, %token_words : index
   %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%recv_words] : !ep.ptr<i32>
   ep.warp.copy_row %input[%words_at], %to_tokens[%c0], %token_words : !ep.ptr<i32> -> !ep.ptr<i32>
@@ -63,6 +55,7 @@ func.func private @send_token(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %sca
   ep.warp.copy_row %weights[%row], %to_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
   %to_indices = ep.peer_ptr %w[%dest] @recv_indices[%recv_row] : !ep.ptr<i32>
   ep.warp.copy_row %indices[%row], %to_indices[%c0], %topk : !ep.ptr<i32> -> !ep.ptr<i32>
+  %scale_at = arith.muli %token, %scale_bytes : index
   %recv_scale_at = arith.muli %slot, %scale_bytes : index
   %to_scales = ep.peer_ptr %w[%dest] @recv_scales[%recv_scale_at] : !ep.ptr<i8>
   ep.warp.copy_row %scales[%scale_at], %to_scales[%c0], %scale_bytes : !ep.ptr<i8> -> !ep.ptr<i8>
@@ -382,19 +375,6 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
       %takes_slot = arith.andi %lead, %not_replaying : i1
       %words_at = arith.muli %token, %token_words : index
       %from_words = arith.addi %words_at, %piece_at : index
-      // The weights and scales lines come into the cache of the warps that
-      // copy them while the slot is taken: their copies after the barrier
-      // then read hits, not one more round trip to memory (the indices are
-      // there already: every warp read them for the entry's checks).
-      scf.if %copies_weights {
-        ep.prefetch %weights[%row] : !ep.ptr<f32>
-      }
-      %has_scales = arith.cmpi ne, %scale_bytes, %c0 : index
-      %prefetches_scales = arith.andi %copies_scales, %has_scales : i1
-      scf.if %prefetches_scales {
-        %scales_from = arith.muli %token, %scale_bytes : index
-        ep.prefetch %scales[%scales_from] : !ep.ptr<i8>
-      }
       // The warp's piece of the row is loaded while warp 0 takes the slot;
       // the counter's address first, so that an AMD wave, whose loads
       // complete in order, need not wait for the row to start the atomic.
