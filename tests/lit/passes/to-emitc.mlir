@@ -33,15 +33,23 @@ ep.window_region @recv_counts : bf16 {
 // GFX1250-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(64)"]
 // SM90-SAME: specifiers = ["extern \22C\22", "__global__", "__launch_bounds__(64, 1)"]
 // HOST-SAME: specifiers = ["extern \22C\22"]
-// A kernel on a target with programmatic dependent launch first waits for the one before it.
-// SM90-NEXT: call_opaque "epjit::enter_dependent_grid"() : () -> ()
-// GFX942-NOT: enter_dependent_grid
-// GFX950-NOT: enter_dependent_grid
-// GFX1250-NOT: enter_dependent_grid
-// HOST-NOT: enter_dependent_grid
+// A kernel on a target with programmatic dependent launch first lets the
+// next one launch, then computes what its parameters alone give (the peer
+// address: the window table's constant-cache read), then waits for the
+// kernel before it, right before its first memory access.
+// GFX942-NOT: dependent_grids
+// GFX950-NOT: dependent_grids
+// GFX1250-NOT: dependent_grids
+// HOST-NOT: dependent_grids
 // CHECK: call_opaque "epjit::window_address"(%[[W]]) : (!emitc.opaque<"EPJIT_WINDOW_PARAM">) -> !emitc.ptr<!emitc.opaque<"const epjit::Window">>
+// SM90-NEXT: call_opaque "epjit::launch_dependent_grids"() : () -> ()
 // CHECK: call_opaque "epjit::global_warp_index"()
 // CHECK: call_opaque "epjit::peer_ptr"({{.*}}) {template_args = [#emitc.opaque<"uint16_t">, #emitc.opaque<"1">]}
+// SM90-NEXT: call_opaque "epjit::wait_for_prior_grid"() : () -> ()
+// GFX942-NOT: prior_grid
+// GFX950-NOT: prior_grid
+// GFX1250-NOT: prior_grid
+// HOST-NOT: prior_grid
 // CHECK: call_opaque "epjit::warp_atomic_add"({{.*}}) {template_args = [#emitc.opaque<"epjit::Scope::System">, #emitc.opaque<"epjit::Order::AcqRel">]}
 // CHECK: call_opaque "epjit::warp_wait_until"({{.*}}) {template_args = [#emitc.opaque<"epjit::Until::GE">, #emitc.opaque<"epjit::Scope::System">]}
 // A prefetch is kept (it declares no memory effects) and becomes the prelude's hint at its address.
@@ -89,4 +97,22 @@ ep.kernel @kernel(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %flags: !ep.ptr<i32>, %w: 
     ep.copy_to %true, %peer : !ep.ptr<bf16>
   }
   ep.warp_barrier
+}
+
+// A prefetch declares no memory effects but reads a line the kernel before
+// may still write: the wait comes before it (here inside an scf.if, the
+// entry block's first op that touches memory).
+// SM90-LABEL: emitc.func @prefetch_first
+// SM90: call_opaque "epjit::launch_dependent_grids"
+// SM90: call_opaque "epjit::wait_for_prior_grid"
+// SM90-NEXT: if
+// SM90: call_opaque "epjit::warp_prefetch"
+ep.kernel @prefetch_first(%x: !ep.ptr<i32>, %n: index) warps_per_block(1) {
+  %c0 = arith.constant 0 : index
+  %some = arith.cmpi ne, %n, %c0 : index
+  scf.if %some {
+    ep.prefetch %x[%c0] : !ep.ptr<i32>
+  }
+  %v = ep.load %x[%n] : !ep.ptr<i32>
+  ep.store %v, %x[%c0] : !ep.ptr<i32>
 }

@@ -5,6 +5,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "EpToEmitC.h"
 #include "epjit/Compiler/Passes.h"
@@ -86,15 +87,33 @@ void takeWindowByValue(OpBuilder& builder, emitc::FuncOp kernel) {
 }
 
 // On a target with programmatic dependent launch (TargetInfo::dependent_launch)
-// every kernel begins by waiting for the kernel before it on the stream
-// (epjit::enter_dependent_grid, from the prelude), before its first memory
-// access: the runtime may then launch it while that kernel still runs, which
-// hides the launch and block scheduling. The interface record says so, and
-// the runtime launches that way only the kernels whose record says they wait.
-void waitForPriorGrid(OpBuilder& builder, emitc::FuncOp kernel) {
+// every kernel first lets the next one on the stream launch
+// (epjit::launch_dependent_grids), and waits for the one before it
+// (epjit::wait_for_prior_grid) before its first memory access: the runtime
+// may then launch it while that kernel still runs, which hides the launch
+// and block scheduling. The wait goes before the entry block's first
+// operation that is not free of memory effects; what comes before it is
+// computed from the parameters alone (constants, block and warp indices, the
+// window table's peer addresses: constant-cache reads), so its misses
+// overlap the kernel before. (ep.prefetch declares no effects at all, so it
+// counts as touching memory, as it must: a line it brought in early could be
+// one the kernel before is still writing.) The interface record says the
+// kernels wait, and the runtime launches that way only the kernels whose
+// record says so. Runs on the ep.kernel, before conversion, where ops say
+// what memory they touch.
+void waitForPriorGrid(OpBuilder& builder, ep::KernelOp kernel) {
   OpBuilder::InsertionGuard guard(builder);
-  builder.setInsertionPointToStart(&kernel.getBody().front());
-  emitc::CallOpaqueOp::create(builder, kernel.getLoc(), TypeRange{}, "epjit::enter_dependent_grid", ValueRange{});
+  Block& entry = kernel.getBody().front();
+  Operation* firstAccess = entry.getTerminator();
+  for (Operation& op : entry.without_terminator())
+    if (!isMemoryEffectFree(&op)) {
+      firstAccess = &op;
+      break;
+    }
+  builder.setInsertionPoint(firstAccess);
+  emitc::CallOpaqueOp::create(builder, kernel.getLoc(), TypeRange{}, "epjit::wait_for_prior_grid", ValueRange{});
+  builder.setInsertionPointToStart(&entry);
+  emitc::CallOpaqueOp::create(builder, kernel.getLoc(), TypeRange{}, "epjit::launch_dependent_grids", ValueRange{});
 }
 
 // ep.kernel -> emitc.func with the converted parameter types; the specifiers
@@ -151,8 +170,11 @@ struct EpToEmitC : impl::EpToEmitCBase<EpToEmitC> {
     }
 
     SmallVector<Kernel> kernels;
-    for (auto kernel : module.getOps<ep::KernelOp>())
+    OpBuilder builder(context);
+    for (auto kernel : module.getOps<ep::KernelOp>()) {
       kernels.push_back({kernel.getSymName().str(), int64_t(kernel.getWarpsPerBlock())});
+      if (target->dependent_launch) waitForPriorGrid(builder, kernel);
+    }
     // Regions are numbered in declaration order (the runtime lays the window
     // out in the same order, from the interface record); their count bodies
     // were for the record and go with them.
@@ -185,7 +207,6 @@ struct EpToEmitC : impl::EpToEmitCBase<EpToEmitC> {
     legal.addIllegalDialect<ep::EpDialect>();
     if (failed(applyFullConversion(module, legal, std::move(patterns)))) return signalPassFailure();
 
-    OpBuilder builder(context);
     // Helpers a kernel calls run where it runs: on the device for GPU targets.
     for (auto func : module.getOps<emitc::FuncOp>()) {
       if (llvm::any_of(kernels, [&](const Kernel& kernel) { return kernel.name == func.getSymName(); })) continue;
@@ -196,7 +217,6 @@ struct EpToEmitC : impl::EpToEmitCBase<EpToEmitC> {
       auto func = module.lookupSymbol<emitc::FuncOp>(kernel.name);
       func.setSpecifiersAttr(kernelSpecifiers(builder, *target, kernel));
       takeWindowByValue(builder, func);
-      if (target->dependent_launch) waitForPriorGrid(builder, func);
       if (target->is_host()) {
         builder.setInsertionPointAfter(func);
         buildHostEntry(builder, func);

@@ -20,18 +20,20 @@ EPJIT_DEVICE size_t block_count() { return gridDim.x; }
 EPJIT_DEVICE size_t global_warp_index() { return size_t(blockIdx.x) * (blockDim.x / kWaveSize) + warp_index(); }
 EPJIT_DEVICE size_t global_warp_count() { return size_t(gridDim.x) * (blockDim.x / kWaveSize); }
 
-// Every kernel's first call on a target with programmatic dependent launch
-// (TargetInfo::dependent_launch; the ep-to-emitc pass inserts it). It lets
-// the next kernel on the stream be launched at once (that kernel's blocks
-// wait in their own call) and waits until the kernel before this one has
-// finished and its writes are visible. For a kernel launched without the
-// attribute both instructions do nothing. The next kernel launches only once
-// every block of this one has passed here, so all of this grid is resident
-// first: a kernel that waits on its own grid keeps its co-residency.
-EPJIT_DEVICE void enter_dependent_grid() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
+// Programmatic dependent launch (TargetInfo::dependent_launch; the
+// ep-to-emitc pass inserts both calls). A kernel's first call lets the next
+// kernel on the stream be launched at once (that kernel's blocks wait in
+// their own wait); the next kernel launches only once every block of this
+// one has passed here, so all of this grid is resident first: a kernel that
+// waits on its own grid keeps its co-residency. For a kernel launched
+// without the attribute both instructions do nothing.
+EPJIT_DEVICE void launch_dependent_grids() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// Waits until the kernel before this one has finished and its writes are
+// visible: called before the kernel's first memory access, after what reads
+// only its parameters (the window table's peer addresses among them), so
+// those constant-cache misses overlap the kernel before instead of following it.
+EPJIT_DEVICE void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 template <Reduce K, int Group>
 EPJIT_DEVICE float lane_reduce(float value) {
