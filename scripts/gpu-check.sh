@@ -173,15 +173,19 @@ if [[ ${AB:-0} == 1 ]]; then
 fi
 # AB_HOST=1: the eager legs of small calls as a user times them, three
 # passes at EP1 (host-side changes show here, not in ncu), for each case of
-# AB_FLAGS as AB=1 takes them (logs host-cN-SIDE-PASS).
+# AB_FLAGS as AB=1 takes them (logs host-cN-SIDE-PASS). AB_WORLD=2 (on
+# nvidia-h200-x2) times EP2 instead, where ncu cannot (its kernels wait for
+# their peer's): the before/after of a change whose point is a remote round trip.
 if [[ ${AB_HOST:-0} == 1 ]]; then
   IFS=';' read -r -a cases <<< "${AB_FLAGS:-}"
   (( ${#cases[@]} == 0 )) && cases=("")
+  ab_world=${AB_WORLD:-1}
   for n in "${!cases[@]}"; do
     for pass in 1 2 3; do
       for side in before after; do
         EPJIT_CACHE_DIR=$(side_cache $side) timeout 100 $(side_bench $side) --target sm90 --device cuda \
-          --ranks-as processes --world 1 --hidden 7168 --topk 8 --experts-per-rank 256 --tokens 1,8,128,8192 \
+          --ranks-as processes --world $ab_world --hidden 7168 --topk 8 --experts-per-rank $((256 / ab_world)) \
+          --tokens 1,8,128,8192 \
           --dtype bf16 --iters 500 --warmup 20 ${cases[$n]} --json "$logs/host-c$n-$side-$pass.json" \
           > "$logs/host-c$n-$side-$pass.txt" 2>&1
         echo "case $n (${cases[$n]}), $side, pass $pass: exit $?"; grep -E '^ +[0-9]+ ' "$logs/host-c$n-$side-$pass.txt" | head -4
