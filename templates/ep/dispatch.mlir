@@ -283,15 +283,16 @@ func.func private @send_tokens_reserved(%input: !ep.ptr<i32>, %weights: !ep.ptr<
 }
 
 // Dispatch of a tiny call (no more top-k entries than blocks): block b
-// sends top-k entry b, whose expert `expert_i32` ep_dispatch read while its
-// state words were on their way. Every warp of the block
+// sends top-k entry b when it has one (`has_entry`), whose expert
+// `expert_i32` ep_dispatch read while its state words were on their way
+// (both computed there once). Every warp of the block
 // decides alike (the entry's checks read the same indices); warp 0 takes
 // the slot and records it in the route, the block's barrier publishes it,
 // and each warp copies its share of the row (whole 16-byte chunks) while
 // warps 1-3 copy the weights, indices and scales and warp 0 the origin, so
 // no warp has more than one round of loads.
 func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
-                                         %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index,
+                                         %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %has_entry: i1,
                                          %rank: index, %replaying: i1, %forwarding: i1, %expert_i32: i32,
                                          %w: !ep.window) {
   %c0 = arith.constant 0 : index
@@ -346,8 +347,6 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
   %clipped_count = arith.subi %clipped_end, %piece_at : index
   %piece_count = arith.select %has_piece, %clipped_count, %c0 : index
 
-  %entries = arith.muli %tokens, %topk : index
-  %has_entry = arith.cmpi ult, %block, %entries : index
   scf.if %has_entry {
     %token = arith.divui %block, %topk : index
     %j = arith.remui %block, %topk : index
@@ -521,9 +520,9 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
     %epoch = arith.addi %previous, %one : i32
 
     scf.if %by_block {
-      func.call @send_entries_by_block(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying,
+      func.call @send_entries_by_block(%input, %weights, %scales, %indices, %route, %has_entry, %rank, %replaying,
                                        %forwarding, %early_expert, %w)
-          : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, i1, i32, !ep.window) -> ()
+          : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, i1, index, i1, i1, i32, !ep.window) -> ()
     } else {
       // At most two top-k entries per warp: one entry per work item, so a
       // small call's copies to different ranks run on different warps and
