@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <limits>
+#include <thread>
 
 #include "../common/errors.h"
 #include "../common/ep_harness.h"
@@ -445,6 +446,61 @@ TEST(EpOpErrors, CapacityOverflowIsReportedAndResetRecovers) {
     int32_t total = -1;
     comm.device().copy_to_host(&total, result.total_recv.data, 4);
     if (total != (rank == 0 ? 4 : 0)) f += "after reset rank " + std::to_string(rank) + " received " + std::to_string(total) + "\n";
+    op.close();
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+}
+
+// A capacity overflow is a data error: it voids its call, but later calls
+// still meet. Rank 1 comes late to the call after the overflow (no reset()
+// between them): rank 0's dispatch must wait for it, so rank 0 counts rank
+// 1's tokens too. (A wait used to give up on any error code in the word, so
+// rank 0 left the meeting at once, counted only its own rows and cleared its
+// counter while rank 1 was still taking slots on it: two of rank 1's rows
+// could land in one slot, which ThreadSanitizer caught now and then.)
+TEST(EpOpErrors, ACapacityOverflowDoesNotEndLaterMeetings) {
+  EpCase c = smallCase();
+  c.world = 2;
+  const std::string failures = runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
+                                                                             KernelCache& cache) {
+    std::string f;
+    EpDispatchCombineConfig config = configFor(c, rank);
+    config.max_total_recv_tokens = 5;
+    EpDispatchCombineOp op(config, comm, {&cache, nullptr});
+    Buffers b(comm.device());
+    const int32_t to_rank0[16] = {0, 1, 1, 2, 2, 3, 3, 0, 0, 2, 1, 3, 2, 0, 3, 1};
+    comm.device().copy_to_device(b.pointers[2], to_rank0, sizeof to_rank0);
+    op.dispatch({b.pointers[0], DType::BF16, {8, 64}}, {b.pointers[1], DType::F32, {8, 2}}, std::nullopt,
+                {b.pointers[2], DType::I32, {8, 2}});
+    op.combine({b.pointers[3], DType::BF16, {5, 64}});
+    op.stream().synchronize();
+    comm.barrier();
+    // Rank 0 is at its next meeting well before rank 1 arrives, and cannot
+    // leave it before rank 1 has dispatched: a finish much sooner than rank
+    // 1's delay means the meeting did not wait.
+    constexpr auto kLate = std::chrono::milliseconds(300);
+    const auto start = std::chrono::steady_clock::now();
+    if (rank == 1) std::this_thread::sleep_for(kLate);
+    const DispatchResult result = op.dispatch({b.pointers[0], DType::BF16, {2, 64}},
+                                              {b.pointers[1], DType::F32, {2, 2}}, std::nullopt,
+                                              {b.pointers[2], DType::I32, {2, 2}});
+    op.combine({b.pointers[3], DType::BF16, {5, 64}});
+    op.stream().synchronize();
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (rank == 0 && waited < kLate / 2)
+      f += "rank 0 finished the call after the overflow in " +
+           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
+           " ms, before rank 1 (300 ms late) had dispatched: its meetings did not wait\n";
+    int32_t total = -1;
+    comm.device().copy_to_host(&total, result.total_recv.data, 4);
+    if (total != (rank == 0 ? 4 : 0))
+      f += "the call after the overflow: rank " + std::to_string(rank) + " received " + std::to_string(total) +
+           " rows, expected " + std::to_string(rank == 0 ? 4 : 0) + "\n";
+    // The overflow stays reported until reset(); no timeout joined it.
+    const std::string message = thrown([&] { op.check(); });
+    if (message.find("within the peer timeout") != std::string::npos) f += "a timeout was reported: " + message + "\n";
+    op.reset();
     op.close();
     return f;
   });

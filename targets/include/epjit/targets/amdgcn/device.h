@@ -148,7 +148,7 @@ struct WaitClock {
     return __hip_atomic_load(error, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
   }
   static EPJIT_DEVICE void store_error(int32_t* error, int32_t code) {
-    if (load_error(error) == 0) __hip_atomic_store(error, code, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+    if (load_error(error) != code) __hip_atomic_store(error, code, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
   }
   static EPJIT_DEVICE uint64_t now_ns() {
     static_assert(1000000000ull % EPJIT_STEADY_COUNTER_HZ == 0, "a steady counter whose tick is whole nanoseconds");

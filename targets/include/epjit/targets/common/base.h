@@ -62,21 +62,26 @@ EPJIT_HD bool until_holds(T seen, T value) {
 // at a scope, a relaxed system-scope load and store of the error word, a
 // steady clock in nanoseconds and a short pause. The clock and the error
 // word are read every kPollsPerCheck polls: a wait gives up when
-// `timeout_ms` has passed (storing `code`, unless an error is already there)
-// or as soon as an earlier wait has failed, so calls queued behind a failed
-// one fail at once.
+// `timeout_ms` has passed (storing `code` over whatever the word held: a
+// data error there must not hide the failure that stops the op) or as soon
+// as an earlier wait has failed the same way (the word holds `code`), so
+// calls queued behind a failed one fail at once.
 inline constexpr unsigned kWaitPollsPerCheck = 64;
 
 template <typename Clock, Until U, Scope S, typename T>
 EPJIT_HD bool lane_wait_until(T* flag, T value, int32_t* error, int32_t code, int32_t timeout_ms) {
-  if (Clock::load_error(error) != 0) return false;
+  // Only a wait that failed the same way (`code`) ends this one at once: a
+  // data error in the same word (a capacity overflow, a bad expert) leaves
+  // the meetings intact, or a rank would leave a meeting its peers have not
+  // reached and clear what they are still writing.
+  if (Clock::load_error(error) == code) return false;
   const uint64_t limit_ns = uint64_t(timeout_ms < 1 ? 1 : timeout_ms) * 1000000ull;
   const uint64_t start_ns = Clock::now_ns();
   for (unsigned poll = 1;; ++poll) {
     if (until_holds<U>(Clock::template load_acquire<S>(flag), value)) return true;
     Clock::pause(poll);
     if (poll % kWaitPollsPerCheck != 0) continue;
-    if (Clock::load_error(error) != 0) return false;
+    if (Clock::load_error(error) == code) return false;
     if (Clock::now_ns() - start_ns >= limit_ns) {
       Clock::store_error(error, code);
       return false;

@@ -124,8 +124,7 @@ struct WaitClock {
   static T load_acquire(T* flag) { return std::atomic_ref<T>(*flag).load(std::memory_order_acquire); }
   static int32_t load_error(int32_t* error) { return std::atomic_ref<int32_t>(*error).load(std::memory_order_relaxed); }
   static void store_error(int32_t* error, int32_t code) {
-    int32_t none = 0;
-    std::atomic_ref<int32_t>(*error).compare_exchange_strong(none, code, std::memory_order_release);
+    if (load_error(error) != code) std::atomic_ref<int32_t>(*error).store(code, std::memory_order_release);
   }
   static uint64_t now_ns() {
     return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -229,7 +229,7 @@ struct WaitClock {
   static EPJIT_DEVICE T load_acquire(T* flag) { return nvptx::load<S, Order::Acquire>(flag); }
   static EPJIT_DEVICE int32_t load_error(int32_t* error) { return nvptx::load<Scope::System, Order::Relaxed>(error); }
   static EPJIT_DEVICE void store_error(int32_t* error, int32_t code) {
-    if (load_error(error) == 0) nvptx::store<Scope::System, Order::Release>(error, code);
+    if (load_error(error) != code) nvptx::store<Scope::System, Order::Release>(error, code);
   }
   static EPJIT_DEVICE uint64_t now_ns() {
     uint64_t ns;

@@ -353,9 +353,10 @@ def Ep_WaitUntilOp : Ep_Op<"wait_until", [
     device time have passed (the device's steady clock: `%globaltimer` on
     NVIDIA, the 100 MHz realtime counter on AMD, a steady clock on the host;
     then it stores `code`, a nonzero i32, into `error[error_index]` at system
-    scope, unless an error is already there) or as soon as it finds
-    `error[error_index]` nonzero (an earlier wait failed: a call queued behind
-    a failed one fails at once instead of waiting out its own timeout). It
+    scope, over any other code there) or as soon as it finds `code` in
+    `error[error_index]` (an earlier wait failed: a call queued behind a
+    failed one fails at once instead of waiting out its own timeout). Other
+    codes in the word (data errors a kernel reported) do not end a wait. It
     never hangs. `timeout_ms` below 1 counts as 1.
 
     ```mlir
