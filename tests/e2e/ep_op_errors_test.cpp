@@ -414,16 +414,15 @@ TEST(EpOpErrors, GpuPerNodeMustMatchTheCommunicatorsNodes) {
   EXPECT_EQ(failures, "");
 }
 
-// Dispatch on world 2 with every token of both ranks routed to rank 0 and a
-// receive capacity of 5: the senders report the overflow, reset() recovers,
-// and the next calls are right again.
-TEST(EpOpErrors, CapacityOverflowIsReportedAndResetRecovers) {
+// Both overflow tests: world 2, room for 5 received rows, and an op on each
+// rank (`body(op, comm, buffers, rank)` reports what is wrong) whose first
+// call routes all 16 top-k entries of both ranks to rank 0, so at least one
+// sender overflows; the indices stay in buffer 2 for the later calls.
+template <typename Body>
+std::string afterAnOverflow(Body&& body) {
   EpCase c = smallCase();
   c.world = 2;
-  c.routing = RoutingKind::Skewed;
-  const std::string failures = runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
-                                                                             KernelCache& cache) {
-    std::string f;
+  return runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm, KernelCache& cache) {
     EpDispatchCombineConfig config = configFor(c, rank);
     config.max_total_recv_tokens = 5;
     EpDispatchCombineOp op(config, comm, {&cache, nullptr});
@@ -433,6 +432,16 @@ TEST(EpOpErrors, CapacityOverflowIsReportedAndResetRecovers) {
     op.dispatch({b.pointers[0], DType::BF16, {8, 64}}, {b.pointers[1], DType::F32, {8, 2}}, std::nullopt,
                 {b.pointers[2], DType::I32, {8, 2}});
     op.combine({b.pointers[3], DType::BF16, {5, 64}});
+    return body(op, comm, b, rank);
+  });
+}
+
+// Dispatch on world 2 with every token of both ranks routed to rank 0 and a
+// receive capacity of 5: the senders report the overflow, reset() recovers,
+// and the next calls are right again.
+TEST(EpOpErrors, CapacityOverflowIsReportedAndResetRecovers) {
+  const std::string failures = afterAnOverflow([](EpDispatchCombineOp& op, Communicator& comm, Buffers& b, int rank) {
+    std::string f;
     // 16 tokens for 5 slots: at least one sender overflows; a receiver that had none sees nothing.
     const std::string message = thrown([&] { op.check(); });
     const auto reports = comm.allgather({uint8_t(!message.empty())});
@@ -460,20 +469,8 @@ TEST(EpOpErrors, CapacityOverflowIsReportedAndResetRecovers) {
 // counter while rank 1 was still taking slots on it: two of rank 1's rows
 // could land in one slot, which ThreadSanitizer caught now and then.)
 TEST(EpOpErrors, ACapacityOverflowDoesNotEndLaterMeetings) {
-  EpCase c = smallCase();
-  c.world = 2;
-  const std::string failures = runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
-                                                                             KernelCache& cache) {
+  const std::string failures = afterAnOverflow([](EpDispatchCombineOp& op, Communicator& comm, Buffers& b, int rank) {
     std::string f;
-    EpDispatchCombineConfig config = configFor(c, rank);
-    config.max_total_recv_tokens = 5;
-    EpDispatchCombineOp op(config, comm, {&cache, nullptr});
-    Buffers b(comm.device());
-    const int32_t to_rank0[16] = {0, 1, 1, 2, 2, 3, 3, 0, 0, 2, 1, 3, 2, 0, 3, 1};
-    comm.device().copy_to_device(b.pointers[2], to_rank0, sizeof to_rank0);
-    op.dispatch({b.pointers[0], DType::BF16, {8, 64}}, {b.pointers[1], DType::F32, {8, 2}}, std::nullopt,
-                {b.pointers[2], DType::I32, {8, 2}});
-    op.combine({b.pointers[3], DType::BF16, {5, 64}});
     op.stream().synchronize();
     comm.barrier();
     // Rank 0 is at its next meeting well before rank 1 arrives, and cannot
