@@ -46,6 +46,17 @@ for flags in "--std-moe" "--std-moe --combine-mode scatter" "--combine-mode scat
   "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes $(bench_shape 1) \
     --dtype bf16 $flags --cache-dir "$out/warm"
 done
+# The combine protocols at small calls (PROTOCOL=1 in run.sh): the
+# low-latency combine and the staged one, gather and scatter, EP1 and EP2.
+for world in 1 2; do
+  for protocol in on off; do
+    for mode in gather scatter; do
+      "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes --world $world \
+        --hidden 7168 --topk 8 --experts-per-rank $((256 / world)) --tokens 1,8,32,128 --dtype bf16 \
+        --combine-mode $mode --low-latency-combine $protocol --cache-dir "$out/warm"
+    done
+  done
+done
 # EP4 (issue 17) also times scatter combine.
 "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes $(bench_shape 4) \
   --dtype bf16 --combine-mode scatter --cache-dir "$out/warm"
@@ -190,6 +201,34 @@ if [[ ${AB_HOST:-0} == 1 ]]; then
           > "$logs/host-c$n-$side-$pass.txt" 2>&1
         echo "case $n (${cases[$n]}), $side, pass $pass: exit $?"; grep -E '^ +[0-9]+ ' "$logs/host-c$n-$side-$pass.txt" | head -4
       done
+    done
+  done
+  exit 0
+fi
+# PROTOCOL=1: the low-latency combine against the staged one at 1 to 128
+# tokens, the same binaries and bundle: each kernel's time (ncu, EP1, two
+# passes), then the legs as a user times them, eager and from graphs (three
+# passes, alternated); PROTOCOL_WORLD=2 (nvidia-h200-x2) times EP2 only.
+# PROTOCOL_FLAGS: more epjit-bench flags (e.g. --combine-mode scatter).
+if [[ ${PROTOCOL:-0} == 1 ]]; then
+  pworld=${PROTOCOL_WORLD:-1}
+  pflags=(--target sm90 --device cuda --ranks-as processes --world $pworld --hidden 7168 --topk 8
+          --experts-per-rank $((256 / pworld)) --tokens 1,8,32,128 --dtype bf16 ${PROTOCOL_FLAGS:-})
+  if (( pworld == 1 )); then
+    for pass in 1 2; do
+      for protocol in off on; do
+        timeout 200 ncu --cache-control none --clock-control none -k regex:ep_ --metrics gpu__time_duration.sum \
+          ./epjit-bench "${pflags[@]}" --low-latency-combine $protocol --iters 20 --warmup 3 2>&1 \
+          | grep -E "^  ep_|gpu__time|error" > "$logs/ncu-$protocol-$pass.txt"
+        echo "ncu $protocol pass $pass: $(grep -c gpu__time "$logs/ncu-$protocol-$pass.txt") kernels timed"
+      done
+    done
+  fi
+  for pass in 1 2 3; do
+    for protocol in off on; do
+      timeout 150 ./epjit-bench "${pflags[@]}" --low-latency-combine $protocol --iters 500 --warmup 20 --graph \
+        --json "$logs/host-$protocol-$pass.json" > "$logs/host-$protocol-$pass.txt" 2>&1
+      echo "$protocol pass $pass: exit $?"; grep -E '^ +[0-9]+ ' "$logs/host-$protocol-$pass.txt" | head -8
     done
   done
   exit 0

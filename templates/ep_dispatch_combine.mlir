@@ -8,13 +8,15 @@
 //   ep/combine          the sum gather and scatter share
 //   ep/combine_gather   ep_combine_gather
 //   ep/combine_scatter  ep_combine_scatter
+//   ep/combine_low_latency ep_combine_low_latency (flagged inboxes, no staging:
+//                       the combine of an op built with low_latency)
 //   ep/counts           ep_count_experts (received tokens per local expert, on the device)
 //   ep/internode        ep_internode_ingest, ep_internode_return_pack, ep_internode_return_unpack
 //                       (v2_ll; included by ep/dispatch, whose last block seals the outboxes)
 //   ep/internode_v2     ep_internode_forward, ep_internode_partials, ep_internode_sum (v2)
 //
 // A module holds the kernels its configuration launches: the combine of its
-// combine_mode, the std-MoE kernels with std_moe, the internode kernels when
+// combine_mode (or the low-latency one), the std-MoE kernels with std_moe, the internode kernels when
 // gpu_per_node < world (each kernel's when(...)).
 //
 // Every rank runs the same kernels on its own stream; ranks meet only through
@@ -25,5 +27,6 @@ ep.include "ep/dispatch"
 ep.include "ep/std_moe"
 ep.include "ep/combine_gather"
 ep.include "ep/combine_scatter"
+ep.include "ep/combine_low_latency"
 ep.include "ep/counts"
 ep.include "ep/internode_v2"

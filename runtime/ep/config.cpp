@@ -118,6 +118,20 @@ bool EpDispatchCombineConfig::runs_internode_v2(int64_t tokens) const {
   return false;
 }
 
+std::string EpDispatchCombineConfig::low_latency_combine_obstacle() const {
+  if (internode()) return "it is intranode only (world_size " + text(world_size) + " > gpu_per_node " +
+                          text(nodes_gpu_count()) + ")";
+  if (quant_type != QuantType::None)
+    return "it moves bf16 or f32 rows, not quant_type " + std::string(name_of(quant_type)) + "'s fp8 codes";
+  if (enable_std_moe) return "the standard-MoE layout's combine unpacks in the staged kernels";
+  return "";
+}
+
+bool EpDispatchCombineConfig::uses_low_latency_combine() const {
+  if (low_latency_combine) return *low_latency_combine;
+  return max_num_inp_token_per_rank <= kLowLatencyAutoMaxTokens && low_latency_combine_obstacle().empty();
+}
+
 std::vector<ScheduleEntry> default_schedule(const TargetInfo& target) {
   std::vector<ScheduleEntry> table;
   for (const ScheduleRow& row : target.schedule)
@@ -236,6 +250,12 @@ void EpDispatchCombineConfig::validate() const {
     if (*gpu_per_node <= 0 || *gpu_per_node > world_size || world_size % *gpu_per_node != 0)
       reject("gpu_per_node", text(*gpu_per_node), "gpu_per_node must divide world_size (" + text(world_size) + ")",
              "set it to the GPUs per node, or leave it unset for one node");
+  }
+  if (low_latency_combine.value_or(false)) {
+    const std::string obstacle = low_latency_combine_obstacle();
+    if (!obstacle.empty())
+      reject("low_latency_combine", "true", "the low-latency combine cannot run this op: " + obstacle,
+             "leave low_latency_combine unset (auto) or set it to false");
   }
   if (internode_auto_ll_max_tokens <= 0)
     reject("internode_auto_ll_max_tokens", text(internode_auto_ll_max_tokens), "the auto crossover must be positive",

@@ -112,6 +112,7 @@ KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
       .set("combine_mode", name_of(config.combine_mode))
       .set("quant", name_of(config.quant_type))
       .set("std_moe", config.enable_std_moe)
+      .set("low_latency", config.uses_low_latency_combine())
       .set("combine_elem", name_of(config.combine_type()))
       .set("warps_per_block", warps_per_block);
   return spec;
@@ -287,7 +288,7 @@ struct EpDispatchCombineOp::Impl {
   // same results (the kernels stride over tokens by the grid): the schedule is
   // cut to what the device holds, and that is logged once per process.
   void fit_schedule_to_device() {
-    const Kernel* combine = config.combine_mode == CombineMode::Gather ? kernels.combine_gather : kernels.combine_scatter;
+    const Kernel* combine = combine_kernel();
     for (ScheduleEntry& entry : schedule) {
       entry.dispatch_blocks = fit_blocks(*kernels.dispatch, entry.dispatch_blocks, entry.dispatch_warps);
       entry.combine_blocks = fit_blocks(*combine, entry.combine_blocks, entry.combine_warps);
@@ -300,6 +301,12 @@ struct EpDispatchCombineOp::Impl {
       if (builds_v2(config))
         entry.combine_blocks = fit_blocks(*kernels.internode_partials, entry.combine_blocks, entry.combine_warps);
     }
+  }
+
+  // The combine kernel of the op's protocol and mode.
+  const Kernel* combine_kernel() const {
+    if (kernels.combine_low_latency) return kernels.combine_low_latency;
+    return config.combine_mode == CombineMode::Gather ? kernels.combine_gather : kernels.combine_scatter;
   }
 
   int fit_blocks(const Kernel& kernel, int blocks, int warps) {
@@ -554,7 +561,8 @@ struct EpDispatchCombineOp::Impl {
         internode->before_combine(kernels, grid, window_table, input.data, weighted ? weights->data : nullptr,
                                   weighted, route_in_use, *stream);
       const bool scatter = config.combine_mode == CombineMode::Scatter;
-      const Kernel& kernel = scatter ? *kernels.combine_scatter : *kernels.combine_gather;
+      const bool low_latency = kernels.combine_low_latency != nullptr;
+      const Kernel& kernel = *combine_kernel();
       LaunchArgs args(kernel);
       args.set("input", input.data)
           .set("in_weights", weighted ? weights->data : nullptr)
@@ -565,8 +573,10 @@ struct EpDispatchCombineOp::Impl {
           .set("rank", config.rank)
           .set("has_weights", weighted)
           .set("w", window_table);
-      args.set("expert_out", expert_out).set("unpacks", expert_out != nullptr);
-      if (!scatter) args.set("staged", staged);
+      if (!low_latency) {
+        args.set("expert_out", expert_out).set("unpacks", expert_out != nullptr);
+        if (!scatter) args.set("staged", staged);
+      }
       device.launch(kernel, grid, args.build(), *stream);
     }
     dispatched_tokens = -1;
@@ -913,7 +923,9 @@ void EpDispatchCombineOp::reset() {
   if (op.internode) op.internode->recover_transport(op.comm);
   for (auto [offset, bytes] : {std::pair{op.window.state, op.window.state_bytes},
                                 {op.window.signals, op.window.signals_bytes},
-                                {op.window.moe_counts, op.window.moe_counts_bytes}})
+                                {op.window.moe_counts, op.window.moe_counts_bytes},
+                                {op.window.flagged_rows, op.window.flagged_rows_bytes},
+                                {op.window.flagged_weights, op.window.flagged_weights_bytes}})
     if (bytes) op.device.fill_zero(op.local(offset), bytes);
   if (op.internode) op.internode->clear_outbox_state();
   op.write_peer_timeout();

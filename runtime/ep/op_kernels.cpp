@@ -13,7 +13,9 @@ EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineCon
   EpKernels kernels;
   kernels.dispatch = &module.kernel("ep_dispatch");
   kernels.count_experts = &module.kernel("ep_count_experts");
-  if (config.combine_mode == CombineMode::Gather)
+  if (config.uses_low_latency_combine())
+    kernels.combine_low_latency = &module.kernel("ep_combine_low_latency");
+  else if (config.combine_mode == CombineMode::Gather)
     kernels.combine_gather = &module.kernel("ep_combine_gather");
   else
     kernels.combine_scatter = &module.kernel("ep_combine_scatter");
@@ -48,6 +50,10 @@ EpWindowMap EpWindowMap::of(const ModuleInterface& record, const WindowLayout& l
   map.state_bytes = bytes("state");
   map.signals_bytes = bytes("signals");
   map.moe_counts_bytes = bytes("moe_counts");
+  map.flagged_rows = offset("ll_rows");
+  map.flagged_rows_bytes = bytes("ll_rows");
+  map.flagged_weights = offset("ll_weights");
+  map.flagged_weights_bytes = bytes("ll_weights");
   map.total_recv_word = record.constant("state_total_recv");
   map.error_word = record.constant("state_error");
   map.peer_timeout_word = record.constant("state_peer_timeout_ms");

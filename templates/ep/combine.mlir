@@ -67,6 +67,35 @@ func.func private @contribution_entry(%route: !ep.ptr<i32>, %row: index, %box: i
   return %entry : i32
 }
 
+// A received slot `i` goes back to its origin (scatter's stage 1, the
+// low-latency combine): the origin's rank, and the inbox row (box) there: the origin token * topk + this rank's destination
+// ordinal, from the slot's origin words (dispatch wrote them).
+func.func private @origin_rank(%origins: !ep.ptr<i32>, %i: index) -> index {
+  %c2 = arith.constant 2 : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %origin_at = arith.muli %i, %c2 : index
+  %origin_i32 = ep.load %origins[%origin_at] : !ep.ptr<i32>
+  %origin = arith.index_cast %origin_i32 : i32 to index
+  %source = arith.divui %origin, %max_tokens : index
+  return %source : index
+}
+func.func private @inbox_box(%origins: !ep.ptr<i32>, %i: index) -> index {
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %topk = ep.param_value @topk : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %origin_at = arith.muli %i, %c2 : index
+  %ordinal_at = arith.addi %origin_at, %c1 : index
+  %origin_i32 = ep.load %origins[%origin_at] : !ep.ptr<i32>
+  %ordinal_i32 = ep.load %origins[%ordinal_at] : !ep.ptr<i32>
+  %origin = arith.index_cast %origin_i32 : i32 to index
+  %ordinal = arith.index_cast %ordinal_i32 : i32 to index
+  %token = arith.remui %origin, %max_tokens : index
+  %box_base = arith.muli %token, %topk : index
+  %box = arith.addi %box_base, %ordinal : index
+  return %box : index
+}
+
 // In a sum's body, source k of `sources`: the warp's first item meets the
 // other ranks (@wait_for_all) once it has named its last source. A sum runs
 // every source's body before it reads a row, so the route loads that name

@@ -16,7 +16,7 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
                              %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                              %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
                              %staged: index, %expert_out: !ep.ptr<bf16>, %unpacks: index, %w: !ep.window)
-    warps_per_block(4) when(@combine_mode eq "gather") {
+    warps_per_block(4) when(@combine_mode eq "gather" and @low_latency eq 0) {
   // The epoch and the received count are read before the stopped check, all three loads in flight at once.
   %c0 = arith.constant 0 : index
   %epoch_word = ep.constant_value @state_epoch : index

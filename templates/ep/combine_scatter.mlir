@@ -38,35 +38,6 @@ func.func private @push_row(%src: !ep.ptr<!ep.row_elem<"combine_elem">>, %rows: 
   return
 }
 
-// Stage 1's slot `i` goes back to its origin: the origin's rank, and the
-// inbox row (box) there: the origin token * topk + this rank's destination
-// ordinal, from the slot's origin words (dispatch wrote them).
-func.func private @origin_rank(%origins: !ep.ptr<i32>, %i: index) -> index {
-  %c2 = arith.constant 2 : index
-  %max_tokens = ep.param_value @max_tokens : index
-  %origin_at = arith.muli %i, %c2 : index
-  %origin_i32 = ep.load %origins[%origin_at] : !ep.ptr<i32>
-  %origin = arith.index_cast %origin_i32 : i32 to index
-  %source = arith.divui %origin, %max_tokens : index
-  return %source : index
-}
-func.func private @inbox_box(%origins: !ep.ptr<i32>, %i: index) -> index {
-  %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
-  %topk = ep.param_value @topk : index
-  %max_tokens = ep.param_value @max_tokens : index
-  %origin_at = arith.muli %i, %c2 : index
-  %ordinal_at = arith.addi %origin_at, %c1 : index
-  %origin_i32 = ep.load %origins[%origin_at] : !ep.ptr<i32>
-  %ordinal_i32 = ep.load %origins[%ordinal_at] : !ep.ptr<i32>
-  %origin = arith.index_cast %origin_i32 : i32 to index
-  %ordinal = arith.index_cast %ordinal_i32 : i32 to index
-  %token = arith.remui %origin, %max_tokens : index
-  %box_base = arith.muli %token, %topk : index
-  %box = arith.addi %box_base, %ordinal : index
-  return %box : index
-}
-
 // Under quant, std-MoE's stage 1 first sums each of its warp's items
 // (@unpack_piece) into `staging` (the slot's row, the item's piece), then
 // quantizes them from there: all of a warp's sums, one warp barrier, all of
@@ -109,7 +80,7 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
                               %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                               %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
                               %expert_out: !ep.ptr<bf16>, %unpacks: index, %w: !ep.window) warps_per_block(4)
-    when(@combine_mode eq "scatter") {
+    when(@combine_mode eq "scatter" and @low_latency eq 0) {
   // The epoch and the received count are read before the stopped check, all three loads in flight at once.
   %c0 = arith.constant 0 : index
   %epoch_word = ep.constant_value @state_epoch : index

@@ -16,6 +16,8 @@ ep.param @combine_mode : index {names = ["gather", "scatter"]}
 ep.param @quant : index {names = ["none", "fp8_direct_cast", "fp8_blockwise"]}  // scatter's transport
 ep.param @std_moe : i1 {default_value = false}      // the standard-MoE layout regions
 ep.param @combine_elem : !ep.row_elem<"combine_elem">
+// The op's combine is ep_combine_low_latency (flagged inboxes; intranode small calls).
+ep.param @low_latency : i1 {default_value = false}
 
 // Words of @state.
 ep.constant @state_epoch = 0 : index               // the last completed dispatch's epoch
@@ -388,5 +390,38 @@ ep.window_region @moe_slots : i32 {
   %topk = ep.param_value @topk : index
   %slots = arith.muli %capacity, %topk : index
   %count = arith.select %std_moe, %slots, %c0 : index
+  ep.yield %count : index
+}
+// Low-latency combine: each origin's flagged inbox (ep/combine_low_latency),
+// a flagged row per (token, destination ordinal), twice the row's bytes, and
+// its flagged weights (top-k padded to a multiple of 4, twice).
+ep.window_region @ll_rows : !ep.row_elem<"combine_elem"> {
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
+  %low_latency = ep.param_value @low_latency : i1
+  %max_tokens = ep.param_value @max_tokens : index
+  %topk = ep.param_value @topk : index
+  %hidden = ep.param_value @hidden : index
+  %boxes = arith.muli %max_tokens, %topk : index
+  %elements = arith.muli %boxes, %hidden : index
+  %lines = arith.muli %elements, %c2 : index
+  %count = arith.select %low_latency, %lines, %c0 : index
+  ep.yield %count : index
+}
+ep.window_region @ll_weights : f32 {
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
+  %low_latency = ep.param_value @low_latency : i1
+  %max_tokens = ep.param_value @max_tokens : index
+  %topk = ep.param_value @topk : index
+  %topk_up = arith.addi %topk, %c3 : index
+  %quads = arith.divui %topk_up, %c4 : index
+  %padded = arith.muli %quads, %c4 : index
+  %boxes = arith.muli %max_tokens, %topk : index
+  %weights = arith.muli %boxes, %padded : index
+  %lines = arith.muli %weights, %c2 : index
+  %count = arith.select %low_latency, %lines, %c0 : index
   ep.yield %count : index
 }

@@ -74,6 +74,7 @@ struct EpCase {
   std::optional<int> gpu_per_node;
   InternodeKernel internode_kernel = InternodeKernel::Auto;
   int64_t internode_auto_ll_max_tokens = 512;
+  std::optional<bool> low_latency_combine;  // unset: auto
   // Set as EPJIT_INTERNODE_TRANSPORT in each rank before its op is built
   // (process ranks: every rank its own environment). Empty: the default.
   std::string internode_transport;
@@ -115,6 +116,7 @@ inline EpDispatchCombineConfig configFor(const EpCase& c, int rank) {
   config.gpu_per_node = c.gpu_per_node;
   config.internode_kernel = c.internode_kernel;
   config.internode_auto_ll_max_tokens = c.internode_auto_ll_max_tokens;
+  config.low_latency_combine = c.low_latency_combine;
   return config;
 }
 

@@ -548,6 +548,94 @@ TEST(EpOpErrors, APeerThatNeverArrivesIsATimeoutNotAHang) {
   EXPECT_EQ(failures, "");
 }
 
+// The low-latency combine's inboxes hold lines flagged with a dispatch's
+// epoch, and reset() starts the epochs over: it must clear the inboxes too,
+// or a line of the call before it passes for one of the call after it. Rank
+// 0's two tokens go to rank 1 alone (one contribution each); rank 1 combines
+// rows of 1.0 before the reset and of 2.0, 300 ms late, after it: rank 0 must
+// wait for the 2.0s.
+TEST(EpOpErrors, ResetClearsTheLowLatencyInboxes) {
+  EpCase c = smallCase();
+  c.world = 2;
+  c.low_latency_combine = true;
+  const std::string failures = runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
+                                                                             KernelCache& cache) {
+    std::string f;
+    EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+    Buffers b(comm.device());
+    const int32_t to_rank1[4] = {4, 5, 6, 7};
+    comm.device().copy_to_device(b.pointers[2], to_rank1, sizeof to_rank1);
+    const int64_t tokens = rank == 0 ? 2 : 0;
+    const TensorRef input{b.pointers[0], DType::BF16, {tokens, 64}}, weights{b.pointers[1], DType::F32, {tokens, 2}},
+        indices{b.pointers[2], DType::I32, {tokens, 2}};
+    auto call = [&](uint16_t row_bits, std::chrono::milliseconds late) {
+      const std::vector<uint16_t> rows(16 * 64, row_bits);
+      comm.device().copy_to_device(b.pointers[3], rows.data(), rows.size() * 2);
+      op.dispatch(input, weights, std::nullopt, indices);
+      op.stream().synchronize();
+      std::this_thread::sleep_for(late);
+      const CombineResult result = op.combine({b.pointers[3], DType::BF16, {16, 64}});
+      op.stream().synchronize();
+      std::vector<uint16_t> out(size_t(tokens) * 64, 0);
+      if (tokens) comm.device().copy_to_host(out.data(), result.tokens.data, out.size() * 2);
+      return out;
+    };
+    const std::vector<uint16_t> before = call(0x3F80, std::chrono::milliseconds(0));  // 1.0
+    if (rank == 0 && before != std::vector<uint16_t>(2 * 64, 0x3F80)) f += "before reset: rank 0's sums are not 1.0\n";
+    op.reset();
+    const std::vector<uint16_t> after = call(0x4000, std::chrono::milliseconds(rank == 1 ? 300 : 0));  // 2.0
+    if (rank == 0 && after != std::vector<uint16_t>(2 * 64, 0x4000))
+      f += "after reset: rank 0 summed lines of the call before it (" + std::to_string(decode_bf16(after[0])) +
+           ", not 2.0): reset() left the flagged inboxes\n";
+    f += expectParts("after reset", thrown([&] { op.check(); }).empty() ? "ok" : "failed", {"ok"});
+    op.close();
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+}
+
+// A peer that dispatches but never combines: the low-latency combine's
+// waits for its lines (and for its arrival) end in the timeout error after
+// the peer timeout instead of a hang, and reset() on both ranks recovers.
+TEST(EpOpErrors, ALowLatencyCombinePeerThatNeverComesIsATimeout) {
+  EpCase c = smallCase();
+  c.world = 2;
+  c.low_latency_combine = true;
+  constexpr double kTimeout = 1.5;
+  const std::string failures = runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
+                                                                             KernelCache& cache) {
+    std::string f;
+    EpDispatchCombineConfig config = configFor(c, rank);
+    config.peer_timeout_s = kTimeout;
+    EpDispatchCombineOp op(config, comm, {&cache, nullptr});
+    Buffers b(comm.device());
+    const int32_t experts[4] = {0, 5, 6, 1};  // each token to both ranks
+    comm.device().copy_to_device(b.pointers[2], experts, sizeof experts);
+    const TensorRef input{b.pointers[0], DType::BF16, {2, 64}}, weights{b.pointers[1], DType::F32, {2, 2}},
+        indices{b.pointers[2], DType::I32, {2, 2}};
+    op.dispatch(input, weights, std::nullopt, indices);
+    if (rank == 0) {
+      const auto start = std::chrono::steady_clock::now();
+      op.combine({b.pointers[3], DType::BF16, {16, 64}});
+      f += expectParts("timeout", thrown([&] { op.check(); }),
+                       {"a peer did not arrive", "within the peer timeout of 1500 ms", "reset()"});
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (seconds < kTimeout || seconds > kTimeout + 2)
+        f += "the combine failed after " + std::to_string(seconds) + " s; expected the peer timeout of " +
+             std::to_string(kTimeout) + " s\n";
+    }
+    op.stream().synchronize();
+    comm.barrier();
+    op.reset();
+    op.dispatch(input, weights, std::nullopt, indices);
+    op.combine({b.pointers[3], DType::BF16, {16, 64}});
+    f += expectParts("after reset", thrown([&] { op.check(); }).empty() ? "ok" : "failed", {"ok"});
+    op.close();
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+}
+
 TEST(EpOpErrors, PeerTimeoutsOutsideTheirRangeAreRefused) {
   EpCase c = smallCase();
   for (const double seconds : {-1.0, 0.0001, 1e9, std::numeric_limits<double>::quiet_NaN()}) {

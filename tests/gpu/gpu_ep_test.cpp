@@ -107,6 +107,15 @@ std::vector<EpCase> gpuCases(int world) {
   std::vector<int64_t> counts(200);
   for (int64_t& n : counts) n = std::uniform_int_distribution<int64_t>(0, 37)(rng);
   add({.name = "alternating_200", .hidden = 128, .calls = counts});
+  // Auto runs the low-latency combine wherever it can (plain intranode ops
+  // of at most 128 tokens): those cases also run the staged combine.
+  for (size_t i = 0, n = cases.size(); i < n; ++i) {
+    if (!configFor(cases[i], 0).uses_low_latency_combine()) continue;
+    EpCase staged = cases[i];
+    staged.name = "staged_" + staged.name;
+    staged.low_latency_combine = false;
+    cases.push_back(std::move(staged));
+  }
   return cases;
 }
 

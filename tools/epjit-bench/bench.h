@@ -43,6 +43,7 @@ struct Options {
   bool baselines = false;  // also NCCL and the peer-copy ceilings (GPUs)
   std::optional<int> gpu_per_node;  // nodes of this many ranks (internode when < world)
   ep::InternodeKernel internode_kernel = ep::InternodeKernel::Auto;
+  std::optional<bool> low_latency_combine;  // unset: auto
   int warmup = 2;
   int iterations = 10;
   std::string json_path;

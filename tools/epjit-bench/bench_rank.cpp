@@ -41,6 +41,7 @@ ep::EpDispatchCombineConfig Options::config(int rank) const {
   c.target = target;
   c.gpu_per_node = gpu_per_node;
   c.internode_kernel = internode_kernel;
+  c.low_latency_combine = low_latency_combine;
   return c;
 }
 

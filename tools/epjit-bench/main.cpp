@@ -6,6 +6,7 @@
 //               [--dtype bf16|f32|fp8|fp4] [--combine-dtype bf16|f32]
 //               [--quant none|fp8_direct_cast|fp8_blockwise] [--combine-mode gather|scatter]
 //               [--std-moe] [--replay] [--routing uniform|skewed|local] [--seed N]
+//               [--low-latency-combine auto|on|off]
 //               [--dispatch-blocks N] [--dispatch-warps N] [--combine-blocks N] [--combine-warps N]
 //               [--iters N] [--warmup N] [--check-only] [--json FILE] [--cache-dir DIR]
 //
@@ -221,6 +222,11 @@ int main(int argc, char** argv) {
                  "ranks per node; fewer than --world runs the internode path between nodes")
       ->check(CLI::PositiveNumber);
   app.add_option("--internode-kernel", internode_kernel, "internode kernels: v2 (once per node, forwarded), v2_ll (once per rank) or auto (by token count)");
+  std::string low_latency_combine = "auto";
+  app.add_option("--low-latency-combine", low_latency_combine,
+                 "the combine's protocol: on (flagged inboxes), off (staged, by --combine-mode) or auto (on for "
+                 "intranode plain ops of at most 128 tokens per rank: the sweep's largest point)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   CLI11_PARSE(app, argc, argv);
   try {
     epjit::log();  // EPJIT_LOG_LEVEL errors surface here
@@ -232,6 +238,7 @@ int main(int argc, char** argv) {
     o.combine_mode = ep::parse_combine_mode(combine_mode);
     o.routing = parse_routing(routing);
     o.internode_kernel = ep::parse_internode_kernel(internode_kernel);
+    if (low_latency_combine != "auto") o.low_latency_combine = low_latency_combine == "on";
     const Vendor vendor = o.device == "hip" ? Vendor::Amd : o.device == "cuda" ? Vendor::Nvidia : Vendor::Cpu;
     if (const TargetInfo* target = find_target(o.target); target && target->vendor != vendor)
       throw Error("--target " + o.target + " on --device " + o.device,

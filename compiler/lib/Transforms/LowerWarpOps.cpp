@@ -342,14 +342,15 @@ void forEachLaneStep(Lowering& l, Value chunks, int64_t unroll, llvm::function_r
   });
 }
 
-// Steps of ep.lane.copy_chunks over a row's chunks from chunk `from` on.
+// Steps of ep.lane.copy_chunks over a row's chunks from chunk `from` on
+// (into a flagged row with `flag`).
 void copyChunkSteps(Lowering& l, Value src, Value dst, Value count, int64_t chunk, int64_t unroll, bool aligned,
-                    int64_t from = 0) {
+                    int64_t from = 0, Value flag = Value()) {
   Value stride = l.index(l.target.wave_size * chunk);
   forEachLaneStep(
       l, l.ceilDiv(count, chunk), unroll,
       [&](Value chunkIndex) {
-        ep::LaneCopyChunksOp::create(l.b, src, dst, count, l.mul(chunkIndex, chunk), stride,
+        ep::LaneCopyChunksOp::create(l.b, src, dst, count, l.mul(chunkIndex, chunk), stride, flag,
                                      l.b.getI64IntegerAttr(chunk), l.b.getI64IntegerAttr(unroll),
                                      l.b.getBoolAttr(aligned));
       },
@@ -359,14 +360,23 @@ void copyChunkSteps(Lowering& l, Value src, Value dst, Value count, int64_t chun
 // A copy keeps `copy_loads_in_flight` chunks per lane in flight: lane i of
 // a step takes chunks first + i + k * wave (k < unroll), all loaded before
 // any is stored. The host target walks the same chunks lane by lane.
-void lowerCopy(ep::WarpCopyRowOp op, Lowering& l) {
+//
+// A flagged copy's lines are 16-byte accesses, so its destination must be
+// known to be aligned; its `aligned` speaks of the source alone.
+LogicalResult lowerCopy(ep::WarpCopyRowOp op, Lowering& l) {
   const int64_t chunk = rowChunk(op.getSrc());
   const int64_t unroll = std::max(1, l.target.copy_loads_in_flight);
-  const bool aligned =
-      isAlignedAccess(op.getSrc(), op.getSrcOffset(), chunk) && isAlignedAccess(op.getDst(), op.getDstOffset(), chunk);
+  const bool srcAligned = isAlignedAccess(op.getSrc(), op.getSrcOffset(), chunk);
+  const bool dstAligned = isAlignedAccess(op.getDst(), op.getDstOffset(), chunk);
+  if (op.getFlag() && !dstAligned)
+    return op.emitError() << "a flagged row must start on a 16-byte boundary the compiler can prove: an offset that "
+                             "is a multiple of "
+                          << chunk << " elements from a window region or a pointer argument";
   Value src = ep::PtrAddOp::create(l.b, op.getSrc().getType(), op.getSrc(), op.getSrcOffset());
   Value dst = ep::PtrAddOp::create(l.b, op.getDst().getType(), op.getDst(), op.getDstOffset());
-  copyChunkSteps(l, src, dst, op.getCount(), chunk, unroll, aligned);
+  copyChunkSteps(l, src, dst, op.getCount(), chunk, unroll, op.getFlag() ? srcAligned : srcAligned && dstAligned,
+                 /*from=*/0, op.getFlag());
+  return success();
 }
 
 // A SIMT lane loads its first copy_loads_in_flight chunks (the first step of
@@ -458,6 +468,22 @@ LogicalResult lowerSumRows(ep::WarpSumRowsOp op, Lowering& l) {
   // two at a time, or the sums spill (EP2 fp8 scatter on sm90 spilled 72 to
   // 144 bytes at four).
   const int64_t most = op.getFormat() ? 2 : l.target.copy_loads_in_flight;
+  if (op.getFlag()) {
+    // Flagged rows: two 16-byte lines per chunk, all of a lane's issued
+    // before the first is awaited; lines in flight are counted as loads.
+    for (Value row : rows)
+      if (!isKnownAlignedPointer(row, chunk))
+        return op.emitError() << "a flagged source must start on a 16-byte boundary the compiler can prove";
+    const int64_t unroll = std::clamp<int64_t>(l.target.copy_loads_in_flight / (2 * *sources), 1, most);
+    Value stride = l.index(wave * chunk);
+    forEachLaneStep(l, l.ceilDiv(op.getCount(), chunk), unroll, [&](Value chunkIndex) {
+      ep::LaneSumChunksOp::create(l.b, dst, l.mul(chunkIndex, chunk), op.getCount(), stride, valid, rows, scales,
+                                  op.getFlag(), op.getError(), op.getErrorIndex(), op.getCode(), op.getTimeoutMs(),
+                                  nullptr, nullptr, nullptr, l.b.getI64IntegerAttr(chunk),
+                                  l.b.getI64IntegerAttr(unroll), l.b.getBoolAttr(aligned));
+    });
+    return success();
+  }
   const int64_t unroll = std::clamp<int64_t>(l.target.copy_loads_in_flight / *sources, 1, most);
   if (unroll == 1) {
     forEachLaneChunk(l, op.getCount(), chunk, [&](Value start, Value n) {
@@ -469,7 +495,8 @@ LogicalResult lowerSumRows(ep::WarpSumRowsOp op, Lowering& l) {
   Value stride = l.index(wave * chunk);
   forEachLaneStep(l, l.ceilDiv(op.getCount(), chunk), unroll, [&](Value chunkIndex) {
     ep::LaneSumChunksOp::create(l.b, dst, l.mul(chunkIndex, chunk), op.getCount(), stride, valid, rows, scales,
-                                op.getFormatAttr(), op.getBlockAttr(), op.getMethodAttr(),
+                                Value(), Value(), Value(), Value(), Value(), op.getFormatAttr(),
+                                op.getBlockAttr(), op.getMethodAttr(),
                                 l.b.getI64IntegerAttr(chunk), l.b.getI64IntegerAttr(unroll), l.b.getBoolAttr(aligned));
   });
   return success();
@@ -575,7 +602,8 @@ struct EpLowerWarpOps : impl::EpLowerWarpOpsBase<EpLowerWarpOps> {
       Lowering lowering{builder, *target};
       if (auto quantize = dyn_cast<ep::WarpQuantizeOp>(op)) lowerConversion(quantize, lowering, true);
       if (auto dequantize = dyn_cast<ep::WarpDequantizeOp>(op)) lowerConversion(dequantize, lowering, false);
-      if (auto copy = dyn_cast<ep::WarpCopyRowOp>(op)) lowerCopy(copy, lowering);
+      if (auto copy = dyn_cast<ep::WarpCopyRowOp>(op); copy && failed(lowerCopy(copy, lowering)))
+        return signalPassFailure();
       if (auto around = dyn_cast<ep::WarpCopyRowAroundOp>(op)) lowerCopyAround(around, lowering);
       if (auto accumulate = dyn_cast<ep::WarpAccumulateOp>(op)) lowerAccumulate(accumulate, lowering);
       if (auto reduce = dyn_cast<ep::WarpReduceOp>(op)) reduce.getResult().replaceAllUsesWith(lowerReduce(reduce, lowering));

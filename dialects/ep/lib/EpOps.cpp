@@ -307,6 +307,11 @@ LogicalResult WaitUntilOp::verify() {
 
 LogicalResult WarpCopyRowOp::verify() {
   Type src = elementTypeOf(getSrc()), dst = elementTypeOf(getDst());
+  if (getFlag()) {
+    if (src == dst && isRowElementType(src)) return success();
+    return emitOpError() << "a flagged copy moves bf16 or f32 rows unconverted (16-byte chunks, two lines each); got "
+                         << src << " -> " << dst;
+  }
   if (src == dst || (isRowElementType(src) && isRowElementType(dst))) return success();
   return emitOpError() << "copies between equal element types or between bf16 and f32; got " << src
                        << " -> " << dst;
@@ -385,6 +390,15 @@ LogicalResult WarpSumRowsOp::verify() {
                                     : "ep.source gives scales only for scaled sources");
   if (source.getScales() && !elementTypeOf(source.getScales()).isF32())
     return emitOpError() << "blockwise scales are f32; got " << source.getScales().getType();
+  const int waitParts = int(bool(getFlag())) + int(bool(getError())) + int(bool(getErrorIndex())) +
+                        int(bool(getCode())) + int(bool(getTimeoutMs()));
+  if (waitParts != 0 && waitParts != 5)
+    return emitOpError() << "flagged sources need all of flag, error word, error index, code and timeout_ms";
+  if (getFlag()) {
+    if (getFormat()) return emitOpError() << "flagged sources are bf16 or f32 rows, not fp8 codes";
+    if (!elementTypeOf(getError()).isInteger(32))
+      return emitOpError() << "the error word of a flagged sum is i32; got " << getError().getType();
+  }
   return success();
 }
 

@@ -16,7 +16,8 @@
 // LIST: {{^}}ep_dispatch_combine
 // LIST: kernel @ep_std_moe_pack (warps_per_block 4) when(@std_moe)
 // LIST: kernel @ep_std_moe_unpack (warps_per_block 4) when(@std_moe and @gpu_per_node lt @world)
-// LIST: kernel @ep_combine_scatter (warps_per_block 4) when(@combine_mode eq "scatter")
+// LIST: kernel @ep_combine_scatter (warps_per_block 4) when(@combine_mode eq "scatter" and @low_latency eq 0)
+// LIST: kernel @ep_combine_low_latency (warps_per_block 4) when(@low_latency)
 // LIST: kernel @ep_internode_sum (warps_per_block 4) when(@gpu_per_node lt @world)
 // LIST: {{^}}quantize_mxfp4
 // LIST-NEXT: hidden : index (min 2, multiple_of 2)
@@ -33,7 +34,7 @@
 // MLIR: ep.lane.quantize_chunk
 // INPUT: ep.specialization = {hidden = 64 : index}
 // INPUT: ep.warp.quantize
-// UNKNOWN: epjit-compile: error: unknown template 'quantize_fp9'; templates: dequantize_fp8_blockwise, dequantize_fp8_direct, dequantize_mxfp4, ep/combine, ep/combine_gather, ep/combine_scatter, ep/common, ep/counts, ep/dispatch, ep/internode, ep/internode_v2, ep/std_moe, ep/sync, ep_dispatch_combine, ep_peer_copy, quantize_fp8_blockwise, quantize_fp8_direct, quantize_mxfp4
+// UNKNOWN: epjit-compile: error: unknown template 'quantize_fp9'; templates: dequantize_fp8_blockwise, dequantize_fp8_direct, dequantize_mxfp4, ep/combine, ep/combine_gather, ep/combine_low_latency, ep/combine_scatter, ep/common, ep/counts, ep/dispatch, ep/internode, ep/internode_v2, ep/std_moe, ep/sync, ep_dispatch_combine, ep_peer_copy, quantize_fp8_blockwise, quantize_fp8_direct, quantize_mxfp4
 // MISSING: error: parameter 'hidden' is not bound: pass hidden=VALUE (index)
 // ILLTYPED: error: parameter 'hidden' takes an integer (index); got 'lots'
 // CONSTRAINT: error: parameter 'hidden' = 7 must be a multiple of 2

@@ -44,9 +44,11 @@ struct CopyChunksPattern : OpConversionPattern<ep::LaneCopyChunksOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(ep::LaneCopyChunksOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter& rewriter) const override {
-    callPrelude(rewriter, op.getLoc(), "epjit::prim::copy_chunks", {},
-                {adaptor.getSrc(), adaptor.getDst(), adaptor.getCount(), adaptor.getStart(), adaptor.getStride()},
-                {std::to_string(op.getChunk()), std::to_string(op.getUnroll()), boolName(op.getAligned())});
+    SmallVector<Value> operands = {adaptor.getSrc(), adaptor.getDst(), adaptor.getCount(), adaptor.getStart(),
+                                   adaptor.getStride()};
+    if (adaptor.getFlag()) operands.push_back(adaptor.getFlag());
+    callPrelude(rewriter, op.getLoc(), adaptor.getFlag() ? "epjit::prim::copy_flagged_chunks" : "epjit::prim::copy_chunks",
+                {}, operands, {std::to_string(op.getChunk()), std::to_string(op.getUnroll()), boolName(op.getAligned())});
     rewriter.eraseOp(op);
     return success();
   }
@@ -140,12 +142,36 @@ struct SumChunkPattern : OpConversionPattern<ep::LaneSumChunkOp> {
   }
 };
 
+// Flagged sources (ep.lane.sum_chunks ... flagged): each row becomes a
+// FlaggedRow, the wait a LineWait, then epjit::prim::sum_flagged_chunks.
+LogicalResult emitFlaggedSum(ep::LaneSumChunksOp op, ep::LaneSumChunksOp::Adaptor adaptor,
+                             ConversionPatternRewriter& rewriter) {
+  Location loc = op.getLoc();
+  auto rowType = cast<emitc::PointerType>(adaptor.getRows().front().getType());
+  auto sourceType = emitc::OpaqueType::get(rewriter.getContext(),
+                                           "epjit::prim::FlaggedRow<" + cTypeName(rowType.getPointee()) + ">");
+  auto waitType = emitc::OpaqueType::get(rewriter.getContext(), "epjit::prim::LineWait");
+  Value error = offsetPointer(rewriter, loc, adaptor.getError(), adaptor.getErrorIndex());
+  SmallVector<Value> operands = {
+      adaptor.getDst(), adaptor.getCount(), adaptor.getStart(), adaptor.getStride(),
+      callPrelude(rewriter, loc, "epjit::prim::line_wait", waitType,
+                  {adaptor.getFlag(), error, adaptor.getCode(), adaptor.getTimeoutMs()})};
+  for (size_t k = 0; k < adaptor.getRows().size(); ++k)
+    operands.push_back(callPrelude(rewriter, loc, "epjit::prim::flagged_source", sourceType,
+                                   {adaptor.getValid()[k], adaptor.getRows()[k]}));
+  callPrelude(rewriter, loc, "epjit::prim::sum_flagged_chunks", {}, operands,
+              {std::to_string(op.getChunk()), std::to_string(op.getUnroll()), boolName(op.getAligned())});
+  rewriter.eraseOp(op);
+  return success();
+}
+
 // One lane's `unroll` chunks: sum_chunks / sum_fp8_chunks (dst at the range,
 // its element count, the first chunk's start, the stride between chunks).
 struct SumChunksPattern : OpConversionPattern<ep::LaneSumChunksOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(ep::LaneSumChunksOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter& rewriter) const override {
+    if (op.getFlag()) return emitFlaggedSum(op, adaptor, rewriter);
     SmallVector<Value> operands = {adaptor.getDst(), adaptor.getCount(), adaptor.getStart(), adaptor.getStride()};
     return emitSum(op, adaptor, rewriter, operands, "sum_chunks", "sum_fp8_chunks",
                    {std::to_string(op.getUnroll())});

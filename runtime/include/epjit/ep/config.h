@@ -47,6 +47,11 @@ struct ScheduleEntry {
   int combine_warps = 0;
 };
 
+// Auto's crossover for the low-latency combine: ops of at most this many
+// tokens per rank and call use it (its inboxes hold max tokens x top-k
+// flagged rows, twice a row's bytes each).
+inline constexpr int64_t kLowLatencyAutoMaxTokens = 128;
+
 struct EpDispatchCombineConfig {
   // Required.
   int rank = -1;
@@ -75,6 +80,14 @@ struct EpDispatchCombineConfig {
   std::optional<int> gpu_per_node;    // unset = world_size (intranode)
   InternodeKernel internode_kernel = InternodeKernel::Auto;
   int64_t internode_auto_ll_max_tokens = 512;
+  // The combine's protocol, a property of the op (never of a call, so every
+  // rank runs the same kernels): true runs the low-latency combine (each
+  // contribution pushed into its origin's flagged inbox and summed as it
+  // arrives; docs/EP.md), false the staged combine of combine_mode. Unset =
+  // auto: low latency when the op can run it (intranode, quant_type none,
+  // no std-MoE) and max_num_inp_token_per_rank <= kLowLatencyAutoMaxTokens.
+  // Results are the same bits either way.
+  std::optional<bool> low_latency_combine;
   std::string target;                 // "" = the device's target, or EPJIT_TARGET
   // How long a kernel waits for a peer before it reports error_peer_timeout
   // (check() throws; later calls fail at once until reset()). 0 = the
@@ -113,6 +126,11 @@ struct EpDispatchCombineConfig {
   // (their transfers pair up): they do when their token counts are on the
   // same side of the crossover.
   bool runs_internode_v2(int64_t tokens) const;
+  // Does the op combine with the low-latency protocol (low_latency_combine,
+  // auto resolved)?
+  bool uses_low_latency_combine() const;
+  // Why the op cannot run the low-latency combine, or "" when it can.
+  std::string low_latency_combine_obstacle() const;
   // The geometry variants compiled at construction, smallest threshold first
   // (explicit schedule, else the fields, else the target's table).
   std::vector<ScheduleEntry> resolved_schedule() const;

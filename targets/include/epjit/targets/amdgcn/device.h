@@ -182,3 +182,27 @@ EPJIT_DEVICE void warp_barrier() {
 }
 
 }  // namespace epjit
+
+namespace epjit {
+
+// Flagged rows' lines (common/flagged.h): two 8-byte relaxed atomics at
+// system scope each (RCCL's LL moves its lines as such halves), global
+// address space so they count on vmcnt alone.
+typedef __attribute__((address_space(1))) uint64_t GlobalHalf;
+EPJIT_DEVICE Vec16 load_line(const Vec16* line) {
+  auto* half = (GlobalHalf*)line;  // an addrspacecast
+  const uint64_t low = __hip_atomic_load(half, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+  const uint64_t high = __hip_atomic_load(half + 1, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+  return Vec16{{uint32_t(low), uint32_t(low >> 32), uint32_t(high), uint32_t(high >> 32)}};
+}
+EPJIT_DEVICE void store_line(Vec16* line, const Vec16& v) {
+  auto* half = (GlobalHalf*)line;
+  __hip_atomic_store(half, uint64_t(v.w[0]) | (uint64_t(v.w[1]) << 32), __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+  __hip_atomic_store(half + 1, uint64_t(v.w[2]) | (uint64_t(v.w[3]) << 32), __ATOMIC_RELAXED,
+                     __HIP_MEMORY_SCOPE_SYSTEM);
+}
+using LineClock = amdgcn::WaitClock;
+
+}  // namespace epjit
+
+#include "epjit/targets/common/flagged.h"

@@ -14,6 +14,17 @@
 #define EPJIT_DEVICE inline
 #endif
 #define EPJIT_HD EPJIT_HOST_DEVICE inline
+// A slow path kept out of line on NVIDIA, so its registers and code do not
+// weigh on the fast path it branches from (a flagged line's wait: inlined
+// at each of its 16 lines, ep_combine_low_latency spilled 578 bytes on
+// sm90). AMD keeps it inline: a call there takes a scratch frame.
+#if defined(__NVCC__) || defined(__CUDACC_RTC__)
+#define EPJIT_HD_COLD EPJIT_HOST_DEVICE inline __noinline__
+#elif defined(__AMDGCN__)
+#define EPJIT_HD_COLD EPJIT_HD
+#else
+#define EPJIT_HD_COLD EPJIT_HOST_DEVICE inline __attribute__((noinline))
+#endif
 
 // How a kernel takes the window table: by value, so its reads hit the
 // constant (NVIDIA: a __grid_constant__ parameter, whose address may be taken

@@ -141,4 +141,21 @@ inline bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code, int3
   return lane_wait_until<host::WaitClock, U, S>(flag, value, error, code, timeout_ms);
 }
 
+// Flagged rows' lines (common/flagged.h): two 8-byte relaxed atomics each,
+// so a line's data and its flag are one atomic object per half.
+inline Vec16 load_line(const Vec16* line) {
+  auto* half = reinterpret_cast<uint64_t*>(const_cast<Vec16*>(line));
+  const uint64_t low = std::atomic_ref<uint64_t>(half[0]).load(std::memory_order_relaxed);
+  const uint64_t high = std::atomic_ref<uint64_t>(half[1]).load(std::memory_order_relaxed);
+  return Vec16{{uint32_t(low), uint32_t(low >> 32), uint32_t(high), uint32_t(high >> 32)}};
+}
+inline void store_line(Vec16* line, const Vec16& v) {
+  auto* half = reinterpret_cast<uint64_t*>(line);
+  std::atomic_ref<uint64_t>(half[0]).store(uint64_t(v.w[0]) | (uint64_t(v.w[1]) << 32), std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(half[1]).store(uint64_t(v.w[2]) | (uint64_t(v.w[3]) << 32), std::memory_order_relaxed);
+}
+using LineClock = host::WaitClock;
+
 }  // namespace epjit
+
+#include "epjit/targets/common/flagged.h"

@@ -254,3 +254,27 @@ EPJIT_DEVICE void block_barrier() { __syncthreads(); }
 EPJIT_DEVICE void warp_barrier() { __syncwarp(kFullMask); }
 
 }  // namespace epjit
+
+namespace epjit {
+
+// Flagged rows' lines (common/flagged.h): one 16-byte volatile access each,
+// whose 8-byte halves NVLink and the L2 deliver whole (NCCL's LL protocol
+// relies on the same). The load has no memory clobber: a lane issues all of
+// its lines before it looks at the first.
+EPJIT_DEVICE Vec16 load_line(const Vec16* line) {
+  Vec16 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+               : "l"(__cvta_generic_to_global(line)));
+  return v;
+}
+EPJIT_DEVICE void store_line(Vec16* line, const Vec16& v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(line)),
+               "r"(v.w[0]), "r"(v.w[1]), "r"(v.w[2]), "r"(v.w[3])
+               : "memory");
+}
+using LineClock = nvptx::WaitClock;
+
+}  // namespace epjit
+
+#include "epjit/targets/common/flagged.h"

@@ -406,11 +406,26 @@ def Ep_WarpCopyRowOp : Ep_Op<"warp.copy_row"> {
     ```
     f32 -> bf16 rounds to nearest even; bf16 -> f32 is exact; equal element
     types copy bits (i8 rows move fp8/fp4 payloads and scales as bytes).
+
+    With `flagged(%flag)` the destination is a flagged row (the low-latency
+    combine's transport, NCCL's LL): every 8 bytes of the bf16 or f32 row go
+    out in a 16-byte line {data0, flag, data1, flag}, each 8-byte half one
+    single-copy-atomic store, so a reader that finds the flag in a line's
+    halves (ep.warp.sum_rows ... flagged) has its data without a fence or a
+    signal. A flagged row of `count` elements spans 2 * count elements' bytes
+    (whole lines); `dst_offset` is in the destination's elements, so element
+    i of the row is at line position dst_offset + 2 * i, and it must be
+    provably 16-byte aligned.
+
+    ```mlir
+    ep.warp.copy_row %src[%a], %inbox[%b2], %count flagged(%epoch) : !ep.ptr<bf16> -> !ep.ptr<bf16>
+    ```
   }];
   let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$src, Index:$src_offset,
-                       Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$dst_offset, Index:$count);
+                       Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$dst_offset, Index:$count,
+                       Optional<I32>:$flag);
   let assemblyFormat = [{
-    $src `[` $src_offset `]` `,` $dst `[` $dst_offset `]` `,` $count attr-dict
+    $src `[` $src_offset `]` `,` $dst `[` $dst_offset `]` `,` $count (`flagged` `(` $flag^ `)`)? attr-dict
     `:` type($src) `->` type($dst)
   }];
   let hasVerifier = 1;
@@ -497,7 +512,7 @@ def Ep_WarpAccumulateOp : Ep_Op<"warp.accumulate"> {
   let hasVerifier = 1;
 }
 
-def Ep_WarpSumRowsOp : Ep_Op<"warp.sum_rows", [RecursiveMemoryEffects]> {
+def Ep_WarpSumRowsOp : Ep_Op<"warp.sum_rows", [RecursiveMemoryEffects, AttrSizedOperandSegments]> {
   let summary = "dst = the f32 sum of up to `sources` rows, in source order, rounded once";
   let description = [{
     The body names source `%j` (0 <= j < sources) with `ep.source`: whether
@@ -519,6 +534,14 @@ def Ep_WarpSumRowsOp : Ep_Op<"warp.sum_rows", [RecursiveMemoryEffects]> {
     once the sources are named: what it loaded to name them (a route) is in
     flight across the wait, and the rows are read after it.
 
+    With `flagged(%flag) error(%err[%i], %code : type) timeout_ms(%limit)`
+    every source is a flagged row (ep.warp.copy_row ... flagged) of bf16 or
+    f32 at the summed range's first element (line position: element j of the
+    range is at row + 2 * j). Each lane issues the loads of all its lines,
+    then waits for each until both of its halves carry `flag`, bounded as
+    ep.wait_until bounds a wait (after `timeout_ms` it stores `code` into
+    `err[i]`; it gives up at once when `code` is there already), then sums.
+
     ```mlir
     ep.warp.sum_rows %out[%at], %n, sources(%topk) : !ep.ptr<bf16> {
     ^bb0(%j: index):
@@ -528,11 +551,15 @@ def Ep_WarpSumRowsOp : Ep_Op<"warp.sum_rows", [RecursiveMemoryEffects]> {
     ```
   }];
   let arguments = (ins Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$dst_offset, Index:$count, Index:$sources,
+                       Optional<I32>:$flag, Optional<Ep_AnyPtr>:$error, Optional<Index>:$error_index,
+                       Optional<I32>:$code, Optional<I32>:$timeout_ms,
                        OptionalAttr<Ep_Fp8Attr>:$format, OptionalAttr<I64Attr>:$block,
                        OptionalAttr<Ep_ScaleAttr>:$scale, OptionalAttr<Ep_ConversionMethodAttr>:$method);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    $dst `[` $dst_offset `]` `,` $count `,` `sources` `(` $sources `)` attr-dict `:` type($dst) $body
+    $dst `[` $dst_offset `]` `,` $count `,` `sources` `(` $sources `)`
+    (`flagged` `(` $flag^ `)` `error` `(` $error `[` $error_index `]` `,` $code `:` type($error) `)`
+     `timeout_ms` `(` $timeout_ms `)`)? attr-dict `:` type($dst) $body
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -725,13 +752,15 @@ def Ep_LaneCopyChunksOp : Ep_Op<"lane.copy_chunks"> {
     Copies elements [start + k * stride, + chunk) for k < unroll, each
     clipped to the row's `count` elements (`src` and `dst` point at the row's
     first element). Every chunk is loaded before any is stored, so a lane
-    keeps `unroll` loads in flight.
+    keeps `unroll` loads in flight. With `flagged(%flag)`, `dst` is a flagged
+    row (ep.warp.copy_row ... flagged) and `aligned` speaks of `src`.
   }];
   let arguments = (ins Arg<Ep_AnyPtr, "", [MemRead]>:$src, Arg<Ep_AnyPtr, "", [MemWrite]>:$dst,
-                       Index:$count, Index:$start, Index:$stride,
+                       Index:$count, Index:$start, Index:$stride, Optional<I32>:$flag,
                        I64Attr:$chunk, I64Attr:$unroll, BoolAttr:$aligned);
   let assemblyFormat = [{
-    $src `,` $dst `,` $count `at` $start `stride` $stride attr-dict `:` type($src) `->` type($dst)
+    $src `,` $dst `,` $count `at` $start `stride` $stride (`flagged` `(` $flag^ `)`)? attr-dict
+    `:` type($src) `->` type($dst)
   }];
 }
 
@@ -816,16 +845,21 @@ def Ep_LaneSumChunksOp : Ep_Op<"lane.sum_chunks", [AttrSizedOperandSegments]> {
     each source (`chunk` elements); every live source of every chunk is
     loaded before the first add, so a lane keeps unroll x live sources loads
     in flight; `valid` says which sources count. With `format`, rows are fp8
-    codes (times `scales[at / block]`).
+    codes (times `scales[at / block]`). With `flagged`, rows are flagged rows
+    awaited as ep.warp.sum_rows ... flagged says (two lines per chunk).
   }];
   let arguments = (ins Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$start, Index:$count, Index:$stride,
                        Variadic<I1>:$valid, Variadic<Ep_AnyPtr>:$rows, Variadic<Ep_AnyPtr>:$scales,
+                       Optional<I32>:$flag, Optional<Ep_AnyPtr>:$error, Optional<Index>:$error_index,
+                       Optional<I32>:$code, Optional<I32>:$timeout_ms,
                        OptionalAttr<Ep_Fp8Attr>:$format, OptionalAttr<I64Attr>:$block,
                        OptionalAttr<Ep_ConversionMethodAttr>:$method, I64Attr:$chunk, I64Attr:$unroll,
                        BoolAttr:$aligned);
   let assemblyFormat = [{
     $dst `[` $start `]` `,` $count `stride` $stride `valid` `(` $valid `)` `rows` `(` $rows `:` type($rows) `)`
-    (`scales` `(` $scales^ `:` type($scales) `)`)? attr-dict `:` type($dst)
+    (`scales` `(` $scales^ `:` type($scales) `)`)?
+    (`flagged` `(` $flag^ `)` `error` `(` $error `[` $error_index `]` `,` $code `:` type($error) `)`
+     `timeout_ms` `(` $timeout_ms `)`)? attr-dict `:` type($dst)
   }];
 }
 
