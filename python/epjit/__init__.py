@@ -145,7 +145,8 @@ class EpDispatchCombineConfig:
 
     _PLAIN = ("rank", "world_size", "hidden_dim", "max_num_inp_token_per_rank", "num_experts_per_rank",
               "num_experts_per_token", "scale_dim", "scale_type_size", "enable_std_moe", "max_total_recv_tokens",
-              "kernel_backend", "gpu_per_node", "internode_auto_ll_max_tokens", "peer_timeout_s", "target",
+              "kernel_backend", "gpu_per_node", "internode_auto_ll_max_tokens", "low_latency_combine",
+              "peer_timeout_s", "target",
               "dispatch_block_num", "combine_block_num", "warp_num_per_block", "combine_warp_num_per_block")
 
     def __init__(self, *, rank, world_size, hidden_dim, max_num_inp_token_per_rank, num_experts_per_rank,

@@ -260,6 +260,8 @@ NB_MODULE(_epjit, m) {
       .def_rw("kernel_backend", &EpDispatchCombineConfig::kernel_backend)
       .def_rw("gpu_per_node", &EpDispatchCombineConfig::gpu_per_node)
       .def_rw("internode_auto_ll_max_tokens", &EpDispatchCombineConfig::internode_auto_ll_max_tokens)
+      .def_rw("low_latency_combine", &EpDispatchCombineConfig::low_latency_combine)
+      .def_prop_ro("uses_low_latency_combine", &EpDispatchCombineConfig::uses_low_latency_combine)
       .def_rw("peer_timeout_s", &EpDispatchCombineConfig::peer_timeout_s)
       .def_rw("target", &EpDispatchCombineConfig::target)
       .def_rw("dispatch_block_num", &EpDispatchCombineConfig::dispatch_block_num)

@@ -15,8 +15,9 @@
 //
 // The combine meeting stays, off the sums' path: a rank arrives once its
 // warps have read what a peer's next dispatch overwrites (the slots' origin
-// words, the received weights), and waits for all arrivals only at the end,
-// so its next dispatch writes into no peer still reading its received rows.
+// words, the received weights), and waits for all arrivals only at the end
+// of the kernel, so its next dispatch writes into no peer still reading its
+// received rows.
 ep.include "ep/common"
 ep.include "ep/sync"
 ep.include "ep/combine"
@@ -39,6 +40,7 @@ func.func private @push_flagged(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %
   %c3 = arith.constant 3 : index
   %c4 = arith.constant 4 : index
   %c128 = arith.constant 128 : index
+  %true = arith.constant true
   %hidden = ep.param_value @hidden : index
   %topk = ep.param_value @topk : index
   %topk_up = arith.addi %topk, %c3 : index
@@ -62,14 +64,17 @@ func.func private @push_flagged(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %
     %src_row = arith.muli %i, %hidden : index
     %src_at = arith.addi %src_row, %c : index
     %src = ep.ptr_add %input, %src_at : !ep.ptr<!ep.row_elem<"combine_elem">>
-    %box = func.call @inbox_box(%origins, %i) : (!ep.ptr<i32>, index) -> index
-    %origin = func.call @origin_rank(%origins, %i) : (!ep.ptr<i32>, index) -> index
-    %box_row = arith.muli %box, %hidden : index
-    %box_at = arith.addi %box_row, %c : index
-    %lines_at = arith.muli %box_at, %c2 : index
-    %lines = ep.peer_ptr %w[%origin] @ll_rows[%lines_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
-    ep.warp.copy_row %src[%c0], %lines[%c0], %n flagged(%epoch)
-        : !ep.ptr<!ep.row_elem<"combine_elem">> -> !ep.ptr<!ep.row_elem<"combine_elem">>
+    // The piece's loads are in flight while the slot's origin words, which
+    // name where it goes, come back.
+    %box, %origin = ep.warp.copy_row_around %src[%c0], %n : !ep.ptr<!ep.row_elem<"combine_elem">> -> index, index {
+      %b = func.call @inbox_box(%origins, %i) : (!ep.ptr<i32>, index) -> index
+      %o = func.call @origin_rank(%origins, %i) : (!ep.ptr<i32>, index) -> index
+      %b_row = arith.muli %b, %hidden : index
+      %b_at = arith.addi %b_row, %c : index
+      %lines_at = arith.muli %b_at, %c2 : index
+      %lines = ep.peer_ptr %w[%o] @ll_rows[%lines_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+      ep.copy_to %true, %lines flagged(%epoch) : !ep.ptr<!ep.row_elem<"combine_elem">> yield %b, %o : index, index
+    }
     %first_piece = arith.cmpi eq, %piece_index, %c0 : index
     %weights_here = arith.andi %weighted, %first_piece : i1
     scf.if %weights_here {
@@ -82,11 +87,33 @@ func.func private @push_flagged(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %
   return
 }
 
+// In a flagged sum's body, source k of `sources`: the warp's first item
+// arrives at the combine meeting (@arrive) once it has named its last
+// source, so the route loads that name the sources are in flight across the
+// arrival's block barrier and atomic instead of issued after them. Every
+// warp arrives exactly once (the barrier needs each of its block's warps):
+// here, or at once when it has no item.
+func.func private @arrive_after_last_source(%w: !ep.window, %rank: index, %epoch: i32, %first_item: i1, %k: index,
+                                            %sources: index) {
+  %c1 = arith.constant 1 : index
+  %arrivals = ep.constant_value @state_combine_arrivals : index
+  %meeting = ep.constant_value @meeting_combine : index
+  %last_k = arith.subi %sources, %c1 : index
+  %last = arith.cmpi eq, %k, %last_k : index
+  %now = arith.andi %first_item, %last : i1
+  scf.if %now {
+    %raised = func.call @arrive(%w, %rank, %epoch, %arrivals, %meeting) : (!ep.window, index, i32, index, index) -> i1
+  }
+  return
+}
+
 // Sums each of this rank's `tokens` tokens from its inbox into `output` (and,
 // when weighted, their weights into `out_weights`) as ep/combine's
 // @sum_contributions does: (token, piece) items, then one per token for its
 // weights; the same sources in the same order. Each source's lines are
-// awaited until they carry `epoch`, bounded by the op's peer timeout.
+// awaited until they carry `epoch`, bounded by the op's peer timeout. The
+// warps arrive at the combine meeting on the way (@arrive_after_last_source);
+// each block's lead warp then waits for every rank's arrival.
 func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32>, %tokens: index,
                                %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                                %weighted: i1, %epoch: i32) {
@@ -110,6 +137,8 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
   %limit = ep.load %state[%limit_word] : !ep.ptr<i32>
   %compact = arith.cmpi ult, %world, %topk : index
   %contributions = arith.select %compact, %world, %topk : index
+  %arrivals = ep.constant_value @state_combine_arrivals : index
+  %meeting = ep.constant_value @meeting_combine : index
   %first = func.call @block_major_warp_index() : () -> index
   %stride = ep.global_warp_count : index
   %chunk_blocks = func.call @row_piece_blocks(%tokens) : (index) -> index
@@ -118,7 +147,12 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
   %row_items = arith.muli %tokens, %chunks : index
   %weight_items = arith.select %weighted, %tokens, %c0 : index
   %items = arith.addi %row_items, %weight_items : index
+  %idle = arith.cmpi uge, %first, %items : index
+  scf.if %idle {
+    %raised = func.call @arrive(%w, %rank, %epoch, %arrivals, %meeting) : (!ep.window, index, i32, index, index) -> i1
+  }
   scf.for %item = %first to %items step %stride {
+    %first_item = arith.cmpi eq, %item, %first : index
     %is_row = arith.cmpi ult, %item, %row_items : index
     scf.if %is_row {
       %token = arith.divui %item, %chunks : index
@@ -141,6 +175,8 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
         %box_at = arith.addi %box_row, %c : index
         %lines_at = arith.muli %box_at, %c2 : index
         %lines = ep.peer_ptr %w[%rank] @ll_rows[%lines_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+        func.call @arrive_after_last_source(%w, %rank, %epoch, %first_item, %k, %contributions)
+            : (!ep.window, index, i32, i1, index, index) -> ()
         ep.source %valid, %lines : !ep.ptr<!ep.row_elem<"combine_elem">>
       }
     } else {
@@ -154,9 +190,16 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
         %valid = arith.cmpi sge, %entry, %c0_i32 : i32
         %lines_at = arith.muli %box, %weights_stride : index
         %lines = ep.peer_ptr %w[%rank] @ll_weights[%lines_at] : !ep.ptr<f32>
+        func.call @arrive_after_last_source(%w, %rank, %epoch, %first_item, %j, %topk)
+            : (!ep.window, index, i32, i1, index, index) -> ()
         ep.source %valid, %lines : !ep.ptr<f32>
       }
     }
+  }
+  %warp = ep.warp_index : index
+  %lead = arith.cmpi eq, %warp, %c0 : index
+  scf.if %lead {
+    func.call @poll_all(%w, %rank, %epoch, %meeting) : (!ep.window, index, i32, index) -> ()
   }
   return
 }
@@ -174,18 +217,11 @@ ep.kernel @ep_combine_low_latency(%input: !ep.ptr<!ep.row_elem<"combine_elem">>,
   %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
   scf.if %answered {
-    %arrivals = ep.constant_value @state_combine_arrivals : index
-    %combine_meeting = ep.constant_value @meeting_combine : index
     %weighted = arith.cmpi ne, %has_weights, %c0 : index
     %total = arith.index_cast %total_i32 : i32 to index
     func.call @push_flagged(%input, %in_weights, %weighted, %total, %epoch, %rank, %w)
         : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, index, i32, index, !ep.window) -> ()
-    %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %combine_meeting)
-        : (!ep.window, index, i32, index, index) -> i1
     func.call @sum_flagged(%w, %rank, %route, %tokens, %output, %out_weights, %weighted, %epoch)
         : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, i32) -> ()
-    scf.if %last {
-      func.call @poll_all(%w, %rank, %epoch, %combine_meeting) : (!ep.window, index, i32, index) -> ()
-    }
   }
 }

@@ -40,3 +40,10 @@ config.substitutions.append(("%{ep_internode}", " ".join("--set " + p for p in [
     "token_words=1792", "scale_bytes=0", "hidden=7168", "topk=8", "experts_per_rank=32", "world=8", "gpu_per_node=4",
     "max_tokens=128", "capacity=1024", "combine_mode=scatter", "quant=none", "combine_elem=bf16",
     "warps_per_block=16"])))
+
+# The low-latency combine's shape: EP2 decode (top-8 over 2 ranks, at most 128
+# tokens per rank), plain gather.
+config.substitutions.append(("%{ep_low_latency}", " ".join("--set " + p for p in [
+    "token_words=3584", "scale_bytes=0", "hidden=7168", "topk=8", "experts_per_rank=128", "world=2", "gpu_per_node=2",
+    "max_tokens=128", "capacity=256", "combine_mode=gather", "quant=none", "combine_elem=bf16", "low_latency=true",
+    "warps_per_block=16"])))

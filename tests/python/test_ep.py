@@ -392,6 +392,20 @@ def test_the_peer_timeout_is_a_config_field_with_a_range():
     comm.destroy()
 
 
+def test_the_combine_protocol_is_a_config_field():
+    fields = dict(rank=0, world_size=1, hidden_dim=HIDDEN, num_experts_per_rank=EPR, num_experts_per_token=TOPK)
+    small = epjit.EpDispatchCombineConfig(max_num_inp_token_per_rank=8, **fields)
+    assert small.low_latency_combine is None and small.uses_low_latency_combine  # auto: a small plain op
+    assert not epjit.EpDispatchCombineConfig(max_num_inp_token_per_rank=4096, **fields).uses_low_latency_combine
+    staged = epjit.EpDispatchCombineConfig(max_num_inp_token_per_rank=8, low_latency_combine=False, **fields)
+    assert not staged.uses_low_latency_combine
+    quantized = epjit.EpDispatchCombineConfig(max_num_inp_token_per_rank=8, low_latency_combine=True,
+                                              combine_mode="scatter", quant_type="fp8_blockwise", target="host",
+                                              **fields)
+    with pytest.raises(epjit.Error, match="low_latency_combine.*cannot run this op.*quant_type fp8_blockwise"):
+        quantized.validate()
+
+
 @pytest.mark.parametrize("target,fp8", [("host-gfx950", ml_dtypes.float8_e4m3fn),
                                         ("host-gfx942", ml_dtypes.float8_e4m3fnuz)])
 def test_fp8_goes_in_and_comes_out_as_the_targets_ml_dtypes_type(target, fp8):

@@ -383,7 +383,7 @@ LogicalResult lowerCopy(ep::WarpCopyRowOp op, Lowering& l) {
 // a plain copy) into registers, the body runs once, and then, if the
 // destination is live, the lane stores them and copies the row's remaining
 // steps. The host has no latency to hide: the body, then a plain copy.
-void lowerCopyAround(ep::WarpCopyRowAroundOp op, Lowering& l) {
+LogicalResult lowerCopyAround(ep::WarpCopyRowAroundOp op, Lowering& l) {
   const int64_t chunk = rowChunk(op.getSrc());
   const int64_t wave = l.target.wave_size;
   const int64_t unroll = std::max(1, l.target.copy_loads_in_flight);
@@ -401,17 +401,23 @@ void lowerCopyAround(ep::WarpCopyRowAroundOp op, Lowering& l) {
   for (Operation& inner : op.getBody().front().without_terminator()) l.b.clone(inner, mapping);
   ep::CopyToOp copyTo = op.getCopyTo();
   Value row = mapping.lookupOrDefault(copyTo.getRow());
+  Value flag = copyTo.getFlag() ? mapping.lookupOrDefault(copyTo.getFlag()) : Value();
   // put_chunks reads the source for what hold_chunks did not load, so an
-  // unaligned source stays unaligned here whatever the destination.
-  const bool aligned = srcAligned && isKnownAlignedPointer(row, chunk);
+  // unaligned source stays unaligned here whatever the destination. A
+  // flagged destination must be aligned; `aligned` then speaks of the source.
+  const bool rowAligned = isKnownAlignedPointer(row, chunk);
+  if (flag && !rowAligned)
+    return copyTo.emitError() << "a flagged row must start on a 16-byte boundary the compiler can prove";
+  const bool aligned = srcAligned && (flag || rowAligned);
   l.when(mapping.lookupOrDefault(copyTo.getLive()), [&] {
-    if (!l.simt()) return copyChunkSteps(l, src, row, count, chunk, unroll, aligned);
-    ep::LanePutChunksOp::create(l.b, held, src, row, count, start, stride, l.b.getI64IntegerAttr(chunk),
+    if (!l.simt()) return copyChunkSteps(l, src, row, count, chunk, unroll, aligned, /*from=*/0, flag);
+    ep::LanePutChunksOp::create(l.b, held, src, row, count, start, stride, flag, l.b.getI64IntegerAttr(chunk),
                                 l.b.getBoolAttr(aligned));
-    copyChunkSteps(l, src, row, count, chunk, unroll, aligned, /*from=*/wave * unroll);
+    copyChunkSteps(l, src, row, count, chunk, unroll, aligned, /*from=*/wave * unroll, flag);
   });
   for (auto [result, value] : llvm::zip_equal(op.getResults(), copyTo.getValues()))
     result.replaceAllUsesWith(mapping.lookupOrDefault(value));
+  return success();
 }
 
 void lowerAccumulate(ep::WarpAccumulateOp op, Lowering& l) {
@@ -604,7 +610,8 @@ struct EpLowerWarpOps : impl::EpLowerWarpOpsBase<EpLowerWarpOps> {
       if (auto dequantize = dyn_cast<ep::WarpDequantizeOp>(op)) lowerConversion(dequantize, lowering, false);
       if (auto copy = dyn_cast<ep::WarpCopyRowOp>(op); copy && failed(lowerCopy(copy, lowering)))
         return signalPassFailure();
-      if (auto around = dyn_cast<ep::WarpCopyRowAroundOp>(op)) lowerCopyAround(around, lowering);
+      if (auto around = dyn_cast<ep::WarpCopyRowAroundOp>(op); around && failed(lowerCopyAround(around, lowering)))
+        return signalPassFailure();
       if (auto accumulate = dyn_cast<ep::WarpAccumulateOp>(op)) lowerAccumulate(accumulate, lowering);
       if (auto reduce = dyn_cast<ep::WarpReduceOp>(op)) reduce.getResult().replaceAllUsesWith(lowerReduce(reduce, lowering));
       if (auto sum = dyn_cast<ep::WarpSumRowsOp>(op); sum && failed(lowerSumRows(sum, lowering)))

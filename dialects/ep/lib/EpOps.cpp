@@ -421,6 +421,8 @@ LogicalResult WarpCopyRowAroundOp::verify() {
   CopyToOp copyTo = getCopyTo();
   Type src = elementTypeOf(getSrc()), dst = elementTypeOf(copyTo.getRow());
   if (src != dst) return emitOpError() << "the destination holds the source's element type (" << src << "); got " << dst;
+  if (copyTo.getFlag() && !isRowElementType(src))
+    return emitOpError() << "a flagged destination holds bf16 or f32 rows; got " << src;
   if (!llvm::equal(copyTo.getValues().getTypes(), getResultTypes()))
     return emitOpError() << "ep.copy_to yields the op's result types (" << getResultTypes().size()
                          << " values); it yields " << copyTo.getValues().size();

@@ -330,6 +330,52 @@ func.func @sum_mx_blocks(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %s: !ep.ptr<f32>, %
 
 // -----
 
+func.func @flagged_copy_converts(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %n: index, %flag: i32) {
+  // expected-error @+1 {{a flagged copy moves bf16 or f32 rows unconverted (16-byte chunks, two lines each); got 'bf16' -> 'f32'}}
+  ep.warp.copy_row %x[%n], %f[%n], %n flagged(%flag) : !ep.ptr<bf16> -> !ep.ptr<f32>
+  return
+}
+
+// -----
+
+func.func @flagged_sum_of_codes(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %s: !ep.ptr<f32>, %e: !ep.ptr<i32>, %n: index,
+                                %flag: i32) {
+  %true = arith.constant true
+  // expected-error @+1 {{flagged sources are bf16 or f32 rows, not fp8 codes}}
+  ep.warp.sum_rows %x[%n], %n, sources(%n) flagged(%flag) error(%e[%n], %flag : !ep.ptr<i32>) timeout_ms(%flag)
+      {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>} : !ep.ptr<bf16> {
+  ^bb0(%j: index):
+    ep.source %true, %q scales %s : !ep.ptr<i8>, !ep.ptr<f32>
+  }
+  return
+}
+
+// -----
+
+func.func @flagged_sum_error_word(%x: !ep.ptr<bf16>, %e: !ep.ptr<i8>, %n: index, %flag: i32) {
+  %true = arith.constant true
+  // expected-error @+1 {{the error word of a flagged sum is i32; got '!ep.ptr<i8>'}}
+  ep.warp.sum_rows %x[%n], %n, sources(%n) flagged(%flag) error(%e[%n], %flag : !ep.ptr<i8>) timeout_ms(%flag) : !ep.ptr<bf16> {
+  ^bb0(%j: index):
+    ep.source %true, %x : !ep.ptr<bf16>
+  }
+  return
+}
+
+// -----
+
+func.func @flagged_sum_without_its_wait(%x: !ep.ptr<bf16>, %n: index, %flag: i32) {
+  %true = arith.constant true
+  // expected-error @+1 {{flagged sources need all of flag, error word, error index, code and timeout_ms}}
+  "ep.warp.sum_rows"(%x, %n, %n, %n, %flag) ({
+  ^bb0(%j: index):
+    ep.source %true, %x : !ep.ptr<bf16>
+  }) {operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 0, 0, 0, 0>} : (!ep.ptr<bf16>, index, index, index, i32) -> ()
+  return
+}
+
+// -----
+
 func.func @sum_body_without_index(%x: !ep.ptr<bf16>, %n: index) {
   %true = arith.constant true
   // expected-error @+1 {{the body takes one index argument: the source's number}}

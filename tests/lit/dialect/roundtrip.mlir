@@ -73,7 +73,7 @@ ep.kernel @scalars(%p: !ep.ptr<i32>, %w: !ep.window, %n: index) warps_per_block(
 
 // CHECK-LABEL: ep.kernel @warp_ops
 ep.kernel @warp_ops(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %q: !ep.ptr<i8>, %s: !ep.ptr<i8>, %fs: !ep.ptr<f32>,
-                    %n: index, %w: f32) warps_per_block(1) {
+                    %n: index, %w: f32, %err: !ep.ptr<i32>) warps_per_block(1) {
   %c0 = arith.constant 0 : index
   // CHECK: ep.warp.copy_row %{{.*}}[%{{.*}}], %{{.*}}[%{{.*}}], %{{.*}} : !ep.ptr<bf16> -> !ep.ptr<f32>
   ep.warp.copy_row %x[%c0], %f[%c0], %n : !ep.ptr<bf16> -> !ep.ptr<f32>
@@ -105,6 +105,16 @@ ep.kernel @warp_ops(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %q: !ep.ptr<i8>, %s: !e
   ^bb0(%j: index):
     ep.source %true, %q scales %fs : !ep.ptr<i8>, !ep.ptr<f32>
   }
+  // Flagged rows: the low-latency combine's lines.
+  %flag = arith.constant 7 : i32
+  %limit = arith.constant 100 : i32
+  // CHECK: ep.warp.copy_row %{{.*}}[%{{.*}}], %{{.*}}[%{{.*}}], %{{.*}} flagged(%{{.*}}) : !ep.ptr<bf16> -> !ep.ptr<bf16>
+  ep.warp.copy_row %x[%c0], %x[%n], %n flagged(%flag) : !ep.ptr<bf16> -> !ep.ptr<bf16>
+  // CHECK: ep.warp.sum_rows %{{.*}}[%{{.*}}], %{{.*}}, sources(%{{.*}}) flagged(%{{.*}}) error(%{{.*}}[%{{.*}}], %{{.*}} : !ep.ptr<i32>) timeout_ms(%{{.*}}) : !ep.ptr<f32> {
+  ep.warp.sum_rows %f[%c0], %n, sources(%c2) flagged(%flag) error(%err[%c0], %flag : !ep.ptr<i32>) timeout_ms(%limit) : !ep.ptr<f32> {
+  ^bb0(%j: index):
+    ep.source %true, %x : !ep.ptr<bf16>
+  }
   // CHECK: ep.warp.fanout_row %{{.*}}[%{{.*}}], %{{.*}}, destinations(%{{.*}}) : !ep.ptr<bf16> {
   // CHECK: ep.destination %{{.*}}, %{{.*}} : !ep.ptr<bf16>
   ep.warp.fanout_row %x[%c0], %n, destinations(%c2) : !ep.ptr<bf16> {
@@ -124,6 +134,11 @@ ep.kernel @warp_ops(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %q: !ep.ptr<i8>, %s: !e
   // CHECK: ep.copy_to %{{.*}}, %{{.*}} : !ep.ptr<bf16>{{$}}
   ep.warp.copy_row_around %x[%c0], %n : !ep.ptr<bf16> {
     ep.copy_to %fits, %x : !ep.ptr<bf16>
+  }
+  // CHECK: %{{.*}} = ep.warp.copy_row_around %{{.*}}[%{{.*}}], %{{.*}} : !ep.ptr<bf16> -> index {
+  // CHECK: ep.copy_to %{{.*}}, %{{.*}} flagged(%{{.*}}) : !ep.ptr<bf16> yield %{{.*}} : index
+  %box = ep.warp.copy_row_around %x[%c0], %n : !ep.ptr<bf16> -> index {
+    ep.copy_to %fits, %x flagged(%flag) : !ep.ptr<bf16> yield %n : index
   }
   ep.return
 }

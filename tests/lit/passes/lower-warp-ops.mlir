@@ -102,6 +102,38 @@ func.func @sum_three(%rows: !ep.ptr<bf16>, %live: !ep.ptr<i32>, %out: !ep.ptr<bf
   return
 }
 
+// Flagged rows (the low-latency combine): a copy into lines keeps the
+// target's copy_loads_in_flight chunks per lane (its `aligned` speaks of the
+// source); a sum of flagged sources always steps by chunks, two lines each,
+// as many at once as fit copy_loads_in_flight lines: 2 sources take 1 chunk
+// at a time on AMD (4), 2 on sm90 (8); the wait's operands carried along.
+// CHECK-LABEL: func.func @flagged
+// CHECK-NOT: ep.warp.
+// GFX942: ep.lane.copy_chunks {{.*}} stride %c512 flagged(%{{.*}}) {aligned = true, chunk = 8 : i64, unroll = 4 : i64}
+// SM90: ep.lane.copy_chunks {{.*}} stride %c256 flagged(%{{.*}}) {aligned = true, chunk = 8 : i64, unroll = 8 : i64}
+// HOST: ep.lane.copy_chunks {{.*}} flagged(%{{.*}}) {aligned = true, chunk = 8 : i64, unroll = 4 : i64}
+// GFX942: ep.lane.sum_chunks {{.*}} rows({{.*}}, {{.*}} : !ep.ptr<bf16>, !ep.ptr<bf16>) flagged(%{{.*}}) error(%{{.*}}[%c3], %{{.*}} : !ep.ptr<i32>) timeout_ms(%{{.*}}) {aligned = true, chunk = 8 : i64, unroll = 1 : i64}
+// SM90: ep.lane.sum_chunks {{.*}} flagged(%{{.*}}) error(%{{.*}}[%c3], %{{.*}} : !ep.ptr<i32>) timeout_ms(%{{.*}}) {aligned = true, chunk = 8 : i64, unroll = 2 : i64}
+// HOST: ep.lane.sum_chunks {{.*}} flagged(%{{.*}}) error
+func.func @flagged(%rows: !ep.ptr<bf16>, %lines: !ep.ptr<bf16>, %state: !ep.ptr<i32>, %out: !ep.ptr<bf16>,
+                   %epoch: i32, %limit: i32) {
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %c7168 = arith.constant 7168 : index
+  %c14336 = arith.constant 14336 : index
+  %true = arith.constant true
+  %code = arith.constant 1 : i32
+  ep.warp.copy_row %rows[%c7168], %lines[%c14336], %c7168 flagged(%epoch) : !ep.ptr<bf16> -> !ep.ptr<bf16>
+  ep.warp.sum_rows %out[%c7168], %c7168, sources(%c2) flagged(%epoch) error(%state[%c3], %code : !ep.ptr<i32>)
+      timeout_ms(%limit) : !ep.ptr<bf16> {
+  ^bb0(%j: index):
+    %offset = arith.muli %j, %c14336 : index
+    %row = ep.ptr_add %lines, %offset : !ep.ptr<bf16>
+    ep.source %true, %row : !ep.ptr<bf16>
+  }
+  return
+}
+
 // Every source's body runs before the first row is read, so a body may wait
 // once its sources are named (combine's sums meet the other ranks after the
 // last source): both flags' loads, then the barrier, then the lanes' reads.

@@ -72,9 +72,11 @@ struct PutChunksPattern : OpConversionPattern<ep::LanePutChunksOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(ep::LanePutChunksOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter& rewriter) const override {
-    callPrelude(rewriter, op.getLoc(), "epjit::prim::put_chunks", {},
-                {adaptor.getHeld(), adaptor.getSrc(), adaptor.getDst(), adaptor.getCount(), adaptor.getStart(),
-                 adaptor.getStride()},
+    SmallVector<Value> operands = {adaptor.getHeld(), adaptor.getSrc(), adaptor.getDst(), adaptor.getCount(),
+                                   adaptor.getStart(), adaptor.getStride()};
+    if (adaptor.getFlag()) operands.push_back(adaptor.getFlag());
+    callPrelude(rewriter, op.getLoc(), adaptor.getFlag() ? "epjit::prim::put_flagged_chunks" : "epjit::prim::put_chunks",
+                {}, operands,
                 {std::to_string(op.getChunk()), std::to_string(op.getHeld().getType().getUnroll()),
                  boolName(op.getAligned())});
     rewriter.eraseOp(op);

@@ -62,16 +62,22 @@ EPJIT_HD int lines_for(size_t bytes) { return bytes > 8 ? 2 : bytes > 0 ? 1 : 0;
 EPJIT_HD bool line_carries(const Vec16& line, uint32_t flag) { return line.w[1] == flag && line.w[3] == flag; }
 
 // The line at `line` polled until it carries the flag, bounded as
-// lane_wait_until bounds a wait. On a failed wait the line is what was last
-// seen (the op's error word says the call failed; its results are not read).
+// lane_wait_until bounds a wait, except that the error word is first read
+// after kWaitPollsPerCheck polls, not before the first: a line is usually
+// in flight when it is first awaited, and a read of the error word before
+// reloading it would add a round trip to every such wait. For the same
+// reason the first polls do not pause. On a failed wait the line is what
+// was last seen (the op's error word says the call failed; its results are
+// not read).
+inline constexpr unsigned kLinePollsBeforePause = 8;
+
 EPJIT_HD_COLD Vec16 poll_line(const Vec16* line, Vec16 seen, const LineWait& wait) {
-  if (LineClock::load_error(wait.error) == wait.code) return seen;
   const uint64_t limit_ns = uint64_t(wait.timeout_ms < 1 ? 1 : wait.timeout_ms) * 1000000ull;
   const uint64_t start_ns = LineClock::now_ns();
   for (unsigned poll = 1;; ++poll) {
     seen = load_line(line);
     if (line_carries(seen, wait.flag)) return seen;
-    LineClock::pause(poll);
+    if (poll > kLinePollsBeforePause) LineClock::pause(poll);
     if (poll % kWaitPollsPerCheck != 0) continue;
     if (LineClock::load_error(wait.error) == wait.code) return seen;
     if (LineClock::now_ns() - start_ns >= limit_ns) {
@@ -101,6 +107,25 @@ EPJIT_HD void hold_in_registers(Vec16 (&held)[N]) {
 #endif
 }
 
+// The lines of a lane's chunks start + k * stride (k < Unroll) of a row of
+// `count` elements: full chunks from `held` (aligned rows), the partial one
+// (and an unaligned row's every chunk) read from `src` now.
+template <int Chunk, int Unroll, bool Aligned, typename T>
+EPJIT_HD void store_flagged_chunks(const Vec16 (&held)[Unroll], const T* src, T* lines, size_t count, size_t start,
+                                   size_t stride, int32_t flag) {
+  const uint32_t f = uint32_t(flag);
+#pragma unroll
+  for (int k = 0; k < Unroll; ++k) {
+    const size_t at = start + size_t(k) * stride;
+    if (at >= count) continue;
+    const size_t n = count - at < size_t(Chunk) ? count - at : size_t(Chunk);
+    const Vec16 data = Aligned && n == size_t(Chunk) ? held[k] : load16<false>(src + at, n);
+    auto* out = reinterpret_cast<Vec16*>(lines + 2 * at);
+    store_line(out, Vec16{{data.w[0], f, data.w[1], f}});
+    if (lines_for(n * sizeof(T)) == 2) store_line(out + 1, Vec16{{data.w[2], f, data.w[3], f}});
+  }
+}
+
 // The 16 data bytes of two lines.
 EPJIT_HD Vec16 line_data(const Vec16& first, const Vec16& second) {
   return Vec16{{first.w[0], first.w[2], second.w[0], second.w[2]}};
@@ -117,7 +142,6 @@ EPJIT_HD Vec16 line_data(const Vec16& first, const Vec16& second) {
 template <int Chunk, int Unroll, bool Aligned, typename T>
 EPJIT_HD void copy_flagged_chunks(const T* src, T* lines, size_t count, size_t start, size_t stride, int32_t flag) {
   static_assert(Chunk * sizeof(T) == 16, "a chunk is 16 bytes of the row");
-  const uint32_t f = uint32_t(flag);
   // Every lane loads Unroll whole chunks without a branch per chunk (one past
   // the row reloads the row's first chunk and is not stored): in a branch of
   // its own, AMD's compiler built each line inside its chunk's load branch
@@ -130,16 +154,16 @@ EPJIT_HD void copy_flagged_chunks(const T* src, T* lines, size_t count, size_t s
       held[k] = load_global(reinterpret_cast<const Vec16*>(src + (at + Chunk <= count ? at : 0)));
     }
   }
-#pragma unroll
-  for (int k = 0; k < Unroll; ++k) {
-    const size_t at = start + size_t(k) * stride;
-    if (at >= count) continue;
-    const size_t n = count - at < size_t(Chunk) ? count - at : size_t(Chunk);
-    const Vec16 data = Aligned && n == size_t(Chunk) ? held[k] : detail::load16<false>(src + at, n);
-    auto* out = reinterpret_cast<Vec16*>(lines + 2 * at);
-    store_line(out, Vec16{{data.w[0], f, data.w[1], f}});
-    if (detail::lines_for(n * sizeof(T)) == 2) store_line(out + 1, Vec16{{data.w[2], f, data.w[3], f}});
-  }
+  detail::store_flagged_chunks<Chunk, Unroll, Aligned>(held, src, lines, count, start, stride, flag);
+}
+
+// Stores what hold_chunks loaded with the same arguments into the flagged
+// row `lines`, as put_chunks stores into a plain one.
+template <int Chunk, int Unroll, bool Aligned, typename T>
+EPJIT_HD void put_flagged_chunks(const HeldChunks<Unroll>& held, const T* src, T* lines, size_t count, size_t start,
+                                 size_t stride, int32_t flag) {
+  static_assert(Chunk * sizeof(T) == 16, "a chunk is 16 bytes of the row");
+  detail::store_flagged_chunks<Chunk, Unroll, Aligned>(held.chunk, src, lines, count, start, stride, flag);
 }
 
 // Sources whose lines a lane loads before it awaits the first of them: 4

@@ -650,11 +650,16 @@ def Ep_WarpCopyRowAroundOp : Ep_Op<"warp.copy_row_around", [RecursiveMemoryEffec
   }];
 }
 
-def Ep_CopyToOp : Ep_Op<"copy_to", [Terminator, HasParent<"WarpCopyRowAroundOp">]> {
+def Ep_CopyToOp : Ep_Op<"copy_to", [Terminator, HasParent<"WarpCopyRowAroundOp">, AttrSizedOperandSegments]> {
   let summary = "the destination of an ep.warp.copy_row_around (whether written, its row) and its results";
-  let arguments = (ins I1:$live, Arg<Ep_AnyPtr, "", [MemWrite]>:$row, Variadic<AnyType>:$values);
+  let description = [{
+    With `flagged(%flag)` the destination is a flagged row, as for
+    ep.warp.copy_row ... flagged (bf16 or f32, provably 16-byte aligned).
+  }];
+  let arguments = (ins I1:$live, Arg<Ep_AnyPtr, "", [MemWrite]>:$row, Optional<I32>:$flag,
+                       Variadic<AnyType>:$values);
   let assemblyFormat = [{
-    $live `,` $row attr-dict `:` type($row) (`yield` $values^ `:` type($values))?
+    $live `,` $row (`flagged` `(` $flag^ `)`)? attr-dict `:` type($row) (`yield` $values^ `:` type($values))?
   }];
 }
 
@@ -792,13 +797,14 @@ def Ep_LanePutChunksOp : Ep_Op<"lane.put_chunks"> {
     ```
     The same chunks as the ep.lane.hold_chunks that made `held`: full ones
     from registers, a partial one (the row's end) or, unaligned, all of them
-    element by element from `src`.
+    element by element from `src`. With `flagged(%flag)`, `dst` is a flagged
+    row (ep.warp.copy_row ... flagged) and `aligned` speaks of `src`.
   }];
   let arguments = (ins Ep_HeldChunksType:$held, Arg<Ep_AnyPtr, "", [MemRead]>:$src,
                        Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$count, Index:$start, Index:$stride,
-                       I64Attr:$chunk, BoolAttr:$aligned);
+                       Optional<I32>:$flag, I64Attr:$chunk, BoolAttr:$aligned);
   let assemblyFormat = [{
-    $held `,` $src `,` $dst `,` $count `at` $start `stride` $stride attr-dict
+    $held `,` $src `,` $dst `,` $count `at` $start `stride` $stride (`flagged` `(` $flag^ `)`)? attr-dict
     `:` qualified(type($held)) `,` type($src) `->` type($dst)
   }];
 }
