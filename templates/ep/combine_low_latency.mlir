@@ -87,22 +87,44 @@ func.func private @push_flagged(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %
   return
 }
 
-// In a flagged sum's body, source k of `sources`: the warp's first item
-// arrives at the combine meeting (@arrive) once it has named its last
-// source, so the route loads that name the sources are in flight across the
-// arrival's block barrier and atomic instead of issued after them. Every
-// warp arrives exactly once (the barrier needs each of its block's warps):
-// here, or at once when it has no item.
-func.func private @arrive_after_last_source(%w: !ep.window, %rank: index, %epoch: i32, %first_item: i1, %k: index,
-                                            %sources: index) {
+// The index of a block's last warp (blocks are the launch's warps / blocks).
+func.func private @last_warp_of_block() -> index {
+  %c1 = arith.constant 1 : index
+  %warps = ep.global_warp_count : index
+  %blocks = ep.block_count : index
+  %per_block = arith.divui %warps, %blocks : index
+  %last = arith.subi %per_block, %c1 : index
+  return %last : index
+}
+
+// A block's arrival at the combine meeting, counted by its last warp: work
+// items go to the blocks' first warps first (@block_major_warp_index), so at
+// a small call the counting atomic and the last block's fence run on a warp
+// with nothing to sum.
+func.func private @arrive_at_combine(%w: !ep.window, %rank: index, %epoch: i32) {
   %c1 = arith.constant 1 : index
   %arrivals = ep.constant_value @state_combine_arrivals : index
   %meeting = ep.constant_value @meeting_combine : index
+  %leader = func.call @last_warp_of_block() : () -> index
+  %raised = func.call @arrive_led_by(%w, %rank, %epoch, %arrivals, %meeting, %leader)
+      : (!ep.window, index, i32, index, index, index) -> i1
+  return
+}
+
+// In a flagged sum's body, source k of `sources`: the warp's first item
+// arrives at the combine meeting (@arrive_at_combine) once it has named its
+// last source, so the route loads that name the sources are in flight across
+// the arrival's block barrier instead of issued after it. Every warp arrives
+// exactly once (the barrier needs each of its block's warps): here, or at
+// once when it has no item.
+func.func private @arrive_after_last_source(%w: !ep.window, %rank: index, %epoch: i32, %first_item: i1, %k: index,
+                                            %sources: index) {
+  %c1 = arith.constant 1 : index
   %last_k = arith.subi %sources, %c1 : index
   %last = arith.cmpi eq, %k, %last_k : index
   %now = arith.andi %first_item, %last : i1
   scf.if %now {
-    %raised = func.call @arrive(%w, %rank, %epoch, %arrivals, %meeting) : (!ep.window, index, i32, index, index) -> i1
+    func.call @arrive_at_combine(%w, %rank, %epoch) : (!ep.window, index, i32) -> ()
   }
   return
 }
@@ -113,7 +135,7 @@ func.func private @arrive_after_last_source(%w: !ep.window, %rank: index, %epoch
 // weights; the same sources in the same order. Each source's lines are
 // awaited until they carry `epoch`, bounded by the op's peer timeout. The
 // warps arrive at the combine meeting on the way (@arrive_after_last_source);
-// each block's lead warp then waits for every rank's arrival.
+// each block's last warp then waits for every rank's arrival.
 func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32>, %tokens: index,
                                %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                                %weighted: i1, %epoch: i32) {
@@ -137,7 +159,6 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
   %limit = ep.load %state[%limit_word] : !ep.ptr<i32>
   %compact = arith.cmpi ult, %world, %topk : index
   %contributions = arith.select %compact, %world, %topk : index
-  %arrivals = ep.constant_value @state_combine_arrivals : index
   %meeting = ep.constant_value @meeting_combine : index
   %first = func.call @block_major_warp_index() : () -> index
   %stride = ep.global_warp_count : index
@@ -149,7 +170,7 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
   %items = arith.addi %row_items, %weight_items : index
   %idle = arith.cmpi uge, %first, %items : index
   scf.if %idle {
-    %raised = func.call @arrive(%w, %rank, %epoch, %arrivals, %meeting) : (!ep.window, index, i32, index, index) -> i1
+    func.call @arrive_at_combine(%w, %rank, %epoch) : (!ep.window, index, i32) -> ()
   }
   scf.for %item = %first to %items step %stride {
     %first_item = arith.cmpi eq, %item, %first : index
@@ -196,8 +217,12 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
       }
     }
   }
+  // The last warp of each block, which counted it, waits for every rank's
+  // arrival: usually a warp with nothing to sum, its wait overlapping the
+  // others' sums.
   %warp = ep.warp_index : index
-  %lead = arith.cmpi eq, %warp, %c0 : index
+  %leader = func.call @last_warp_of_block() : () -> index
+  %lead = arith.cmpi eq, %warp, %leader : index
   scf.if %lead {
     func.call @poll_all(%w, %rank, %epoch, %meeting) : (!ep.window, index, i32, index) -> ()
   }

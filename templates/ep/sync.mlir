@@ -61,15 +61,18 @@ func.func private @count_block_arrival(%w: !ep.window, %rank: index, %counter: i
 // cumulative: that fence orders every block's writes the last block's atomic
 // acquired, so only one block per meeting pays for a system-scope fence (it
 // was every block's costliest step: ncu's stall samples of a one-token
-// dispatch sat on its ERRBAR). Returns true on that one warp.
-func.func private @arrive(%w: !ep.window, %rank: index, %epoch: i32, %counter: index, %meeting: index) -> i1 {
+// dispatch sat on its ERRBAR). Returns true on that one warp. The block's
+// warp `leader` counts it and raises the flags: a kernel whose first warps
+// have work after the arrival keeps the atomic and the fence off their path.
+func.func private @arrive_led_by(%w: !ep.window, %rank: index, %epoch: i32, %counter: index, %meeting: index,
+                                 %leader: index) -> i1 {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %false = arith.constant false
   %world = ep.param_value @world : index
   ep.block_barrier
   %warp = ep.warp_index : index
-  %lead = arith.cmpi eq, %warp, %c0 : index
+  %lead = arith.cmpi eq, %warp, %leader : index
   %last = scf.if %lead -> (i1) {
     %is_last = func.call @count_block_arrival(%w, %rank, %counter) : (!ep.window, index, index) -> i1
     scf.if %is_last {
@@ -89,6 +92,14 @@ func.func private @arrive(%w: !ep.window, %rank: index, %epoch: i32, %counter: i
   } else {
     scf.yield %false : i1
   }
+  return %last : i1
+}
+
+// @arrive_led_by with the block's warp 0 counting.
+func.func private @arrive(%w: !ep.window, %rank: index, %epoch: i32, %counter: index, %meeting: index) -> i1 {
+  %c0 = arith.constant 0 : index
+  %last = func.call @arrive_led_by(%w, %rank, %epoch, %counter, %meeting, %c0)
+      : (!ep.window, index, i32, index, index, index) -> i1
   return %last : i1
 }
 
