@@ -129,7 +129,8 @@ std::string EpDispatchCombineConfig::low_latency_combine_obstacle() const {
 
 bool EpDispatchCombineConfig::uses_low_latency_combine() const {
   if (low_latency_combine) return *low_latency_combine;
-  return max_num_inp_token_per_rank <= kLowLatencyAutoMaxTokens && low_latency_combine_obstacle().empty();
+  return world_size > 1 && max_num_inp_token_per_rank <= kLowLatencyAutoMaxTokens &&
+         low_latency_combine_obstacle().empty();
 }
 
 std::vector<ScheduleEntry> default_schedule(const TargetInfo& target) {

@@ -201,9 +201,14 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
         ep.source %valid, %lines : !ep.ptr<!ep.row_elem<"combine_elem">>
       }
     } else {
+      // A token's weights: the sum of its destinations' rows of top-k
+      // weights. Its route entries name its destinations first, then -1s, so
+      // entries past min(world, top-k) never count: the sum takes that many
+      // sources (at EP2 two, not eight mostly absent ones), the same ones in
+      // the same order.
       %token = arith.subi %item, %row_items : index
       %row = arith.muli %token, %topk : index
-      ep.warp.sum_rows %out_weights[%row], %topk, sources(%topk) flagged(%epoch)
+      ep.warp.sum_rows %out_weights[%row], %topk, sources(%contributions) flagged(%epoch)
           error(%state[%error_word], %timeout : !ep.ptr<i32>) timeout_ms(%limit) : !ep.ptr<f32> {
       ^bb0(%j: index):
         %box = arith.addi %row, %j : index
@@ -211,7 +216,7 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
         %valid = arith.cmpi sge, %entry, %c0_i32 : i32
         %lines_at = arith.muli %box, %weights_stride : index
         %lines = ep.peer_ptr %w[%rank] @ll_weights[%lines_at] : !ep.ptr<f32>
-        func.call @arrive_after_last_source(%w, %rank, %epoch, %first_item, %j, %topk)
+        func.call @arrive_after_last_source(%w, %rank, %epoch, %first_item, %j, %contributions)
             : (!ep.window, index, i32, i1, index, index) -> ()
         ep.source %valid, %lines : !ep.ptr<f32>
       }

@@ -120,6 +120,18 @@ inline EpDispatchCombineConfig configFor(const EpCase& c, int rank) {
   return config;
 }
 
+// The case run with the combine protocol auto does not pick for it, named
+// "staged_..." or "low_latency_...", when it could run both and sets none;
+// else nothing.
+inline std::vector<EpCase> otherProtocol(const EpCase& c) {
+  const EpDispatchCombineConfig config = configFor(c, 0);
+  if (c.low_latency_combine || !config.low_latency_combine_obstacle().empty()) return {};
+  EpCase other = c;
+  other.low_latency_combine = !config.uses_low_latency_combine();
+  other.name = (*other.low_latency_combine ? "low_latency_" : "staged_") + c.name;
+  return {other};
+}
+
 inline int64_t tokensOn(const EpCase& c, int64_t n, int rank) {
   return n >= c.max_tokens ? c.max_tokens : std::max<int64_t>(0, n - rank % 2);
 }

@@ -190,7 +190,7 @@ std::vector<EpCase> matrix() {
   add({.name = "internode_auto_ll_rows_at_the_cut_scatter_replay_w4_g2", .world = 4, .hidden = 64, .topk = 8,
        .experts_per_rank = 2, .max_tokens = 600, .mode = scatter, .calls = {40, 600, 40}, .replay = true,
        .gpu_per_node = 2, .internode_auto_ll_max_tokens = 40});
-  // The low-latency combine past auto's crossover (kLowLatencyAutoMaxTokens):
+  // The low-latency combine far past auto's crossover (kLowLatencyAutoMaxTokens):
   // calls of more rows than warps, several rows per warp, and a hidden of
   // 1000 whose last piece is partial.
   add({.name = "low_latency_past_auto_w3", .world = 3, .hidden = 1000, .max_tokens = 300, .calls = {300, 1, 0, 257},
@@ -198,16 +198,12 @@ std::vector<EpCase> matrix() {
   add({.name = "low_latency_past_auto_scatter_f32_top8_w2", .hidden = 136, .topk = 8, .experts_per_rank = 8,
        .max_tokens = 200, .data_type = F32, .mode = scatter, .routing = RoutingKind::Skewed, .calls = {200, 3, 199},
        .low_latency_combine = true});
-  // Auto runs the low-latency combine for every case above that it can
-  // (intranode, no quant, no std-MoE, at most kLowLatencyAutoMaxTokens): each
-  // of those also runs the staged combine of its mode ("staged_...").
-  for (size_t i = 0, n = cases.size(); i < n; ++i) {
-    EpCase staged = cases[i];
-    staged.low_latency_combine = false;
-    if (!configFor(cases[i], 0).uses_low_latency_combine() || cases[i].low_latency_combine) continue;
-    staged.name = "staged_" + staged.name;
-    add(staged);
-  }
+  // Every case above that could run either combine protocol (intranode, no
+  // quant, no std-MoE) also runs the one auto does not pick for it:
+  // "staged_..." where auto picks low latency, "low_latency_..." where it
+  // picks the staged combine of the mode.
+  for (size_t i = 0, n = cases.size(); i < n; ++i)
+    for (EpCase& other : otherProtocol(cases[i])) cases.push_back(std::move(other));
 #ifdef EPJIT_E2E_SANITIZER
   // Under a sanitizer everything runs many times slower: a subset that covers
   // every kernel and protocol, processes only where TSan allows forking.
@@ -217,7 +213,8 @@ std::vector<EpCase> matrix() {
                                      "internode_w6_g3_skewed_scatter", "internode_w3_g1_masked_replay",
                                      "internode_w4_g2_gather", "internode_v2_w6_g3_skewed_scatter",
                                      "internode_v2_w3_g1_masked_replay", "internode_v2_w4_g2_gather",
-                                     "staged_bf16_gather_w4", "staged_bf16_scatter_w2", "staged_masked_gather_w4",
+                                     "low_latency_bf16_gather_w4", "low_latency_bf16_scatter_w2",
+                                     "low_latency_masked_gather_w4", "staged_hidden7168_top8_w4",
                                      "low_latency_past_auto_w3"};
   if (std::string(EPJIT_E2E_SANITIZER) != "thread")
     subset.insert(subset.end(), {"bf16_scatter_w4_processes", "quant_direct_fp8_dispatch_w4_processes"});

@@ -107,15 +107,10 @@ std::vector<EpCase> gpuCases(int world) {
   std::vector<int64_t> counts(200);
   for (int64_t& n : counts) n = std::uniform_int_distribution<int64_t>(0, 37)(rng);
   add({.name = "alternating_200", .hidden = 128, .calls = counts});
-  // Auto runs the low-latency combine wherever it can (plain intranode ops
-  // of at most 128 tokens): those cases also run the staged combine.
-  for (size_t i = 0, n = cases.size(); i < n; ++i) {
-    if (!configFor(cases[i], 0).uses_low_latency_combine()) continue;
-    EpCase staged = cases[i];
-    staged.name = "staged_" + staged.name;
-    staged.low_latency_combine = false;
-    cases.push_back(std::move(staged));
-  }
+  // Every case that could run either combine protocol also runs the one
+  // auto does not pick for it (otherProtocol).
+  for (size_t i = 0, n = cases.size(); i < n; ++i)
+    for (EpCase& other : otherProtocol(cases[i])) cases.push_back(std::move(other));
   return cases;
 }
 
@@ -369,10 +364,18 @@ TEST(GpuEpGraph, TheHostTransportRefusesACapture) {
   EXPECT_EQ(failures, "");
 }
 
-TEST(GpuEpGraph, CapturedDispatchCombineReplaysWithFreshInputs) {
+// Graph replays and the 10,000-call stress run with each combine protocol
+// (auto picks the staged one at these sizes).
+class GpuEpGraphReplay : public ::testing::TestWithParam<bool> {};
+class GpuEpStress : public ::testing::TestWithParam<bool> {};
+std::string protocolName(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "LowLatency" : "Staged";
+}
+
+TEST_P(GpuEpGraphReplay, CapturedDispatchCombineReplaysWithFreshInputs) {
   if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
   EpCase c{.name = "graph", .target = "sm90", .world = std::min(gpus().count, 4), .hidden = 7168, .topk = 8,
-           .experts_per_rank = 16, .max_tokens = 96};
+           .experts_per_rank = 16, .max_tokens = 96, .low_latency_combine = GetParam()};
   const std::string failures = runRanks(
       c.world, Ranks::Processes, gpuCache(),
       [&](int rank, Communicator& comm, KernelCache& cache) { return graphRank(c, rank, comm, cache, 50); },
@@ -380,12 +383,14 @@ TEST(GpuEpGraph, CapturedDispatchCombineReplaysWithFreshInputs) {
   EXPECT_EQ(failures, "");
 }
 
+INSTANTIATE_TEST_SUITE_P(Protocols, GpuEpGraphReplay, ::testing::Bool(), protocolName);
+
 // 10,000 dispatch/combine pairs with random token counts, no reset: every
 // call's identity combine checked against the reference.
-TEST(GpuEpStress, TenThousandAlternatingCalls) {
+TEST_P(GpuEpStress, TenThousandAlternatingCalls) {
   if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
   EpCase c{.name = "stress", .target = "sm90", .world = std::min(gpus().count, 4), .hidden = 256, .topk = 4,
-           .experts_per_rank = 4, .max_tokens = 64};
+           .experts_per_rank = 4, .max_tokens = 64, .low_latency_combine = GetParam()};
   const std::string failures = runRanks(
       c.world, Ranks::Processes, gpuCache(),
       [&](int rank, Communicator& comm, KernelCache& cache) {
@@ -430,6 +435,8 @@ TEST(GpuEpStress, TenThousandAlternatingCalls) {
       std::nullopt, cudaRanks());
   EXPECT_EQ(failures, "");
 }
+
+INSTANTIATE_TEST_SUITE_P(Protocols, GpuEpStress, ::testing::Bool(), protocolName);
 
 // Rank 1 never dispatches: rank 0's dispatch wait gives up after the peer
 // timeout measured on the GPU (%globaltimer), not after a spin count; the 20
@@ -564,8 +571,12 @@ TEST(GpuEpWarm, BuildsTheKernelsForAGpuHost) {
   KernelCache cache(options);
   std::vector<EpCase> cases = allGpuCases();
   for (int world = 1; world <= 4; ++world) {
-    cases.push_back({.name = "graph", .target = "sm90", .world = world, .hidden = 7168, .topk = 8, .experts_per_rank = 16, .max_tokens = 96});
-    cases.push_back({.name = "stress", .target = "sm90", .world = world, .hidden = 256, .topk = 4, .experts_per_rank = 4, .max_tokens = 64});
+    for (const bool low_latency : {false, true}) {
+      cases.push_back({.name = "graph", .target = "sm90", .world = world, .hidden = 7168, .topk = 8,
+                       .experts_per_rank = 16, .max_tokens = 96, .low_latency_combine = low_latency});
+      cases.push_back({.name = "stress", .target = "sm90", .world = world, .hidden = 256, .topk = 4,
+                       .experts_per_rank = 4, .max_tokens = 64, .low_latency_combine = low_latency});
+    }
   }
   cases.push_back({.name = "timeout", .target = "sm90", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4, .max_tokens = 4});
   for (EpCase& c : internodeGpuCases()) cases.push_back(std::move(c));

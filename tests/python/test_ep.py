@@ -393,10 +393,12 @@ def test_the_peer_timeout_is_a_config_field_with_a_range():
 
 
 def test_the_combine_protocol_is_a_config_field():
-    fields = dict(rank=0, world_size=1, hidden_dim=HIDDEN, num_experts_per_rank=EPR, num_experts_per_token=TOPK)
+    fields = dict(rank=0, world_size=2, hidden_dim=HIDDEN, num_experts_per_rank=EPR, num_experts_per_token=TOPK)
     small = epjit.EpDispatchCombineConfig(max_num_inp_token_per_rank=8, **fields)
     assert small.low_latency_combine is None and small.uses_low_latency_combine  # auto: a small plain op
     assert not epjit.EpDispatchCombineConfig(max_num_inp_token_per_rank=4096, **fields).uses_low_latency_combine
+    alone = dict(fields, world_size=1)  # no peers: gather reads its rows in place
+    assert not epjit.EpDispatchCombineConfig(max_num_inp_token_per_rank=8, **alone).uses_low_latency_combine
     staged = epjit.EpDispatchCombineConfig(max_num_inp_token_per_rank=8, low_latency_combine=False, **fields)
     assert not staged.uses_low_latency_combine
     quantized = epjit.EpDispatchCombineConfig(max_num_inp_token_per_rank=8, low_latency_combine=True,

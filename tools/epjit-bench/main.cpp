@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
   std::string low_latency_combine = "auto";
   app.add_option("--low-latency-combine", low_latency_combine,
                  "the combine's protocol: on (flagged inboxes), off (staged, by --combine-mode) or auto (on for "
-                 "intranode plain ops of at most 128 tokens per rank: the sweep's largest point)")
+                 "intranode plain ops of at most 32 tokens per rank, the sweep's largest point, and more than one rank)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   CLI11_PARSE(app, argc, argv);
   try {
