@@ -504,48 +504,78 @@ TEST(EpOpErrors, ACapacityOverflowDoesNotEndLaterMeetings) {
   EXPECT_EQ(failures, "");
 }
 
+// Two ranks with a peer timeout of kTwoRankTimeout s, each with two tokens
+// whose experts {0, 5} and {6, 1} are on both ranks.
+constexpr double kTwoRankTimeout = 1.5;
+
+struct TwoTokenCall {
+  Buffers& b;
+  TensorRef input, weights, indices;
+  void dispatch(EpDispatchCombineOp& op) const { op.dispatch(input, weights, std::nullopt, indices); }
+  void combine(EpDispatchCombineOp& op) const { op.combine({b.pointers[3], DType::BF16, {16, 64}}); }
+};
+
+// "" when check() reports the peer timeout and the failure came after the
+// timeout (not a spin count), within 2 s more (calls queued behind it fail at once).
+std::string expectTimeoutAfter(const std::string& what, EpDispatchCombineOp& op,
+                               std::chrono::steady_clock::time_point start) {
+  std::string f = expectParts(what, thrown([&] { op.check(); }),
+                              {"a peer did not arrive", "within the peer timeout of 1500 ms", "reset()"});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (seconds < kTwoRankTimeout || seconds > kTwoRankTimeout + 2)
+    f += what + " failed after " + std::to_string(seconds) + " s; expected the one timeout of " +
+         std::to_string(kTwoRankTimeout) + " s\n";
+  return f;
+}
+
+// Runs `body(op, call, rank)` on two ranks of the small case (with the
+// given combine protocol), then reset() on both and one more call, which
+// must succeed: what a failed call leaves, reset() recovers.
+template <typename Body>
+std::string withAPeerTimeout(std::optional<bool> low_latency, Body&& body) {
+  EpCase c = smallCase();
+  c.world = 2;
+  c.low_latency_combine = low_latency;
+  return runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm, KernelCache& cache) {
+    EpDispatchCombineConfig config = configFor(c, rank);
+    config.peer_timeout_s = kTwoRankTimeout;
+    EpDispatchCombineOp op(config, comm, {&cache, nullptr});
+    Buffers b(comm.device());
+    const int32_t experts[4] = {0, 5, 6, 1};
+    comm.device().copy_to_device(b.pointers[2], experts, sizeof experts);
+    const TwoTokenCall call{b, {b.pointers[0], DType::BF16, {2, 64}}, {b.pointers[1], DType::F32, {2, 2}},
+                            {b.pointers[2], DType::I32, {2, 2}}};
+    std::string f = body(op, call, rank);
+    op.stream().synchronize();
+    comm.barrier();
+    op.reset();
+    call.dispatch(op);
+    call.combine(op);
+    f += expectParts("after reset", thrown([&] { op.check(); }).empty() ? "ok" : "failed", {"ok"});
+    op.close();
+    return f;
+  });
+}
+
 // Rank 1 never dispatches: rank 0's wait ends in the timeout error after the
 // configured peer timeout instead of a hang, the calls queued behind it fail
 // at once (not one timeout each), the error stays until reset(), and after
 // reset() on both ranks they run together again.
 TEST(EpOpErrors, APeerThatNeverArrivesIsATimeoutNotAHang) {
-  EpCase c = smallCase();
-  c.world = 2;
-  constexpr double kTimeout = 1.5;
   constexpr int kQueuedRounds = 4;
-  const std::string failures = runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
-                                                                             KernelCache& cache) {
-    std::string f;
-    EpDispatchCombineConfig config = configFor(c, rank);
-    config.peer_timeout_s = kTimeout;
-    EpDispatchCombineOp op(config, comm, {&cache, nullptr});
-    Buffers b(comm.device());
-    const int32_t experts[4] = {0, 5, 6, 1};
-    comm.device().copy_to_device(b.pointers[2], experts, sizeof experts);
-    const TensorRef input{b.pointers[0], DType::BF16, {2, 64}}, weights{b.pointers[1], DType::F32, {2, 2}},
-        indices{b.pointers[2], DType::I32, {2, 2}};
-    if (rank == 0) {
-      const auto start = std::chrono::steady_clock::now();
-      for (int round = 0; round < kQueuedRounds; ++round) {
-        op.dispatch(input, weights, std::nullopt, indices);
-        op.combine({b.pointers[3], DType::BF16, {16, 64}});
-      }
-      f += expectParts("timeout", thrown([&] { op.check(); }),
-                       {"a peer did not arrive", "within the peer timeout of 1500 ms", "reset()"});
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (seconds < kTimeout || seconds > kTimeout + 2)
-        f += std::to_string(kQueuedRounds) + " queued rounds failed after " + std::to_string(seconds) +
-             " s; expected the one timeout of " + std::to_string(kTimeout) + " s (queued calls fail at once)\n";
-      f += expectParts("sticky until reset", thrown([&] { op.check(); }), {"a peer did not arrive"});
-    }
-    op.reset();
-    op.dispatch(input, weights, std::nullopt, indices);
-    op.combine({b.pointers[3], DType::BF16, {16, 64}});
-    f += expectParts("after reset", thrown([&] { op.check(); }).empty() ? "ok" : "failed", {"ok"});
-    op.close();
-    return f;
-  });
-  EXPECT_EQ(failures, "");
+  EXPECT_EQ(withAPeerTimeout(std::nullopt, [&](EpDispatchCombineOp& op, const TwoTokenCall& call, int rank) {
+              std::string f;
+              if (rank != 0) return f;
+              const auto start = std::chrono::steady_clock::now();
+              for (int round = 0; round < kQueuedRounds; ++round) {
+                call.dispatch(op);
+                call.combine(op);
+              }
+              f += expectTimeoutAfter("queued rounds", op, start);
+              f += expectParts("sticky until reset", thrown([&] { op.check(); }), {"a peer did not arrive"});
+              return f;
+            }),
+            "");
 }
 
 // The low-latency combine's inboxes hold lines flagged with a dispatch's
@@ -598,42 +628,14 @@ TEST(EpOpErrors, ResetClearsTheLowLatencyInboxes) {
 // waits for its lines (and for its arrival) end in the timeout error after
 // the peer timeout instead of a hang, and reset() on both ranks recovers.
 TEST(EpOpErrors, ALowLatencyCombinePeerThatNeverComesIsATimeout) {
-  EpCase c = smallCase();
-  c.world = 2;
-  c.low_latency_combine = true;
-  constexpr double kTimeout = 1.5;
-  const std::string failures = runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
-                                                                             KernelCache& cache) {
-    std::string f;
-    EpDispatchCombineConfig config = configFor(c, rank);
-    config.peer_timeout_s = kTimeout;
-    EpDispatchCombineOp op(config, comm, {&cache, nullptr});
-    Buffers b(comm.device());
-    const int32_t experts[4] = {0, 5, 6, 1};  // each token to both ranks
-    comm.device().copy_to_device(b.pointers[2], experts, sizeof experts);
-    const TensorRef input{b.pointers[0], DType::BF16, {2, 64}}, weights{b.pointers[1], DType::F32, {2, 2}},
-        indices{b.pointers[2], DType::I32, {2, 2}};
-    op.dispatch(input, weights, std::nullopt, indices);
-    if (rank == 0) {
-      const auto start = std::chrono::steady_clock::now();
-      op.combine({b.pointers[3], DType::BF16, {16, 64}});
-      f += expectParts("timeout", thrown([&] { op.check(); }),
-                       {"a peer did not arrive", "within the peer timeout of 1500 ms", "reset()"});
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (seconds < kTimeout || seconds > kTimeout + 2)
-        f += "the combine failed after " + std::to_string(seconds) + " s; expected the peer timeout of " +
-             std::to_string(kTimeout) + " s\n";
-    }
-    op.stream().synchronize();
-    comm.barrier();
-    op.reset();
-    op.dispatch(input, weights, std::nullopt, indices);
-    op.combine({b.pointers[3], DType::BF16, {16, 64}});
-    f += expectParts("after reset", thrown([&] { op.check(); }).empty() ? "ok" : "failed", {"ok"});
-    op.close();
-    return f;
-  });
-  EXPECT_EQ(failures, "");
+  EXPECT_EQ(withAPeerTimeout(true, [&](EpDispatchCombineOp& op, const TwoTokenCall& call, int rank) {
+              call.dispatch(op);
+              if (rank != 0) return std::string();
+              const auto start = std::chrono::steady_clock::now();
+              call.combine(op);
+              return expectTimeoutAfter("the combine", op, start);
+            }),
+            "");
 }
 
 TEST(EpOpErrors, PeerTimeoutsOutsideTheirRangeAreRefused) {
