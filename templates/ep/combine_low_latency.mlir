@@ -40,7 +40,6 @@ func.func private @push_flagged(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %
   %c3 = arith.constant 3 : index
   %c4 = arith.constant 4 : index
   %c128 = arith.constant 128 : index
-  %true = arith.constant true
   %hidden = ep.param_value @hidden : index
   %topk = ep.param_value @topk : index
   %topk_up = arith.addi %topk, %c3 : index
@@ -73,7 +72,10 @@ func.func private @push_flagged(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %
       %b_at = arith.addi %b_row, %c : index
       %lines_at = arith.muli %b_at, %c2 : index
       %lines = ep.peer_ptr %w[%o] @ll_rows[%lines_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
-      ep.copy_to %true, %lines flagged(%epoch) : !ep.ptr<!ep.row_elem<"combine_elem">> yield %b, %o : index, index
+      // A contribution of this rank's own experts stays where it lies: the
+      // sum reads it from `input`.
+      %remote = arith.cmpi ne, %o, %rank : index
+      ep.copy_to %remote, %lines flagged(%epoch) : !ep.ptr<!ep.row_elem<"combine_elem">> yield %b, %o : index, index
     }
     %first_piece = arith.cmpi eq, %piece_index, %c0 : index
     %weights_here = arith.andi %weighted, %first_piece : i1
@@ -137,6 +139,7 @@ func.func private @arrive_after_last_source(%w: !ep.window, %rank: index, %epoch
 // warps arrive at the combine meeting on the way (@arrive_after_last_source);
 // each block's last warp then waits for every rank's arrival.
 func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32>, %tokens: index,
+                               %input: !ep.ptr<!ep.row_elem<"combine_elem">>,
                                %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                                %weighted: i1, %epoch: i32) {
   %c0 = arith.constant 0 : index
@@ -147,6 +150,8 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
   %c0_i32 = arith.constant 0 : i32
   %hidden = ep.param_value @hidden : index
   %topk = ep.param_value @topk : index
+  %capacity = ep.param_value @capacity : index
+  %capacity_i32 = arith.index_cast %capacity : index to i32
   %topk_up = arith.addi %topk, %c3 : index
   %quads = arith.divui %topk_up, %c4 : index
   %padded = arith.muli %quads, %c4 : index
@@ -196,9 +201,21 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
         %box_at = arith.addi %box_row, %c : index
         %lines_at = arith.muli %box_at, %c2 : index
         %lines = ep.peer_ptr %w[%rank] @ll_rows[%lines_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+        // This rank's own contribution (route entry rank * capacity + slot):
+        // its expert output in `input`, never pushed.
+        %known = arith.select %valid, %entry, %c0_i32 : i32
+        %dest_i32 = arith.divsi %known, %capacity_i32 : i32
+        %slot_i32 = arith.remsi %known, %capacity_i32 : i32
+        %dest = arith.index_cast %dest_i32 : i32 to index
+        %slot = arith.index_cast %slot_i32 : i32 to index
+        %own = arith.cmpi eq, %dest, %rank : index
+        %slot_row = arith.muli %slot, %hidden : index
+        %slot_at = arith.addi %slot_row, %c : index
+        %in_place = ep.ptr_add %input, %slot_at : !ep.ptr<!ep.row_elem<"combine_elem">>
+        %source_row = arith.select %own, %in_place, %lines : !ep.ptr<!ep.row_elem<"combine_elem">>
         func.call @arrive_after_last_source(%w, %rank, %epoch, %first_item, %k, %contributions)
             : (!ep.window, index, i32, i1, index, index) -> ()
-        ep.source %valid, %lines : !ep.ptr<!ep.row_elem<"combine_elem">>
+        ep.source %valid, %source_row unflagged(%own) : !ep.ptr<!ep.row_elem<"combine_elem">>
       }
     } else {
       // A token's weights: the sum of its destinations' rows of top-k
@@ -251,7 +268,8 @@ ep.kernel @ep_combine_low_latency(%input: !ep.ptr<!ep.row_elem<"combine_elem">>,
     %total = arith.index_cast %total_i32 : i32 to index
     func.call @push_flagged(%input, %in_weights, %weighted, %total, %epoch, %rank, %w)
         : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, index, i32, index, !ep.window) -> ()
-    func.call @sum_flagged(%w, %rank, %route, %tokens, %output, %out_weights, %weighted, %epoch)
-        : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, i32) -> ()
+    func.call @sum_flagged(%w, %rank, %route, %tokens, %input, %output, %out_weights, %weighted, %epoch)
+        : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>,
+           !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, i32) -> ()
   }
 }

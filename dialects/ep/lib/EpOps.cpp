@@ -394,6 +394,8 @@ LogicalResult WarpSumRowsOp::verify() {
                         int(bool(getCode())) + int(bool(getTimeoutMs()));
   if (waitParts != 0 && waitParts != 5)
     return emitOpError() << "flagged sources need all of flag, error word, error index, code and timeout_ms";
+  if (source.getUnflagged() && !getFlag())
+    return emitOpError() << "ep.source ... unflagged(...) names plain rows among flagged ones: the sum must be flagged";
   if (getFlag()) {
     if (getFormat()) return emitOpError() << "flagged sources are bf16 or f32 rows, not fp8 codes";
     if (!elementTypeOf(getError()).isInteger(32))

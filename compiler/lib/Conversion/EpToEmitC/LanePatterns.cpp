@@ -158,9 +158,11 @@ LogicalResult emitFlaggedSum(ep::LaneSumChunksOp op, ep::LaneSumChunksOp::Adapto
       adaptor.getDst(), adaptor.getCount(), adaptor.getStart(), adaptor.getStride(),
       callPrelude(rewriter, loc, "epjit::prim::line_wait", waitType,
                   {adaptor.getFlag(), error, adaptor.getCode(), adaptor.getTimeoutMs()})};
-  for (size_t k = 0; k < adaptor.getRows().size(); ++k)
-    operands.push_back(callPrelude(rewriter, loc, "epjit::prim::flagged_source", sourceType,
-                                   {adaptor.getValid()[k], adaptor.getRows()[k]}));
+  for (size_t k = 0; k < adaptor.getRows().size(); ++k) {
+    SmallVector<Value> parts = {adaptor.getValid()[k], adaptor.getRows()[k]};
+    if (!adaptor.getUnflagged().empty()) parts.push_back(adaptor.getUnflagged()[k]);
+    operands.push_back(callPrelude(rewriter, loc, "epjit::prim::flagged_source", sourceType, parts));
+  }
   callPrelude(rewriter, loc, "epjit::prim::sum_flagged_chunks", {}, operands,
               {std::to_string(op.getChunk()), std::to_string(op.getUnroll()), boolName(op.getAligned())});
   rewriter.eraseOp(op);

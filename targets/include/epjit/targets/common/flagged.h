@@ -30,15 +30,22 @@ EPJIT_HD LineWait line_wait(int32_t flag, int32_t* error, int32_t code, int32_t 
 }
 
 // One source of a flagged sum: its lines at the summed range's first element
-// (a flagged row's element 2 * i holds element i's line position).
+// (a flagged row's element 2 * i holds element i's line position), or, when
+// `plain`, a plain row there, read as it lies and not awaited (the
+// low-latency combine's contributions of this rank's own experts).
 template <typename T>
 struct FlaggedRow {
   const T* lines;
   bool live;
+  bool plain;
 };
 template <typename T>
 EPJIT_HD FlaggedRow<T> flagged_source(bool live, const T* lines) {
-  return {lines, live};
+  return {lines, live, false};
+}
+template <typename T>
+EPJIT_HD FlaggedRow<T> flagged_source(bool live, const T* row, bool plain) {
+  return {row, live, plain};
 }
 
 namespace detail {
@@ -204,11 +211,13 @@ EPJIT_HD void sum_flagged_chunks(Dst* dst, size_t count, size_t start, size_t st
         const FlaggedRow<T>& source = sources[group + g];
         // A line past the range reloads the range's first one, a source that
         // does not count loads kNoLine (neither is awaited): no branch per
-        // line, which made AMD wait for each load before the next.
+        // line, which made AMD wait for each load before the next. A plain
+        // row's whole chunk is its first "line".
         const auto* first = source.live ? reinterpret_cast<const Vec16*>(source.lines) : &detail::kNoLine;
-        const auto* from = reinterpret_cast<const Vec16*>(source.lines + 2 * at);
-        line[u][g][0] = load_line(source.live && lines > 0 ? from : first);
-        line[u][g][1] = load_line(source.live && lines > 1 ? from + 1 : first);
+        const auto* from = reinterpret_cast<const Vec16*>(source.lines + (source.plain ? at : 2 * at));
+        const bool whole = clipped(at) == size_t(Chunk);
+        line[u][g][0] = load_line(source.live && (source.plain ? whole : lines > 0) ? from : first);
+        line[u][g][1] = load_line(source.live && !source.plain && lines > 1 ? from + 1 : first);
       }
     }
 #pragma unroll
@@ -218,6 +227,14 @@ EPJIT_HD void sum_flagged_chunks(Dst* dst, size_t count, size_t start, size_t st
 #pragma unroll
       for (int g = 0; g < kGroup && group + g < kSources; ++g) {
         const FlaggedRow<T>& source = sources[group + g];
+        if (source.plain) {
+          // A row's tail chunk (never a combine's: rows hold whole chunks) byte by byte.
+          const size_t n = clipped(at);
+          raw[u][group + g] = !source.live || n == 0 || n == size_t(Chunk)
+                                  ? line[u][g][0]
+                                  : detail::load16<false>(source.lines + at, n);
+          continue;
+        }
         const auto* from = reinterpret_cast<const Vec16*>(source.lines + 2 * at);
         const bool low = source.live && lines > 0, high = source.live && lines > 1;
         raw[u][group + g] = detail::line_data(low ? detail::await_line(from, line[u][g][0], wait) : absent,

@@ -567,11 +567,18 @@ def Ep_WarpSumRowsOp : Ep_Op<"warp.sum_rows", [RecursiveMemoryEffects, AttrSized
   }];
 }
 
-def Ep_SourceOp : Ep_Op<"source", [Terminator, HasParent<"WarpSumRowsOp">]> {
+def Ep_SourceOp : Ep_Op<"source", [Terminator, HasParent<"WarpSumRowsOp">, AttrSizedOperandSegments]> {
   let summary = "one source of an ep.warp.sum_rows: whether it counts, its row, its block scales";
-  let arguments = (ins I1:$valid, Arg<Ep_AnyPtr, "", [MemRead]>:$row, Optional<Ep_AnyPtr>:$scales);
+  let description = [{
+    In a flagged sum, `unflagged(%p)` says that when `%p` holds the row is a
+    plain row (read as it lies, not awaited: the low-latency combine's
+    contributions of this rank's own experts), else a flagged one.
+  }];
+  let arguments = (ins I1:$valid, Arg<Ep_AnyPtr, "", [MemRead]>:$row, Optional<Ep_AnyPtr>:$scales,
+                       Optional<I1>:$unflagged);
   let assemblyFormat = [{
-    $valid `,` $row (`scales` $scales^)? attr-dict `:` type($row) (`,` type($scales)^)?
+    $valid `,` $row (`scales` $scales^)? (`unflagged` `(` $unflagged^ `)`)? attr-dict `:` type($row)
+    (`,` type($scales)^)?
   }];
 }
 
@@ -852,12 +859,13 @@ def Ep_LaneSumChunksOp : Ep_Op<"lane.sum_chunks", [AttrSizedOperandSegments]> {
     loaded before the first add, so a lane keeps unroll x live sources loads
     in flight; `valid` says which sources count. With `format`, rows are fp8
     codes (times `scales[at / block]`). With `flagged`, rows are flagged rows
-    awaited as ep.warp.sum_rows ... flagged says (two lines per chunk).
+    awaited as ep.warp.sum_rows ... flagged says (two lines per chunk), but
+    where `unflagged` (one per row, when given) holds: those are plain rows.
   }];
   let arguments = (ins Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$start, Index:$count, Index:$stride,
                        Variadic<I1>:$valid, Variadic<Ep_AnyPtr>:$rows, Variadic<Ep_AnyPtr>:$scales,
                        Optional<I32>:$flag, Optional<Ep_AnyPtr>:$error, Optional<Index>:$error_index,
-                       Optional<I32>:$code, Optional<I32>:$timeout_ms,
+                       Optional<I32>:$code, Optional<I32>:$timeout_ms, Variadic<I1>:$unflagged,
                        OptionalAttr<Ep_Fp8Attr>:$format, OptionalAttr<I64Attr>:$block,
                        OptionalAttr<Ep_ConversionMethodAttr>:$method, I64Attr:$chunk, I64Attr:$unroll,
                        BoolAttr:$aligned);
@@ -865,7 +873,7 @@ def Ep_LaneSumChunksOp : Ep_Op<"lane.sum_chunks", [AttrSizedOperandSegments]> {
     $dst `[` $start `]` `,` $count `stride` $stride `valid` `(` $valid `)` `rows` `(` $rows `:` type($rows) `)`
     (`scales` `(` $scales^ `:` type($scales) `)`)?
     (`flagged` `(` $flag^ `)` `error` `(` $error `[` $error_index `]` `,` $code `:` type($error) `)`
-     `timeout_ms` `(` $timeout_ms `)`)? attr-dict `:` type($dst)
+     `timeout_ms` `(` $timeout_ms `)`)? (`unflagged` `(` $unflagged^ `)`)? attr-dict `:` type($dst)
   }];
 }
 
