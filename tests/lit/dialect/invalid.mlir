@@ -364,6 +364,18 @@ func.func @flagged_sum_error_word(%x: !ep.ptr<bf16>, %e: !ep.ptr<i8>, %n: index,
 
 // -----
 
+func.func @unflagged_source_in_a_plain_sum(%x: !ep.ptr<bf16>, %n: index) {
+  %true = arith.constant true
+  // expected-error @+1 {{ep.source ... unflagged(...) names plain rows among flagged ones: the sum must be flagged}}
+  ep.warp.sum_rows %x[%n], %n, sources(%n) : !ep.ptr<bf16> {
+  ^bb0(%j: index):
+    ep.source %true, %x unflagged(%true) : !ep.ptr<bf16>
+  }
+  return
+}
+
+// -----
+
 func.func @flagged_sum_without_its_wait(%x: !ep.ptr<bf16>, %n: index, %flag: i32) {
   %true = arith.constant true
   // expected-error @+1 {{flagged sources need all of flag, error word, error index, code and timeout_ms}}

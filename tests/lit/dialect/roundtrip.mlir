@@ -115,6 +115,11 @@ ep.kernel @warp_ops(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %q: !ep.ptr<i8>, %s: !e
   ^bb0(%j: index):
     ep.source %true, %x : !ep.ptr<bf16>
   }
+  // CHECK: ep.source %{{.*}}, %{{.*}} unflagged(%{{.*}}) : !ep.ptr<bf16>
+  ep.warp.sum_rows %f[%c0], %n, sources(%c2) flagged(%flag) error(%err[%c0], %flag : !ep.ptr<i32>) timeout_ms(%limit) : !ep.ptr<f32> {
+  ^bb0(%j: index):
+    ep.source %true, %x unflagged(%true) : !ep.ptr<bf16>
+  }
   // CHECK: ep.warp.fanout_row %{{.*}}[%{{.*}}], %{{.*}}, destinations(%{{.*}}) : !ep.ptr<bf16> {
   // CHECK: ep.destination %{{.*}}, %{{.*}} : !ep.ptr<bf16>
   ep.warp.fanout_row %x[%c0], %n, destinations(%c2) : !ep.ptr<bf16> {
