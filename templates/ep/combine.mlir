@@ -68,8 +68,9 @@ func.func private @contribution_entry(%route: !ep.ptr<i32>, %row: index, %box: i
 }
 
 // A received slot `i` goes back to its origin (scatter's stage 1, the
-// low-latency combine): the origin's rank, and the inbox row (box) there: the origin token * topk + this rank's destination
-// ordinal, from the slot's origin words (dispatch wrote them).
+// low-latency combine): the origin's rank, and the inbox row (box) there:
+// the origin token * topk + this rank's destination ordinal, from the slot's
+// origin words (dispatch wrote them).
 func.func private @origin_rank(%origins: !ep.ptr<i32>, %i: index) -> index {
   %c2 = arith.constant 2 : index
   %max_tokens = ep.param_value @max_tokens : index

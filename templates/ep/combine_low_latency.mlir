@@ -1,11 +1,12 @@
 // ep/combine_low_latency: the combine of an op built for small calls
-// (@low_latency, intranode, no quant, no std-MoE). Each received token's
-// expert output goes straight from `input` into its origin's flagged inbox
-// (@ll_rows: a flagged row per (token, destination ordinal), its data and
-// the dispatch's epoch in every 16-byte line), and each origin sums its
-// tokens as their lines arrive: no staging copy, no meeting before the sums,
-// no read across the link after one. The result is gather's and scatter's,
-// bit for bit: the same contributions, summed in the same order (ep/combine).
+// (@low_latency, intranode, no quant, no std-MoE). Each expert output of a
+// token from another rank goes straight from `input` into its origin's
+// flagged inbox (@ll_rows: a flagged row per (token, destination ordinal),
+// its data and the dispatch's epoch in every 16-byte line), and each origin
+// sums its tokens as their lines arrive, reading its own experts' outputs
+// where they lie: no staging copy, no meeting before the sums, no read across
+// the link after one. The result is gather's and scatter's, bit for bit: the
+// same contributions, summed in the same order (ep/combine).
 //
 // Why one epoch flag is enough: a rank pushes into an inbox for call i + 1
 // only after its dispatch i + 1 met the owner's, which the owner reaches only
@@ -29,8 +30,9 @@ ep.include "ep/combine"
 // box * weights_stride in @ll_weights, top-k f32 padded to a
 // multiple of 4 (a constant of the specialization).
 
-// Sends each received slot's piece (and, with its first piece, its weights)
-// to its origin's inbox, flagged with `epoch`. Work items are (slot, piece)
+// Sends each received slot's piece of another rank's token (and, with its
+// first piece, the slot's weights, of every token) to its origin's inbox,
+// flagged with `epoch`. Work items are (slot, piece)
 // pairs (@row_piece_blocks), counted block by block, so a small call's rows
 // leave from many SMs at once.
 func.func private @push_flagged(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,

@@ -100,20 +100,6 @@ EPJIT_HD Vec16 await_line(const Vec16* line, const Vec16& seen, const LineWait& 
   return line_carries(seen, wait.flag) ? seen : poll_line(line, seen, wait);
 }
 
-// Ends the scope of the loads that filled `held`: on AMD the compiler
-// otherwise builds each line (data and flag words) inside the branch of its
-// chunk's load, which then waits for that load before the next one issues.
-template <int N>
-EPJIT_HD void hold_in_registers(Vec16 (&held)[N]) {
-#if defined(__AMDGCN__)
-#pragma unroll
-  for (int k = 0; k < N; ++k)
-    asm volatile("" : "+v"(held[k].w[0]), "+v"(held[k].w[1]), "+v"(held[k].w[2]), "+v"(held[k].w[3]));
-#else
-  (void)held;
-#endif
-}
-
 // The lines of a lane's chunks start + k * stride (k < Unroll) of a row of
 // `count` elements: full chunks from `held` (aligned rows), the partial one
 // (and an unaligned row's every chunk) read from `src` now.
@@ -143,9 +129,9 @@ EPJIT_HD Vec16 line_data(const Vec16& first, const Vec16& second) {
 // Chunks of a row at elements start + k * stride (k < Unroll), each clipped
 // to the row's `count` elements, into the flagged row `lines` (at the row's
 // first element), as copy_chunks copies: a lane's full chunks are all loaded
-// before the first line is stored; the partial chunk, if any, is read
-// byte by byte when it is stored. A chunk's n elements go out as lines_for(n * sizeof(T)) lines, the bytes
-// past n zero.
+// before the first line is stored; the partial chunk, if any, is read byte by
+// byte when it is stored. A chunk's n elements go out as
+// lines_for(n * sizeof(T)) lines, the bytes past n zero.
 template <int Chunk, int Unroll, bool Aligned, typename T>
 EPJIT_HD void copy_flagged_chunks(const T* src, T* lines, size_t count, size_t start, size_t stride, int32_t flag) {
   static_assert(Chunk * sizeof(T) == 16, "a chunk is 16 bytes of the row");
@@ -182,8 +168,9 @@ inline constexpr int kFlaggedSourcesInFlight = 4;
 // sum_chunks over flagged sources: the lines of every chunk of a group of
 // live sources are loaded before the first is awaited (Unroll x
 // kFlaggedSourcesInFlight x 2 loads in flight per lane), then each is
-// awaited and its data kept; once all are in, the chunks are summed in
-// source order and rounded once, as sum_chunks does with plain rows.
+// awaited and its data kept (a plain source's chunk is taken as loaded);
+// once all are in, the chunks are summed in source order and rounded once,
+// as sum_chunks does with plain rows.
 template <int Chunk, int Unroll, bool Aligned, typename Dst, typename T, typename... More>
 EPJIT_HD void sum_flagged_chunks(Dst* dst, size_t count, size_t start, size_t stride, const LineWait& wait,
                                  const FlaggedRow<T>& first, const More&... more) {
@@ -191,9 +178,9 @@ EPJIT_HD void sum_flagged_chunks(Dst* dst, size_t count, size_t start, size_t st
   constexpr int kSources = 1 + int(sizeof...(More));
   constexpr int kGroup = kSources < kFlaggedSourcesInFlight ? kSources : kFlaggedSourcesInFlight;
   const FlaggedRow<T> sources[kSources] = {first, more...};
-  RowSource<T> plain[kSources];
+  RowSource<T> as_rows[kSources];  // what add_in_order reads: which sources count
 #pragma unroll
-  for (int k = 0; k < kSources; ++k) plain[k] = row_source(sources[k].live, sources[k].lines);
+  for (int k = 0; k < kSources; ++k) as_rows[k] = row_source(sources[k].live, sources[k].lines);
   auto clipped = [&](size_t at) -> size_t {
     return at >= count ? 0 : count - at < size_t(Chunk) ? count - at : size_t(Chunk);
   };
@@ -246,7 +233,7 @@ EPJIT_HD void sum_flagged_chunks(Dst* dst, size_t count, size_t start, size_t st
   for (int u = 0; u < Unroll; ++u) {
     const size_t at = start + size_t(u) * stride;
     float acc[Chunk];
-    detail::add_in_order<Chunk, detail::WidenRows>(raw[u], plain, at, acc);
+    detail::add_in_order<Chunk, detail::WidenRows>(raw[u], as_rows, at, acc);
     store_row<Chunk, Aligned>(dst + at, clipped(at), acc);
   }
 }
