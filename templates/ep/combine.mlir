@@ -97,6 +97,40 @@ func.func private @inbox_box(%origins: !ep.ptr<i32>, %i: index) -> index {
   return %box : index
 }
 
+// A route entry's destination rank and slot (rank * capacity + slot; 0 and
+// 0 for -1, which counts for nothing).
+func.func private @entry_rank(%entry: i32) -> index {
+  %c0_i32 = arith.constant 0 : i32
+  %capacity = ep.param_value @capacity : index
+  %capacity_i32 = arith.index_cast %capacity : index to i32
+  %valid = arith.cmpi sge, %entry, %c0_i32 : i32
+  %known = arith.select %valid, %entry, %c0_i32 : i32
+  %rank_i32 = arith.divsi %known, %capacity_i32 : i32
+  %rank = arith.index_cast %rank_i32 : i32 to index
+  return %rank : index
+}
+func.func private @entry_slot(%entry: i32) -> index {
+  %c0_i32 = arith.constant 0 : i32
+  %capacity = ep.param_value @capacity : index
+  %capacity_i32 = arith.index_cast %capacity : index to i32
+  %valid = arith.cmpi sge, %entry, %c0_i32 : i32
+  %known = arith.select %valid, %entry, %c0_i32 : i32
+  %slot_i32 = arith.remsi %known, %capacity_i32 : i32
+  %slot = arith.index_cast %slot_i32 : i32 to index
+  return %slot : index
+}
+
+// In a sum's body: is source k of `sources` the last one the warp's first
+// item names? The sums meet (or arrive) there, once every source's route
+// load is in flight.
+func.func private @names_first_items_last_source(%first_item: i1, %k: index, %sources: index) -> i1 {
+  %c1 = arith.constant 1 : index
+  %last_k = arith.subi %sources, %c1 : index
+  %last = arith.cmpi eq, %k, %last_k : index
+  %now = arith.andi %first_item, %last : i1
+  return %now : i1
+}
+
 // In a sum's body, source k of `sources`: the warp's first item meets the
 // other ranks (@wait_for_all) once it has named its last source. A sum runs
 // every source's body before it reads a row, so the route loads that name
@@ -105,10 +139,7 @@ func.func private @inbox_box(%origins: !ep.ptr<i32>, %i: index) -> index {
 // after them.
 func.func private @meet_after_last_source(%w: !ep.window, %rank: index, %epoch: i32, %meeting: index,
                                           %first_item: i1, %k: index, %sources: index) {
-  %c1 = arith.constant 1 : index
-  %last_k = arith.subi %sources, %c1 : index
-  %last = arith.cmpi eq, %k, %last_k : index
-  %now = arith.andi %first_item, %last : i1
+  %now = func.call @names_first_items_last_source(%first_item, %k, %sources) : (i1, index, index) -> i1
   scf.if %now {
     func.call @wait_for_all(%w, %rank, %epoch, %meeting) : (!ep.window, index, i32, index) -> ()
   }
@@ -187,11 +218,8 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
           %box = func.call @contribution_box(%route, %row, %k) : (!ep.ptr<i32>, index, index) -> index
           %entry = func.call @contribution_entry(%route, %row, %box) : (!ep.ptr<i32>, index, index) -> i32
           %valid = arith.cmpi sge, %entry, %c0_i32 : i32
-          %known = arith.select %valid, %entry, %c0_i32 : i32
-          %dest_i32 = arith.divsi %known, %capacity_i32 : i32
-          %slot_i32 = arith.remsi %known, %capacity_i32 : i32
-          %dest = arith.index_cast %dest_i32 : i32 to index
-          %slot = arith.index_cast %slot_i32 : i32 to index
+          %dest = func.call @entry_rank(%entry) : (i32) -> index
+          %slot = func.call @entry_slot(%entry) : (i32) -> index
           %src_row = arith.muli %slot, %hidden : index
           %src_at = arith.addi %src_row, %c : index
           %src = ep.peer_ptr %w[%dest] @combine_rows[%src_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
@@ -259,11 +287,8 @@ func.func private @sum_contributions(%w: !ep.window, %rank: index, %route: !ep.p
         %box = arith.addi %row, %j : index
         %entry = ep.load %route[%box] : !ep.ptr<i32>
         %valid = arith.cmpi sge, %entry, %c0_i32 : i32
-        %known = arith.select %valid, %entry, %c0_i32 : i32
-        %dest_i32 = arith.divsi %known, %capacity_i32 : i32
-        %slot_i32 = arith.remsi %known, %capacity_i32 : i32
-        %dest = arith.index_cast %dest_i32 : i32 to index
-        %slot = arith.index_cast %slot_i32 : i32 to index
+        %dest = func.call @entry_rank(%entry) : (i32) -> index
+        %slot = func.call @entry_slot(%entry) : (i32) -> index
         %staged_at = arith.muli %slot, %topk : index
         %staged = ep.peer_ptr %w[%dest] @combine_weights[%staged_at] : !ep.ptr<f32>
         %box_at = arith.muli %box, %topk : index

@@ -106,7 +106,6 @@ func.func private @last_warp_of_block() -> index {
 // a small call the counting atomic and the last block's fence run on a warp
 // with nothing to sum.
 func.func private @arrive_at_combine(%w: !ep.window, %rank: index, %epoch: i32) {
-  %c1 = arith.constant 1 : index
   %arrivals = ep.constant_value @state_combine_arrivals : index
   %meeting = ep.constant_value @meeting_combine : index
   %leader = func.call @last_warp_of_block() : () -> index
@@ -123,10 +122,7 @@ func.func private @arrive_at_combine(%w: !ep.window, %rank: index, %epoch: i32) 
 // once when it has no item.
 func.func private @arrive_after_last_source(%w: !ep.window, %rank: index, %epoch: i32, %first_item: i1, %k: index,
                                             %sources: index) {
-  %c1 = arith.constant 1 : index
-  %last_k = arith.subi %sources, %c1 : index
-  %last = arith.cmpi eq, %k, %last_k : index
-  %now = arith.andi %first_item, %last : i1
+  %now = func.call @names_first_items_last_source(%first_item, %k, %sources) : (i1, index, index) -> i1
   scf.if %now {
     func.call @arrive_at_combine(%w, %rank, %epoch) : (!ep.window, index, i32) -> ()
   }
@@ -152,8 +148,6 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
   %c0_i32 = arith.constant 0 : i32
   %hidden = ep.param_value @hidden : index
   %topk = ep.param_value @topk : index
-  %capacity = ep.param_value @capacity : index
-  %capacity_i32 = arith.index_cast %capacity : index to i32
   %topk_up = arith.addi %topk, %c3 : index
   %quads = arith.divui %topk_up, %c4 : index
   %padded = arith.muli %quads, %c4 : index
@@ -205,11 +199,8 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
         %lines = ep.peer_ptr %w[%rank] @ll_rows[%lines_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
         // This rank's own contribution (route entry rank * capacity + slot):
         // its expert output in `input`, never pushed.
-        %known = arith.select %valid, %entry, %c0_i32 : i32
-        %dest_i32 = arith.divsi %known, %capacity_i32 : i32
-        %slot_i32 = arith.remsi %known, %capacity_i32 : i32
-        %dest = arith.index_cast %dest_i32 : i32 to index
-        %slot = arith.index_cast %slot_i32 : i32 to index
+        %dest = func.call @entry_rank(%entry) : (i32) -> index
+        %slot = func.call @entry_slot(%entry) : (i32) -> index
         %own = arith.cmpi eq, %dest, %rank : index
         %slot_row = arith.muli %slot, %hidden : index
         %slot_at = arith.addi %slot_row, %c : index
