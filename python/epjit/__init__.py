@@ -296,11 +296,14 @@ class EpDispatchCombineOp:
             self._op.use_stream(int(getattr(stream, "cuda_stream", stream)))
 
     def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False, stream=None,
-                 record=None):
+                 record=None, max_tokens_across_ranks=None):
         """Returns (tokens, weights, scales, indices, total_recv[, routing]); total_recv
         is a 1-element device array (read it after synchronizing). With
         return_routing the routing is recorded into `record` (a make_routing() to
-        reuse: no allocation on the call) or into a new one."""
+        reuse: no allocation on the call) or into a new one.
+        max_tokens_across_ranks: the largest token count of any rank in this call,
+        the same on every rank (DP attention); internode_kernel auto then picks
+        v2 or v2_ll by it, so every rank picks alike (docs/EP.md "Internode")."""
         self._torch = _is_torch(input)
         self._follow_stream(input, stream)
         self._bf16_numpy = _np is not None and isinstance(input, _np.ndarray) and input.dtype.name == "bfloat16"
@@ -310,7 +313,7 @@ class EpDispatchCombineOp:
             record = None
         out = self._op.dispatch(_to_native(input, self.target, self._fp8), weights,
                                 _to_native(scales, self.target, self._fp8), indices,
-                                record, routing)
+                                record, routing, max_tokens_across_ranks)
         result = (self._wrap_payload(out[0], self.config_dispatch_type), self._wrap(out[1]), self._wrap(out[2]),
                   self._wrap(out[3]), self._wrap(out[4]))
         # Wrapped on first use, then kept: a DLPack capsule can be consumed only once.
@@ -377,10 +380,11 @@ class EpDispatchCombineOp:
         node (internode; 0 otherwise)."""
         return self._wrap(self._op.route_map(routing))
 
-    def load_routing(self, routing, map, tokens):
+    def load_routing(self, routing, map, tokens, max_tokens_across_ranks=None):
         """Makes `routing` (from make_routing()) replay `map` (route_map()'s layout, on
-        the op's device) for `tokens` tokens; checked first (synchronizes)."""
-        self._op.load_routing(routing, map, int(tokens))
+        the op's device) for `tokens` tokens; checked first (synchronizes).
+        max_tokens_across_ranks as the recorded dispatch had it."""
+        self._op.load_routing(routing, map, int(tokens), max_tokens_across_ranks)
 
     def make_routing(self):
         return self._op.make_routing()

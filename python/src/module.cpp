@@ -299,7 +299,9 @@ NB_MODULE(_epjit, m) {
            })
       .def("validate", &EpDispatchCombineConfig::validate);
 
-  nb::class_<Routing>(m, "Routing").def_prop_ro("tokens", &Routing::tokens);
+  nb::class_<Routing>(m, "Routing")
+      .def_prop_ro("tokens", &Routing::tokens)
+      .def_prop_ro("runs_internode_v2", [](const Routing& r) { return r.runs_internode_v2(); });
 
   nb::class_<PyOp>(m, "_Op")
       .def("__init__",
@@ -312,7 +314,8 @@ NB_MODULE(_epjit, m) {
       .def(
           "dispatch",
           [](nb::handle self_handle, nb::ndarray<> input, nb::ndarray<> weights, std::optional<nb::ndarray<>> scales,
-             nb::ndarray<> indices, Routing* record, const Routing* replay) {
+             nb::ndarray<> indices, Routing* record, const Routing* replay,
+             std::optional<int64_t> max_tokens_across_ranks) {
             PyOp& self = nb::cast<PyOp&>(self_handle);
             const EpDispatchCombineConfig& config = self.op->config();
             const TensorRef in = tensor_of(input, "input", *self.comm,
@@ -325,7 +328,8 @@ NB_MODULE(_epjit, m) {
             self.drop_passed();
             {
               nb::gil_scoped_release release;
-              r = replay ? self.op->dispatch_replay(in, w, s, idx, *replay) : self.op->dispatch(in, w, s, idx, record);
+              r = replay ? self.op->dispatch_replay(in, w, s, idx, *replay)
+                         : self.op->dispatch(in, w, s, idx, record, {.max_tokens_across_ranks = max_tokens_across_ranks});
             }
             std::vector<nb::ndarray<>> inputs{input, weights, indices};
             if (scales) inputs.push_back(*scales);
@@ -335,7 +339,7 @@ NB_MODULE(_epjit, m) {
                                   view(r.total_recv, *self.comm, self_handle), view(r.origins, *self.comm, self_handle));
           },
           "input"_a, "weights"_a, "scales"_a.none(), "indices"_a, "record"_a.none() = nb::none(),
-          "replay"_a.none() = nb::none())
+          "replay"_a.none() = nb::none(), "max_tokens_across_ranks"_a.none() = nb::none())
       .def(
           "combine",
           [](nb::handle self_handle, nb::ndarray<> input, std::optional<nb::ndarray<>> weights) {
@@ -399,12 +403,13 @@ NB_MODULE(_epjit, m) {
              return view(self.op->route_map(routing), *self.comm, self_handle);
            })
       .def("load_routing",
-           [](PyOp& self, Routing& routing, nb::ndarray<> map, int64_t tokens) {
+           [](PyOp& self, Routing& routing, nb::ndarray<> map, int64_t tokens,
+              std::optional<int64_t> max_tokens_across_ranks) {
              const TensorRef ref = tensor_of(map, "map", *self.comm, DType::I32);
              nb::gil_scoped_release release;
-             self.op->load_routing(routing, ref, tokens);
+             self.op->load_routing(routing, ref, tokens, {.max_tokens_across_ranks = max_tokens_across_ranks});
            },
-           "routing"_a, "map"_a, "tokens"_a)
+           "routing"_a, "map"_a, "tokens"_a, "max_tokens_across_ranks"_a.none() = nb::none())
       .def(
           "local_expert_counts",
           [](PyOp& self, bool every_entry) { return self.op->local_expert_counts(count_rule(every_entry)); },

@@ -9,6 +9,11 @@ namespace epjit::ep {
 
 namespace {
 
+// Segments that differ between two ranks mean their ops or their calls differ.
+constexpr const char* kUnpairedSegmentsFix =
+    "build every rank's op from the same configuration; with internode_kernel auto, keep every rank of a call on one "
+    "side of internode_auto_ll_max_tokens, or pass the call's largest token count as max_tokens_across_ranks";
+
 class HostTransport final : public InternodeTransport {
  public:
   HostTransport(Communicator& comm, Device& device) : comm_(comm), device_(device) {}
@@ -47,7 +52,7 @@ class HostTransport final : public InternodeTransport {
       if (part.size() - at < receive.bytes)
         throw Error("rank " + std::to_string(receive.peer) + " sent " + std::to_string(part.size()) +
                         " bytes in an internode exchange, fewer than this rank receives from it",
-                    "the same segments on both sides", "build every rank's op from the same configuration");
+                    "the same segments on both sides", kUnpairedSegmentsFix);
       if (receive.bytes) device_.copy_to_device(receive.data, part.data() + at, receive.bytes);
       at += receive.bytes;
     }
@@ -55,7 +60,7 @@ class HostTransport final : public InternodeTransport {
       if (read[peer] != incoming[peer].size())
         throw Error("rank " + std::to_string(peer) + " sent " + std::to_string(incoming[peer].size()) +
                         " bytes in an internode exchange, but this rank receives " + std::to_string(read[peer]),
-                    "the same segments on both sides", "build every rank's op from the same configuration");
+                    "the same segments on both sides", kUnpairedSegmentsFix);
   }
 
  private:

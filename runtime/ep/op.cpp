@@ -253,7 +253,7 @@ struct EpDispatchCombineOp::Impl {
       const int64_t crossover = config.internode_auto_ll_max_tokens;
       std::call_once(logged, [crossover] {
         log().info("internode_kernel auto: calls of at most {} tokens run v2_ll, larger ones v2; every rank of a call "
-                   "must be on the same side",
+                   "must be on the same side, or pass the call's largest count as max_tokens_across_ranks",
                    crossover);
       });
     }
@@ -478,12 +478,27 @@ struct EpDispatchCombineOp::Impl {
     }
   }
 
+  // Whether a call of n tokens (this rank's) runs internode v2: by the
+  // largest count of any rank when the caller gives it, else by n.
+  bool call_runs_internode_v2(const char* call, int64_t n, const DispatchOptions& options) const {
+    if (const std::optional<int64_t> largest = options.max_tokens_across_ranks) {
+      if (*largest < n || *largest > config.max_num_inp_token_per_rank)
+        throw Error(std::string(call) + ": max_tokens_across_ranks = " + std::to_string(*largest) + " with " +
+                        std::to_string(n) + " tokens on rank " + std::to_string(config.rank),
+                    "the largest token count of any rank in this call, in [" + std::to_string(n) +
+                        ", max_num_inp_token_per_rank = " + std::to_string(config.max_num_inp_token_per_rank) + "]",
+                    "pass the maximum of every rank's token count for this call (the same on every rank), or leave "
+                    "it unset");
+      return config.runs_internode_v2(*largest);
+    }
+    return config.runs_internode_v2(n);
+  }
+
   DispatchResult launch_dispatch(const TensorRef& input, const TensorRef& weights,
                                  const std::optional<TensorRef>& scales, const TensorRef& indices, void* route_map,
-                                 bool replay) {
+                                 bool replay, bool v2) {
     const int64_t n = input.shape[0];
     const ScheduleEntry& geometry = geometry_for(n);
-    const bool v2 = config.runs_internode_v2(n);
     const Kernel& kernel = *kernels.dispatch;
     device.launch(kernel, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
                   LaunchArgs(kernel)
@@ -613,17 +628,19 @@ EpDispatchCombineOp::~EpDispatchCombineOp() = default;
 
 DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const TensorRef& weights,
                                              const std::optional<TensorRef>& scales, const TensorRef& indices,
-                                             Routing* record) {
+                                             Routing* record, const DispatchOptions& options) {
   Impl& op = *impl_;
   op.check_dispatch_inputs("dispatch", input, weights, scales, indices, /*counts_slots=*/true);
   if (record && record->op_id_ != op.id)
     throw Error("dispatch: the routing to record into belongs to another op", "a Routing from this op's make_routing()",
                 "record with this op's make_routing()");
+  const bool v2 = op.call_runs_internode_v2("dispatch", input.shape[0], options);
   op.route_in_use = record ? record->route_ : op.route;
-  DispatchResult result = op.launch_dispatch(input, weights, scales, indices, op.route_in_use, false);
+  DispatchResult result = op.launch_dispatch(input, weights, scales, indices, op.route_in_use, false, v2);
   if (record) {
     record->tokens_ = input.shape[0];
     record->forward_route_ = true;
+    record->internode_v2_ = v2;
   }
   return result;
 }
@@ -640,16 +657,16 @@ DispatchResult EpDispatchCombineOp::dispatch_replay(const TensorRef& input, cons
     throw Error("dispatch_replay: " + std::to_string(input.shape[0]) + " tokens, but the routing was recorded with " +
                     std::to_string(routing.tokens_),
                 "the recorded token count (and the same indices)", "replay with the batch the routing was recorded for");
-  if (op.config.runs_internode_v2(routing.tokens_) && !routing.forward_route_)
-    throw Error("dispatch_replay: a call of " + std::to_string(routing.tokens_) +
-                    " tokens runs internode v2, whose replay needs the forwarding slots this rank recorded, but the "
+  if (routing.internode_v2_ && !routing.forward_route_)
+    throw Error("dispatch_replay: the recorded call of " + std::to_string(routing.tokens_) +
+                    " tokens ran internode v2, whose replay needs the forwarding slots this rank recorded, but the "
                     "routing was loaded from a map without them",
                 "a routing recorded by a dispatch, or loaded from a whole route_map() (" +
                     std::to_string(route_words(op.config)) + " words)",
                 "replay the recorded routing itself, load the whole route_map(), or build the op with "
                 "internode_kernel v2_ll");
   op.route_in_use = routing.route_;
-  return op.launch_dispatch(input, weights, scales, indices, routing.route_, true);
+  return op.launch_dispatch(input, weights, scales, indices, routing.route_, true, routing.internode_v2_);
 }
 
 CombineResult EpDispatchCombineOp::combine(const TensorRef& input, const std::optional<TensorRef>& weights) {
@@ -791,7 +808,8 @@ TensorRef EpDispatchCombineOp::route_map(const Routing& routing) const {
   return {routing.route_, DType::I32, {int64_t(route_words(op.config))}};
 }
 
-void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, int64_t tokens) {
+void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, int64_t tokens,
+                                       const DispatchOptions& options) {
   Impl& op = *impl_;
   op.require_open("load_routing");
   if (routing.op_id_ != op.id)
@@ -806,6 +824,7 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
     throw Error("load_routing: " + std::to_string(tokens) + " tokens",
                 "at most max_num_inp_token_per_rank = " + std::to_string(op.config.max_num_inp_token_per_rank),
                 "pass the token count the map was recorded for");
+  const bool v2 = op.call_runs_internode_v2("load_routing", tokens, options);
   std::vector<int32_t> host(size_t(words), -1);
   op.stream->synchronize();
   op.device.copy_to_host(host.data(), map.data, size_t(whole ? words : own_words) * 4);
@@ -864,6 +883,7 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
   op.device.copy_to_device(routing.route_, host.data(), host.size() * 4);
   routing.tokens_ = tokens;
   routing.forward_route_ = whole;
+  routing.internode_v2_ = v2;
 }
 
 void EpDispatchCombineOp::check() {
@@ -880,7 +900,9 @@ void EpDispatchCombineOp::check() {
     const std::string auto_rule =
         op.config.internode_kernel == InternodeKernel::Auto
             ? "; with internode_kernel auto, every rank of a call must have at most, or every rank more than, " +
-                  std::to_string(op.config.internode_auto_ll_max_tokens) + " tokens (internode_auto_ll_max_tokens)"
+                  std::to_string(op.config.internode_auto_ll_max_tokens) +
+                  " tokens (internode_auto_ll_max_tokens), unless every rank passes the call's largest count as "
+                  "max_tokens_across_ranks"
             : "";
     throw Error(where + "an internode transfer failed: " + *why + " (the peer died, stalled, or skipped a call)",
                 "every rank calls dispatch and combine the same number of times, and each comes within the timeout" +

@@ -156,7 +156,8 @@ std::vector<std::vector<uint8_t>> combine(const EpDispatchCombineConfig& config,
     std::vector<std::vector<float>> sums(static_cast<size_t>(tokens));
     for (int t = 0; t < tokens; ++t) {
       const int32_t* experts = &inputs[size_t(r)].indices[size_t(t) * size_t(config.num_experts_per_token)];
-      sums[size_t(t)] = grouped_sum(summation_groups(config, r, tokens, experts), hidden, [&](int d) {
+      sums[size_t(t)] = grouped_sum(summation_groups(config, r, inputs[size_t(r)].tokens_auto_picks_by(), experts),
+                                    hidden, [&](int d) {
         const auto& list = received[size_t(d)];
         const auto it = std::find_if(list.begin(), list.end(), [&](const ReceivedToken& token) {
           return token.source_rank == r && token.source_token == t;

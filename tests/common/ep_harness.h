@@ -74,6 +74,9 @@ struct EpCase {
   std::optional<int> gpu_per_node;
   InternodeKernel internode_kernel = InternodeKernel::Auto;
   int64_t internode_auto_ll_max_tokens = 512;
+  // Every dispatch (and load_routing) passes the call's largest count, rank
+  // 0's, as DispatchOptions::max_tokens_across_ranks.
+  bool pass_max_tokens_across_ranks = false;
   std::optional<bool> low_latency_combine;  // unset: auto
   // Set as EPJIT_INTERNODE_TRANSPORT in each rank before its op is built
   // (process ranks: every rank its own environment). Empty: the default.
@@ -310,6 +313,7 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
       if (replay) {  // keep the recorded call's indices
         in.indices = makeInput(c, config, call, r, tokensOn(c, n_rank0, r)).indices;
       }
+      if (c.pass_max_tokens_across_ranks) in.max_tokens_across_ranks = tokensOn(c, n_rank0, 0);
       inputs.push_back(std::move(in));
     }
     const reference::RankInput& mine = inputs[size_t(rank)];
@@ -345,7 +349,8 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
     }
     if (c.before_dispatch) c.before_dispatch(call, rank, comm);
     DispatchResult result = replay ? op.dispatch_replay(input, weights, scales, indices, *routing)
-                                   : op.dispatch(input, weights, scales, indices, routing.get());
+                                   : op.dispatch(input, weights, scales, indices, routing.get(),
+                                                 {.max_tokens_across_ranks = mine.max_tokens_across_ranks});
     op.check();
 
     // Dispatch against the reference, keyed by (source rank, source token).
@@ -557,7 +562,8 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
       device.copy_to_host(got.data(), result.weights.data, got.size() * 4);
       const reference::RankInput& in = inputs[size_t(rank)];
       for (int64_t t = 0; t < n; ++t) {
-        const std::vector<float> want = reference::combined_weights(config, rank, n, &in.indices[size_t(t * k)],
+        const std::vector<float> want = reference::combined_weights(config, rank, in.tokens_auto_picks_by(),
+                                                                    &in.indices[size_t(t * k)],
                                                                     &in.weights[size_t(t * k)]);
         for (int j = 0; j < k; ++j) {
           if (got[size_t(t * k + j)] != want[size_t(j)]) {
@@ -585,7 +591,10 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
     if (c.replay) {
       if (c.replay_through_map) {
         std::unique_ptr<Routing> loaded = op.make_routing();
-        op.load_routing(*loaded, op.route_map(*routing), tokensOn(c, c.calls[call], rank));
+        const std::optional<int64_t> largest =
+            c.pass_max_tokens_across_ranks ? std::optional<int64_t>(tokensOn(c, c.calls[call], 0)) : std::nullopt;
+        op.load_routing(*loaded, op.route_map(*routing), tokensOn(c, c.calls[call], rank),
+                        {.max_tokens_across_ranks = largest});
         routing = std::move(loaded);
       }
       auto [r_inputs, r_received, r_rows, r_tokens, r_weights, r_total] = oneDispatch(int(call), c.calls[call], true);

@@ -181,6 +181,17 @@ std::vector<EpCase> matrix() {
        .calls = {37, 600, 520, 1}, .gpu_per_node = 2});
   add({.name = "internode_auto_both_sides_replay_scatter_w6_g3", .world = 6, .hidden = 64, .max_tokens = 600,
        .mode = scatter, .calls = {600, 2, 520}, .replay = true, .gpu_per_node = 3});
+  // DP attention: ranks of a call on two sides of auto's crossover (41 tokens
+  // on even ranks, 40 on odd ones, crossover 40) agree when each passes the
+  // call's largest count; without it their transfers would never pair. The
+  // 40-token rank runs v2, whose two-level sums the reference checks.
+  add({.name = "internode_auto_straddling_ranks_agree_w4_g2", .world = 4, .hidden = 64, .max_tokens = 60,
+       .calls = {41, 7, 41, 60, 1}, .gpu_per_node = 2, .internode_auto_ll_max_tokens = 40,
+       .pass_max_tokens_across_ranks = true});
+  add({.name = "internode_auto_straddling_ranks_agree_replay_scatter_w6_g3", .world = 6, .hidden = 64,
+       .topk = 4, .max_tokens = 60, .mode = scatter, .calls = {41, 2, 41}, .replay = true,
+       .replay_through_map = true, .gpu_per_node = 3, .internode_auto_ll_max_tokens = 40,
+       .pass_max_tokens_across_ranks = true});
   // Under auto a v2_ll call moves internode_auto_ll_max_tokens rows per peer,
   // not the op's maximum: top-8 over all 8 experts sends every token to every
   // rank, so a 40-token call fills its blocks to that cut exactly.
@@ -232,6 +243,23 @@ TEST_P(EpEndToEnd, MatchesTheReference) {
                [&](int rank, Communicator& comm, KernelCache& cache) { return runRank(c, rank, comm, cache); },
                c.gpu_per_node);
   EXPECT_EQ(failures, "");
+}
+
+// The straddling call above without the largest count: the even ranks run
+// v2, the odd ones v2_ll, so their transfers cannot pair. The host transport
+// sees it at once, and every rank is told how to make them agree.
+TEST(EpInternodeAuto, RanksOnTwoSidesOfTheCrossoverAreToldHowToAgree) {
+  const EpCase c{.name = "straddling_without_the_largest_count", .world = 4, .hidden = 64, .max_tokens = 60,
+                 .calls = {41}, .gpu_per_node = 2, .internode_auto_ll_max_tokens = 40};
+  const std::string failures =
+      runRanks(c.world, c.ranks, testCache(),
+               [&](int rank, Communicator& comm, KernelCache& cache) { return runRank(c, rank, comm, cache); },
+               c.gpu_per_node);
+  for (int rank = 0; rank < c.world; ++rank)
+    EXPECT_NE(failures.find("rank " + std::to_string(rank) + " threw"), std::string::npos) << failures;
+  EXPECT_NE(failures.find("internode exchange"), std::string::npos) << failures;
+  EXPECT_NE(failures.find("pass the call's largest token count as max_tokens_across_ranks"), std::string::npos)
+      << failures;
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, EpEndToEnd, ::testing::ValuesIn(matrix()),

@@ -104,6 +104,15 @@ TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
 
     const int32_t good[6] = {0, 1, 2, 3, 3, 0};
     comm.device().copy_to_device(idx, good, sizeof good);
+    // max_tokens_across_ranks is the call's largest count: not below this
+    // rank's, not above the op's maximum (8).
+    f += expectParts("largest count below this rank's",
+                     thrown([&] { op.dispatch(input, weights, std::nullopt, indices, nullptr, {.max_tokens_across_ranks = 2}); }),
+                     {"max_tokens_across_ranks = 2 with 3 tokens", "in [3, max_num_inp_token_per_rank = 8]",
+                      "the same on every rank"});
+    f += expectParts("largest count past the op's",
+                     thrown([&] { op.dispatch(input, weights, std::nullopt, indices, nullptr, {.max_tokens_across_ranks = 9}); }),
+                     {"max_tokens_across_ranks = 9", "in [3, max_num_inp_token_per_rank = 8]"});
     auto never_recorded = op.make_routing();
     f += expectParts("replay unrecorded",
                      thrown([&] { op.dispatch_replay(input, weights, std::nullopt, indices, *never_recorded); }),
@@ -256,7 +265,7 @@ TEST(EpOpErrors, InternodeRefusesWhatItCannotRun) {
         op.load_routing(*partial, {whole.data, DType::I32, {int64_t(own_words)}}, n);
         f += expectParts("replay without forwarding slots",
                          thrown([&] { op.dispatch_replay(input, weights, std::nullopt, indices, *partial); }),
-                         {"runs internode v2", "forwarding slots", "whole route_map()"});
+                         {"ran internode v2", "forwarding slots", "whole route_map()"});
 
         // A forward entry naming the other node's rank (this rank forwarded a row to rank 1 - rank's slot 0).
         const int other = 1 - rank;

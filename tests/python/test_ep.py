@@ -51,18 +51,20 @@ def identity_expected(x, indices, quant, target_fp8):
 
 
 def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results, masked=False, gpu_per_node=None,
-             internode_kernel="auto"):
+             internode_kernel="auto", auto_ll_max_tokens=512, pass_largest=False):
     try:
         comm = epjit.Communicator.init(world, rank, uid, target=target, gpu_per_node=gpu_per_node)
         config = epjit.EpDispatchCombineConfig(
             rank=rank, world_size=world, hidden_dim=HIDDEN, max_num_inp_token_per_rank=MAX_TOKENS,
             num_experts_per_rank=EPR, num_experts_per_token=TOPK, data_type=dtype, combine_mode=mode,
-            quant_type=quant, gpu_per_node=gpu_per_node, internode_kernel=internode_kernel)
+            quant_type=quant, gpu_per_node=gpu_per_node, internode_kernel=internode_kernel,
+            internode_auto_ll_max_tokens=auto_ll_max_tokens)
         with epjit.EpDispatchCombineOp(config, comm) as op:
             for call, tokens in enumerate(calls):
                 n = max(0, tokens - rank % 2)
                 x, w, idx = make_inputs(rank, world, n, dtype, seed=call, masked=masked)
-                tokens_out, w_out, _, idx_out, total = op.dispatch(x, w, None, idx)
+                largest = dict(max_tokens_across_ranks=tokens) if pass_largest else {}
+                tokens_out, w_out, _, idx_out, total = op.dispatch(x, w, None, idx, **largest)
                 op.synchronize()
                 received = int(total[0])
                 # Per local expert, the received tokens naming it (once each), host and device.
@@ -124,6 +126,17 @@ def test_internode_from_python(world, gpu_per_node, mode, kernel):
     """Nodes of gpu_per_node ranks, joined through the host transport."""
     run_threads(world, dtype="bf16", mode=mode, quant="none", target="host", calls=[19, 0, 5],
                 gpu_per_node=gpu_per_node, internode_kernel=kernel)
+
+
+def test_internode_auto_with_ranks_on_both_sides_of_its_crossover():
+    """DP attention: even ranks bring 19 tokens, odd ones 18, auto's crossover is 18.
+    Each passes the call's largest count, so all run v2; without it the host
+    transport refuses the unpaired transfers and says what to pass."""
+    run_threads(4, dtype="bf16", mode="gather", quant="none", target="host", calls=[19, 5, 19],
+                gpu_per_node=2, auto_ll_max_tokens=18, pass_largest=True)
+    with pytest.raises(AssertionError, match="max_tokens_across_ranks"):
+        run_threads(4, dtype="bf16", mode="gather", quant="none", target="host", calls=[19],
+                    gpu_per_node=2, auto_ll_max_tokens=18)
 
 
 def test_minus_one_indices_route_nowhere():

@@ -277,26 +277,33 @@ def internode_body(world, rank, uid_bytes, seed, checks, gpu_per_node, kernel):
     """Nodes of gpu_per_node ranks (host ranks, the host transport between nodes):
     the round trip, the forward map's ranks, a replay right after the dispatch and
     one of a handle rebuilt from its tensors (its map ends with the off-node counts;
-    v2 refuses it: MORI's tensors do not hold the forwarding ranks' slots)."""
+    v2 refuses it: MORI's tensors do not hold the forwarding ranks' slots).
+    kernel "auto_straddling": auto with its crossover between the ranks' counts
+    (MAX_TOKENS - rank), each dispatch passing the largest, so every rank runs v2."""
     uid = pickle.loads(uid_bytes)
+    fields, dispatch_kw = dict(internode_kernel=kernel), {}
+    if kernel == "auto_straddling":
+        fields = dict(internode_kernel="auto", internode_auto_ll_max_tokens=MAX_TOKENS - 1)
+        dispatch_kw = dict(max_tokens_across_ranks=MAX_TOKENS)
+    v2 = kernel != "v2_ll"
     with cco.Communicator.init(world, rank, uid, device="host", gpu_per_node=gpu_per_node,
                                timeout_seconds=120) as comm:
-        op = EpDispatchCombineOp(make_cfg(world, rank, gpu_per_node=gpu_per_node, internode_kernel=kernel), comm)
+        op = EpDispatchCombineOp(make_cfg(world, rank, gpu_per_node=gpu_per_node, **fields), comm)
         checks.expect(op.capabilities["internode"], "capabilities say internode")
         x, w, idx = rank_inputs(world, rank, MAX_TOKENS - rank, seed)
-        out, out_w, out_idx, n, handle, back, back_w = round_trip(op, x, w, idx)
+        out, out_w, out_idx, n, handle, back, back_w = round_trip(op, x, w, idx, **dispatch_kw)
         checks.expect(torch.equal(back.view(torch.int16), identity_expected(x, idx).view(torch.int16)),
                       f"internode {kernel} bf16 gather: combine(dispatch(x)) != U * x")
-        check_forward_map_ranks(op, handle, x, idx, checks, rail=(rank, gpu_per_node) if kernel == "v2" else None)
+        check_forward_map_ranks(op, handle, x, idx, checks, rail=(rank, gpu_per_node) if v2 else None)
         x2 = (x.float() * 0.5).to(torch.bfloat16)
-        op.dispatch(x, w, None, idx, return_routing=False)
+        op.dispatch(x, w, None, idx, return_routing=False, **dispatch_kw)
         replay_identity(op, x2, w, idx, handle, "internode replay after dispatch", checks)
         # A new payload: rows a replay failed to send would show as the last call's.
         x3 = (x.float() * 0.25).to(torch.bfloat16)
         rebuilt = EpDispatchRoutingHandle.from_tensors(handle.tensors(), cur_rank_num_token=x.shape[0])
-        if kernel == "v2":
+        if v2:
             try:
-                op.dispatch(x3, w, None, idx, routing=rebuilt)
+                op.dispatch(x3, w, None, idx, routing=rebuilt, **dispatch_kw)
                 checks.expect(False, "v2 replayed a handle rebuilt from MORI's tensors")
             except epjit.Error as error:
                 checks.expect("forwarding slots" in str(error), f"v2 from_tensors refusal says why: {error}")
@@ -349,7 +356,7 @@ def test_mori_api_on_epjit(device, world):
     run_world(device, world)
 
 
-@pytest.mark.parametrize("kernel", ["v2_ll", "v2"])
+@pytest.mark.parametrize("kernel", ["v2_ll", "v2", "auto_straddling"])
 @pytest.mark.parametrize("world,gpu_per_node", [(4, 2), (3, 1)])
 def test_mori_api_across_nodes(world, gpu_per_node, kernel):
     run_world("cpu", world, gpu_per_node, kernel)

@@ -128,7 +128,8 @@ struct EpDispatchCombineConfig {
   // node once, through its rail peer) rather than v2_ll? auto: above
   // internode_auto_ll_max_tokens. Every rank of a call must decide alike
   // (their transfers pair up): they do when their token counts are on the
-  // same side of the crossover.
+  // same side of the crossover, or when each passes the call's largest count
+  // (DispatchOptions::max_tokens_across_ranks) as `tokens`.
   bool runs_internode_v2(int64_t tokens) const;
   // Does the op combine with the low-latency protocol (low_latency_combine,
   // auto resolved)?

@@ -78,6 +78,8 @@ class Routing {
   Routing& operator=(const Routing&) = delete;
   int64_t tokens() const { return tokens_; }
   bool recorded() const { return tokens_ >= 0; }
+  // Whether the recorded call ran internode v2 (its replays do too).
+  bool runs_internode_v2() const { return internode_v2_; }
 
  private:
   friend class EpDispatchCombineOp;
@@ -90,6 +92,19 @@ class Routing {
   // recorded dispatch, or a whole route_map() loaded back). A map loaded
   // without it (as a MORI handle's tensors give) replays only v2_ll calls.
   bool forward_route_ = false;
+  bool internode_v2_ = false;
+};
+
+// What a caller knows about a dispatch beyond its own tensors.
+struct DispatchOptions {
+  // The largest token count any rank brings to this call, the same on every
+  // rank (DP attention gives ranks batches of different sizes; frameworks
+  // gather them). internode_kernel auto picks v2_ll or v2 by the call's token
+  // count, and the ranks of a call must pick alike (their transfers pair up):
+  // with this set every rank picks by it. Unset: each rank picks by its own
+  // count, so every rank's count must be on the same side of
+  // internode_auto_ll_max_tokens. In [n, max_num_inp_token_per_rank].
+  std::optional<int64_t> max_tokens_across_ranks;
 };
 
 struct OpOptions {
@@ -115,9 +130,10 @@ class EpDispatchCombineOp {
   // most max_num_inp_token_per_rank. `record` (from make_routing()) keeps the
   // routing for a later dispatch_replay().
   DispatchResult dispatch(const TensorRef& input, const TensorRef& weights, const std::optional<TensorRef>& scales,
-                          const TensorRef& indices, Routing* record = nullptr);
+                          const TensorRef& indices, Routing* record = nullptr, const DispatchOptions& options = {});
   // The same routing as `routing` was recorded with (same n and indices on
-  // every rank), new payloads: skips slot allocation.
+  // every rank), new payloads: skips slot allocation, and runs the internode
+  // kernel the recorded call ran.
   DispatchResult dispatch_replay(const TensorRef& input, const TensorRef& weights,
                                  const std::optional<TensorRef>& scales, const TensorRef& indices,
                                  const Routing& routing);
@@ -158,7 +174,8 @@ class EpDispatchCombineOp {
   // saved and restored by a framework. Checked on the host before use (every
   // entry -1 or a rank and slot inside the op, the count inside capacity), so
   // it synchronizes; a bad map throws and leaves the routing as it was.
-  void load_routing(Routing& routing, const TensorRef& map, int64_t tokens);
+  // `options` as the recorded dispatch had them (internode auto's choice).
+  void load_routing(Routing& routing, const TensorRef& map, int64_t tokens, const DispatchOptions& options = {});
   // Synchronizes the op's stream and throws epjit::Error when a kernel
   // reported a problem (a peer that did not arrive within the peer timeout,
   // overflow, a bad expert). The problem stays reported, and every later

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "epjit/ep/config.h"
@@ -16,6 +17,10 @@ namespace epjit::ep::reference {
 // One rank's dispatch inputs (row-major).
 struct RankInput {
   int tokens = 0;
+  // As the rank's dispatch passed it (DispatchOptions): internode auto then
+  // picks v2 or v2_ll by it instead of `tokens`.
+  std::optional<int64_t> max_tokens_across_ranks;
+  int64_t tokens_auto_picks_by() const { return max_tokens_across_ranks.value_or(tokens); }
   std::vector<uint8_t> payload;  // tokens * dispatch_token_bytes
   std::vector<float> weights;    // tokens * top-k
   std::vector<uint8_t> scales;   // tokens * scale_bytes_per_token (opaque)
@@ -47,7 +52,8 @@ std::vector<std::vector<ReceivedToken>> dispatch(const EpDispatchCombineConfig& 
 // destinations, each summed in f32 in the order listed (the first taken as
 // is, so a -0 keeps its sign), then the groups' sums added in f32 in order.
 // One group, the destinations, except for a call that runs internode v2
-// (config.runs_internode_v2(tokens)): then the origin's own node's
+// (config.runs_internode_v2(tokens), `tokens` the count auto picks by:
+// RankInput::tokens_auto_picks_by()): then the origin's own node's
 // destinations first (when it has any), then each other node's, nodes in the
 // order their first destination appears (docs/EP.md "Internode").
 std::vector<std::vector<int>> summation_groups(const EpDispatchCombineConfig& config, int rank, int64_t tokens,

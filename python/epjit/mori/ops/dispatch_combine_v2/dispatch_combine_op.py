@@ -141,7 +141,8 @@ class EpDispatchCombineOp:
         return raw.view(getattr(torch, _SCALE_DTYPES[self.cfg.scale_type_size]))
 
     def _runs_v2(self, n):
-        """Does a call of n tokens run epjit's internode v2 (EpDispatchCombineConfig::runs_internode_v2)?"""
+        """Does a call auto picks by n tokens run epjit's internode v2
+        (EpDispatchCombineConfig::runs_internode_v2)?"""
         cfg = self.cfg
         per_node = cfg.gpu_per_node or cfg.world_size
         if per_node >= cfg.world_size:
@@ -149,7 +150,7 @@ class EpDispatchCombineOp:
         kernel = str(cfg.internode_kernel)
         return kernel == "v2" or (kernel == "auto" and n > cfg.internode_auto_ll_max_tokens)
 
-    def _destination_ordinals(self, indices, n):
+    def _destination_ordinals(self, indices, n, v2):
         """Per (token, k) of the first n tokens: valid (not masked), first (the entry
         that opens its send target), and the ordinal of its target among the token's
         distinct targets in order of first appearance (epjit's route order). A target
@@ -161,7 +162,7 @@ class EpDispatchCombineOp:
         idx = indices[:n].long()
         valid = idx >= 0
         ranks = torch.where(valid, idx // cfg.num_experts_per_rank, torch.full_like(idx, -1))
-        if self._runs_v2(n):
+        if v2:
             per_node = cfg.gpu_per_node
             node = ranks.div(per_node, rounding_mode="floor")
             rail = node * per_node + cfg.rank % per_node
@@ -183,19 +184,19 @@ class EpDispatchCombineOp:
         route = self._op.route_map(routing)[: m * k].view(m, k)
         forward = torch.full((m, k), -1, dtype=torch.int32, device=route.device)
         if n:
-            valid, _, ordinal_of_entry = self._destination_ordinals(indices, n)
+            valid, _, ordinal_of_entry = self._destination_ordinals(indices, n, routing.runs_internode_v2)
             entry = torch.gather(route[:n].long(), 1, ordinal_of_entry.clamp(min=0))
             # epjit's entry is rank * capacity + slot, MORI's rank * max_recv + slot: the same numbers.
             forward[:n] = torch.where(valid & (entry >= 0), entry, torch.full_like(entry, -1)).int()
         return forward.reshape(-1)
 
-    def _handle_routing(self, routing, indices, n):
+    def _handle_routing(self, routing, indices, n, max_tokens_across_ranks):
         """epjit's Routing for a handle: its own, or one loaded from MORI's maps."""
         if routing._routing is not None and routing._op_id == id(self):
             return routing._routing
-        return self._load_mori_maps(routing, indices, n)
+        return self._load_mori_maps(routing, indices, n, max_tokens_across_ranks)
 
-    def _load_mori_maps(self, handle, indices, n):
+    def _load_mori_maps(self, handle, indices, n, max_tokens_across_ranks):
         """A handle from from_tensors: MORI's forward map back to epjit's route."""
         torch = _torch()
         cfg = self.cfg
@@ -204,7 +205,8 @@ class EpDispatchCombineOp:
             raise epjit.Error(f"replay of {n} tokens with a routing recorded for {handle.cur_rank_num_token}; fix: "
                               "replay with the batch the routing was recorded for")
         forward = handle.disp_dest_tok_id_map.reshape(m, k).long()
-        _, first, ordinal = self._destination_ordinals(indices, n)
+        largest = n if max_tokens_across_ranks is None else int(max_tokens_across_ranks)
+        _, first, ordinal = self._destination_ordinals(indices, n, self._runs_v2(largest))
         route = torch.full((m, k), -1, dtype=torch.int64, device=forward.device)
         rows = torch.arange(n, device=forward.device)[:, None].expand(n, k)
         route[rows[first], ordinal[first]] = forward[:n][first]
@@ -218,23 +220,28 @@ class EpDispatchCombineOp:
         sent = torch.where(node, torch.zeros_like(sent), sent)
         flat = torch.cat([route.reshape(-1), total, sent]).int()
         recorded = self._take_routing()
-        self._op.load_routing(recorded, flat, n)  # checked on the host: synchronizes
+        self._op.load_routing(recorded, flat, n, max_tokens_across_ranks)  # checked on the host: synchronizes
         self._adopt(handle, recorded)
         return recorded
 
     # -- the op ----------------------------------------------------------------
-    def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False):
+    def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False,
+                 max_tokens_across_ranks=None):
         """Returns (out [max_recv, hidden], out_weights [max_recv, k], out_scales or
-        None, out_indices [max_recv, k], total_recv [1] int32 on the device[, routing])."""
+        None, out_indices [max_recv, k], total_recv [1] int32 on the device[, routing]).
+        max_tokens_across_ranks (epjit's, not MORI's): the largest token count of any
+        rank in this call, the same on every rank, for internode_kernel auto under
+        DP attention (docs/EP.md "Internode")."""
         if routing is not None and return_routing:
             raise ValueError("pass either routing= (replay) or return_routing=True, not both")
         n = int(input.shape[0])
         weights = self._weights_or_zeros(weights, n)
         scales = self._scales_of(scales, n)
-        replay = self._handle_routing(routing, indices, n) if routing is not None else None
+        replay = (self._handle_routing(routing, indices, n, max_tokens_across_ranks) if routing is not None
+                  else None)
         record = self._take_routing() if return_routing else None
         result = self._op.dispatch(input, weights, scales, indices, routing=replay, return_routing=return_routing,
-                                   record=record)
+                                   record=record, max_tokens_across_ranks=max_tokens_across_ranks)
         out, out_w, out_s, out_idx, total = result[:5]
         self._settle()
         self._last = dict(n=n, out=out, weights=out_w, indices=out_idx, total=total)
