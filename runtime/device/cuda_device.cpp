@@ -189,6 +189,28 @@ class CudaDevice final : public Device {
     check(cuda_driver().cuMemsetD8_v2(reinterpret_cast<CUdeviceptr>(device), 0, bytes), "memset");
     check(cuda_driver().cuCtxSynchronize(), "memset (completion)");
   }
+  // On the stream, then that stream's synchronize: the DMA of a pageable
+  // copy has landed, and no other stream is waited for.
+  void copy_to_device(void* device, const void* host, size_t bytes, Stream& stream) override {
+    current();
+    const CUstream handle = static_cast<CudaStream&>(stream).handle();
+    check(cuda_driver().cuMemcpyHtoDAsync_v2(reinterpret_cast<CUdeviceptr>(device), host, bytes, handle),
+          "copy to device");
+    check(cuda_driver().cuStreamSynchronize(handle), "copy to device (completion)");
+  }
+  void copy_to_host(void* host, const void* device, size_t bytes, Stream& stream) override {
+    current();
+    const CUstream handle = static_cast<CudaStream&>(stream).handle();
+    check(cuda_driver().cuMemcpyDtoHAsync_v2(host, reinterpret_cast<CUdeviceptr>(device), bytes, handle),
+          "copy to host");
+    check(cuda_driver().cuStreamSynchronize(handle), "copy to host (completion)");
+  }
+  void fill_zero(void* device, size_t bytes, Stream& stream) override {
+    current();
+    const CUstream handle = static_cast<CudaStream&>(stream).handle();
+    check(cuda_driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(device), 0, bytes, handle), "memset");
+    check(cuda_driver().cuStreamSynchronize(handle), "memset (completion)");
+  }
   std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {
     current();
     return std::make_unique<CudaModule>(binary);

@@ -62,6 +62,9 @@ static_assert(sizeof(CUlaunchConfig) == 56);
   X(cuMemcpyDtoH_v2, CUresult, void*, CUdeviceptr, size_t)                                                    \
   X(cuMemcpyDtoDAsync_v2, CUresult, CUdeviceptr, CUdeviceptr, size_t, CUstream)                               \
   X(cuMemsetD8_v2, CUresult, CUdeviceptr, unsigned char, size_t)                                              \
+  X(cuMemcpyHtoDAsync_v2, CUresult, CUdeviceptr, const void*, size_t, CUstream)                               \
+  X(cuMemcpyDtoHAsync_v2, CUresult, void*, CUdeviceptr, size_t, CUstream)                                     \
+  X(cuMemsetD8Async, CUresult, CUdeviceptr, unsigned char, size_t, CUstream)                                  \
   X(cuModuleLoadData, CUresult, CUmodule*, const void*)                                                       \
   X(cuModuleUnload, CUresult, CUmodule)                                                                       \
   X(cuModuleGetFunction, CUresult, CUfunction*, CUmodule, const char*)                                        \
@@ -110,6 +113,7 @@ struct hipIpcMemHandle_t {
   X(hipMemcpy, hipError_t, void*, const void*, size_t, int)                                                   \
   X(hipMemcpyAsync, hipError_t, void*, const void*, size_t, int, hipStream_t)                                 \
   X(hipMemset, hipError_t, void*, int, size_t)                                                                \
+  X(hipMemsetAsync, hipError_t, void*, int, size_t, hipStream_t)                                              \
   X(hipModuleLoadData, hipError_t, hipModule_t*, const void*)                                                 \
   X(hipModuleUnload, hipError_t, hipModule_t)                                                                 \
   X(hipModuleGetFunction, hipError_t, hipFunction_t*, hipModule_t, const char*)                               \

@@ -196,6 +196,22 @@ class HipDevice final : public Device {
     check(hip_driver().hipMemset(device, 0, bytes), "memset");
     check(hip_driver().hipDeviceSynchronize(), "memset (completion)");
   }
+  // On the stream, then that stream's synchronize (see the CUDA device).
+  void copy_to_device(void* device, const void* host, size_t bytes, Stream& stream) override {
+    const hipStream_t handle = static_cast<HipStream&>(stream).handle();
+    check(hip_driver().hipMemcpyAsync(device, host, bytes, kHipMemcpyHostToDevice, handle), "copy to device");
+    check(hip_driver().hipStreamSynchronize(handle), "copy to device (completion)");
+  }
+  void copy_to_host(void* host, const void* device, size_t bytes, Stream& stream) override {
+    const hipStream_t handle = static_cast<HipStream&>(stream).handle();
+    check(hip_driver().hipMemcpyAsync(host, device, bytes, kHipMemcpyDeviceToHost, handle), "copy to host");
+    check(hip_driver().hipStreamSynchronize(handle), "copy to host (completion)");
+  }
+  void fill_zero(void* device, size_t bytes, Stream& stream) override {
+    const hipStream_t handle = static_cast<HipStream&>(stream).handle();
+    check(hip_driver().hipMemsetAsync(device, 0, bytes, handle), "memset");
+    check(hip_driver().hipStreamSynchronize(handle), "memset (completion)");
+  }
   std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {
     return std::make_unique<HipModule>(binary);
   }

@@ -222,6 +222,19 @@ class HostDevice final : public Device {
     static_cast<HostStream&>(stream).enqueue([=] { std::memcpy(dst, src, bytes); });
   }
   void fill_zero(void* device, size_t bytes) override { std::memset(device, 0, bytes); }
+  // After the stream's tasks, on this thread (a failed task is reported here).
+  void copy_to_device(void* device, const void* host, size_t bytes, Stream& stream) override {
+    stream.synchronize();
+    std::memcpy(device, host, bytes);
+  }
+  void copy_to_host(void* host, const void* device, size_t bytes, Stream& stream) override {
+    stream.synchronize();
+    std::memcpy(host, device, bytes);
+  }
+  void fill_zero(void* device, size_t bytes, Stream& stream) override {
+    stream.synchronize();
+    std::memset(device, 0, bytes);
+  }
 
   std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {
     return std::make_unique<HostModule>(binary);

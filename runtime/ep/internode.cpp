@@ -332,9 +332,9 @@ void InternodeExchange::combine_v2(const EpKernels& kernels, LaunchGeometry geom
                  stream);
 }
 
-void InternodeExchange::clear_outbox_state() {
+void InternodeExchange::clear_outbox_state(Stream& stream) {
   for (int peer = 0; peer < world_; ++peer)
-    if (off_node(peer)) device_.fill_zero(outbox(peer) + window_.state, window_.state_bytes);  // idle: more than once
+    if (off_node(peer)) device_.fill_zero(outbox(peer) + window_.state, window_.state_bytes, stream);  // idle: more than once
 }
 
 }  // namespace epjit::ep

@@ -78,8 +78,8 @@ class InternodeExchange {
   };
   void combine_v2(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, const V2Combine& call,
                   Stream& stream);
-  // reset(): the outboxes' counters and counts (the caller has synchronized).
-  void clear_outbox_state();
+  // reset(): the outboxes' counters and counts, ordered on the op's stream.
+  void clear_outbox_state(Stream& stream);
   // Why the transport's transfers failed, once they have (check()).
   std::optional<std::string> transport_failure() const { return transport_->failure(); }
   // reset(), collective: the transport ready again after any rank's failure.

@@ -82,9 +82,10 @@ size_t route_words(const EpDispatchCombineConfig& config) {
   return own_route_words(config) + forward_route_words(config);
 }
 
-int32_t read_word(Device& device, const void* base, size_t byte_offset) {
+// A word of the op's memory, read after the op's stream's work (only).
+int32_t read_word(Device& device, Stream& stream, const void* base, size_t byte_offset) {
   int32_t value = 0;
-  device.copy_to_host(&value, static_cast<const char*>(base) + byte_offset, 4);
+  device.copy_to_host(&value, static_cast<const char*>(base) + byte_offset, 4, stream);
   return value;
 }
 
@@ -144,9 +145,9 @@ int bits_of(DType type) {
   return 8;
 }
 
-Routing::Routing(Device& device, size_t words, uint64_t op_id) : device_(device), op_id_(op_id) {
+Routing::Routing(Device& device, Stream& stream, size_t words, uint64_t op_id) : device_(device), op_id_(op_id) {
   route_ = device_.allocate(words * 4);
-  device_.fill_zero(route_, words * 4);  // a map of a routing never dispatched reads as "nothing sent"
+  device_.fill_zero(route_, words * 4, stream);  // a map of a routing never dispatched reads as "nothing sent"
 }
 Routing::~Routing() { device_.release(route_); }
 
@@ -372,7 +373,7 @@ struct EpDispatchCombineOp::Impl {
   // setting never changes generated code.
   void write_peer_timeout() {
     const int32_t milliseconds = peer_timeout_ms;
-    device.copy_to_device(state_word(window.peer_timeout_word), &milliseconds, 4);
+    device.copy_to_device(state_word(window.peer_timeout_word), &milliseconds, 4, *stream);
   }
 
   void release() {
@@ -425,7 +426,7 @@ struct EpDispatchCombineOp::Impl {
   // forwarded stay -1, so route_map() hands out only entries load_routing accepts.
   void clear_forward_route(void* route_map) const {
     const std::vector<int32_t> none(forward_route_words(config), -1);
-    if (!none.empty()) device.copy_to_device(forward_route(route_map), none.data(), none.size() * 4);
+    if (!none.empty()) device.copy_to_device(forward_route(route_map), none.data(), none.size() * 4, *stream);
   }
   int64_t capacity() const { return config.total_recv_tokens(); }
 
@@ -748,10 +749,11 @@ std::vector<int> EpDispatchCombineOp::local_expert_counts(ExpertCountRule rule) 
   op.require_open("local_expert_counts");
   op.require_received_rows("local_expert_counts");
   op.stream->synchronize();
-  const int total = read_word(op.device, op.state_word(op.window.total_recv_word), 0);
+  const int total = read_word(op.device, *op.stream, op.state_word(op.window.total_recv_word), 0);
   const int k = op.config.num_experts_per_token, epr = op.config.num_experts_per_rank;
   std::vector<int32_t> indices(size_t(total) * size_t(k));
-  if (!indices.empty()) op.device.copy_to_host(indices.data(), op.local(op.window.recv_indices), indices.size() * 4);
+  if (!indices.empty())
+    op.device.copy_to_host(indices.data(), op.local(op.window.recv_indices), indices.size() * 4, *op.stream);
   std::vector<int> counts(size_t(epr), 0);
   for (int i = 0; i < total; ++i) {
     const int32_t* row = &indices[size_t(i) * size_t(k)];
@@ -794,7 +796,7 @@ TensorRef EpDispatchCombineOp::combine_input() {
 
 std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
   impl_->require_open("make_routing");
-  std::unique_ptr<Routing> routing(new Routing(impl_->device, route_words(impl_->config), impl_->id));
+  std::unique_ptr<Routing> routing(new Routing(impl_->device, *impl_->stream, route_words(impl_->config), impl_->id));
   impl_->clear_forward_route(routing->route_);
   return routing;
 }
@@ -827,7 +829,7 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
   const bool v2 = op.call_runs_internode_v2("load_routing", tokens, options);
   std::vector<int32_t> host(size_t(words), -1);
   op.stream->synchronize();
-  op.device.copy_to_host(host.data(), map.data, size_t(whole ? words : own_words) * 4);
+  op.device.copy_to_host(host.data(), map.data, size_t(whole ? words : own_words) * 4, *op.stream);
   const int64_t cap = op.capacity(), ranks = op.config.world_size;
   const int64_t entries = op.config.max_num_inp_token_per_rank * k;
   for (int64_t i = 0; i < entries; ++i) {
@@ -880,7 +882,7 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
                   "-1, or rank * capacity + slot with a rank of this rank's node and slot < " + std::to_string(cap),
                   "pass a map route_map() returned for this op's configuration");
   }
-  op.device.copy_to_device(routing.route_, host.data(), host.size() * 4);
+  op.device.copy_to_device(routing.route_, host.data(), host.size() * 4, *op.stream);
   routing.tokens_ = tokens;
   routing.forward_route_ = whole;
   routing.internode_v2_ = v2;
@@ -911,7 +913,7 @@ void EpDispatchCombineOp::check() {
                 "a new communicator and op from the survivors; raise EpDispatchCombineConfig.peer_timeout_s / "
                 "EPJIT_PEER_TIMEOUT_S if off-node ranks are slow");
   }
-  const int32_t code = read_word(op.device, op.state_word(op.window.error_word), 0);
+  const int32_t code = read_word(op.device, *op.stream, op.state_word(op.window.error_word), 0);
   if (code == 0) return;
   if (code == op.window.error_peer_timeout)
     throw Error(where + "a peer did not arrive at a dispatch/combine meeting within the peer timeout of " +
@@ -948,8 +950,8 @@ void EpDispatchCombineOp::reset() {
                                 {op.window.moe_counts, op.window.moe_counts_bytes},
                                 {op.window.flagged_rows, op.window.flagged_rows_bytes},
                                 {op.window.flagged_weights, op.window.flagged_weights_bytes}})
-    if (bytes) op.device.fill_zero(op.local(offset), bytes);
-  if (op.internode) op.internode->clear_outbox_state();
+    if (bytes) op.device.fill_zero(op.local(offset), bytes, *op.stream);
+  if (op.internode) op.internode->clear_outbox_state(*op.stream);
   op.write_peer_timeout();
   op.dispatched_tokens = -1;
   op.comm.barrier();

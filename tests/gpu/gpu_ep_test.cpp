@@ -6,11 +6,14 @@
 // Skipped, with the reason, where no GPU is present. With
 // EPJIT_GPU_WARM_ONLY=DIR it instead builds every kernel these tests use into
 // the cache at DIR (NVRTC needs no GPU), for scripts/gpu-check.sh to ship.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <future>
 
 #include "../common/ep_harness.h"
 #include "../common/errors.h"
@@ -560,6 +563,114 @@ TEST_P(GpuEpInternodeTimeout, AnOffNodePeerThatNeverArrivesAbortsTheTransfer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, GpuEpInternodeTimeout, kBothInternodeKernels, internodeKernelName);
+
+// CUDA's stream memory operations, from the driver library itself (epjit's
+// runtime has no use for them): a stream held at a wait on a device word
+// stands for a framework's stream that is busy for as long as it likes.
+class StreamGate {
+ public:
+  StreamGate() {
+    library_ = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!library_) return;
+    wait_ = reinterpret_cast<Op>(dlsym(library_, "cuStreamWaitValue32_v2"));
+    write_ = reinterpret_cast<Op>(dlsym(library_, "cuStreamWriteValue32_v2"));
+  }
+  ~StreamGate() {
+    if (library_) dlclose(library_);
+  }
+  bool ok() const { return wait_ && write_; }
+  // `stream` stops until *word >= value; `write` (on another stream) sets it.
+  int hold(Stream& stream, void* word, uint32_t value) const { return call(wait_, stream, word, value); }
+  int open(Stream& stream, void* word, uint32_t value) const { return call(write_, stream, word, value); }
+
+ private:
+  using Op = int (*)(void* stream, unsigned long long word, uint32_t value, unsigned flags);
+  static int call(Op op, Stream& stream, void* word, uint32_t value) {
+    return op(stream.native_handle(), reinterpret_cast<unsigned long long>(word), value, 0 /*GEQ / default*/);
+  }
+  void* library_ = nullptr;
+  Op wait_ = nullptr, write_ = nullptr;
+};
+
+// What the op reads back or clears between its calls (the host expert
+// counts, check(), make_routing(), load_routing(), reset()) waits for the
+// op's stream only. Another stream of the device, held at a stream wait the
+// whole time, must not hold them up; they used to synchronize the context.
+TEST(GpuEpStreams, ReadBacksWaitForTheOpsStreamOnly) {
+  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
+  const EpCase c{.name = "stress", .target = "sm90", .world = 1, .hidden = 256, .topk = 4, .experts_per_rank = 4,
+                 .max_tokens = 64};
+  const std::string failures = runRanks(
+      1, Ranks::Processes, gpuCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) {
+        Failures f(rank);
+        const StreamGate gate;
+        if (!gate.ok()) return std::string("cuStreamWaitValue32_v2 / cuStreamWriteValue32_v2 not in libcuda.so.1\n");
+        EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+        const EpDispatchCombineConfig& config = op.config();
+        Device& device = comm.device();
+        const int64_t n = 37, k = c.topk, hidden = c.hidden;
+        const std::vector<reference::RankInput> inputs{makeInput(c, config, 5, rank, n)};
+        const reference::RankInput& mine = inputs[0];
+        void* x = device.allocate(mine.payload.size());
+        void* w = device.allocate(mine.weights.size() * 4);
+        void* idx = device.allocate(mine.indices.size() * 4);
+        device.copy_to_device(x, mine.payload.data(), mine.payload.size());
+        device.copy_to_device(w, mine.weights.data(), mine.weights.size() * 4);
+        device.copy_to_device(idx, mine.indices.data(), mine.indices.size() * 4);
+        void* word = device.allocate(4);
+        device.fill_zero(word, 4);
+        std::unique_ptr<Stream> held = device.create_stream(), opener = device.create_stream();
+        if (const int status = gate.hold(*held, word, 1); status != 0)
+          return "cuStreamWaitValue32_v2 failed with CUresult " + std::to_string(status) + "\n";
+
+        std::atomic<const char*> step{"dispatch"};
+        std::vector<uint8_t> got(size_t(n * hidden) * 2);
+        std::vector<int> counts;
+        auto calls = std::async(std::launch::async, [&] {
+          std::unique_ptr<Routing> routing = op.make_routing();
+          const DispatchResult d = op.dispatch({x, DType::BF16, {n, hidden}}, {w, DType::F32, {n, k}}, std::nullopt,
+                                               {idx, DType::I32, {n, k}}, routing.get());
+          step = "local_expert_counts";
+          counts = op.local_expert_counts();
+          step = "combine and check";
+          const CombineResult r = op.combine(d.tokens, d.weights);
+          op.check();
+          device.copy_to_host(got.data(), r.tokens.data, got.size(), op.stream());
+          step = "make_routing and load_routing";
+          std::unique_ptr<Routing> loaded = op.make_routing();
+          op.load_routing(*loaded, op.route_map(*routing), n);
+          step = "reset";
+          op.reset();
+          step = "done";
+        });
+        if (calls.wait_for(std::chrono::seconds(30)) != std::future_status::ready)
+          f.add("the op's ", step.load(), " waited for another stream (30 s) while that stream was held");
+        if (const int status = gate.open(*opener, word, 1); status != 0)
+          f.add("cuStreamWriteValue32_v2 failed with CUresult ", status);
+        held->synchronize();
+        calls.get();
+        // The calls were right, too: the expert counts and combine(dispatch(x)).
+        int64_t counted = 0;
+        for (const int count : counts) counted += count;
+        int64_t want_counted = 0;
+        for (int64_t t = 0; t < n; ++t)
+          for (int j = 0; j < k; ++j) {
+            const int32_t* row = &mine.indices[size_t(t * k)];
+            if (row[j] != kNoExpert && std::find(row, row + j, row[j]) == row + j) ++want_counted;
+          }
+        if (counted != want_counted) f.add("local_expert_counts sum to ", counted, ", expected ", want_counted);
+        const auto received = reference::dispatch(config, inputs);
+        std::vector<std::vector<std::vector<uint8_t>>> outputs(1);
+        for (const auto& token : received[0]) outputs[0].push_back(token.payload);
+        if (got != reference::combine(config, received, outputs, inputs)[0]) f.add("combine(dispatch(x)) differs");
+        op.close();
+        for (void* p : {x, w, idx, word}) device.release(p);
+        return f.text();
+      },
+      std::nullopt, cudaRanks());
+  EXPECT_EQ(failures, "");
+}
 
 // Not a test of its own: with EPJIT_GPU_WARM_ONLY=DIR, builds every sm90
 // kernel the tests above use into DIR (run on the build machine).

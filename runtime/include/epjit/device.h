@@ -198,10 +198,16 @@ class Device {
   // Blocking copies: complete (and ordered after all earlier work) on return.
   virtual void copy_to_device(void* device, const void* host, size_t bytes) = 0;
   virtual void copy_to_host(void* host, const void* device, size_t bytes) = 0;
-  // Device to device, including a peer's memory mapped here; ordered on `stream`.
-  virtual void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) = 0;
   // Blocking, like the copies.
   virtual void fill_zero(void* device, size_t bytes) = 0;
+  // The same, ordered after the earlier work of `stream` only and complete
+  // on return: what an op reads back or writes between its calls must not
+  // wait for the device's other streams (a framework's compute, its NCCL).
+  virtual void copy_to_device(void* device, const void* host, size_t bytes, Stream& stream) = 0;
+  virtual void copy_to_host(void* host, const void* device, size_t bytes, Stream& stream) = 0;
+  virtual void fill_zero(void* device, size_t bytes, Stream& stream) = 0;
+  // Device to device, including a peer's memory mapped here; ordered on `stream`.
+  virtual void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) = 0;
 
   virtual std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) = 0;
   virtual std::unique_ptr<Stream> create_stream() = 0;

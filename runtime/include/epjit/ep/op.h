@@ -83,7 +83,7 @@ class Routing {
 
  private:
   friend class EpDispatchCombineOp;
-  Routing(Device& device, size_t words, uint64_t op_id);
+  Routing(Device& device, Stream& stream, size_t words, uint64_t op_id);
   Device& device_;
   void* route_ = nullptr;
   uint64_t op_id_;
