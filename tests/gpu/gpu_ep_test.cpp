@@ -624,13 +624,18 @@ TEST(GpuEpStreams, ReadBacksWaitForTheOpsStreamOnly) {
         if (const int status = gate.hold(*held, word, 1); status != 0)
           return "cuStreamWaitValue32_v2 failed with CUresult " + std::to_string(status) + "\n";
 
-        std::atomic<const char*> step{"dispatch"};
+        std::atomic<const char*> step{"make_routing"};
         std::vector<uint8_t> got(size_t(n * hidden) * 2);
         std::vector<int> counts;
+        // Freed after the stream is let go: a free (cuMemFree) waits for the whole device.
+        std::unique_ptr<Routing> routing, loaded;
         auto calls = std::async(std::launch::async, [&] {
-          std::unique_ptr<Routing> routing = op.make_routing();
+          routing = op.make_routing();
+          step = "dispatch";
           const DispatchResult d = op.dispatch({x, DType::BF16, {n, hidden}}, {w, DType::F32, {n, k}}, std::nullopt,
                                                {idx, DType::I32, {n, k}}, routing.get());
+          step = "dispatch's kernels";
+          op.stream().synchronize();
           step = "local_expert_counts";
           counts = op.local_expert_counts();
           step = "combine and check";
@@ -638,7 +643,7 @@ TEST(GpuEpStreams, ReadBacksWaitForTheOpsStreamOnly) {
           op.check();
           device.copy_to_host(got.data(), r.tokens.data, got.size(), op.stream());
           step = "make_routing and load_routing";
-          std::unique_ptr<Routing> loaded = op.make_routing();
+          loaded = op.make_routing();
           op.load_routing(*loaded, op.route_map(*routing), n);
           step = "reset";
           op.reset();

@@ -71,6 +71,8 @@ KernelSpec kernel_spec(const EpDispatchCombineConfig& config);
 // A dispatch's destination map (per source token, the slots it took on each
 // destination) and this rank's received count, kept on the device so a later
 // dispatch of the same routing can reuse it without allocating slots.
+// Destroying one frees device memory, which on CUDA and HIP waits for every
+// stream of the device: keep routings and record into them again.
 class Routing {
  public:
   ~Routing();
