@@ -26,7 +26,7 @@ class HostTransport final : public InternodeTransport {
       throw Error("the host internode transport inside a graph capture (it waits for the stream on the host)",
                   "eager calls, or the nccl transport, whose sends and receives a graph captures",
                   "unset EPJIT_INTERNODE_TRANSPORT on GPUs (nccl is the default there), or call the op eagerly");
-    stream.synchronize();  // the segments hold what the kernels before this wrote
+    stream.synchronize();  // the segments hold what the kernels before this wrote (and a failed one says so here)
     const size_t world = size_t(comm_.world_size());
     std::vector<comm::Bytes> outgoing(world);
     size_t total = 0;
@@ -35,7 +35,7 @@ class HostTransport final : public InternodeTransport {
       comm::Bytes& part = outgoing[size_t(send.peer)];
       const size_t at = part.size();
       part.resize(at + send.bytes);
-      if (send.bytes) device_.copy_to_host(part.data() + at, send.data, send.bytes);
+      if (send.bytes) device_.copy_to_host(part.data() + at, send.data, send.bytes, stream);
       total += send.bytes;
     }
     // The bootstrap's frame bound, with room for the framing.
@@ -53,7 +53,7 @@ class HostTransport final : public InternodeTransport {
         throw Error("rank " + std::to_string(receive.peer) + " sent " + std::to_string(part.size()) +
                         " bytes in an internode exchange, fewer than this rank receives from it",
                     "the same segments on both sides", kUnpairedSegmentsFix);
-      if (receive.bytes) device_.copy_to_device(receive.data, part.data() + at, receive.bytes);
+      if (receive.bytes) device_.copy_to_device(receive.data, part.data() + at, receive.bytes, stream);
       at += receive.bytes;
     }
     for (size_t peer = 0; peer < world; ++peer)
