@@ -233,6 +233,29 @@ func.func private @warp_run_end(%count: index, %length: index) -> index {
   return %clipped : index
 }
 
+// A route entry's destination rank and slot (rank * capacity + slot; 0 and
+// 0 for -1, which counts for nothing): the combines' and internode v2's.
+func.func private @entry_rank(%entry: i32) -> index {
+  %c0_i32 = arith.constant 0 : i32
+  %capacity = ep.param_value @capacity : index
+  %capacity_i32 = arith.index_cast %capacity : index to i32
+  %valid = arith.cmpi sge, %entry, %c0_i32 : i32
+  %known = arith.select %valid, %entry, %c0_i32 : i32
+  %rank_i32 = arith.divsi %known, %capacity_i32 : i32
+  %rank = arith.index_cast %rank_i32 : i32 to index
+  return %rank : index
+}
+func.func private @entry_slot(%entry: i32) -> index {
+  %c0_i32 = arith.constant 0 : i32
+  %capacity = ep.param_value @capacity : index
+  %capacity_i32 = arith.index_cast %capacity : index to i32
+  %valid = arith.cmpi sge, %entry, %c0_i32 : i32
+  %known = arith.select %valid, %entry, %c0_i32 : i32
+  %slot_i32 = arith.remsi %known, %capacity_i32 : i32
+  %slot = arith.index_cast %slot_i32 : i32 to index
+  return %slot : index
+}
+
 // The symmetric window, in this order. Counts are in elements; 0 leaves a
 // region empty in specializations that do not use it.
 ep.window_region @state : i32 {

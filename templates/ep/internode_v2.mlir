@@ -183,41 +183,13 @@ ep.kernel @ep_internode_forward(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>,
   }
 }
 
-// Entry j of a route row [row, row + topk) (rank * capacity + slot, or -1):
-// its rank and slot (0 for -1), and whether it counts (recorded, and on
-// this node when `on_node_only`).
-func.func private @staged_rank(%entries: !ep.ptr<i32>, %row: index, %j: index) -> index {
-  %c0_i32 = arith.constant 0 : i32
-  %capacity = ep.param_value @capacity : index
-  %capacity_i32 = arith.index_cast %capacity : index to i32
-  %box = arith.addi %row, %j : index
-  %entry = ep.load %entries[%box] : !ep.ptr<i32>
-  %recorded = arith.cmpi sge, %entry, %c0_i32 : i32
-  %known = arith.select %recorded, %entry, %c0_i32 : i32
-  %rank_i32 = arith.divsi %known, %capacity_i32 : i32
-  %rank = arith.index_cast %rank_i32 : i32 to index
-  return %rank : index
-}
-func.func private @staged_slot(%entries: !ep.ptr<i32>, %row: index, %j: index) -> index {
-  %c0_i32 = arith.constant 0 : i32
-  %capacity = ep.param_value @capacity : index
-  %capacity_i32 = arith.index_cast %capacity : index to i32
-  %box = arith.addi %row, %j : index
-  %entry = ep.load %entries[%box] : !ep.ptr<i32>
-  %recorded = arith.cmpi sge, %entry, %c0_i32 : i32
-  %known = arith.select %recorded, %entry, %c0_i32 : i32
-  %slot_i32 = arith.remsi %known, %capacity_i32 : i32
-  %slot = arith.index_cast %slot_i32 : i32 to index
-  return %slot : index
-}
-func.func private @staged_counts(%entries: !ep.ptr<i32>, %row: index, %j: index, %on_node_only: i1,
-                                 %rank: index) -> i1 {
+// Whether route entry `entry` (rank * capacity + slot, or -1) counts:
+// recorded, and on this node when `on_node_only`.
+func.func private @staged_counts(%entry: i32, %on_node_only: i1, %rank: index) -> i1 {
   %c0_i32 = arith.constant 0 : i32
   %true = arith.constant true
-  %box = arith.addi %row, %j : index
-  %entry = ep.load %entries[%box] : !ep.ptr<i32>
   %recorded = arith.cmpi sge, %entry, %c0_i32 : i32
-  %dest = func.call @staged_rank(%entries, %row, %j) : (!ep.ptr<i32>, index, index) -> index
+  %dest = func.call @entry_rank(%entry) : (i32) -> index
   %elsewhere = func.call @off_node(%rank, %dest) : (index, index) -> i1
   %excluded = arith.andi %on_node_only, %elsewhere : i1
   %kept = arith.xori %excluded, %true : i1
@@ -236,10 +208,11 @@ func.func private @sum_staged(%dst: !ep.ptr<f32>, %entries: !ep.ptr<i32>, %row: 
   %topk = ep.param_value @topk : index
   ep.warp.sum_rows %dst[%c0], %hidden, sources(%topk) : !ep.ptr<f32> {
   ^bb0(%j: index):
-    %slot = func.call @staged_slot(%entries, %row, %j) : (!ep.ptr<i32>, index, index) -> index
-    %dest = func.call @staged_rank(%entries, %row, %j) : (!ep.ptr<i32>, index, index) -> index
-    %valid = func.call @staged_counts(%entries, %row, %j, %on_node_only, %rank)
-        : (!ep.ptr<i32>, index, index, i1, index) -> i1
+    %box = arith.addi %row, %j : index
+    %entry = ep.load %entries[%box] : !ep.ptr<i32>
+    %slot = func.call @entry_slot(%entry) : (i32) -> index
+    %dest = func.call @entry_rank(%entry) : (i32) -> index
+    %valid = func.call @staged_counts(%entry, %on_node_only, %rank) : (i32, i1, index) -> i1
     %src_at = arith.muli %slot, %hidden : index
     %src = ep.peer_ptr %w[%dest] @combine_rows[%src_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
     ep.source %valid, %src : !ep.ptr<!ep.row_elem<"combine_elem">>
@@ -254,10 +227,11 @@ func.func private @sum_staged_weights(%dst: !ep.ptr<f32>, %entries: !ep.ptr<i32>
   %topk = ep.param_value @topk : index
   ep.warp.sum_rows %dst[%c0], %topk, sources(%topk) : !ep.ptr<f32> {
   ^bb0(%j: index):
-    %slot = func.call @staged_slot(%entries, %row, %j) : (!ep.ptr<i32>, index, index) -> index
-    %dest = func.call @staged_rank(%entries, %row, %j) : (!ep.ptr<i32>, index, index) -> index
-    %valid = func.call @staged_counts(%entries, %row, %j, %on_node_only, %rank)
-        : (!ep.ptr<i32>, index, index, i1, index) -> i1
+    %box = arith.addi %row, %j : index
+    %entry = ep.load %entries[%box] : !ep.ptr<i32>
+    %slot = func.call @entry_slot(%entry) : (i32) -> index
+    %dest = func.call @entry_rank(%entry) : (i32) -> index
+    %valid = func.call @staged_counts(%entry, %on_node_only, %rank) : (i32, i1, index) -> i1
     %staged_at = arith.muli %slot, %topk : index
     %src = ep.peer_ptr %w[%dest] @combine_weights[%staged_at] : !ep.ptr<f32>
     ep.source %valid, %src : !ep.ptr<f32>
