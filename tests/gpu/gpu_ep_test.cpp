@@ -160,6 +160,17 @@ std::vector<EpCase> internodeGpuCases() {
       add({.name = "alternating_100", .hidden = 128, .calls = counts});
     }
   }
+  // auto under DP attention: ranks of a call on two sides of its crossover
+  // (41 tokens on even ranks, 40 on odd ones, crossover 40), each passing the
+  // call's largest count, so all run v2 (or all v2_ll at 7 / 6 tokens).
+  for (const char* transport : {"nccl", "host"})
+    for (auto [world, per_node] : {std::pair{2, 1}, {3, 1}, {4, 2}})
+      cases.push_back({.name = std::string("internode_auto_straddling_") + transport + "_w" + std::to_string(world) +
+                               "_g" + std::to_string(per_node),
+                       .target = "sm90", .world = world, .ranks = Ranks::Processes, .hidden = 128, .max_tokens = 60,
+                       .calls = {41, 7, 41, 60, 1}, .replay = true, .gpu_per_node = per_node,
+                       .internode_auto_ll_max_tokens = 40, .pass_max_tokens_across_ranks = true,
+                       .internode_transport = transport});
   return cases;
 }
 
