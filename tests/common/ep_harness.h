@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <ostream>
@@ -281,25 +282,31 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
   Failures failures(rank);
   const EpDispatchCombineConfig config0 = configFor(c, rank);
   if (!c.internode_transport.empty()) ::setenv("EPJIT_INTERNODE_TRANSPORT", c.internode_transport.c_str(), 1);
+  Device& device = comm.device();
+  // Device copies of this rank's inputs, and the expert outputs (below):
+  // freed when the run ends by a return or by a call that throws, after the
+  // op (declared later, so destroyed first) has finished with them.
+  std::vector<std::unique_ptr<void, std::function<void(void*)>>> owned;
+  auto allocate = [&](size_t bytes) {
+    owned.emplace_back(device.allocate(bytes), [&device](void* p) { device.release(p); });
+    return owned.back().get();
+  };
   EpDispatchCombineOp op(config0, comm, {&cache, nullptr});
   const EpDispatchCombineConfig& config = op.config();
-  Device& device = comm.device();
   const int k = c.topk;
   const int64_t cap = op.capacity(), hidden = c.hidden, max_tokens = c.max_tokens;
   const size_t token_bytes = config.dispatch_token_bytes(), row_bytes = config.combine_token_bytes();
   const size_t scale_bytes = config.scale_bytes_per_token();
   std::unique_ptr<Routing> routing = c.replay ? op.make_routing() : nullptr;
 
-  // Device copies of this rank's inputs, and the expert outputs.
-  void* d_payload = device.allocate(std::max<size_t>(16, size_t(max_tokens) * token_bytes));
-  void* d_weights = device.allocate(std::max<size_t>(16, size_t(max_tokens * k) * 4));
-  void* d_scales = device.allocate(std::max<size_t>(16, size_t(max_tokens) * scale_bytes));
-  void* d_indices = device.allocate(std::max<size_t>(16, size_t(max_tokens * k) * 4));
-  void* d_expert = device.allocate(size_t(cap) * row_bytes);
-  void* d_expert_weights = device.allocate(size_t(cap * k) * 4);
+  void* d_payload = allocate(std::max<size_t>(16, size_t(max_tokens) * token_bytes));
+  void* d_weights = allocate(std::max<size_t>(16, size_t(max_tokens * k) * 4));
+  void* d_scales = allocate(std::max<size_t>(16, size_t(max_tokens) * scale_bytes));
+  void* d_indices = allocate(std::max<size_t>(16, size_t(max_tokens * k) * 4));
+  void* d_expert = allocate(size_t(cap) * row_bytes);
+  void* d_expert_weights = allocate(size_t(cap * k) * 4);
   const int64_t moe_rows = int64_t(c.world) * max_tokens;
-  void* d_moe_out =
-      c.std_moe ? device.allocate(size_t(c.experts_per_rank * moe_rows * hidden) * 2) : nullptr;
+  void* d_moe_out = c.std_moe ? allocate(size_t(c.experts_per_rank * moe_rows * hidden) * 2) : nullptr;
 
   DispatchResult last_dispatch{};
   CombineResult last_combine{};
@@ -603,8 +610,6 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
     if (failures.any()) break;
   }
   op.close();
-  for (void* p : {d_payload, d_weights, d_scales, d_indices, d_expert, d_expert_weights, d_moe_out})
-    if (p) device.release(p);
   return failures.text();
 }
 
