@@ -19,6 +19,7 @@ Outputs are views of the op's memory in the input's framework, with the payload'
 (fp8 dispatch returns the target's fp8 type).
 """
 import os
+import sys
 import weakref
 
 _library = os.path.join(os.path.dirname(__file__), "lib", "libepjit_kernel_source.so")
@@ -243,6 +244,13 @@ class EpDispatchCombineOp:
         comm._ops.add(self)
         self._bf16_numpy = False
         self._torch = False
+        self._stream = None  # the stream handle calls launch on (None: the op's own)
+        # Routings dispatch(return_routing=True) recorded into, with the stream of
+        # their last use: one nobody else holds is recorded into again instead of a
+        # new one, since dropping a routing frees device memory, and on a GPU a
+        # free waits for every stream of the device.
+        self._handed_out = []
+        self._routing_stream = {}
 
     def __enter__(self):
         return self
@@ -293,7 +301,21 @@ class EpDispatchCombineOp:
             import torch
             stream = torch.cuda.current_stream(tensor.device)
         if stream is not None:
-            self._op.use_stream(int(getattr(stream, "cuda_stream", stream)))
+            self._stream = int(getattr(stream, "cuda_stream", stream))
+            self._op.use_stream(self._stream)
+
+    def _routing_to_record(self):
+        """A routing for return_routing=True without record=: one handed out before
+        that only this op still holds, last used on the stream calls launch on now
+        (so this call's kernels are ordered after its last ones), else a new one."""
+        for routing in self._handed_out:
+            # The list, the loop variable and getrefcount's argument: nobody else.
+            if sys.getrefcount(routing) <= 3 and self._routing_stream[id(routing)] == self._stream:
+                return routing
+        routing = self._op.make_routing()
+        self._handed_out.append(routing)
+        self._routing_stream[id(routing)] = self._stream
+        return routing
 
     def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False, stream=None,
                  record=None, max_tokens_across_ranks=None):
@@ -308,12 +330,15 @@ class EpDispatchCombineOp:
         self._follow_stream(input, stream)
         self._bf16_numpy = _np is not None and isinstance(input, _np.ndarray) and input.dtype.name == "bfloat16"
         if return_routing and record is None:
-            record = self._op.make_routing()
+            record = self._routing_to_record()
         elif not return_routing:
             record = None
         out = self._op.dispatch(_to_native(input, self.target, self._fp8), weights,
                                 _to_native(scales, self.target, self._fp8), indices,
                                 record, routing, max_tokens_across_ranks)
+        for used in (record, routing):
+            if used is not None and id(used) in self._routing_stream:  # one of ours (kept alive by the list)
+                self._routing_stream[id(used)] = self._stream
         result = (self._wrap_payload(out[0], self.config_dispatch_type), self._wrap(out[1]), self._wrap(out[2]),
                   self._wrap(out[3]), self._wrap(out[4]))
         # Wrapped on first use, then kept: a DLPack capsule can be consumed only once.

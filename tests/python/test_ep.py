@@ -333,6 +333,46 @@ def test_result_views_outlive_close_and_read_the_last_results():
     comm.destroy()  # and it goes with the communicator
 
 
+def test_a_dropped_returned_routing_is_recorded_into_again():
+    """dispatch(return_routing=True) without record= hands out a routing; once the
+    caller drops it the next such call records into it again (no device free, which
+    on a GPU waits for every stream), while one still held is never taken. Each
+    routing replays its own call's routing."""
+    comm, op = single_rank_op()
+
+    def round_trip(x, w, idx, routing=None):
+        if routing is None:
+            tokens, w_out, _, _, total, routing = op.dispatch(x, w, None, idx, return_routing=True)
+        else:
+            tokens, w_out, _, _, total = op.dispatch(x, w, None, idx, routing=routing)
+        op.synchronize()
+        received = int(total[0])
+        expert = op.combine_input()
+        expert[:received] = tokens[:received]
+        out, _ = op.combine(expert, w_out)
+        op.synchronize()
+        np.testing.assert_array_equal(np.asarray(out).view(np.uint8),
+                                      identity_expected(x, idx, "none", None).view(np.uint8))
+        return routing
+
+    with op:
+        x1, w1, idx1 = make_inputs(0, 1, 7, "bf16", seed=21)
+        first = round_trip(x1, w1, idx1)
+        first_id = id(first)
+        del first  # the op keeps it: its id stays its own
+        x2, w2, idx2 = make_inputs(0, 1, 8, "bf16", seed=22)
+        second = round_trip(x2, w2, idx2)
+        assert id(second) == first_id and second.tokens == 8
+        x3, w3, idx3 = make_inputs(0, 1, 4, "bf16", seed=23)
+        third = round_trip(x3, w3, idx3)  # `second` is held: a new one
+        assert id(third) != first_id and third.tokens == 4
+        # Replays with new payloads, each of its own recorded routing.
+        x2b = (x2.astype(np.float32) * 0.5).astype(ml_dtypes.bfloat16)
+        round_trip(x2b, w2, idx2, routing=second)
+        round_trip(x3, w3, idx3, routing=third)
+    comm.destroy()
+
+
 def test_an_op_left_to_the_collector_after_its_communicator_is_destroyed():
     """MORI's examples drop the op after the communicator's `with` block: the
     communicator's destroy() frees the memory of the ops built on it, so the
