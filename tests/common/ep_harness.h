@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <ostream>
@@ -138,6 +139,12 @@ inline std::vector<EpCase> otherProtocol(const EpCase& c) {
 
 inline int64_t tokensOn(const EpCase& c, int64_t n, int rank) {
   return n >= c.max_tokens ? c.max_tokens : std::max<int64_t>(0, n - rank % 2);
+}
+
+// What every rank of a call passes as max_tokens_across_ranks: rank 0's
+// count, the largest, when the case passes it.
+inline std::optional<int64_t> largestTokensOf(const EpCase& c, int64_t n) {
+  return c.pass_max_tokens_across_ranks ? std::optional<int64_t>(tokensOn(c, n, 0)) : std::nullopt;
 }
 
 // One rank's inputs for one call.
@@ -320,7 +327,7 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
       if (replay) {  // keep the recorded call's indices
         in.indices = makeInput(c, config, call, r, tokensOn(c, n_rank0, r)).indices;
       }
-      if (c.pass_max_tokens_across_ranks) in.max_tokens_across_ranks = tokensOn(c, n_rank0, 0);
+      in.max_tokens_across_ranks = largestTokensOf(c, n_rank0);
       inputs.push_back(std::move(in));
     }
     const reference::RankInput& mine = inputs[size_t(rank)];
@@ -598,10 +605,8 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
     if (c.replay) {
       if (c.replay_through_map) {
         std::unique_ptr<Routing> loaded = op.make_routing();
-        const std::optional<int64_t> largest =
-            c.pass_max_tokens_across_ranks ? std::optional<int64_t>(tokensOn(c, c.calls[call], 0)) : std::nullopt;
         op.load_routing(*loaded, op.route_map(*routing), tokensOn(c, c.calls[call], rank),
-                        {.max_tokens_across_ranks = largest});
+                        {.max_tokens_across_ranks = largestTokensOf(c, c.calls[call])});
         routing = std::move(loaded);
       }
       auto [r_inputs, r_received, r_rows, r_tokens, r_weights, r_total] = oneDispatch(int(call), c.calls[call], true);
