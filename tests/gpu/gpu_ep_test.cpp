@@ -66,6 +66,35 @@ const Gpus& gpus() {
   return found;
 }
 
+// EPJIT_GPU_TEST_RANKS_PER_GPU=N (default 1) lets up to N ranks share each
+// GPU: the multi-rank cases then run where fewer GPUs are lent. Ranks are
+// processes, so a GPU time-slices their contexts (or runs them side by side
+// under MPS); a meeting inside a kernel waits for a peer's slice. It checks
+// the protocol on the GPU's memory model, not NVLink, and times nothing.
+int ranksPerGpu() {
+  static const int n = [] {
+    const char* text = std::getenv("EPJIT_GPU_TEST_RANKS_PER_GPU");
+    const int value = text && *text ? std::atoi(text) : 1;
+    if (value < 1 || value > 8)
+      throw Error("EPJIT_GPU_TEST_RANKS_PER_GPU=" + std::string(text), "an integer from 1 to 8",
+                  "unset it, or set how many ranks may share one GPU");
+    return value;
+  }();
+  return n;
+}
+
+// The most ranks a test may run here.
+int rankSlots() { return gpus().count * ranksPerGpu(); }
+
+// Why a case of `world` ranks cannot run here, or "".
+std::string worldSkip(int world) {
+  if (gpus().count == 0) return "no CUDA device: " + gpus().why_not;
+  if (rankSlots() < world)
+    return std::to_string(world) + " GPUs needed, " + std::to_string(gpus().count) +
+           " present (EPJIT_GPU_TEST_RANKS_PER_GPU lets ranks share them)";
+  return "";
+}
+
 KernelCache& gpuCache() {
   static KernelCache cache;  // EPJIT_CACHE_DIR: the imported bundle on the GPU host
   return cache;
@@ -181,8 +210,7 @@ std::string internodeSkip(const EpCase& c) {
   if (shares_gpus && c.internode_transport == "nccl")
     return "NCCL needs a GPU per rank: " + std::to_string(c.world) + " needed, " + std::to_string(gpus().count) +
            " present";
-  if (shares_gpus && c.gpu_per_node.value_or(c.world) > 1)
-    return "ranks of one node meet inside kernels: " + std::to_string(c.world) + " GPUs needed";
+  if (shares_gpus && c.gpu_per_node.value_or(c.world) > 1) return worldSkip(c.world);
   return "";
 }
 
@@ -204,8 +232,7 @@ INSTANTIATE_TEST_SUITE_P(Sm90, GpuEpInternode, ::testing::ValuesIn(internodeGpuC
 
 TEST_P(GpuEp, MatchesTheReference) {
   const EpCase& c = GetParam();
-  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
-  if (gpus().count < c.world) GTEST_SKIP() << c.world << " GPUs needed, " << gpus().count << " present";
+  if (const std::string why = worldSkip(c.world); !why.empty()) GTEST_SKIP() << why;
   const std::string failures =
       runRanks(c.world, Ranks::Processes, gpuCache(),
                [&](int rank, Communicator& comm, KernelCache& cache) { return runRank(c, rank, comm, cache); },
@@ -388,7 +415,7 @@ std::string protocolName(const ::testing::TestParamInfo<bool>& info) {
 
 TEST_P(GpuEpGraphReplay, CapturedDispatchCombineReplaysWithFreshInputs) {
   if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
-  EpCase c{.name = "graph", .target = "sm90", .world = std::min(gpus().count, 4), .hidden = 7168, .topk = 8,
+  EpCase c{.name = "graph", .target = "sm90", .world = std::min(rankSlots(), 4), .hidden = 7168, .topk = 8,
            .experts_per_rank = 16, .max_tokens = 96, .low_latency_combine = GetParam()};
   const std::string failures = runRanks(
       c.world, Ranks::Processes, gpuCache(),
@@ -403,7 +430,7 @@ INSTANTIATE_TEST_SUITE_P(Protocols, GpuEpGraphReplay, ::testing::Bool(), protoco
 // call's identity combine checked against the reference.
 TEST_P(GpuEpStress, TenThousandAlternatingCalls) {
   if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
-  EpCase c{.name = "stress", .target = "sm90", .world = std::min(gpus().count, 4), .hidden = 256, .topk = 4,
+  EpCase c{.name = "stress", .target = "sm90", .world = std::min(rankSlots(), 4), .hidden = 256, .topk = 4,
            .experts_per_rank = 4, .max_tokens = 64, .low_latency_combine = GetParam()};
   const std::string failures = runRanks(
       c.world, Ranks::Processes, gpuCache(),
@@ -456,7 +483,7 @@ INSTANTIATE_TEST_SUITE_P(Protocols, GpuEpStress, ::testing::Bool(), protocolName
 // timeout measured on the GPU (%globaltimer), not after a spin count; the 20
 // rounds queued behind it fail at once; reset() on both recovers.
 TEST(GpuEpTimeout, APeerThatNeverArrivesIsATimeout) {
-  if (gpus().count < 2) GTEST_SKIP() << "2 GPUs needed (" << gpus().count << " present): " << gpus().why_not;
+  if (const std::string why = worldSkip(2); !why.empty()) GTEST_SKIP() << why;
   constexpr double kTimeout = 3.0;
   EpCase c{.name = "timeout", .target = "sm90", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4,
            .max_tokens = 4};

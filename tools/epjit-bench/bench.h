@@ -42,6 +42,7 @@ struct Options {
   bool warm_only = false;  // build the op's kernels into the cache and stop
   bool baselines = false;  // also NCCL and the peer-copy ceilings (GPUs)
   std::optional<int> gpu_per_node;  // nodes of this many ranks (internode when < world)
+  int ranks_per_gpu = 1;            // rank r runs on GPU r / ranks_per_gpu
   ep::InternodeKernel internode_kernel = ep::InternodeKernel::Auto;
   std::optional<bool> low_latency_combine;  // unset: auto
   int warmup = 2;

@@ -72,9 +72,9 @@ KernelCache make_cache(const std::string& dir) {
   return KernelCache(options);
 }
 
-// One GPU per rank (the rank's ordinal), or the host.
+// One GPU per rank (the rank's ordinal; --ranks-per-gpu ranks share one), or the host.
 std::unique_ptr<Device> device_of_rank(const Options& o, int rank) {
-  return make_device(o.device, o.device == "host" ? 0 : rank);
+  return make_device(o.device, o.device == "host" ? 0 : rank / o.ranks_per_gpu);
 }
 
 std::string gpu_name(const std::string& device) { return device == "hip" ? "AMD GPU (HIP)" : "CUDA GPU"; }
@@ -91,8 +91,10 @@ std::vector<RankResult> gather(Communicator& comm, const RankResult& mine) {
 int run(const Options& o) {
   std::vector<RankResult> results;
   std::string device_name = o.device == "host" ? "host: " + cpu_name() : gpu_name(o.device);
-  std::string transport = o.device == "cuda"  ? "CUDA IPC, one process per GPU"
-                          : o.device == "hip" ? "HIP IPC, one process per GPU"
+  const std::string per_gpu =
+      o.ranks_per_gpu == 1 ? "one process per GPU" : std::to_string(o.ranks_per_gpu) + " processes per GPU";
+  std::string transport = o.device == "cuda"  ? "CUDA IPC, " + per_gpu
+                          : o.device == "hip" ? "HIP IPC, " + per_gpu
                           : o.processes       ? "host shared memory (memfd), one process per rank"
                                               : "host shared memory, one thread per rank";
   const CommOptions comm_options{0, o.gpu_per_node};
@@ -217,6 +219,10 @@ int main(int argc, char** argv) {
   app.add_flag("--warm-only", o.warm_only, "build the op's kernels for --target into the cache, print their key, stop");
   app.add_option("--json", o.json_path, "write the full record as JSON");
   app.add_option("--cache-dir", o.cache_dir, "kernel cache directory (overrides EPJIT_CACHE_DIR)");
+  app.add_option("--ranks-per-gpu", o.ranks_per_gpu,
+                 "rank processes sharing each GPU (time-sliced, or side by side under MPS): the protocol on one "
+                 "GPU, not the link")
+      ->check(CLI::Range(1, 8));
   std::string internode_kernel = "auto";
   app.add_option("--gpu-per-node", o.gpu_per_node,
                  "ranks per node; fewer than --world runs the internode path between nodes")
@@ -251,6 +257,13 @@ int main(int argc, char** argv) {
       throw Error("--device " + o.device + " with ranks as threads",
                   "--ranks-as processes (one process per GPU: CUDA/HIP IPC maps another process's memory)",
                   "add --ranks-as processes");
+    if (o.ranks_per_gpu > 1 && o.device == "host")
+      throw Error("--ranks-per-gpu " + std::to_string(o.ranks_per_gpu) + " on the host device",
+                  "a GPU device (host ranks share the CPU anyway)", "drop --ranks-per-gpu, or run on --device cuda or hip");
+    if (o.ranks_per_gpu > 1 && o.baselines)
+      throw Error("--baselines with --ranks-per-gpu " + std::to_string(o.ranks_per_gpu),
+                  "one GPU per rank (NCCL refuses two ranks on one GPU, and the link ceilings need two GPUs)",
+                  "drop --baselines");
     if (o.baselines && o.device == "host")
       throw Error("--baselines on the host device", "a GPU device (NCCL and peer copies run on GPUs)",
                   "drop --baselines, or run with --device cuda or hip");

@@ -325,6 +325,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
                    {"transport", transport},
                    {"world_size", o.world},
                    {"gpu_per_node", o.gpu_per_node.value_or(o.world)},
+                   {"ranks_per_gpu", o.ranks_per_gpu},
                    {"internode_kernel", o.config(0).internode() ? ep::name_of(o.internode_kernel) : "none (intranode)"},
                    {"dispatch_dtype", ep::name_of(config.dispatch_type())},
                    {"combine_dtype", ep::name_of(config.combine_type())},
