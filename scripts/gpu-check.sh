@@ -240,6 +240,38 @@ if [[ ${MEETING:-0} == 1 ]]; then
   for pass in 1 2; do ./meeting_latency | tee "$logs/meeting-$pass.txt"; done
   exit 0
 fi
+# SHARED=1: the multi-rank protocol where fewer GPUs are lent than ranks:
+# gpu_ep_test's world 2 to 4 cases, graph replays, the 10,000-call stress and
+# the peer timeout, with up to 4 rank processes on each GPU
+# (EPJIT_GPU_TEST_RANKS_PER_GPU), then the EP2 protocols through epjit-bench
+# --ranks-per-gpu 2; then stop. Under MPS where the host has it (SHARED_MPS=0:
+# time-sliced), each rank limited to SHARED_MPS_PERCENT of the SMs (default
+# 25) so four grids that wait for each other are resident together. One
+# GPU's memory model, not NVLink: the times say nothing about the link.
+if [[ ${SHARED:-0} == 1 ]]; then
+  if [[ ${SHARED_MPS:-1} == 1 ]] && command -v nvidia-cuda-mps-control > /dev/null; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/epjit-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/epjit-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d && echo "MPS on" | tee "$logs/shared-mode.txt"
+    export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=${SHARED_MPS_PERCENT:-25}
+    trap 'echo quit | nvidia-cuda-mps-control' EXIT
+  else
+    echo "time-sliced (no MPS)" | tee "$logs/shared-mode.txt"
+  fi
+  EPJIT_GPU_TEST_RANKS_PER_GPU=4 timeout ${SHARED_TIMEOUT:-420} ./gpu_ep_test \
+    --gtest_filter="${SHARED_FILTER:-Sm90/GpuEp.*_w2:Sm90/GpuEp.*_w3:Sm90/GpuEp.*_w4:*GraphReplay*:*Stress*:GpuEpTimeout.*}" \
+    > "$logs/gpu_ep_shared.log" 2>&1
+  echo "gpu_ep_test shared exit $?"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |FAILED \]' "$logs/gpu_ep_shared.log" | tail -40
+  grep -cE 'OK \]' "$logs/gpu_ep_shared.log"
+  for protocol in off on; do
+    timeout 100 ./epjit-bench --target sm90 --device cuda --ranks-as processes --ranks-per-gpu 2 --world 2 \
+      --hidden 7168 --topk 8 --experts-per-rank 128 --tokens 1,8,32,128 --dtype bf16 --low-latency-combine $protocol \
+      --iters 200 --warmup 20 --graph --json "$logs/shared-bench-$protocol.json" > "$logs/shared-bench-$protocol.txt" 2>&1
+    echo "EP2 on shared GPUs, low-latency combine $protocol: exit $?"; grep -E '^ +[0-9]+ |transport' "$logs/shared-bench-$protocol.txt"
+  done
+  exit 0
+fi
 # PDL=1: programmatic dependent launch off and on, twice each (A/B/A/B), on
 # the bench's shape at this host's world: the round trip (dispatch then
 # combine back to back) is where the overlap can show.
