@@ -1,4 +1,5 @@
-// The EP op on CUDA GPUs (sm90), one process per GPU: the host e2e matrix
+// The EP op on CUDA GPUs (sm90), one process per rank and GPU (or ranks
+// sharing GPUs, EPJIT_GPU_TEST_RANKS_PER_GPU): the host e2e matrix
 // against the reference on world 1 and on every GPU present (2 on
 // nvidia-h200-x2), dispatch->combine captured in one CUDA graph and replayed
 // 50 times with fresh inputs, 10,000 alternating calls with random token
@@ -68,9 +69,11 @@ const Gpus& gpus() {
 
 // EPJIT_GPU_TEST_RANKS_PER_GPU=N (default 1) lets up to N ranks share each
 // GPU: the multi-rank cases then run where fewer GPUs are lent. Ranks are
-// processes, so a GPU time-slices their contexts (or runs them side by side
-// under MPS); a meeting inside a kernel waits for a peer's slice. It checks
-// the protocol on the GPU's memory model, not NVLink, and times nothing.
+// processes, so the GPU time-slices their contexts and each grid is resident
+// alone; a meeting inside a kernel waits for the peers' slices. (Under MPS
+// they run side by side, but MPS does not keep every rank's grid resident at
+// once: at world 4 the meetings time out.) It checks the protocol on one
+// GPU's memory model, not NVLink, and times nothing.
 int ranksPerGpu() {
   static const int n = [] {
     const char* text = std::getenv("EPJIT_GPU_TEST_RANKS_PER_GPU");
