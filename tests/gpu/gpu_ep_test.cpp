@@ -77,11 +77,13 @@ const Gpus& gpus() {
 int ranksPerGpu() {
   static const int n = [] {
     const char* text = std::getenv("EPJIT_GPU_TEST_RANKS_PER_GPU");
-    const int value = text && *text ? std::atoi(text) : 1;
-    if (value < 1 || value > 8)
+    if (!text || !*text) return 1;
+    char* end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    if (*end != '\0' || value < 1 || value > 8)
       throw Error("EPJIT_GPU_TEST_RANKS_PER_GPU=" + std::string(text), "an integer from 1 to 8",
                   "unset it, or set how many ranks may share one GPU");
-    return value;
+    return int(value);
   }();
   return n;
 }
