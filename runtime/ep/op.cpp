@@ -748,7 +748,7 @@ std::vector<int> EpDispatchCombineOp::local_expert_counts(ExpertCountRule rule) 
   Impl& op = *impl_;
   op.require_open("local_expert_counts");
   op.require_received_rows("local_expert_counts");
-  op.stream->synchronize();
+  // Read on the op's stream: after its dispatch, and a failed kernel throws here.
   const int total = read_word(op.device, *op.stream, op.state_word(op.window.total_recv_word), 0);
   const int k = op.config.num_experts_per_token, epr = op.config.num_experts_per_rank;
   std::vector<int32_t> indices(size_t(total) * size_t(k));
@@ -828,7 +828,6 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
                 "pass the token count the map was recorded for");
   const bool v2 = op.call_runs_internode_v2("load_routing", tokens, options);
   std::vector<int32_t> host(size_t(words), -1);
-  op.stream->synchronize();
   op.device.copy_to_host(host.data(), map.data, size_t(whole ? words : own_words) * 4, *op.stream);
   const int64_t cap = op.capacity(), ranks = op.config.world_size;
   const int64_t entries = op.config.max_num_inp_token_per_rank * k;
