@@ -186,6 +186,23 @@ class EpDispatchCombineConfig:
         return self._native.resolved_schedule()
 
 
+_MAX_WRAPPED_VIEWS = 1024
+_raw_stream_query = None
+
+
+def _current_stream_handle(tensor):
+    """torch's current stream on the tensor's GPU, as a handle: torch's raw query
+    (what Triton's launcher calls; torch.cuda.current_stream() builds a Stream
+    object each call), else the Stream object's handle."""
+    global _raw_stream_query
+    if _raw_stream_query is None:
+        import torch
+        query = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _raw_stream_query = ((lambda t: query(t.get_device())) if query is not None
+                             else (lambda t: torch.cuda.current_stream(t.device).cuda_stream))
+    return _raw_stream_query(tensor)
+
+
 def _is_torch(value):
     return type(value).__module__.startswith("torch")
 
@@ -206,7 +223,8 @@ def _to_native(value, target=None, fp8="e4m3fn"):
     (ml_dtypes) as uint16, fp8 (ml_dtypes, the target's flavor `fp8`) as
     uint8; everything else as is (DLPack)."""
     if _is_torch(value):
-        name = str(value.dtype).replace("torch.", "")
+        dtype = value.dtype
+        name = str(dtype).replace("torch.", "") if dtype.itemsize == 1 and dtype.is_floating_point else None
         if name in _NUMPY_FP8:  # the flavor checked here, then its bytes (DLPack fp8 support varies)
             _require_fp8_flavor(name, target, fp8, "torch.")
             import torch
@@ -238,8 +256,15 @@ class EpDispatchCombineOp:
         if not native_config.target and comm.target:
             native_config.target = comm.target
         self._op = _epjit._Op(native_config, comm._native)
-        self._fp8 = _target_fp8(self._op.target)  # the target's fp8 flavor, looked up once
+        self._target = self._op.target
+        self._fp8 = _target_fp8(self._target)  # the target's fp8 flavor, looked up once
         self._config = native_config
+        # The op's leg types as built (the config object stays the caller's to change).
+        self._dispatch_type, self._combine_type = native_config.dispatch_type, native_config.combine_type
+        # Arrays handed out, by (view number, wrapping, torch?, ml_dtypes bf16?): calls
+        # return the op's same buffers, wrapped once (see _view).
+        self._wrapped = {}
+        self._origins_id = None
         self._comm = comm
         comm._ops.add(self)
         self._bf16_numpy = False
@@ -294,15 +319,35 @@ class EpDispatchCombineOp:
             return wrapped.view(getattr(ml_dtypes, "float8_" + self._fp8))
         return wrapped
 
+    def _view(self, view_id, payload=None):
+        """The array behind a view number a native call returned, wrapped as a
+        payload of type `payload` (_wrap_payload) or as is (None). Each is made
+        once and handed out again: the op's buffers do not move between calls,
+        and importing one into torch costs several microseconds."""
+        if view_id is None:
+            return None
+        key = (view_id, payload, self._torch, self._bf16_numpy)
+        wrapped = self._wrapped.get(key)
+        if wrapped is None:
+            if len(self._wrapped) >= _MAX_WRAPPED_VIEWS:  # combine's outputs differ per token count
+                self._wrapped.clear()
+            raw = self._op.view(view_id)
+            wrapped = self._wrap(raw) if payload is None else self._wrap_payload(raw, payload)
+            self._wrapped[key] = wrapped
+        return wrapped
+
     def _follow_stream(self, tensor, stream):
         """GPU calls run on the caller's stream: `stream` (a CUDA stream pointer or a
         torch stream), else torch's current stream for torch CUDA tensors."""
-        if stream is None and self._torch and getattr(tensor, "is_cuda", False):
-            import torch
-            stream = torch.cuda.current_stream(tensor.device)
         if stream is not None:
-            self._stream = int(getattr(stream, "cuda_stream", stream))
-            self._op.use_stream(self._stream)
+            handle = int(getattr(stream, "cuda_stream", stream))
+        elif self._torch and getattr(tensor, "is_cuda", False):
+            handle = _current_stream_handle(tensor)
+        else:
+            return
+        if handle != self._stream:
+            self._op.use_stream(handle)
+            self._stream = handle
 
     def _routing_to_record(self):
         """A routing for return_routing=True without record=: one handed out before
@@ -333,54 +378,50 @@ class EpDispatchCombineOp:
             record = self._routing_to_record()
         elif not return_routing:
             record = None
-        out = self._op.dispatch(_to_native(input, self.target, self._fp8), weights,
-                                _to_native(scales, self.target, self._fp8), indices,
+        ids = self._op.dispatch(_to_native(input, self._target, self._fp8), weights,
+                                _to_native(scales, self._target, self._fp8), indices,
                                 record, routing, max_tokens_across_ranks)
         for used in (record, routing):
             if used is not None and id(used) in self._routing_stream:  # one of ours (kept alive by the list)
                 self._routing_stream[id(used)] = self._stream
-        result = (self._wrap_payload(out[0], self.config_dispatch_type), self._wrap(out[1]), self._wrap(out[2]),
-                  self._wrap(out[3]), self._wrap(out[4]))
-        # Wrapped on first use, then kept: a DLPack capsule can be consumed only once.
-        self._origins, self._origins_wrapped = out[5], None
+        view = self._view
+        result = (view(ids[0], self._dispatch_type), view(ids[1]), view(ids[2]), view(ids[3]), view(ids[4]))
+        self._origins_id = ids[5]
         return result + (record,) if return_routing else result
 
     def combine(self, input, weights=None, indices=None, *, routing=None, stream=None):
         """Returns (out [tokens, hidden], out_weights or None). `indices` and `routing`
         are accepted for MORI compatibility: combine always answers the last dispatch."""
         self._follow_stream(input, stream)
-        out = self._op.combine(_to_native(input, self.target, self._fp8), weights)
-        bf16 = self.config_combine_type == "bf16"
-        return self._wrap(out[0], bf16), self._wrap(out[1])
+        ids = self._op.combine(_to_native(input, self._target, self._fp8), weights)
+        return self._view(ids[0], self._combine_type), self._view(ids[1])
 
     def received_origins(self):
         """[capacity, 2] int32 for the last dispatch: per received row, its source
         rank * max_num_inp_token_per_rank + source token, and its ordinal among that
         token's destinations (MORI's disp_tok_id_to_src_tok_id / get_dispatch_src_token_pos)."""
-        if getattr(self, "_origins", None) is None:
+        if self._origins_id is None:
             raise Error("received_origins() before any dispatch (expected a dispatch first); fix: call dispatch()")
-        if self._origins_wrapped is None:
-            self._origins_wrapped = self._wrap(self._origins)
-        return self._origins_wrapped
+        return self._view(self._origins_id)
 
     def std_moe_pack(self):
         """Standard MoE, after dispatch: (tokens [experts_per_rank, world * max_tokens,
         hidden] bf16, counts [experts_per_rank] int32, sources [experts_per_rank, world *
         max_tokens] int32): each received token once per local expert it names, packed
         per expert in arrival order, with its receive row. Needs enable_std_moe."""
-        out = self._op.std_moe_pack()
-        return self._wrap(out[0], True), self._wrap(out[1]), self._wrap(out[2])
+        ids = self._op.std_moe_pack()
+        return self._view(ids[0], "bf16"), self._view(ids[1]), self._view(ids[2])
 
     def std_moe_combine(self, expert_out, weights=None):
         """Standard MoE, back: expert_out in std_moe_pack's layout (bf16) is summed per
         received token (its local experts in top-k order, in f32, rounded once), then
         combined as combine() would; returns (out, out_weights or None)."""
-        out = self._op.std_moe_combine(_to_native(expert_out, self.target, self._fp8), weights)
-        return self._wrap(out[0], self.config_combine_type == "bf16"), self._wrap(out[1])
+        ids = self._op.std_moe_combine(_to_native(expert_out, self._target, self._fp8), weights)
+        return self._view(ids[0], self._combine_type), self._view(ids[1])
 
     def combine_input(self):
         """Gather combine: write expert outputs here to skip combine's staging copy."""
-        return self._wrap(self._op.combine_input(), self.config_combine_type == "bf16")
+        return self._view(self._op.combine_input(), self._combine_type)
 
     config_dispatch_type = property(lambda self: self._config.dispatch_type)
     config_combine_type = property(lambda self: self._config.combine_type)
@@ -394,7 +435,7 @@ class EpDispatchCombineOp:
         array (a torch tensor after torch inputs) filled on the op's stream without
         synchronizing, valid until the next such call."""
         if on_device:
-            return self._wrap(self._op.local_expert_counts_device(every_entry))
+            return self._view(self._op.local_expert_counts_device(every_entry))
         return self._op.local_expert_counts(every_entry)
 
     def route_map(self, routing):
@@ -403,7 +444,7 @@ class EpDispatchCombineOp:
         order) as rank * capacity + slot, then -1s; then the count received from this
         rank's node; then, per world rank, the tokens sent to it if it is on another
         node (internode; 0 otherwise)."""
-        return self._wrap(self._op.route_map(routing))
+        return self._view(self._op.route_map(routing))
 
     def load_routing(self, routing, map, tokens, max_tokens_across_ranks=None):
         """Makes `routing` (from make_routing()) replay `map` (route_map()'s layout, on
@@ -425,6 +466,7 @@ class EpDispatchCombineOp:
 
     def close(self):
         self._op.close()
+        self._wrapped.clear()  # what callers still hold keeps the memory; the rest goes with the op
 
     capacity = property(lambda self: self._op.capacity)
     target = property(lambda self: self._op.target)

@@ -1,8 +1,9 @@
-// _epjit: the nanobind extension behind `import epjit`. Tensors cross as
-// DLPack (nb::ndarray): any producer (numpy, torch, ...) in, views of the op's
-// memory out. C++ work runs with the GIL released, so ranks can be Python
-// threads. python/epjit/__init__.py adds the framework conveniences
-// (bf16 from numpy, torch outputs, keyword configs).
+// _epjit: the nanobind extension behind `import epjit`. Arrays cross as
+// arrays.h says: any producer (torch, numpy, ...) in; out, numbers naming
+// views of the op's memory, which `view()` turns into arrays once. C++ work
+// runs with the GIL released, so ranks can be Python threads.
+// python/epjit/__init__.py adds the framework conveniences (bf16 from numpy,
+// torch outputs, keyword configs).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
@@ -11,6 +12,9 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
+
+#include "arrays.h"
+#include "rank.h"
 
 #include "epjit/cache.h"
 #include "epjit/comm/communicator.h"
@@ -26,6 +30,10 @@ namespace nb = nanobind;
 using namespace nb::literals;
 using namespace epjit;
 using namespace epjit::ep;
+using epjit::python::ArgumentArray;
+using epjit::python::import_argument;
+using epjit::python::PyCommunicator;
+using epjit::python::view;
 
 using ScheduleTuple = std::tuple<std::optional<int64_t>, int, int, int, int>;
 
@@ -41,102 +49,6 @@ KernelCache& module_cache() {
   return cache;
 }
 
-// A rank: its device and communicator, owned together (the device outlives the communicator).
-struct PyCommunicator {
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Communicator> comm;
-  std::string device_kind;
-  int device_ordinal = 0;  // the GPU (DLPack device id of the arrays handed back)
-};
-
-// The DLPack device type of a device's memory: CPU, CUDA or ROCm.
-int dlpack_device_type(const Device& device) {
-  switch (device.vendor()) {
-    case Vendor::Cpu: return nb::device::cpu::value;
-    case Vendor::Nvidia: return nb::device::cuda::value;
-    case Vendor::Amd: return nb::device::rocm::value;
-  }
-  return nb::device::cpu::value;
-}
-
-// The element type of an ndarray argument, for the op's dtype checks.
-DType dtype_of(const nb::ndarray<>& array, const char* argument, std::optional<DType> expected) {
-  const nb::dlpack::dtype t = array.dtype();
-  const auto code = nb::dlpack::dtype_code(t.code);
-  if (code == nb::dlpack::dtype_code::Float && t.bits == 32) return DType::F32;
-  if (code == nb::dlpack::dtype_code::Int && t.bits == 32) return DType::I32;
-  if (code == nb::dlpack::dtype_code::Bfloat && t.bits == 16) return DType::BF16;
-  if (code == nb::dlpack::dtype_code::Float8_E4M3FN) return DType::FP8_E4M3FN;
-  if (code == nb::dlpack::dtype_code::Float8_E4M3FNUZ) return DType::FP8_E4M3FNUZ;
-  if (code == nb::dlpack::dtype_code::Float4_E2M1FN) return DType::FP4_E2M1;
-  // Raw bit containers stand for the types numpy lacks: uint16 for bf16, uint8
-  // for fp8 (or scales). Never for f32 or i32: a uint32 array holds numbers,
-  // and reading them as float or signed bits would be a silent reinterpretation.
-  const bool numpy_lacks = expected && *expected != DType::F32 && *expected != DType::I32;
-  if (code == nb::dlpack::dtype_code::UInt && numpy_lacks && bits_of(*expected) == t.bits) return *expected;
-  if ((code == nb::dlpack::dtype_code::UInt || code == nb::dlpack::dtype_code::Int) && t.bits == 8) return DType::U8;
-  throw Error(std::string(argument) + " has a DLPack dtype (code " + std::to_string(t.code) + ", " +
-                  std::to_string(t.bits) + " bits) the op does not take",
-              expected ? name_of(*expected) : "a supported dtype", "convert " + std::string(argument) + " first");
-}
-
-void check_device(const nb::ndarray<>& array, const char* argument, const PyCommunicator& comm) {
-  const int type = array.device_type();
-  const bool host = comm.device->vendor() == Vendor::Cpu;
-  const bool ok = type == dlpack_device_type(*comm.device) && (host || array.device_id() == comm.device_ordinal);
-  if (!ok)
-    throw Error(std::string(argument) + " lives on DLPack device type " + std::to_string(type) + ", device " +
-                    std::to_string(array.device_id()),
-                host ? "a CPU tensor (the op runs on the host device)"
-                     : "a tensor on this rank's GPU (" + comm.device_kind + ":" + std::to_string(comm.device_ordinal) +
-                           ")",
-                "move " + std::string(argument) + " to the op's device");
-}
-
-// A TensorRef over a C-contiguous ndarray (an FP4 array counts packed bytes as two elements).
-TensorRef tensor_of(const nb::ndarray<>& array, const char* argument, const PyCommunicator& comm,
-                    std::optional<DType> expected) {
-  check_device(array, argument, comm);
-  TensorRef ref;
-  ref.dtype = dtype_of(array, argument, expected);
-  int64_t stride = 1;
-  const bool empty = array.size() == 0;  // an empty tensor is contiguous whatever its strides
-  for (size_t d = array.ndim(); !empty && d-- > 0;) {
-    if (array.shape(d) > 1 && array.stride(d) != stride)
-      throw Error(std::string(argument) + " is not contiguous (stride " + std::to_string(array.stride(d)) +
-                      " in dimension " + std::to_string(d) + ")",
-                  "a C-contiguous tensor", "pass " + std::string(argument) + ".contiguous() / np.ascontiguousarray");
-    stride *= int64_t(array.shape(d));
-  }
-  for (size_t d = 0; d < array.ndim(); ++d) ref.shape.push_back(int64_t(array.shape(d)));
-  ref.data = array.data();
-  return ref;
-}
-
-// A view of op memory handed back to Python: numpy on the host, a DLPack
-// capsule-backed array on GPUs (epjit/__init__.py turns it into torch).
-nb::object view(const TensorRef& t, const PyCommunicator& comm, nb::handle owner) {
-  if (!t.data) return nb::none();
-  std::vector<size_t> shape(t.shape.begin(), t.shape.end());
-  nb::dlpack::dtype dtype;
-  switch (t.dtype) {
-    case DType::BF16: dtype = nb::dtype<uint16_t>(); break;  // bits; __init__.py views them as bfloat16
-    case DType::F32: dtype = nb::dtype<float>(); break;
-    case DType::I32: dtype = nb::dtype<int32_t>(); break;
-    case DType::FP4_E2M1:
-      dtype = nb::dtype<uint8_t>();
-      if (!shape.empty()) shape.back() /= 2;
-      break;
-    default: dtype = nb::dtype<uint8_t>(); break;
-  }
-  const int device_type = dlpack_device_type(*comm.device);
-  if (comm.device->host_addressable())
-    return nb::cast(nb::ndarray<nb::numpy>(t.data, shape.size(), shape.data(), owner, nullptr, dtype, device_type, 0));
-  // GPUs: a DLPack-exporting array; epjit/__init__.py hands it to torch.
-  return nb::cast(
-      nb::ndarray<>(t.data, shape.size(), shape.data(), owner, nullptr, dtype, device_type, comm.device_ordinal));
-}
-
 // On the host device calls run on a stream thread after they return, so
 // the op holds the caller's input arrays until the stream has passed the
 // call that reads them (GPU streams follow torch's contract instead: inputs
@@ -144,8 +56,36 @@ nb::object view(const TensorRef& t, const PyCommunicator& comm, nb::handle owner
 // with the GIL.
 struct HeldInputs {
   std::unique_ptr<Event> passed;
-  std::vector<nb::ndarray<>> arrays;
+  std::vector<ArgumentArray> arrays;
 };
+
+// The views of op memory a call names, by number: a result's buffers are the
+// same every call (the window's rows; combine's output per token count), so
+// Python wraps each once and hands the wrapped tensor out again, instead of a
+// DLPack import per output per call.
+class IssuedViews {
+ public:
+  // t's number (None where t has no data), the same for the same memory, type and shape.
+  nb::object id_of(const TensorRef& t) {
+    if (!t.data) return nb::none();
+    auto [entry, added] = ids_.try_emplace(Key{uintptr_t(t.data), t.dtype, t.shape}, int64_t(views_.size()));
+    if (added) views_.push_back(t);
+    return nb::int_(entry->second);
+  }
+  const TensorRef& at(int64_t id) const {
+    if (id < 0 || id >= int64_t(views_.size()))
+      throw Error("view " + std::to_string(id) + " was never handed out by this op",
+                  "a number in [0, " + std::to_string(views_.size()) + ") from this op's calls",
+                  "pass the numbers the op's calls returned");
+    return views_[size_t(id)];
+  }
+
+ private:
+  using Key = std::tuple<uintptr_t, DType, std::vector<int64_t>>;
+  std::map<Key, int64_t> ids_;
+  std::vector<TensorRef> views_;
+};
+
 // Declared so the op goes first when a PyOp dies: its release waits on its
 // stream, which may be a wrapped framework stream, and the stream may still
 // read held inputs.
@@ -153,10 +93,11 @@ struct PyOp {
   PyCommunicator* comm;
   std::map<uintptr_t, std::unique_ptr<Stream>> foreign_streams;  // wrapped framework streams
   std::deque<HeldInputs> held;
+  IssuedViews views;
   std::unique_ptr<EpDispatchCombineOp> op;
 
   bool holds_inputs() const { return comm->device->vendor() == Vendor::Cpu; }
-  void hold(std::vector<nb::ndarray<>> arrays) {
+  void hold(std::vector<ArgumentArray> arrays) {
     if (!holds_inputs()) return;
     HeldInputs entry{comm->device->create_event(EventUse::completion), std::move(arrays)};
     entry.passed->record(op->stream());
@@ -166,25 +107,26 @@ struct PyOp {
   void drop_passed(bool synchronized = false) {
     while (!held.empty() && (synchronized || held.front().passed->completed())) held.pop_front();
   }
+  ArgumentArray import(nb::handle value, const char* argument, std::optional<DType> expected) const {
+    return import_argument(value, argument, *comm, expected);
+  }
   // A combine-like call: `input` (as `name`, of `dtype`) and optional f32
   // weights in, run without the GIL, held until the stream has read them;
-  // returns (tokens, weights) views owned by `self_handle`.
+  // returns the view numbers of (tokens, weights).
   template <typename Call>
-  nb::tuple combine_call(nb::handle self_handle, nb::ndarray<> input, const char* name, DType dtype,
-                         std::optional<nb::ndarray<>> weights, Call&& call) {
-    const TensorRef in = tensor_of(input, name, *comm, dtype);
+  nb::tuple combine_call(nb::handle input, const char* name, DType dtype, nb::handle weights, Call&& call) {
+    std::vector<ArgumentArray> inputs{import(input, name, dtype)};
     std::optional<TensorRef> w;
-    if (weights) w = tensor_of(*weights, "weights", *comm, DType::F32);
+    if (!weights.is_none()) w = inputs.emplace_back(import(weights, "weights", DType::F32)).ref;
+    const TensorRef in = inputs.front().ref;
     CombineResult r;
     drop_passed();
     {
       nb::gil_scoped_release release;
       r = call(in, w);
     }
-    std::vector<nb::ndarray<>> inputs{input};
-    if (weights) inputs.push_back(*weights);
     hold(std::move(inputs));
-    return nb::make_tuple(view(r.tokens, *comm, self_handle), view(r.weights, *comm, self_handle));
+    return nb::make_tuple(views.id_of(r.tokens), views.id_of(r.weights));
   }
   // Runs a call that synchronizes the stream without the GIL, then drops
   // every held input (the stream has passed them, whether or not it throws).
@@ -313,17 +255,18 @@ NB_MODULE(_epjit, m) {
            "config"_a, "comm"_a, nb::keep_alive<1, 3>())
       .def(
           "dispatch",
-          [](nb::handle self_handle, nb::ndarray<> input, nb::ndarray<> weights, std::optional<nb::ndarray<>> scales,
-             nb::ndarray<> indices, Routing* record, const Routing* replay,
-             std::optional<int64_t> max_tokens_across_ranks) {
-            PyOp& self = nb::cast<PyOp&>(self_handle);
+          [](PyOp& self, nb::handle input, nb::handle weights, nb::handle scales, nb::handle indices,
+             Routing* record, const Routing* replay, std::optional<int64_t> max_tokens_across_ranks) {
             const EpDispatchCombineConfig& config = self.op->config();
-            const TensorRef in = tensor_of(input, "input", *self.comm,
-                                           tensor_type_of(config.dispatch_type(), config.target_info()));
-            const TensorRef w = tensor_of(weights, "weights", *self.comm, DType::F32);
-            const TensorRef idx = tensor_of(indices, "indices", *self.comm, DType::I32);
+            std::vector<ArgumentArray> inputs;
+            inputs.reserve(4);
+            const TensorRef in =
+                inputs.emplace_back(self.import(input, "input", tensor_type_of(config.dispatch_type(), config.target_info())))
+                    .ref;
+            const TensorRef w = inputs.emplace_back(self.import(weights, "weights", DType::F32)).ref;
+            const TensorRef idx = inputs.emplace_back(self.import(indices, "indices", DType::I32)).ref;
             std::optional<TensorRef> s;
-            if (scales) s = tensor_of(*scales, "scales", *self.comm, DType::U8);
+            if (!scales.is_none()) s = inputs.emplace_back(self.import(scales, "scales", DType::U8)).ref;
             DispatchResult r;
             self.drop_passed();
             {
@@ -331,59 +274,57 @@ NB_MODULE(_epjit, m) {
               r = replay ? self.op->dispatch_replay(in, w, s, idx, *replay)
                          : self.op->dispatch(in, w, s, idx, record, {.max_tokens_across_ranks = max_tokens_across_ranks});
             }
-            std::vector<nb::ndarray<>> inputs{input, weights, indices};
-            if (scales) inputs.push_back(*scales);
             self.hold(std::move(inputs));
-            return nb::make_tuple(view(r.tokens, *self.comm, self_handle), view(r.weights, *self.comm, self_handle),
-                                  view(r.scales, *self.comm, self_handle), view(r.indices, *self.comm, self_handle),
-                                  view(r.total_recv, *self.comm, self_handle), view(r.origins, *self.comm, self_handle));
+            return nb::make_tuple(self.views.id_of(r.tokens), self.views.id_of(r.weights),
+                                  self.views.id_of(r.scales), self.views.id_of(r.indices),
+                                  self.views.id_of(r.total_recv), self.views.id_of(r.origins));
           },
-          "input"_a, "weights"_a, "scales"_a.none(), "indices"_a, "record"_a.none() = nb::none(),
+          "input"_a.none(), "weights"_a.none(), "scales"_a.none(), "indices"_a.none(), "record"_a.none() = nb::none(),
           "replay"_a.none() = nb::none(), "max_tokens_across_ranks"_a.none() = nb::none())
       .def(
           "combine",
-          [](nb::handle self_handle, nb::ndarray<> input, std::optional<nb::ndarray<>> weights) {
-            PyOp& self = nb::cast<PyOp&>(self_handle);
+          [](PyOp& self, nb::handle input, nb::handle weights) {
             const EpDispatchCombineConfig& config = self.op->config();
-            return self.combine_call(self_handle, input, "input",
-                                     tensor_type_of(config.combine_type(), config.target_info()), weights,
-                                     [&](const TensorRef& in, const std::optional<TensorRef>& w) {
+            return self.combine_call(input, "input", tensor_type_of(config.combine_type(), config.target_info()),
+                                     weights, [&](const TensorRef& in, const std::optional<TensorRef>& w) {
                                        return self.op->combine(in, w);
                                      });
           },
-          "input"_a, "weights"_a.none() = nb::none())
+          "input"_a.none(), "weights"_a.none() = nb::none())
       .def("std_moe_pack",
-           [](nb::handle self_handle) {
-             PyOp& self = nb::cast<PyOp&>(self_handle);
+           [](PyOp& self) {
              StdMoeResult r;
              {
                nb::gil_scoped_release release;
                r = self.op->std_moe_pack();
              }
-             return nb::make_tuple(view(r.tokens, *self.comm, self_handle), view(r.counts, *self.comm, self_handle),
-                                   view(r.sources, *self.comm, self_handle));
+             return nb::make_tuple(self.views.id_of(r.tokens), self.views.id_of(r.counts),
+                                   self.views.id_of(r.sources));
            })
       .def(
           "std_moe_combine",
-          [](nb::handle self_handle, nb::ndarray<> expert_out, std::optional<nb::ndarray<>> weights) {
-            PyOp& self = nb::cast<PyOp&>(self_handle);
-            return self.combine_call(self_handle, expert_out, "expert_out", DType::BF16, weights,
+          [](PyOp& self, nb::handle expert_out, nb::handle weights) {
+            return self.combine_call(expert_out, "expert_out", DType::BF16, weights,
                                      [&](const TensorRef& out, const std::optional<TensorRef>& w) {
                                        return self.op->std_moe_combine(out, w);
                                      });
           },
-          "expert_out"_a, "weights"_a.none() = nb::none())
+          "expert_out"_a.none(), "weights"_a.none() = nb::none())
       .def(
           "local_expert_counts_device",
-          [](nb::handle self_handle, bool every_entry) {
-            PyOp& self = nb::cast<PyOp&>(self_handle);
-            return view(self.op->local_expert_counts_device(count_rule(every_entry)), *self.comm, self_handle);
+          [](PyOp& self, bool every_entry) {
+            return self.views.id_of(self.op->local_expert_counts_device(count_rule(every_entry)));
           },
           "every_entry"_a = false)
-      .def("combine_input", [](nb::handle self_handle) {
-        PyOp& self = nb::cast<PyOp&>(self_handle);
-        return view(self.op->combine_input(), *self.comm, self_handle);
-      })
+      .def("combine_input", [](PyOp& self) { return self.views.id_of(self.op->combine_input()); })
+      // The array behind a view number the op's calls returned; it keeps the op alive.
+      .def(
+          "view",
+          [](nb::handle self_handle, int64_t id) {
+            PyOp& self = nb::cast<PyOp&>(self_handle);
+            return view(self.views.at(id), *self.comm, self_handle);
+          },
+          "id"_a)
       // A framework stream by its handle; 0 is the legacy default stream (torch's
       // default), which orders with everything else on the device.
       .def("use_stream",
@@ -398,18 +339,15 @@ NB_MODULE(_epjit, m) {
       // the communicator that owns the device) alive.
       .def("make_routing", [](PyOp& self) { return self.op->make_routing(); }, nb::keep_alive<0, 1>())
       .def("route_map",
-           [](nb::handle self_handle, const Routing& routing) {
-             PyOp& self = nb::cast<PyOp&>(self_handle);
-             return view(self.op->route_map(routing), *self.comm, self_handle);
-           })
+           [](PyOp& self, const Routing& routing) { return self.views.id_of(self.op->route_map(routing)); })
       .def("load_routing",
-           [](PyOp& self, Routing& routing, nb::ndarray<> map, int64_t tokens,
+           [](PyOp& self, Routing& routing, nb::handle map, int64_t tokens,
               std::optional<int64_t> max_tokens_across_ranks) {
-             const TensorRef ref = tensor_of(map, "map", *self.comm, DType::I32);
+             const ArgumentArray loaded = self.import(map, "map", DType::I32);
              nb::gil_scoped_release release;
-             self.op->load_routing(routing, ref, tokens, {.max_tokens_across_ranks = max_tokens_across_ranks});
+             self.op->load_routing(routing, loaded.ref, tokens, {.max_tokens_across_ranks = max_tokens_across_ranks});
            },
-           "routing"_a, "map"_a, "tokens"_a, "max_tokens_across_ranks"_a.none() = nb::none())
+           "routing"_a, "map"_a.none(), "tokens"_a, "max_tokens_across_ranks"_a.none() = nb::none())
       .def(
           "local_expert_counts",
           [](PyOp& self, bool every_entry) { return self.op->local_expert_counts(count_rule(every_entry)); },

@@ -333,6 +333,43 @@ def test_result_views_outlive_close_and_read_the_last_results():
     comm.destroy()  # and it goes with the communicator
 
 
+def test_calls_hand_out_the_same_arrays_over_the_same_buffers():
+    """Results are views of the op's buffers, made into arrays once: a second call
+    returns the same objects (combine's output once per token count), and each
+    still reads that call's results. Anything but an array is refused by name."""
+    comm, op = single_rank_op()
+    seen = {}
+    for call, tokens in enumerate([5, 3, 5, 1]):
+        x, w, idx = make_inputs(0, 1, tokens, "bf16", seed=40 + call)
+        received, w_out, _, _, total = op.dispatch(x, w, None, idx)
+        op.synchronize()
+        assert int(total[0]) == tokens
+        out, out_w = op.combine(received, w_out)
+        op.synchronize()
+        want = identity_expected(x, idx, "none", None)
+        np.testing.assert_array_equal(np.asarray(out).view(np.uint8), want.view(np.uint8))
+        assert out.shape == (tokens, HIDDEN) and out_w.shape == (tokens, TOPK)
+        if "received" in seen:
+            assert received is seen["received"] and total is seen["total"]
+        seen.setdefault("received", received)
+        seen.setdefault("total", total)
+        if tokens in seen:
+            assert out is seen[tokens]
+        else:
+            assert all(out is not other for other in seen.values())
+        seen[tokens] = out
+    assert op.received_origins() is op.received_origins()
+    x, w, idx = make_inputs(0, 1, 2, "bf16", seed=50)
+    with pytest.raises(epjit.Error, match="input is a list, not an array"):
+        op.dispatch(x.tolist(), w, None, idx)
+    with pytest.raises(epjit.Error, match="weights is a NoneType, not an array"):
+        op.dispatch(x, None, None, idx)
+    with pytest.raises(epjit.Error, match="never handed out"):
+        op._op.view(1 << 20)
+    op.close()
+    comm.destroy()
+
+
 def test_a_dropped_returned_routing_is_recorded_into_again():
     """dispatch(return_routing=True) without record= hands out a routing; once the
     caller drops it the next such call records into it again (no device free, which
