@@ -1,7 +1,9 @@
-"""Per-call time of epjit.mori's dispatch + combine against epjit's own op on one
-GPU (world 1), to see what the compat layer adds. Prints µs per round trip.
+"""Per-call time of epjit's Python op and of epjit.mori's dispatch + combine on one
+GPU (world 1), host-bound at small sizes: what the Python layers add over the
+C++ op (epjit-bench's `host rt us`). Prints µs per round trip, on torch's
+default stream and on a side stream (as serving engines run).
 
-    python benchmarks/mori_overhead.py [--tokens 128]
+    python benchmarks/mori_overhead.py [--tokens 1,128,4096] [--iters 500]
 """
 import argparse
 import time
@@ -14,7 +16,7 @@ from epjit.mori import cco
 from epjit.mori.ops.dispatch_combine_v2 import EpDispatchCombineConfig, EpDispatchCombineOp
 
 
-def timed(fn, iters=200, warmup=20):
+def timed(fn, iters, warmup=50):
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -27,32 +29,42 @@ def timed(fn, iters=200, warmup=20):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--tokens", default="1,128,4096")
+    parser.add_argument("--iters", type=int, default=500)
     args = parser.parse_args()
     torch.cuda.set_device(0)
     hidden, topk, experts = 7168, 8, 256
-    n = args.tokens
-    x = torch.randn(n, hidden, device="cuda").to(torch.bfloat16)
-    w = torch.rand(n, topk, device="cuda")
-    idx = torch.stack([torch.randperm(experts)[:topk] for _ in range(n)]).to(torch.int32).cuda()
+    counts = [int(t) for t in args.tokens.split(",")]
+    side = torch.cuda.Stream()
     with cco.Communicator.init(1, 0, cco.get_unique_id()) as comm:
-        cfg = EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim=hidden, max_num_inp_token_per_rank=n,
+        cfg = EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim=hidden, max_num_inp_token_per_rank=max(counts),
                                       num_experts_per_rank=experts, num_experts_per_token=topk)
         mori_op = EpDispatchCombineOp(cfg, comm)
         plain = mori_op._op  # epjit's own op underneath
+        print(f"epjit {epjit.git_revision()}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
+        for n in counts:
+            x = torch.randn(n, hidden, device="cuda").to(torch.bfloat16)
+            w = torch.rand(n, topk, device="cuda")
+            idx = torch.stack([torch.randperm(experts)[:topk] for _ in range(n)]).to(torch.int32).cuda()
 
-        def plain_round():
-            out, out_w, _, _, _ = plain.dispatch(x, w, None, idx)
-            plain.combine(out, out_w)
+            def plain_round():
+                out, out_w, _, _, _ = plain.dispatch(x, w, None, idx)
+                plain.combine(out, out_w)
 
-        def mori_round(routing):
-            def run():
-                result = mori_op.dispatch(x, w, None, idx, return_routing=routing)
-                mori_op.combine(result[0], routing=result[5] if routing else None)
-            return run
+            def mori_round(routing):
+                def run():
+                    result = mori_op.dispatch(x, w, None, idx, return_routing=routing)
+                    mori_op.combine(result[0], routing=result[5] if routing else None)
+                return run
 
-        print(f"tokens {n}: epjit {timed(plain_round):.1f} us, epjit.mori {timed(mori_round(False)):.1f} us, "
-              f"epjit.mori with return_routing {timed(mori_round(True)):.1f} us per dispatch + combine")
+            for stream_name, stream in (("default", torch.cuda.default_stream()), ("side", side)):
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    print(f"tokens {n}, {stream_name} stream: epjit {timed(plain_round, args.iters):.1f} us, "
+                          f"epjit.mori {timed(mori_round(False), args.iters):.1f} us, "
+                          f"epjit.mori with return_routing {timed(mori_round(True), args.iters):.1f} us "
+                          "per dispatch + combine", flush=True)
+        mori_op.close()
 
 
 if __name__ == "__main__":

@@ -119,6 +119,11 @@ if [[ -n ${BEFORE:-} ]]; then
   cp "$BEFORE/epjit-bench" "$out/epjit-bench-before"
   cp "$BEFORE/epjit-warm" "$out/epjit-warm-before"
 fi
+# A before/after of the Python call path (PY_AB=1 in run.sh): BEFORE_TREE=<a
+# commit> brings that tree's sources (no docs), built into a module there.
+if [[ -n ${BEFORE_TREE:-} ]]; then
+  git archive --format=tar.gz -o "$out/before-src.tgz" "$BEFORE_TREE" -- . ':!docs'
+fi
 # The meeting microbenchmark (MEETING=1 in run.sh): built there with the host's nvcc.
 cp benchmarks/gpu/meeting_latency.cu "$out/"
 cat > "$out/run.sh" <<'RUN'
@@ -238,6 +243,41 @@ fi
 if [[ ${MEETING:-0} == 1 ]]; then
   nvcc -O3 -arch=sm_90 -o meeting_latency meeting_latency.cu || exit 1
   for pass in 1 2; do ./meeting_latency | tee "$logs/meeting-$pass.txt"; done
+  exit 0
+fi
+# The Python module for this host's Python, from the sources in $1, built in
+# $2 (logs py-$3-*.log).
+python_module() {
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEPJIT_BUILD_COMPILER=OFF -DEPJIT_BUILD_TESTS=OFF \
+    -DEPJIT_HEADER_DEPS_DIR="$PWD/deps" -DPython_EXECUTABLE="$(command -v python3)" \
+    -DEPJIT_TEST_PYTHON="$(command -v python3)" > "$logs/py-$3-configure.log" 2>&1 &&
+    ninja -C "$2" _epjit > "$logs/py-$3-build.log" 2>&1
+}
+# PY_AB=1 (with BEFORE_TREE= at preparation): the Python call path of the
+# older tree against this one, each module built here; what a round trip
+# costs from Python (benchmarks/mori_overhead.py: epjit's op and epjit.mori,
+# default and side stream), three passes alternated; then the Python GPU
+# tests on this tree's module with two rank processes per GPU (world 2 on one
+# GPU: the multi-rank Python paths, time-sliced), then stop. Kernels compile
+# here from the DSL with the provider beside this script.
+if [[ ${PY_AB:-0} == 1 ]]; then
+  rm -rf /tmp/before-src && mkdir -p /tmp/before-src && tar xzf before-src.tgz -C /tmp/before-src || exit 1
+  python_module .. /tmp/epjit-py after & python_module /tmp/before-src /tmp/epjit-py-before before &
+  wait
+  ls /tmp/epjit-py/python/epjit/_epjit*.so /tmp/epjit-py-before/python/epjit/_epjit*.so || exit 1
+  for pass in 1 2 3; do
+    for side in before after; do
+      dir=/tmp/epjit-py; [[ $side == before ]] && dir=/tmp/epjit-py-before
+      EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/libepjit_kernel_source.so" EPJIT_CACHE_DIR=/tmp/epjit-py-ab-cache-$side \
+        PYTHONPATH=$dir/python timeout 200 python3 ../benchmarks/mori_overhead.py > "$logs/py-overhead-$side-$pass.txt" 2>&1
+      echo "$side, pass $pass: exit $?"; cat "$logs/py-overhead-$side-$pass.txt"
+    done
+  done
+  (cd ../tests/python && EPJIT_GPU_TEST_RANKS_PER_GPU=2 PYTHONPATH=/tmp/epjit-py/python timeout 300 python3 -m pytest \
+     -v -p no:cacheprovider -rs test_gpu.py 2>&1 | tail -12 | tee "$logs/pytest-gpu-shared.log")
+  (cd ../tests/python && EPJIT_GPU_TEST_RANKS_PER_GPU=2 EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/../../.gpu/libepjit_kernel_source.so" \
+     EPJIT_CACHE_DIR=/tmp/epjit-mori-cache PYTHONPATH=/tmp/epjit-py/python timeout 400 python3 -m pytest -v \
+     -p no:cacheprovider -rs test_mori.py 2>&1 | tail -16 | tee "$logs/pytest-mori-shared.log")
   exit 0
 fi
 # SHARED=1: the multi-rank protocol where fewer GPUs are lent than ranks

@@ -1,5 +1,6 @@
 """The Python op with torch CUDA tensors, one process per GPU (world = the GPUs
-present, at most 2): the identity-expert check for gather and scatter on
+present, at most 2; EPJIT_GPU_TEST_RANKS_PER_GPU=2 puts two on one GPU,
+gpu_ranks.py): the identity-expert check for gather and scatter on
 torch's current stream, dispatch->combine captured in one torch.cuda.CUDAGraph
 and replayed with fresh inputs, and communicators made from torch.distributed
 groups (gloo and nccl) with the expert counts on the device. Skipped without
@@ -13,6 +14,7 @@ import sys
 import pytest
 
 import epjit
+from gpu_ranks import cuda_ranks, gpu_of
 
 HIDDEN, TOPK, EPR, MAX_TOKENS = 1024, 4, 8, 64
 
@@ -42,8 +44,8 @@ def identity_expected(torch, x, indices):
 def rank_main(world, rank, uid, failures):
     import torch
     try:
-        torch.cuda.set_device(rank)
-        comm = epjit.Communicator.init(world, rank, uid, target="sm90", device_ordinal=rank)
+        torch.cuda.set_device(gpu_of(rank))
+        comm = epjit.Communicator.init(world, rank, uid, target="sm90", device_ordinal=gpu_of(rank))
         for mode in ("gather", "scatter"):
             with epjit.EpDispatchCombineOp(make_config(world, rank, mode), comm) as op:
                 for call, tokens in enumerate([MAX_TOKENS, 1, 37 - rank]):
@@ -126,7 +128,7 @@ def test_torch_cuda_identity_and_graph():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    world = min(torch.cuda.device_count(), 2)
+    world = cuda_ranks(torch.cuda.device_count(), 2)
     uid = epjit.Communicator.get_unique_id()
     run_ranks(world, rank_main, lambda rank: (world, rank, uid))
 
@@ -137,9 +139,9 @@ def group_rank_main(backend, world, rank, port, failures):
     import torch
     import torch.distributed as dist
     try:
-        torch.cuda.set_device(rank)
+        torch.cuda.set_device(gpu_of(rank))
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        comm = epjit.Communicator.from_process_group(target="sm90", device_ordinal=rank)
+        comm = epjit.Communicator.from_process_group(target="sm90", device_ordinal=gpu_of(rank))
         if (comm.rank, comm.world_size) != (rank, world):
             raise AssertionError(f"from_process_group gave rank {comm.rank} of {comm.world_size}")
         with epjit.EpDispatchCombineOp(make_config(world, rank, "gather"), comm) as op:
@@ -170,7 +172,9 @@ def test_communicator_from_process_group(backend):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     import socket
-    world = min(torch.cuda.device_count(), 2)
+    world = cuda_ranks(torch.cuda.device_count(), 2)
+    if backend == "nccl" and world > torch.cuda.device_count():
+        pytest.skip(f"NCCL takes one rank per GPU ({world} ranks, {torch.cuda.device_count()} GPUs)")
     with socket.socket() as probe:  # a free port for the group's TCP store
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
