@@ -3,9 +3,14 @@ GPU (world 1), host-bound at small sizes: what the Python layers add over the
 C++ op (epjit-bench's `host rt us`). Prints µs per round trip, on torch's
 default stream and on a side stream (as serving engines run).
 
-    python benchmarks/mori_overhead.py [--tokens 1,128,4096] [--iters 500]
+    python benchmarks/mori_overhead.py [--tokens 1,128,4096] [--iters 500] [--profile]
+
+--profile: then cProfile of each variant at the first token count (the functions
+with the most time of their own), to see what a layer still spends.
 """
 import argparse
+import cProfile
+import pstats
 import time
 
 import torch
@@ -31,6 +36,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", default="1,128,4096")
     parser.add_argument("--iters", type=int, default=500)
+    parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     torch.cuda.set_device(0)
     hidden, topk, experts = 7168, 8, 256
@@ -64,6 +70,17 @@ def main():
                           f"epjit.mori {timed(mori_round(False), args.iters):.1f} us, "
                           f"epjit.mori with return_routing {timed(mori_round(True), args.iters):.1f} us "
                           "per dispatch + combine", flush=True)
+            if args.profile and n == counts[0]:
+                for name, fn in (("epjit", plain_round), ("epjit.mori", mori_round(False)),
+                                 ("epjit.mori with return_routing", mori_round(True))):
+                    profile = cProfile.Profile()
+                    profile.enable()
+                    for _ in range(args.iters):
+                        fn()
+                    torch.cuda.synchronize()
+                    profile.disable()
+                    print(f"--- {name}, {n} tokens, {args.iters} round trips")
+                    pstats.Stats(profile).sort_stats("tottime").print_stats(12)
         mori_op.close()
 
 

@@ -258,8 +258,9 @@ python_module() {
 # costs from Python (benchmarks/mori_overhead.py: epjit's op and epjit.mori,
 # default and side stream), three passes alternated; then the Python GPU
 # tests on this tree's module with two rank processes per GPU (world 2 on one
-# GPU: the multi-rank Python paths, time-sliced), then stop. Kernels compile
-# here from the DSL with the provider beside this script.
+# GPU: the multi-rank Python paths, time-sliced; test_gpu.py also at world 1),
+# then stop. Kernels compile here from the DSL with the provider beside this
+# script.
 if [[ ${PY_AB:-0} == 1 ]]; then
   rm -rf /tmp/before-src && mkdir -p /tmp/before-src && tar xzf before-src.tgz -C /tmp/before-src || exit 1
   python_module .. /tmp/epjit-py after & python_module /tmp/before-src /tmp/epjit-py-before before &
@@ -273,6 +274,14 @@ if [[ ${PY_AB:-0} == 1 ]]; then
       echo "$side, pass $pass: exit $?"; cat "$logs/py-overhead-$side-$pass.txt"
     done
   done
+  # PY_AB_PROFILE=1: where a one-token round trip's time goes, this tree's module.
+  if [[ ${PY_AB_PROFILE:-0} == 1 ]]; then
+    EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/libepjit_kernel_source.so" EPJIT_CACHE_DIR=/tmp/epjit-py-ab-cache-after \
+      PYTHONPATH=/tmp/epjit-py/python timeout 200 python3 ../benchmarks/mori_overhead.py --tokens 1 --iters 2000 \
+      --profile 2>&1 | grep -vE '^ *$|Ordered by|List reduced'
+  fi
+  (cd ../tests/python && PYTHONPATH=/tmp/epjit-py/python timeout 300 python3 -m pytest -q -p no:cacheprovider \
+     test_gpu.py 2>&1 | tail -3 | tee "$logs/pytest-gpu.log")
   (cd ../tests/python && EPJIT_GPU_TEST_RANKS_PER_GPU=2 PYTHONPATH=/tmp/epjit-py/python timeout 300 python3 -m pytest \
      -v -p no:cacheprovider -rs test_gpu.py 2>&1 | tail -12 | tee "$logs/pytest-gpu-shared.log")
   (cd ../tests/python && EPJIT_GPU_TEST_RANKS_PER_GPU=2 EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/../../.gpu/libepjit_kernel_source.so" \

@@ -275,7 +275,10 @@ class EpDispatchCombineOp:
     def _combine_staging(self, input):
         """Where combine reads expert outputs: the window's staging rows (gather) or
         the op's own [max_recv, hidden] buffer (scatter); `input` is copied in
-        unless it is already there (MORI takes fewer rows than max_recv)."""
+        unless it is already there (MORI takes fewer rows than max_recv), or it has
+        max_recv rows of the combine type: epjit's combine reads those itself (gather
+        stages only the received rows, on the device; scatter reads them in place),
+        where a copy here would move all max_recv rows however few arrived."""
         torch = _torch()
         if self.cfg.combine_mode == "gather":
             staging = self._op.combine_input()
@@ -285,12 +288,16 @@ class EpDispatchCombineOp:
                                                   if self._op.config_combine_type == "bf16" else torch.float32,
                                                   device=self._device)
             staging = self._scatter_input
-        if input.data_ptr() != staging.data_ptr():
-            rows = int(input.shape[0])
-            if rows > self.max_recv:
-                raise epjit.Error(f"combine input has {rows} rows (expected at most max_recv = {self.max_recv}); "
-                                  "fix: pass the expert outputs of the received rows")
-            staging[:rows].copy_(input.reshape(rows, -1))  # widens fp8 exactly
+        if input.data_ptr() == staging.data_ptr():
+            return staging
+        rows = int(input.shape[0])
+        if rows > self.max_recv:
+            raise epjit.Error(f"combine input has {rows} rows (expected at most max_recv = {self.max_recv}); "
+                              "fix: pass the expert outputs of the received rows")
+        if (rows == self.max_recv and input.dtype == staging.dtype and input.device == staging.device
+                and input.is_contiguous() and input.numel() == rows * self.cfg.hidden_dim):
+            return input.view(rows, self.cfg.hidden_dim)
+        staging[:rows].copy_(input.reshape(rows, -1))  # widens fp8 exactly
         return staging
 
     def combine(self, input, weights=None, indices=None, *, routing=None):
