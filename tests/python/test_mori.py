@@ -172,6 +172,14 @@ def body(world, rank, uid_bytes, seed, checks):
                           f"round trip {call} on a recycled routing: combine != U * x")
             replay_identity(op, x4, w4, idx4, kept, f"replay {call} of a recycled routing", checks)
             del kept
+        # A step where no rank has tokens: a handle all the same, its maps empty.
+        x0 = torch.zeros(0, HIDDEN, dtype=torch.bfloat16, device=DEVICE)
+        w0 = torch.zeros(0, TOPK, dtype=torch.float32, device=DEVICE)
+        idx0 = torch.zeros(0, TOPK, dtype=torch.int32, device=DEVICE)
+        *_, n0, empty, back0, _ = round_trip(op, x0, w0, idx0)
+        checks.expect(n0 == 0 and back0.shape == (0, HIDDEN) and int(empty.total_recv_token_num.item()) == 0,
+                      f"no tokens: received {n0}, combined {tuple(back0.shape)}")
+        checks.expect(bool((empty.disp_dest_tok_id_map == -1).all()), "no tokens: the forward map names a slot")
         op.close()
         # f32 gather, and scatter with fp8 quant (a tolerance: the wire is fp8).
         with EpDispatchCombineOp(make_cfg(world, rank, data_type=torch.float32), comm) as op32:

@@ -253,11 +253,14 @@ class EpDispatchCombineOp:
         torch = _torch()
         if self._empty is None:
             self._empty = torch.empty(0, dtype=torch.int32, device=total.device)
-        # Snapshots, as MORI takes them: the next dispatch rewrites the op's copies.
-        sources = self._op.received_origins()[:, 0].clone()
-        handle = EpDispatchRoutingHandle(None, self._empty, self._empty, total.clone(), sources,
+        # Snapshots, as MORI takes them: the next dispatch rewrites the op's copies
+        # (and a caller may reuse its indices). One copy into one buffer: each
+        # torch op costs microseconds of host time on a small call.
+        cap, k = self.max_recv, self.cfg.num_experts_per_token
+        snapshot = torch.cat((total, self._op.received_origins()[:, 0], indices.reshape(-1)))  # indices: [n, k]
+        handle = EpDispatchRoutingHandle(None, self._empty, self._empty, snapshot[:1], snapshot[1:1 + cap],
                                          cur_rank_num_token=n)
-        kept_indices = indices[:n].clone()
+        kept_indices = snapshot[1 + cap:].view(n, k)
         handle._make_forward = lambda: self._mori_forward(recorded, kept_indices, n)
         self._adopt(handle, recorded)
         self._latest = handle
@@ -297,7 +300,7 @@ class EpDispatchCombineOp:
         if (rows == self.max_recv and input.dtype == staging.dtype and input.device == staging.device
                 and input.is_contiguous() and input.numel() == rows * self.cfg.hidden_dim):
             return input.view(rows, self.cfg.hidden_dim)
-        staging[:rows].copy_(input.reshape(rows, -1))  # widens fp8 exactly
+        staging[:rows].copy_(input.reshape(rows, self.cfg.hidden_dim))  # widens fp8 exactly; rows may be 0
         return staging
 
     def combine(self, input, weights=None, indices=None, *, routing=None):
