@@ -181,6 +181,42 @@ def test_communicator_from_process_group(backend):
     run_ranks(world, group_rank_main, lambda rank: (backend, world, rank, port))
 
 
+def test_torch_arguments_are_checked_as_dlpack_ones():
+    """Plain torch tensors are read from their attributes, the rest through DLPack:
+    either way a bad argument is refused by name, and a Parameter that requires
+    grad is read as it is."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    torch.cuda.set_device(0)
+    comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target="sm90", device_ordinal=0)
+    with epjit.EpDispatchCombineOp(make_config(1, 0, "gather"), comm) as op:
+        x, w, idx = inputs(torch, 1, 0, 5, 7)
+        with pytest.raises(epjit.Error, match="input is not contiguous"):
+            op.dispatch(torch.zeros(HIDDEN, 5, dtype=torch.bfloat16, device="cuda").t(), w, None, idx)
+        with pytest.raises(epjit.Error, match="input lives on DLPack device type 1"):
+            op.dispatch(x.cpu(), w, None, idx)
+        with pytest.raises(epjit.Error, match=r"input has a DLPack dtype \(code 2, 16 bits\)"):
+            op.dispatch(x.half(), w, None, idx)
+        with pytest.raises(epjit.Error, match=r"indices has a DLPack dtype \(code 0, 64 bits\)"):
+            op.dispatch(x, w, None, idx.long())
+        with pytest.raises(epjit.Error, match="weights is a list, not an array"):
+            op.dispatch(x, w.tolist(), None, idx)
+        weights = torch.nn.Parameter(w.clone())
+        for call in range(2):  # the second call hands out the same result tensors
+            recv, recv_w, _, _, total = op.dispatch(x, weights, None, idx)
+            n = int(total.item())
+            expert = op.combine_input()
+            expert[:n] = recv[:n]
+            out, _ = op.combine(expert, recv_w)
+            torch.cuda.synchronize()
+            assert torch.equal(out.view(torch.int16), identity_expected(torch, x, idx).view(torch.int16))
+            if call:
+                assert recv is first_recv and out is first_out
+            first_recv, first_out = recv, out
+    comm.destroy()
+
+
 def test_from_process_group_needs_an_initialized_group():
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
