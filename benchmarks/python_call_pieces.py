@@ -7,22 +7,11 @@ current-stream queries, from_dlpack). µs per call; cProfile of the round trip l
 """
 import cProfile
 import pstats
-import time
 
 import torch
 
 import epjit
-
-
-def per_call_us(fn, calls=2000, warmup=200):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
+from mori_overhead import timed  # beside this script
 
 
 def main():
@@ -59,7 +48,7 @@ def main():
             ("native use_stream(0)", lambda: native.use_stream(0)),
             ("native view + torch.from_dlpack", lambda: torch.from_dlpack(native.view(ids[1])))]
     for name, fn in rows:
-        print(f"{name}: {per_call_us(fn):.2f} us", flush=True)
+        print(f"{name}: {timed(fn, 2000, warmup=200):.2f} us", flush=True)
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(3000):
