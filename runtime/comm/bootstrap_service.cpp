@@ -244,6 +244,10 @@ class Service {
       if (group->failure.empty() && any_contribution(*group))
         fail(connection.group, *group, "rank " + std::to_string(rank) + " left (destroy) while others were in a collective");
       finish_round(connection.group, *group);
+      // Closing is the rank's receipt: everything owed to its group was sent
+      // before this, so the process hosting this service may exit once its
+      // own rank sees the close (destroy() waits for it).
+      drop(id, "");
       return;
     }
     if (type != Message::Gather || !group->formed) throw Error("an unexpected message from " + rank_name(connection), "", "");

@@ -429,8 +429,15 @@ void Communicator::destroy() {
   std::lock_guard lock(impl_->mutex);
   if (impl_->destroyed) return;
   impl_->destroyed = true;
+  // The root closes the connection once it has handled the Bye, and only
+  // after it sent every reply owed to the group. Waiting for that close keeps
+  // a rank whose process hosts the root (the one that made the unique id)
+  // from exiting while another rank's last reply is still to be sent.
   try {
     impl_->root.send_message(Writer().u8(uint8_t(Message::Bye)).out, "the bootstrap");
+    if (!impl_->root.wait_closed(after(impl_->timeout)))
+      log().warn("communicator destroy: the bootstrap did not confirm rank {}'s exit within EPJIT_COMM_TIMEOUT_S {} s",
+                 impl_->rank, seconds_text(impl_->timeout));
   } catch (const Error&) {
   }
   impl_->root = Socket();

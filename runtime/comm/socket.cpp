@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <thread>
 #include <utility>
 
@@ -206,6 +207,19 @@ std::vector<std::vector<uint8_t>> Socket::read_available(size_t limit, bool& clo
 bool Socket::readable(Clock::time_point deadline) const {
   pollfd p{fd_, POLLIN, 0};
   return ::poll(&p, 1, remaining_ms(deadline)) > 0;
+}
+
+bool Socket::wait_closed(Clock::time_point deadline) {
+  for (;;) {
+    if (!readable(deadline)) return false;
+    bool closed = false;
+    try {
+      (void)read_available(std::numeric_limits<uint32_t>::max(), closed, "the bootstrap");
+    } catch (const Error&) {
+      return true;  // cannot happen with no limit; a broken stream is over either way
+    }
+    if (closed) return true;
+  }
 }
 
 void Socket::send_message(const std::vector<uint8_t>& message, const std::string& what) const {

@@ -40,6 +40,9 @@ class Socket {
   std::vector<uint8_t> receive_message(Clock::time_point deadline, const std::string& what) const;
   // Whether a message (or the peer's close) is waiting.
   bool readable(Clock::time_point deadline) const;
+  // Waits for the peer to close its end, discarding what it still sends;
+  // false when `deadline` passed first.
+  bool wait_closed(Clock::time_point deadline);
 
   // Unix sockets in the abstract namespace, for passing fds between processes.
   static Socket listen_unix(const std::string& name);

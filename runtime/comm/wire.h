@@ -44,7 +44,7 @@ enum class Message : uint8_t {
   Gather = 5,     // rank -> root: a collective's contribution (sequence, kind, bytes)
   Result = 6,     // root -> ranks: every contribution
   Failure = 7,    // root -> ranks: why the group failed
-  Bye = 8,        // rank -> root: destroy()
+  Bye = 8,        // rank -> root: destroy(); the root answers by closing the connection
 };
 
 // What each collective is, so that ranks calling different ones is an error.
