@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,11 @@ constexpr auto kUnusedGroupLifetime = std::chrono::hours(24);
 // The largest frame a connection may send before it has authenticated.
 constexpr size_t kHelloLimit = 8192;
 constexpr size_t kMemberLimit = kMaxContributionBytes;
+// A connection with replies waiting that takes no byte of them for this long
+// is closed, failing its group: the rank stopped, or stopped reading.
+constexpr auto kStalledReaderLimit = std::chrono::seconds(60);
+
+using Framed = std::shared_ptr<const Bytes>;  // one reply, shared by every rank it goes to
 
 struct Connection {
   Socket socket;
@@ -32,6 +38,14 @@ struct Connection {
   bool member = false;
   GroupId group{};
   uint32_t rank = 0;
+  // Replies the socket has not taken yet, oldest first. The service never
+  // blocks on one reader: the other ranks' replies go out meanwhile.
+  std::deque<Framed> outbox;
+  size_t front_sent = 0;
+  Clock::time_point last_progress;
+  // The rank said Bye: its connection closes once its group is owed nothing,
+  // which is what the rank's destroy() waits for.
+  bool leaving = false;
 };
 
 struct Group {
@@ -81,22 +95,86 @@ class Service {
     }
   }
 
-  // One poll: accept, read, handle, expire.
+  // One poll: accept, read, handle, send what waits, expire, close.
   void step() {
     std::vector<pollfd> polled{{listener_.fd(), POLLIN, 0}};
     std::vector<size_t> ids;
     Clock::time_point next = Clock::now() + std::chrono::seconds(60);
     for (auto& [id, connection] : connections_) {
-      polled.push_back({connection.socket.fd(), POLLIN, 0});
+      const short events = short(POLLIN | (connection.outbox.empty() ? 0 : POLLOUT));
+      polled.push_back({connection.socket.fd(), events, 0});
       ids.push_back(id);
       if (!connection.member) next = std::min(next, connection.handshake_deadline);
+      if (!connection.outbox.empty()) next = std::min(next, connection.last_progress + kStalledReaderLimit);
     }
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
     ::poll(polled.data(), polled.size(), int(std::clamp<int64_t>(wait, 0, 60000)));
     if (polled[0].revents & POLLIN) accept_all();
-    for (size_t i = 0; i < ids.size(); ++i)
-      if (polled[i + 1].revents) serve(ids[i]);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const short revents = polled[i + 1].revents;
+      if (revents & POLLOUT)
+        if (auto found = connections_.find(ids[i]); found != connections_.end()) flush(ids[i], found->second);
+      if (revents & ~POLLOUT) serve(ids[i]);
+    }
     expire();
+    drop_broken();
+    close_left();
+  }
+
+  // Queues one message for a connection and sends what its socket takes now.
+  void post(size_t id, Connection& connection, const Framed& framed) {
+    if (connection.outbox.empty()) connection.last_progress = Clock::now();
+    connection.outbox.push_back(framed);
+    flush(id, connection);
+  }
+
+  void post(size_t id, Connection& connection, const Bytes& message) {
+    post(id, connection, std::make_shared<const Bytes>(Socket::frame(message)));
+  }
+
+  void flush(size_t id, Connection& connection) {
+    while (!connection.outbox.empty()) {
+      const Bytes& front = *connection.outbox.front();
+      bool broken = false;
+      const size_t sent = connection.socket.send_available(front.data() + connection.front_sent,
+                                                           front.size() - connection.front_sent, broken);
+      if (sent) connection.last_progress = Clock::now();
+      connection.front_sent += sent;
+      if (broken) {
+        broken_.emplace(id, "");  // dropped after this step: callers may hold its group
+        return;
+      }
+      if (connection.front_sent < front.size()) return;  // the socket is full: POLLOUT resumes
+      connection.outbox.pop_front();
+      connection.front_sent = 0;
+    }
+  }
+
+  void drop_broken() {
+    while (!broken_.empty()) {
+      const auto [id, why] = *broken_.begin();
+      broken_.erase(broken_.begin());
+      drop(id, why);
+    }
+  }
+
+  // Closes the connections of ranks that said Bye once no member of their
+  // group waits for a reply: the close is the rank's receipt, so the process
+  // hosting this service may exit once its own rank sees it.
+  void close_left() {
+    std::vector<size_t> closing;
+    for (const auto& [id, connection] : connections_) {
+      if (!connection.leaving) continue;
+      const Group* group = group_of(connection.group);
+      bool owed = false;
+      for (size_t r = 0; group && !owed && r < group->members.size(); ++r) {
+        if (!group->members[r] || *group->members[r] == id) continue;
+        auto member = connections_.find(*group->members[r]);
+        owed = member != connections_.end() && !member->second.outbox.empty();
+      }
+      if (!owed) closing.push_back(id);
+    }
+    for (size_t id : closing) drop(id, "");
   }
 
   void accept_all() {
@@ -113,18 +191,17 @@ class Service {
         ++pending;
         if (!oldest || connection.handshake_deadline < connections_.at(*oldest).handshake_deadline) oldest = id;
       }
-      if (pending >= kMaxPendingConnections && oldest) connections_.erase(*oldest);
+      if (pending >= kMaxPendingConnections && oldest) {
+        broken_.erase(*oldest);
+        connections_.erase(*oldest);
+      }
       socket.set_nonblocking();
-      Connection connection;
+      const size_t id = next_id_++;
+      Connection& connection = connections_[id];
       fill_random(connection.root_nonce);
       connection.handshake_deadline = Clock::now() + std::chrono::seconds(kHandshakeSeconds);
-      try {
-        socket.send_message(Writer().u8(uint8_t(Message::Challenge)).fixed(connection.root_nonce).out, "a connection");
-      } catch (const Error&) {
-        continue;
-      }
       connection.socket = std::move(socket);
-      connections_[next_id_++] = std::move(connection);
+      post(id, connection, Writer().u8(uint8_t(Message::Challenge)).fixed(connection.root_nonce).out);
     }
   }
 
@@ -162,12 +239,10 @@ class Service {
     return found == groups_.end() ? nullptr : &found->second;
   }
 
-  void refuse(Connection& connection, const std::string& why) {
-    try {
-      connection.socket.send_message(Writer().u8(uint8_t(Message::Failure)).text("bootstrap refused: " + why).out,
-                                     "a refused connection");
-    } catch (const Error&) {
-    }
+  // The connection is dropped right after: what its socket does not take at
+  // once is lost, and a rank that just said Hello reads everything we send.
+  void refuse(size_t id, Connection& connection, const std::string& why) {
+    post(id, connection, Writer().u8(uint8_t(Message::Failure)).text("bootstrap refused: " + why).out);
   }
 
   void hello(size_t id, const Bytes& frame) {
@@ -183,7 +258,7 @@ class Service {
     // One answer for an unknown group and a wrong secret: a stranger learns nothing.
     if (!group || !equal_in_constant_time(mac, hello_mac(group->secret, group_id, connection.root_nonce, rank_nonce,
                                                          rank, world))) {
-      refuse(connection, "authentication failed: the unique id's secret does not match this bootstrap's group");
+      refuse(id, connection, "authentication failed: the unique id's secret does not match this bootstrap's group");
       throw Error("a connection failed to authenticate", "", "");
     }
     std::string why;
@@ -200,7 +275,7 @@ class Service {
     else if (group->formed)
       why = "the group has already formed";
     if (!why.empty()) {
-      refuse(connection, why);
+      refuse(id, connection, why);
       // A mismatch every rank must hear about: the group cannot form.
       if (group->world && world != group->world && group->failure.empty()) fail(group_id, *group, why);
       throw Error("refused: " + why, "", "");
@@ -220,9 +295,8 @@ class Service {
     group->members[rank] = id;
     group->blobs[rank] = std::move(blob);
     ++group->joined;
-    connection.socket.send_message(
-        Writer().u8(uint8_t(Message::Welcome)).fixed(welcome_mac(group->secret, group_id, connection.root_nonce, rank_nonce)).out,
-        rank_name(connection));
+    post(id, connection,
+         Writer().u8(uint8_t(Message::Welcome)).fixed(welcome_mac(group->secret, group_id, connection.root_nonce, rank_nonce)).out);
     if (group->joined == group->world) {
       group->formed = true;
       Writer table;
@@ -243,16 +317,13 @@ class Service {
       group->gone[rank] = true;
       if (group->failure.empty() && any_contribution(*group))
         fail(connection.group, *group, "rank " + std::to_string(rank) + " left (destroy) while others were in a collective");
+      connection.leaving = true;  // close_left() closes it
       finish_round(connection.group, *group);
-      // Closing is the rank's receipt: everything owed to its group was sent
-      // before this, so the process hosting this service may exit once its
-      // own rank sees the close (destroy() waits for it).
-      drop(id, "");
       return;
     }
     if (type != Message::Gather || !group->formed) throw Error("an unexpected message from " + rank_name(connection), "", "");
     if (!group->failure.empty()) {
-      connection.socket.send_message(Writer().u8(uint8_t(Message::Failure)).text(group->failure).out, rank_name(connection));
+      post(id, connection, Writer().u8(uint8_t(Message::Failure)).text(group->failure).out);
       return;
     }
     if (group->contributions[rank]) throw Error(rank_name(connection) + " sent two contributions to one collective", "", "");
@@ -334,25 +405,16 @@ class Service {
       result.u8(uint8_t(Message::Result)).u32(group.world);
       for (uint32_t s = 0; s < group.world; ++s) result.bytes(parts[s].empty() ? Bytes() : parts[s][d]);
       auto found = connections_.find(*group.members[d]);
-      if (found == connections_.end()) continue;
-      try {
-        found->second.socket.send_message(result.out, "rank " + std::to_string(d));
-      } catch (const Error&) {
-        // Its closed socket is noticed by the poll loop.
-      }
+      if (found != connections_.end()) post(found->first, found->second, result.out);
     }
   }
 
   void broadcast(Group& group, const Bytes& message) {
+    const Framed framed = std::make_shared<const Bytes>(Socket::frame(message));
     for (uint32_t r = 0; r < group.world; ++r) {
       if (!group.members[r] || group.gone[r]) continue;
       auto found = connections_.find(*group.members[r]);
-      if (found == connections_.end()) continue;
-      try {
-        found->second.socket.send_message(message, "rank " + std::to_string(r));
-      } catch (const Error&) {
-        // Its closed socket is noticed by the poll loop.
-      }
+      if (found != connections_.end()) post(found->first, found->second, framed);
     }
   }
 
@@ -397,8 +459,16 @@ class Service {
   void expire() {
     const auto now = Clock::now();
     for (auto it = connections_.begin(); it != connections_.end();) {
-      if (!it->second.member && now >= it->second.handshake_deadline) it = connections_.erase(it);
-      else ++it;
+      if (!it->second.member && now >= it->second.handshake_deadline) {
+        broken_.erase(it->first);
+        it = connections_.erase(it);
+        continue;
+      }
+      if (!it->second.outbox.empty() && now >= it->second.last_progress + kStalledReaderLimit)
+        broken_.emplace(it->first, "it took none of its replies for " +
+                                       std::to_string(std::chrono::seconds(kStalledReaderLimit).count()) +
+                                       " s (stopped, or not reading)");
+      ++it;
     }
     std::lock_guard lock(mutex_);
     for (auto it = groups_.begin(); it != groups_.end();) {
@@ -412,6 +482,7 @@ class Service {
   std::mutex mutex_;  // groups_: registration happens on other threads
   std::map<GroupId, Group> groups_;
   std::map<size_t, Connection> connections_;  // only the service thread touches these
+  std::map<size_t, std::string> broken_;      // connections to drop at the end of this step, and why
   size_t next_id_ = 0;
 };
 

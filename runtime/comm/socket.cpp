@@ -222,11 +222,33 @@ bool Socket::wait_closed(Clock::time_point deadline) {
   }
 }
 
-void Socket::send_message(const std::vector<uint8_t>& message, const std::string& what) const {
+std::vector<uint8_t> Socket::frame(const std::vector<uint8_t>& message) {
   const uint32_t length = uint32_t(message.size());
-  const auto* length_bytes = reinterpret_cast<const uint8_t*>(&length);
-  std::vector<uint8_t> frame(length_bytes, length_bytes + sizeof length);
-  frame.insert(frame.end(), message.begin(), message.end());
+  std::vector<uint8_t> framed(sizeof length + message.size());
+  std::memcpy(framed.data(), &length, sizeof length);
+  if (!message.empty()) std::memcpy(framed.data() + sizeof length, message.data(), message.size());
+  return framed;
+}
+
+size_t Socket::send_available(const uint8_t* data, size_t size, bool& broken) const {
+  broken = false;
+  size_t sent = 0;
+  while (sent < size) {
+    const ssize_t n = ::send(fd_, data + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += size_t(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    broken = true;
+    break;
+  }
+  return sent;
+}
+
+void Socket::send_message(const std::vector<uint8_t>& message, const std::string& what) const {
+  const std::vector<uint8_t> frame = Socket::frame(message);
   size_t sent = 0;
   // A peer that stops reading cannot hold the sender forever.
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(60);

@@ -35,6 +35,12 @@ class Socket {
   // than `limit` is an epjit::Error naming `what`.
   std::vector<std::vector<uint8_t>> read_available(size_t limit, bool& closed, const std::string& what);
 
+  // [u32 length][bytes]: a message as it goes on the wire.
+  static std::vector<uint8_t> frame(const std::vector<uint8_t>& message);
+  // Sends what the socket takes now without blocking; returns the bytes
+  // sent (0 when its buffer is full). `broken` is set when the peer is gone.
+  size_t send_available(const uint8_t* data, size_t size, bool& broken) const;
+
   // [u32 length][bytes]. `what` names the peer in errors.
   void send_message(const std::vector<uint8_t>& message, const std::string& what) const;
   std::vector<uint8_t> receive_message(Clock::time_point deadline, const std::string& what) const;

@@ -265,6 +265,88 @@ TEST(BootstrapSecurity, ACollectiveTimesOutAfterTheCommTimeout) {
   EXPECT_LT(took, 2.0);
 }
 
+// A rank that stops reading its replies (a stopped process, or one hung
+// between sending a contribution and reading the result) delays nobody else:
+// the bootstrap queues its replies and serves the other ranks at once. Rank 0
+// here is a raw connection that contributes 6 MB to an allgather and never
+// reads; the 18 MB result is more than its socket takes. At 7f850d8 the
+// bootstrap blocked on rank 0's socket (replies go out in rank order) and
+// ranks 1 and 2 timed out.
+TEST(BootstrapSecurity, ARankThatStopsReadingDelaysNobodyElse) {
+  constexpr uint32_t kWorld = 3;
+  constexpr size_t kBytes = size_t(6) << 20;
+  const UniqueId id = Communicator::get_unique_id();
+  const auto payload = [](int rank) {
+    comm::Bytes bytes(kBytes);
+    for (size_t i = 0; i < kBytes; ++i) bytes[i] = uint8_t(size_t(rank) * 31 + i * 7 + (i >> 12));
+    return bytes;
+  };
+  // Rank 0 joins by hand: the handshake, then (once the others joined) the table, a
+  // contribution, and silence.
+  const int fd = connectTcp(portOf(id));
+  ASSERT_GE(fd, 0);
+  comm::Socket stalled(fd);
+  const auto deadline = comm::Clock::now() + std::chrono::seconds(10);
+  const comm::Bytes challenge_message = stalled.receive_message(deadline, "challenge");
+  comm::Reader challenge{challenge_message};
+  ASSERT_EQ(challenge.u8(), uint8_t(comm::Message::Challenge));
+  const comm::Nonce root_nonce = challenge.fixed<comm::kNonceBytes>();
+  const comm::Nonce rank_nonce{};
+  stalled.send_message(comm::Writer()
+                           .u8(uint8_t(comm::Message::Hello))
+                           .u32(comm::kMagic)
+                           .fixed(groupOf(id))
+                           .fixed(rank_nonce)
+                           .u32(0)
+                           .u32(kWorld)
+                           .bytes(comm::Writer().text("a-stalled-host").text("epjit-stalled").out)
+                           .fixed(comm::hello_mac(secretOf(id), groupOf(id), root_nonce, rank_nonce, 0, kWorld))
+                           .out,
+                       "root");
+  ASSERT_EQ(stalled.receive_message(deadline, "welcome").at(0), uint8_t(comm::Message::Welcome));
+  std::atomic<int> served{0};
+  std::atomic<bool> stop_waiting{false};
+  std::vector<std::string> errors(kWorld);
+  std::vector<std::thread> ranks;
+  for (int rank = 1; rank < int(kWorld); ++rank)
+    ranks.emplace_back([&, rank] {
+      try {
+        auto device = make_host_device();
+        auto comm = Communicator::init(int(kWorld), rank, id, *device, {20, std::nullopt});
+        const auto all = comm->allgather(payload(rank));
+        for (int r = 0; r < int(kWorld); ++r)
+          if (all[size_t(r)] != payload(r)) errors[size_t(rank)] += "rank " + std::to_string(r) + "'s part differs; ";
+        ++served;
+        while (!stop_waiting) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        comm->destroy();  // the bootstrap closes once rank 0 is gone
+      } catch (const std::exception& error) {
+        errors[size_t(rank)] = error.what();
+        ++served;
+      }
+    });
+  const auto start = std::chrono::steady_clock::now();
+  const std::string stalled_error = testing::errorOf([&] {
+    if (stalled.receive_message(comm::Clock::now() + std::chrono::seconds(20), "table").at(0) !=
+        uint8_t(comm::Message::Table))
+      throw Error("not the table", "", "");
+    stalled.send_message(comm::Writer()
+                             .u8(uint8_t(comm::Message::Gather))
+                             .u64(1)
+                             .u8(uint8_t(comm::Collective::Allgather))
+                             .bytes(payload(0))
+                             .out,
+                         "root");
+  });
+  while (served < int(kWorld) - 1 && std::chrono::steady_clock::now() - start < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const double took = Seconds(std::chrono::steady_clock::now() - start).count();
+  stalled = comm::Socket();  // rank 0 goes away; the others may leave now
+  stop_waiting = true;
+  for (std::thread& t : ranks) t.join();
+  EXPECT_EQ(errors, (std::vector<std::string>{"", "", ""}));
+  EXPECT_LT(took, 10.0) << "ranks 1 and 2 waited " << took << " s behind a rank that does not read";
+}
+
 TEST(BootstrapSecurity, UnusedIdsCostNoThreadOrSocket) {
   Communicator::get_unique_id();  // the bootstrap itself may start here
   const size_t before = threadCount();
