@@ -79,6 +79,32 @@ int connectTcp(uint16_t port) {
   return fd;
 }
 
+// A connection to the bootstrap of `id` that answered its challenge with a
+// Hello holding the group's secret, as rank `rank` of `world`: the next
+// message is the root's answer (Welcome, or a Failure).
+comm::Socket helloAsRank(const UniqueId& id, uint32_t rank, uint32_t world, const comm::Bytes& blob) {
+  const int fd = connectTcp(portOf(id));
+  if (fd < 0) throw Error("cannot reach the bootstrap", "", "");
+  comm::Socket socket(fd);
+  const comm::Bytes challenge = socket.receive_message(comm::Clock::now() + std::chrono::seconds(5), "challenge");
+  comm::Reader c{challenge};
+  if (c.u8() != uint8_t(comm::Message::Challenge)) throw Error("no challenge", "", "");
+  const comm::Nonce root_nonce = c.fixed<comm::kNonceBytes>();
+  const comm::Nonce rank_nonce{};
+  socket.send_message(comm::Writer()
+                          .u8(uint8_t(comm::Message::Hello))
+                          .u32(comm::kMagic)
+                          .fixed(groupOf(id))
+                          .fixed(rank_nonce)
+                          .u32(rank)
+                          .u32(world)
+                          .bytes(blob)
+                          .fixed(comm::hello_mac(secretOf(id), groupOf(id), root_nonce, rank_nonce, rank, world))
+                          .out,
+                      "root");
+  return socket;
+}
+
 // Runs `body(rank)` for every rank on its own thread; returns each rank's error text ("" if none).
 std::vector<std::string> onThreads(int world, const std::function<void(int)>& body) {
   std::vector<std::string> errors(static_cast<size_t>(world));
@@ -170,27 +196,8 @@ TEST(BootstrapSecurity, AHugeWorldSizeIsAnErrorNotAnAbort) {
   const std::string local = errorOf([&] { Communicator::init(2147483647, 0, id, *device, {2, std::nullopt}); });
   EXPECT_NE(local.find("world_size <= 65536"), std::string::npos) << local;
   // The same from the wire, by a peer that holds the secret: refused, the root keeps serving.
-  const int fd = connectTcp(portOf(id));
-  ASSERT_GE(fd, 0);
-  comm::Socket socket(fd);
+  comm::Socket socket = helloAsRank(id, 0, 2147483647, comm::Bytes{1, 2, 3});
   const auto deadline = comm::Clock::now() + std::chrono::seconds(5);
-  const comm::Bytes challenge = socket.receive_message(deadline, "challenge");
-  comm::Reader c{challenge};
-  ASSERT_EQ(c.u8(), uint8_t(comm::Message::Challenge));
-  const comm::Nonce root_nonce = c.fixed<comm::kNonceBytes>();
-  const comm::Nonce rank_nonce{};
-  const uint32_t world = 2147483647;
-  socket.send_message(comm::Writer()
-                          .u8(uint8_t(comm::Message::Hello))
-                          .u32(comm::kMagic)
-                          .fixed(groupOf(id))
-                          .fixed(rank_nonce)
-                          .u32(0)
-                          .u32(world)
-                          .bytes(comm::Bytes{1, 2, 3})
-                          .fixed(comm::hello_mac(secretOf(id), groupOf(id), root_nonce, rank_nonce, 0, world))
-                          .out,
-                      "root");
   const comm::Bytes answer = socket.receive_message(deadline, "answer");
   comm::Reader a{answer};
   EXPECT_EQ(a.u8(), uint8_t(comm::Message::Failure));
@@ -283,26 +290,9 @@ TEST(BootstrapSecurity, ARankThatStopsReadingDelaysNobodyElse) {
   };
   // Rank 0 joins by hand: the handshake, then (once the others joined) the table, a
   // contribution, and silence.
-  const int fd = connectTcp(portOf(id));
-  ASSERT_GE(fd, 0);
-  comm::Socket stalled(fd);
+  comm::Socket stalled =
+      helloAsRank(id, 0, kWorld, comm::Writer().text("a-stalled-host").text("epjit-stalled").out);
   const auto deadline = comm::Clock::now() + std::chrono::seconds(10);
-  const comm::Bytes challenge_message = stalled.receive_message(deadline, "challenge");
-  comm::Reader challenge{challenge_message};
-  ASSERT_EQ(challenge.u8(), uint8_t(comm::Message::Challenge));
-  const comm::Nonce root_nonce = challenge.fixed<comm::kNonceBytes>();
-  const comm::Nonce rank_nonce{};
-  stalled.send_message(comm::Writer()
-                           .u8(uint8_t(comm::Message::Hello))
-                           .u32(comm::kMagic)
-                           .fixed(groupOf(id))
-                           .fixed(rank_nonce)
-                           .u32(0)
-                           .u32(kWorld)
-                           .bytes(comm::Writer().text("a-stalled-host").text("epjit-stalled").out)
-                           .fixed(comm::hello_mac(secretOf(id), groupOf(id), root_nonce, rank_nonce, 0, kWorld))
-                           .out,
-                       "root");
   ASSERT_EQ(stalled.receive_message(deadline, "welcome").at(0), uint8_t(comm::Message::Welcome));
   std::atomic<int> served{0};
   std::atomic<bool> stop_waiting{false};
