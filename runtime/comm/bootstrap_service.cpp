@@ -25,9 +25,11 @@ constexpr auto kUnusedGroupLifetime = std::chrono::hours(24);
 // The largest frame a connection may send before it has authenticated.
 constexpr size_t kHelloLimit = 8192;
 constexpr size_t kMemberLimit = kMaxContributionBytes;
-// A connection with replies waiting that takes no byte of them for this long
-// is closed, failing its group: the rank stopped, or stopped reading.
-constexpr auto kStalledReaderLimit = std::chrono::seconds(60);
+// A rank reads each collective's result before it contributes to the next,
+// so an honest rank has at most a few replies waiting however long it is
+// stopped (a debugger may hold it for minutes: its peers' timeouts decide).
+// One that piles up more is closed, failing its group.
+constexpr size_t kMaxUnreadReplies = 16;
 
 using Framed = std::shared_ptr<const Bytes>;  // one reply, shared by every rank it goes to
 
@@ -42,7 +44,6 @@ struct Connection {
   // blocks on one reader: the other ranks' replies go out meanwhile.
   std::deque<Framed> outbox;
   size_t front_sent = 0;
-  Clock::time_point last_progress;
   // The rank said Bye: its connection closes once its group is owed nothing,
   // which is what the rank's destroy() waits for.
   bool leaving = false;
@@ -105,7 +106,6 @@ class Service {
       polled.push_back({connection.socket.fd(), events, 0});
       ids.push_back(id);
       if (!connection.member) next = std::min(next, connection.handshake_deadline);
-      if (!connection.outbox.empty()) next = std::min(next, connection.last_progress + kStalledReaderLimit);
     }
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
     ::poll(polled.data(), polled.size(), int(std::clamp<int64_t>(wait, 0, 60000)));
@@ -123,9 +123,11 @@ class Service {
 
   // Queues one message for a connection and sends what its socket takes now.
   void post(size_t id, Connection& connection, const Framed& framed) {
-    if (connection.outbox.empty()) connection.last_progress = Clock::now();
     connection.outbox.push_back(framed);
     flush(id, connection);
+    if (connection.outbox.size() > kMaxUnreadReplies)
+      broken_.emplace(id, "it left " + std::to_string(connection.outbox.size()) +
+                              " replies unread (a rank reads each collective's result before its next)");
   }
 
   void post(size_t id, Connection& connection, const Bytes& message) {
@@ -138,7 +140,6 @@ class Service {
       bool broken = false;
       const size_t sent = connection.socket.send_available(front.data() + connection.front_sent,
                                                            front.size() - connection.front_sent, broken);
-      if (sent) connection.last_progress = Clock::now();
       connection.front_sent += sent;
       if (broken) {
         broken_.emplace(id, "");  // dropped after this step: callers may hold its group
@@ -464,10 +465,6 @@ class Service {
         it = connections_.erase(it);
         continue;
       }
-      if (!it->second.outbox.empty() && now >= it->second.last_progress + kStalledReaderLimit)
-        broken_.emplace(it->first, "it took none of its replies for " +
-                                       std::to_string(std::chrono::seconds(kStalledReaderLimit).count()) +
-                                       " s (stopped, or not reading)");
       ++it;
     }
     std::lock_guard lock(mutex_);

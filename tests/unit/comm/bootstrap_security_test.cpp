@@ -337,6 +337,36 @@ TEST(BootstrapSecurity, ARankThatStopsReadingDelaysNobodyElse) {
   EXPECT_LT(took, 10.0) << "ranks 1 and 2 waited " << took << " s behind a rank that does not read";
 }
 
+// What a rank that contributes without reading its results can make the root
+// hold is bounded: past 16 unread replies its connection is closed. A raw
+// rank of a group of one sends 40 allgathers of 4 MB (each completes at once)
+// and reads nothing until then; it gets fewer than 40 results, then the close.
+TEST(BootstrapSecurity, ARankThatNeverReadsCannotPileUpReplies) {
+  constexpr int kContributions = 40;
+  const UniqueId id = Communicator::get_unique_id();
+  comm::Socket rank = helloAsRank(id, 0, 1, comm::Writer().text("a-host").text("epjit-unread").out);
+  const comm::Bytes contribution(size_t(4) << 20, 0x5A);
+  const std::string sending = testing::errorOf([&] {
+    for (int i = 1; i <= kContributions; ++i)
+      rank.send_message(comm::Writer()
+                            .u8(uint8_t(comm::Message::Gather))
+                            .u64(uint64_t(i))
+                            .u8(uint8_t(comm::Collective::Allgather))
+                            .bytes(contribution)
+                            .out,
+                        "root");
+  });
+  int results = 0;
+  const std::string reading = testing::errorOf([&] {
+    for (;;) {
+      const comm::Bytes message = rank.receive_message(comm::Clock::now() + std::chrono::seconds(20), "root");
+      if (message.at(0) == uint8_t(comm::Message::Result)) ++results;
+    }
+  });
+  EXPECT_LT(results, kContributions) << sending;
+  EXPECT_NE(reading.find("closed the connection"), std::string::npos) << reading;
+}
+
 TEST(BootstrapSecurity, UnusedIdsCostNoThreadOrSocket) {
   Communicator::get_unique_id();  // the bootstrap itself may start here
   const size_t before = threadCount();
