@@ -292,6 +292,8 @@ TEST(BootstrapSecurity, ARankThatStopsReadingDelaysNobodyElse) {
   // contribution, and silence.
   comm::Socket stalled =
       helloAsRank(id, 0, kWorld, comm::Writer().text("a-stalled-host").text("epjit-stalled").out);
+  const int receive_buffer = 64 << 10;  // fixed and small: the kernel cannot hold the 18 MB result for it
+  ASSERT_EQ(::setsockopt(stalled.fd(), SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer), 0);
   const auto deadline = comm::Clock::now() + std::chrono::seconds(10);
   ASSERT_EQ(stalled.receive_message(deadline, "welcome").at(0), uint8_t(comm::Message::Welcome));
   std::atomic<int> served{0};
