@@ -192,10 +192,7 @@ class Service {
         ++pending;
         if (!oldest || connection.handshake_deadline < connections_.at(*oldest).handshake_deadline) oldest = id;
       }
-      if (pending >= kMaxPendingConnections && oldest) {
-        broken_.erase(*oldest);
-        connections_.erase(*oldest);
-      }
+      if (pending >= kMaxPendingConnections && oldest) connections_.erase(*oldest);
       socket.set_nonblocking();
       const size_t id = next_id_++;
       Connection& connection = connections_[id];
@@ -460,12 +457,8 @@ class Service {
   void expire() {
     const auto now = Clock::now();
     for (auto it = connections_.begin(); it != connections_.end();) {
-      if (!it->second.member && now >= it->second.handshake_deadline) {
-        broken_.erase(it->first);
-        it = connections_.erase(it);
-        continue;
-      }
-      ++it;
+      if (!it->second.member && now >= it->second.handshake_deadline) it = connections_.erase(it);
+      else ++it;
     }
     std::lock_guard lock(mutex_);
     for (auto it = groups_.begin(); it != groups_.end();) {
@@ -479,7 +472,9 @@ class Service {
   std::mutex mutex_;  // groups_: registration happens on other threads
   std::map<GroupId, Group> groups_;
   std::map<size_t, Connection> connections_;  // only the service thread touches these
-  std::map<size_t, std::string> broken_;      // connections to drop at the end of this step, and why
+  // Connections to drop at the end of this step, and why (ids are never
+  // reused, so one closed meanwhile is simply not found).
+  std::map<size_t, std::string> broken_;
   size_t next_id_ = 0;
 };
 

@@ -213,11 +213,7 @@ bool Socket::wait_closed(Clock::time_point deadline) {
   for (;;) {
     if (!readable(deadline)) return false;
     bool closed = false;
-    try {
-      (void)read_available(std::numeric_limits<uint32_t>::max(), closed, "the bootstrap");
-    } catch (const Error&) {
-      return true;  // cannot happen with no limit; a broken stream is over either way
-    }
+    (void)read_available(std::numeric_limits<uint32_t>::max(), closed, "the peer");  // no limit: never throws
     if (closed) return true;
   }
 }
@@ -249,18 +245,14 @@ size_t Socket::send_available(const uint8_t* data, size_t size, bool& broken) co
 
 void Socket::send_message(const std::vector<uint8_t>& message, const std::string& what) const {
   const std::vector<uint8_t> frame = Socket::frame(message);
-  size_t sent = 0;
   // A peer that stops reading cannot hold the sender forever.
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(60);
-  while (sent < frame.size()) {
-    const ssize_t n = ::send(fd_, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      wait_for(fd_, POLLOUT, deadline, what + " to read");
-      continue;
-    }
-    if (n <= 0) throw vanished(what);
-    sent += size_t(n);
+  for (size_t sent = 0;;) {
+    bool broken = false;
+    sent += send_available(frame.data() + sent, frame.size() - sent, broken);
+    if (broken) throw vanished(what);
+    if (sent == frame.size()) return;
+    wait_for(fd_, POLLOUT, deadline, what + " to read");
   }
 }
 
