@@ -363,14 +363,19 @@ class EpDispatchCombineOp:
         return routing
 
     def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False, stream=None,
-                 record=None, max_tokens_across_ranks=None):
+                 record=None, max_tokens_across_ranks=None, keep_call=False):
         """Returns (tokens, weights, scales, indices, total_recv[, routing]); total_recv
         is a 1-element device array (read it after synchronizing). With
         return_routing the routing is recorded into `record` (a make_routing() to
         reuse: no allocation on the call) or into a new one.
         max_tokens_across_ranks: the largest token count of any rank in this call,
         the same on every rank (DP attention); internode_kernel auto then picks
-        v2 or v2_ll by it, so every rank picks alike (docs/EP.md "Internode")."""
+        v2 or v2_ll by it, so every rank picks alike (docs/EP.md "Internode").
+        keep_call (with return_routing): the routing also keeps this call's received
+        origins and indices, for recorded_call() after later dispatches."""
+        if keep_call and not return_routing:
+            raise Error("dispatch(keep_call=True) without return_routing (expected return_routing=True: the call "
+                        "is kept in the routing it records); fix: pass return_routing=True, or leave keep_call unset")
         self._torch = _is_torch(input)
         self._follow_stream(input, stream)
         self._bf16_numpy = _np is not None and isinstance(input, _np.ndarray) and input.dtype.name == "bfloat16"
@@ -380,7 +385,7 @@ class EpDispatchCombineOp:
             record = None
         ids = self._op.dispatch(_to_native(input, self._target, self._fp8), weights,
                                 _to_native(scales, self._target, self._fp8), indices,
-                                record, routing, max_tokens_across_ranks)
+                                record, routing, max_tokens_across_ranks, keep_call)
         for used in (record, routing):
             if used is not None and id(used) in self._routing_stream:  # one of ours (kept alive by the list)
                 self._routing_stream[id(used)] = self._stream
@@ -445,6 +450,15 @@ class EpDispatchCombineOp:
         rank's node; then, per world rank, the tokens sent to it if it is on another
         node (internode; 0 otherwise)."""
         return self._view(self._op.route_map(routing))
+
+    def recorded_call(self, routing):
+        """What a dispatch with return_routing and keep_call=True kept in `routing`:
+        (total_recv [1], origins [capacity, 2] as received_origins(), indices [tokens,
+        top-k] as passed), int32 arrays of the routing's memory on the op's device,
+        valid until the routing records or loads again; copies made on the
+        dispatch's stream."""
+        ids = self._op.recorded_call(routing)
+        return self._view(ids[0]), self._view(ids[1]), self._view(ids[2])
 
     def load_routing(self, routing, map, tokens, max_tokens_across_ranks=None):
         """Makes `routing` (from make_routing()) replay `map` (route_map()'s layout, on

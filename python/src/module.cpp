@@ -256,7 +256,7 @@ NB_MODULE(_epjit, m) {
       .def(
           "dispatch",
           [](PyOp& self, nb::handle input, nb::handle weights, nb::handle scales, nb::handle indices,
-             Routing* record, const Routing* replay, std::optional<int64_t> max_tokens_across_ranks) {
+             Routing* record, const Routing* replay, std::optional<int64_t> max_tokens_across_ranks, bool keep_call) {
             const EpDispatchCombineConfig& config = self.op->config();
             std::vector<ArgumentArray> inputs;
             inputs.reserve(4);
@@ -272,7 +272,8 @@ NB_MODULE(_epjit, m) {
             {
               nb::gil_scoped_release release;
               r = replay ? self.op->dispatch_replay(in, w, s, idx, *replay)
-                         : self.op->dispatch(in, w, s, idx, record, {.max_tokens_across_ranks = max_tokens_across_ranks});
+                         : self.op->dispatch(in, w, s, idx, record,
+                                             {.max_tokens_across_ranks = max_tokens_across_ranks, .keep_call = keep_call});
             }
             self.hold(std::move(inputs));
             return nb::make_tuple(self.views.id_of(r.tokens), self.views.id_of(r.weights),
@@ -280,7 +281,7 @@ NB_MODULE(_epjit, m) {
                                   self.views.id_of(r.total_recv), self.views.id_of(r.origins));
           },
           "input"_a.none(), "weights"_a.none(), "scales"_a.none(), "indices"_a.none(), "record"_a.none() = nb::none(),
-          "replay"_a.none() = nb::none(), "max_tokens_across_ranks"_a.none() = nb::none())
+          "replay"_a.none() = nb::none(), "max_tokens_across_ranks"_a.none() = nb::none(), "keep_call"_a = false)
       .def(
           "combine",
           [](PyOp& self, nb::handle input, nb::handle weights) {
@@ -340,6 +341,12 @@ NB_MODULE(_epjit, m) {
       .def("make_routing", [](PyOp& self) { return self.op->make_routing(); }, nb::keep_alive<0, 1>())
       .def("route_map",
            [](PyOp& self, const Routing& routing) { return self.views.id_of(self.op->route_map(routing)); })
+      .def("recorded_call",
+           [](PyOp& self, const Routing& routing) {
+             const RecordedCall kept = self.op->recorded_call(routing);
+             return nb::make_tuple(self.views.id_of(kept.total_recv), self.views.id_of(kept.origins),
+                                   self.views.id_of(kept.indices));
+           })
       .def("load_routing",
            [](PyOp& self, Routing& routing, nb::handle map, int64_t tokens,
               std::optional<int64_t> max_tokens_across_ranks) {

@@ -149,7 +149,10 @@ Routing::Routing(Device& device, Stream& stream, size_t words, uint64_t op_id) :
   route_ = device_.allocate(words * 4);
   device_.fill_zero(route_, words * 4, stream);  // a map of a routing never dispatched reads as "nothing sent"
 }
-Routing::~Routing() { device_.release(route_); }
+Routing::~Routing() {
+  device_.release(route_);
+  if (kept_) device_.release(kept_);
+}
 
 struct EpDispatchCombineOp::Impl {
   EpDispatchCombineConfig config;
@@ -432,6 +435,19 @@ struct EpDispatchCombineOp::Impl {
 
   TensorRef total_recv_tensor() const { return {state_word(window.total_recv_word), DType::I32, {1}}; }
 
+  // DispatchOptions::keep_call: a routing's kept origins, then its indices.
+  size_t kept_origins_bytes() const { return size_t(capacity()) * 2 * 4; }
+  size_t kept_bytes() const {
+    return kept_origins_bytes() +
+           size_t(config.max_num_inp_token_per_rank) * size_t(config.num_experts_per_token) * 4;
+  }
+  void keep_call(Routing& routing, const DispatchResult& result, const TensorRef& indices) {
+    if (!routing.kept_) routing.kept_ = device.allocate(kept_bytes());
+    device.copy_async(routing.kept_, result.origins.data, kept_origins_bytes(), *stream);
+    const size_t index_bytes = size_t(indices.shape[0]) * size_t(config.num_experts_per_token) * 4;
+    if (index_bytes) device.copy_async(static_cast<char*>(routing.kept_) + kept_origins_bytes(), indices.data, index_bytes, *stream);
+  }
+
   void check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
                              const std::optional<TensorRef>& scales, const TensorRef& indices, bool counts_slots) {
     require_open(call);
@@ -635,6 +651,9 @@ DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const Tenso
   if (record && record->op_id_ != op.id)
     throw Error("dispatch: the routing to record into belongs to another op", "a Routing from this op's make_routing()",
                 "record with this op's make_routing()");
+  if (options.keep_call && !record)
+    throw Error("dispatch: keep_call without a routing to record into", "keep_call together with a record",
+                "pass a make_routing() as the record, or leave keep_call unset");
   const bool v2 = op.call_runs_internode_v2("dispatch", input.shape[0], options);
   op.route_in_use = record ? record->route_ : op.route;
   DispatchResult result = op.launch_dispatch(input, weights, scales, indices, op.route_in_use, false, v2);
@@ -642,6 +661,8 @@ DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const Tenso
     record->tokens_ = input.shape[0];
     record->forward_route_ = true;
     record->internode_v2_ = v2;
+    record->kept_call_ = options.keep_call;
+    if (options.keep_call) op.keep_call(*record, result, indices);
   }
   return result;
 }
@@ -810,6 +831,21 @@ TensorRef EpDispatchCombineOp::route_map(const Routing& routing) const {
   return {routing.route_, DType::I32, {int64_t(route_words(op.config))}};
 }
 
+RecordedCall EpDispatchCombineOp::recorded_call(const Routing& routing) const {
+  const Impl& op = *impl_;
+  if (routing.op_id_ != op.id || !routing.recorded() || !routing.kept_call_)
+    throw Error("recorded_call: the routing kept no call of this op",
+                "a Routing a dispatch of this op recorded with DispatchOptions::keep_call (and has not recorded or "
+                "loaded since without it)",
+                "record with keep_call set, then read recorded_call()");
+  const int64_t k = op.config.num_experts_per_token;
+  const auto entries = size_t(op.config.max_num_inp_token_per_rank) * size_t(k);
+  char* kept = static_cast<char*>(routing.kept_);
+  return {{static_cast<char*>(routing.route_) + entries * 4, DType::I32, {1}},
+          {kept, DType::I32, {op.capacity(), 2}},
+          {kept + op.kept_origins_bytes(), DType::I32, {routing.tokens_, k}}};
+}
+
 void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, int64_t tokens,
                                        const DispatchOptions& options) {
   Impl& op = *impl_;
@@ -885,6 +921,7 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
   routing.tokens_ = tokens;
   routing.forward_route_ = whole;
   routing.internode_v2_ = v2;
+  routing.kept_call_ = false;  // a map carries no received rows
 }
 
 void EpDispatchCombineOp::check() {

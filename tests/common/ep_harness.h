@@ -305,6 +305,17 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
   const size_t token_bytes = config.dispatch_token_bytes(), row_bytes = config.combine_token_bytes();
   const size_t scale_bytes = config.scale_bytes_per_token();
   std::unique_ptr<Routing> routing = c.replay ? op.make_routing() : nullptr;
+  // With replay, calls record with keep_call into two routings in turn: after
+  // each recording dispatch the other one (the call before's) must still hold
+  // that call's received origins, indices and count, though this dispatch has
+  // overwritten the op's own and the caller's indices.
+  std::unique_ptr<Routing> routing_before = c.replay ? op.make_routing() : nullptr;
+  struct KeptCall {
+    int call;
+    int32_t total;
+    std::vector<int32_t> origins, indices;
+  };
+  std::optional<KeptCall> kept_before;
 
   void* d_payload = allocate(std::max<size_t>(16, size_t(max_tokens) * token_bytes));
   void* d_weights = allocate(std::max<size_t>(16, size_t(max_tokens * k) * 4));
@@ -362,10 +373,28 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
       scales = tensor(d_scales, scale_type, {n, c.scale_dim});
     }
     if (c.before_dispatch) c.before_dispatch(call, rank, comm);
+    if (routing && !replay) std::swap(routing, routing_before);
     DispatchResult result = replay ? op.dispatch_replay(input, weights, scales, indices, *routing)
                                    : op.dispatch(input, weights, scales, indices, routing.get(),
-                                                 {.max_tokens_across_ranks = mine.max_tokens_across_ranks});
+                                                 {.max_tokens_across_ranks = mine.max_tokens_across_ranks,
+                                                  .keep_call = routing != nullptr});
     op.check();
+    if (routing && !replay) {
+      if (kept_before) {
+        const RecordedCall kept = op.recorded_call(*routing_before);
+        KeptCall got{kept_before->call, 0, std::vector<int32_t>(kept_before->origins.size()),
+                     std::vector<int32_t>(size_t(kept.indices.shape[0] * kept.indices.shape[1]))};
+        device.copy_to_host(&got.total, kept.total_recv.data, 4);
+        device.copy_to_host(got.origins.data(), kept.origins.data, got.origins.size() * 4);
+        if (!got.indices.empty()) device.copy_to_host(got.indices.data(), kept.indices.data, got.indices.size() * 4);
+        if (got.total != kept_before->total || got.origins != kept_before->origins || got.indices != kept_before->indices)
+          failures.add("call ", call, ": the routing of call ", kept_before->call,
+                       " no longer holds that call's count, origins and indices (keep_call)");
+      }
+      kept_before = KeptCall{call, 0, std::vector<int32_t>(size_t(cap) * 2), mine.indices};
+      device.copy_to_host(&kept_before->total, result.total_recv.data, 4);
+      device.copy_to_host(kept_before->origins.data(), result.origins.data, kept_before->origins.size() * 4);
+    }
 
     // Dispatch against the reference, keyed by (source rank, source token).
     const auto received = reference::dispatch(config, inputs);
@@ -608,6 +637,7 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
         op.load_routing(*loaded, op.route_map(*routing), tokensOn(c, c.calls[call], rank),
                         {.max_tokens_across_ranks = largestTokensOf(c, c.calls[call])});
         routing = std::move(loaded);
+        kept_before.reset();  // a loaded map keeps no call
       }
       auto [r_inputs, r_received, r_rows, r_tokens, r_weights, r_total] = oneDispatch(int(call), c.calls[call], true);
       oneCombine(int(call), r_inputs, r_received, r_rows, r_tokens, r_weights, r_total);

@@ -117,8 +117,13 @@ TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
     f += expectParts("replay unrecorded",
                      thrown([&] { op.dispatch_replay(input, weights, std::nullopt, indices, *never_recorded); }),
                      {"not recorded"});
+    f += expectParts("keep_call without a record",
+                     thrown([&] { op.dispatch(input, weights, std::nullopt, indices, nullptr, {.keep_call = true}); }),
+                     {"keep_call without a routing", "make_routing()"});
     auto routing = op.make_routing();
     op.dispatch(input, weights, std::nullopt, indices, routing.get());
+    f += expectParts("recorded_call of a call not kept", thrown([&] { op.recorded_call(*routing); }),
+                     {"kept no call", "keep_call"});
     f += expectParts("dispatch twice", thrown([&] { op.dispatch(input, weights, std::nullopt, indices); }),
                      {"awaits its combine", "call combine() first", "a replay may follow"});
     // A replay takes no slots: it may follow the dispatch directly (MORI's order),

@@ -410,6 +410,35 @@ def test_a_dropped_returned_routing_is_recorded_into_again():
     comm.destroy()
 
 
+def test_a_kept_call_outlives_later_dispatches_and_the_callers_buffers():
+    """dispatch(return_routing=True, keep_call=True): recorded_call(routing) answers
+    with that call's received count, origins and indices after another dispatch has
+    overwritten the op's own and the caller has reused its indices' buffer."""
+    comm, op = single_rank_op()
+    with op:
+        x, w, idx = make_inputs(0, 1, 7, "bf16", seed=31)
+        caller_idx = idx.copy()
+        _, w_out, _, _, total, kept = op.dispatch(x, w, None, caller_idx, return_routing=True, keep_call=True)
+        op.synchronize()
+        want_total, want_origins = int(total[0]), np.array(op.received_origins(), copy=True)
+        op.combine(op.combine_input(), w_out)
+        x2, w2, idx2 = make_inputs(0, 1, 3, "bf16", seed=32)
+        _, w_out2, _, _, total2, other = op.dispatch(x2, w2, None, idx2, return_routing=True)
+        caller_idx[:] = -1
+        op.synchronize()
+        assert int(total2[0]) != want_total
+        got_total, got_origins, got_indices = (np.array(a, copy=True) for a in op.recorded_call(kept))
+        assert int(got_total[0]) == want_total
+        np.testing.assert_array_equal(got_origins, want_origins)
+        np.testing.assert_array_equal(got_indices, idx)
+        op.combine(op.combine_input(), w_out2)
+        with pytest.raises(epjit.Error, match="kept no call"):
+            op.recorded_call(other)  # recorded without keep_call
+        with pytest.raises(epjit.Error, match="without return_routing"):
+            op.dispatch(x, w, None, idx, keep_call=True)
+    comm.destroy()
+
+
 def test_an_op_left_to_the_collector_after_its_communicator_is_destroyed():
     """MORI's examples drop the op after the communicator's `with` block: the
     communicator's destroy() frees the memory of the ops built on it, so the

@@ -172,6 +172,26 @@ def body(world, rank, uid_bytes, seed, checks):
                           f"round trip {call} on a recycled routing: combine != U * x")
             replay_identity(op, x4, w4, idx4, kept, f"replay {call} of a recycled routing", checks)
             del kept
+        # A handle's maps first read after a later dispatch of other tokens, and after
+        # the caller reused its indices' buffer, are still its own call's.
+        xa, wa, idxa = rank_inputs(world, rank, 21 - rank, seed + 5)
+        caller_idx = idxa.clone()
+        *_, na, early, _, _ = round_trip(op, xa, wa, caller_idx)
+        xb, wb, idxb = rank_inputs(world, rank, 9 + rank, seed + 6)
+        round_trip(op, xb, wb, idxb)
+        caller_idx.copy_(idxb[:1].expand_as(caller_idx))
+        sync()
+        sent_here = sorted(r * MAX_TOKENS + t for r in range(world)
+                           for t, ranks in enumerate(distinct_ranks(rank_inputs(world, r, 21 - r, seed + 5)[2]))
+                           if rank in ranks)
+        checks.expect(int(early.total_recv_token_num.item()) == len(sent_here) == na,
+                      f"a handle read late: total_recv_token_num {int(early.total_recv_token_num.item())}, "
+                      f"expected {len(sent_here)}")
+        checks.expect(sorted(early.disp_tok_id_to_src_tok_id_local[:len(sent_here)].tolist()) == sent_here,
+                      "a handle read late: its slot -> source map is not its call's")
+        check_forward_map_ranks(op, early, xa, idxa, checks)
+        replay_identity(op, xa, wa, idxa, early, "replay of a handle read late", checks)
+        del early
         # A step where no rank has tokens: a handle all the same, its maps empty.
         x0 = torch.zeros(0, HIDDEN, dtype=torch.bfloat16, device=DEVICE)
         w0 = torch.zeros(0, TOPK, dtype=torch.float32, device=DEVICE)

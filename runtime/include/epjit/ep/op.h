@@ -95,6 +95,11 @@ class Routing {
   // without it (as a MORI handle's tensors give) replays only v2_ll calls.
   bool forward_route_ = false;
   bool internode_v2_ = false;
+  // DispatchOptions::keep_call: the recorded call's received origins
+  // ([capacity, 2]) then its indices ([max tokens, top-k]); allocated on the
+  // first keep, valid while kept_call_.
+  void* kept_ = nullptr;
+  bool kept_call_ = false;
 };
 
 // What a caller knows about a dispatch beyond its own tensors.
@@ -107,6 +112,20 @@ struct DispatchOptions {
   // count, so every rank's count must be on the same side of
   // internode_auto_ll_max_tokens. In [n, max_num_inp_token_per_rank].
   std::optional<int64_t> max_tokens_across_ranks;
+  // With a routing to record into: the routing also keeps what the call
+  // received (its received_origins()) and the indices it was called with,
+  // copied on the op's stream after the dispatch, so recorded_call() still
+  // answers after later dispatches overwrite the op's own (a MORI routing
+  // handle exposes both). Two device copies: only for callers who read them.
+  bool keep_call = false;
+};
+
+// What a dispatch recorded with DispatchOptions::keep_call kept in its
+// routing: memory of the routing, valid until it records or loads again.
+struct RecordedCall {
+  TensorRef total_recv;  // [1] i32: how many leading rows arrived
+  TensorRef origins;     // [capacity, 2] i32: the call's received_origins()
+  TensorRef indices;     // [tokens, top-k] i32: the indices the call was given
 };
 
 struct OpOptions {
@@ -171,6 +190,9 @@ class EpDispatchCombineOp {
   // per source token, its distinct destinations in order of first appearance
   // as rank * capacity + slot, then -1s; the last word is the received count.
   TensorRef route_map(const Routing& routing) const;
+  // What `routing`'s recorded call kept (DispatchOptions::keep_call). Reads
+  // no op state, so it answers after close() too.
+  RecordedCall recorded_call(const Routing& routing) const;
   // Makes `routing` (of this op) replay `map`, a map in route_map()'s layout
   // (in the op's device memory) recorded for `tokens` tokens, e.g. one
   // saved and restored by a framework. Checked on the host before use (every

@@ -7,8 +7,6 @@ local_expert_count() counts every (token, k) assignment, the routing handle expo
 MORI's maps, std-MoE conversion applies the routing weights, and a symmetric fp8
 op combines fp8 tokens. docs/PYTHON.md lists what still differs.
 """
-import weakref
-
 import epjit
 
 _SCALE_DTYPES = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
@@ -27,30 +25,77 @@ class EpDispatchRoutingHandle:
     """One dispatch's routing, replayable (MORI's EpDispatchRoutingHandle).
 
     disp_dest_tok_id_map: [max_tokens * k] int32, per (source token, k) the receive
-    slot on the rank of expert k, as rank * max_recv + slot (-1: masked or not sent);
-    made on first use, since most programs only pass the handle back.
+    slot on the rank of expert k, as rank * max_recv + slot (-1: masked or not sent).
+    total_recv_token_num: [1] int32, the rows this rank received.
     disp_tok_id_to_src_tok_id_local: [max_recv] int32, per receive slot its source
     rank * max_tokens + source token (valid below total_recv_token_num).
     inter_node_*: empty (this op is intranode), kept for MORI's five-tensor layout.
+
+    A handle return_routing=True gave makes these three tensors on first use,
+    since most programs only pass the handle back: from what its dispatch kept in
+    the handle's epjit Routing (the received origins and the caller's indices,
+    copied on the dispatch's stream), so they hold that dispatch's values however
+    many dispatches followed. Each is made on torch's current stream: read them on
+    the dispatch's stream, or after it.
     """
 
     def __init__(self, disp_dest_tok_id_map, inter_node_disp_dest_tok_id_map, inter_node_disp_send_map,
                  total_recv_token_num, disp_tok_id_to_src_tok_id_local, cur_rank_num_token=0):
         self._forward = disp_dest_tok_id_map
-        self._make_forward = None
         self.inter_node_disp_dest_tok_id_map = inter_node_disp_dest_tok_id_map
         self.inter_node_disp_send_map = inter_node_disp_send_map
-        self.total_recv_token_num = total_recv_token_num
-        self.disp_tok_id_to_src_tok_id_local = disp_tok_id_to_src_tok_id_local
+        self._total = total_recv_token_num
+        self._sources = disp_tok_id_to_src_tok_id_local
         self.cur_rank_num_token = cur_rank_num_token
-        self._routing = None  # epjit's Routing when an op of this process recorded it
+        self._recorder = None  # the op whose dispatch kept this handle's call (lazy tensors)
+        self._routing = None   # epjit's Routing when an op of this process recorded or loaded it
         self._op_id = None
+        self._spares = None    # where _routing goes back when the handle goes
+
+    @classmethod
+    def _kept(cls, op, routing, tokens, empty):
+        """A handle of the call `op` just recorded into `routing` with keep_call."""
+        handle = cls(None, empty, empty, None, None, cur_rank_num_token=tokens)
+        handle._recorder = op
+        return handle
+
+    def __del__(self):
+        if self._spares is not None:
+            self._spares.append(self._routing)
+
+    def _recorded_call(self):
+        return self._recorder._op.recorded_call(self._routing)
 
     @property
     def disp_dest_tok_id_map(self):
-        if self._forward is None:
-            self._forward, self._make_forward = self._make_forward(), None
+        if self._forward is None and self._recorder is not None:
+            indices = self._recorded_call()[2]
+            self._forward = self._recorder._mori_forward(self._routing, indices, self.cur_rank_num_token)
         return self._forward
+
+    @disp_dest_tok_id_map.setter
+    def disp_dest_tok_id_map(self, value):
+        self._forward = value
+
+    @property
+    def total_recv_token_num(self):
+        if self._total is None and self._recorder is not None:
+            self._total = self._recorded_call()[0].clone()
+        return self._total
+
+    @total_recv_token_num.setter
+    def total_recv_token_num(self, value):
+        self._total = value
+
+    @property
+    def disp_tok_id_to_src_tok_id_local(self):
+        if self._sources is None and self._recorder is not None:
+            self._sources = self._recorded_call()[1][:, 0].contiguous()
+        return self._sources
+
+    @disp_tok_id_to_src_tok_id_local.setter
+    def disp_tok_id_to_src_tok_id_local(self, value):
+        self._sources = value
 
     def tensors(self):
         return (self.disp_dest_tok_id_map, self.inter_node_disp_dest_tok_id_map, self.inter_node_disp_send_map,
@@ -241,7 +286,8 @@ class EpDispatchCombineOp:
                   else None)
         record = self._take_routing() if return_routing else None
         result = self._op.dispatch(input, weights, scales, indices, routing=replay, return_routing=return_routing,
-                                   record=record, max_tokens_across_ranks=max_tokens_across_ranks)
+                                   record=record, max_tokens_across_ranks=max_tokens_across_ranks,
+                                   keep_call=return_routing)
         out, out_w, out_s, out_idx, total = result[:5]
         self._settle()
         self._last = dict(n=n, out=out, weights=out_w, indices=out_idx, total=total)
@@ -250,18 +296,10 @@ class EpDispatchCombineOp:
             self._latest = routing
             return base
         recorded = result[5]
-        torch = _torch()
         if self._empty is None:
+            torch = _torch()
             self._empty = torch.empty(0, dtype=torch.int32, device=total.device)
-        # Snapshots, as MORI takes them: the next dispatch rewrites the op's copies
-        # (and a caller may reuse its indices). One copy into one buffer: each
-        # torch op costs microseconds of host time on a small call.
-        cap, k = self.max_recv, self.cfg.num_experts_per_token
-        snapshot = torch.cat((total, self._op.received_origins()[:, 0], indices.reshape(-1)))  # indices: [n, k]
-        handle = EpDispatchRoutingHandle(None, self._empty, self._empty, snapshot[:1], snapshot[1:1 + cap],
-                                         cur_rank_num_token=n)
-        kept_indices = snapshot[1 + cap:].view(n, k)
-        handle._make_forward = lambda: self._mori_forward(recorded, kept_indices, n)
+        handle = EpDispatchRoutingHandle._kept(self, recorded, n, self._empty)
         self._adopt(handle, recorded)
         self._latest = handle
         return base + (handle,)
@@ -272,8 +310,7 @@ class EpDispatchCombineOp:
 
     def _adopt(self, handle, routing):
         """Ties `routing` to `handle`; it returns to the spares when the handle goes."""
-        handle._routing, handle._op_id = routing, id(self)
-        weakref.finalize(handle, self._spare_routings.append, routing)
+        handle._routing, handle._op_id, handle._spares = routing, id(self), self._spare_routings
 
     def _combine_staging(self, input):
         """Where combine reads expert outputs: the window's staging rows (gather) or
