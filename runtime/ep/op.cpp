@@ -151,7 +151,7 @@ Routing::Routing(Device& device, Stream& stream, size_t words, uint64_t op_id) :
 }
 Routing::~Routing() {
   device_.release(route_);
-  if (kept_) device_.release(kept_);
+  device_.release(kept_);
 }
 
 struct EpDispatchCombineOp::Impl {
@@ -442,10 +442,10 @@ struct EpDispatchCombineOp::Impl {
            size_t(config.max_num_inp_token_per_rank) * size_t(config.num_experts_per_token) * 4;
   }
   void keep_call(Routing& routing, const DispatchResult& result, const TensorRef& indices) {
-    if (!routing.kept_) routing.kept_ = device.allocate(kept_bytes());
     device.copy_async(routing.kept_, result.origins.data, kept_origins_bytes(), *stream);
     const size_t index_bytes = size_t(indices.shape[0]) * size_t(config.num_experts_per_token) * 4;
-    if (index_bytes) device.copy_async(static_cast<char*>(routing.kept_) + kept_origins_bytes(), indices.data, index_bytes, *stream);
+    if (index_bytes)
+      device.copy_async(static_cast<char*>(routing.kept_) + kept_origins_bytes(), indices.data, index_bytes, *stream);
   }
 
   void check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
@@ -819,6 +819,9 @@ std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
   impl_->require_open("make_routing");
   std::unique_ptr<Routing> routing(new Routing(impl_->device, *impl_->stream, route_words(impl_->config), impl_->id));
   impl_->clear_forward_route(routing->route_);
+  // Here, not at the first keep_call: a dispatch may be captured into a
+  // graph, where allocating is not allowed.
+  routing->kept_ = impl_->device.allocate(impl_->kept_bytes());
   return routing;
 }
 

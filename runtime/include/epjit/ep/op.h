@@ -96,8 +96,7 @@ class Routing {
   bool forward_route_ = false;
   bool internode_v2_ = false;
   // DispatchOptions::keep_call: the recorded call's received origins
-  // ([capacity, 2]) then its indices ([max tokens, top-k]); allocated on the
-  // first keep, valid while kept_call_.
+  // ([capacity, 2]) then its indices ([max tokens, top-k]); valid while kept_call_.
   void* kept_ = nullptr;
   bool kept_call_ = false;
 };
