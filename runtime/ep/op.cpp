@@ -826,8 +826,7 @@ std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
 }
 
 TensorRef EpDispatchCombineOp::route_map(const Routing& routing) const {
-  const Impl& op = *impl_;
-  op.require_open("route_map");
+  const Impl& op = *impl_;  // the routing's memory, not the arena: it answers after close() too
   if (routing.op_id_ != op.id || !routing.recorded())
     throw Error("route_map: the routing was not recorded by this op", "a Routing a dispatch of this op recorded",
                 "pass record= to a dispatch of this op first");

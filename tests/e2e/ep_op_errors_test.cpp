@@ -187,6 +187,9 @@ TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
                      {"2 tokens", "recorded with 3"});
     op.close();
     f += expectParts("closed", thrown([&] { op.dispatch(input, weights, std::nullopt, indices); }), {"closed"});
+    // A routing's map is its own memory: it can still be saved after close().
+    if (const std::string why = thrown([&] { op.route_map(*routing); }); !why.empty())
+      f += "route_map after close threw: " + why + "\n";
     return f;
   });
   EXPECT_EQ(failures, "");

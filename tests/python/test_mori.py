@@ -200,7 +200,12 @@ def body(world, rank, uid_bytes, seed, checks):
         checks.expect(n0 == 0 and back0.shape == (0, HIDDEN) and int(empty.total_recv_token_num.item()) == 0,
                       f"no tokens: received {n0}, combined {tuple(back0.shape)}")
         checks.expect(bool((empty.disp_dest_tok_id_map == -1).all()), "no tokens: the forward map names a slot")
+        # A handle first read after its op closed: its routing's memory, not the op's.
+        *_, nc, closing, _, _ = round_trip(op, x, w, idx)
         op.close()
+        checks.expect(int(closing.total_recv_token_num.item()) == nc, "a handle read after close: its count")
+        check_forward_map_ranks(op, closing, x, idx, checks)
+        del closing
         # f32 gather, and scatter with fp8 quant (a tolerance: the wire is fp8).
         with EpDispatchCombineOp(make_cfg(world, rank, data_type=torch.float32), comm) as op32:
             xf, wf, idxf = rank_inputs(world, rank, 17 + rank, seed + 1, torch.float32)

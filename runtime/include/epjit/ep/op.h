@@ -188,6 +188,7 @@ class EpDispatchCombineOp {
   // A recorded routing's map as an [max_tokens * top-k + 1] i32 device tensor:
   // per source token, its distinct destinations in order of first appearance
   // as rank * capacity + slot, then -1s; the last word is the received count.
+  // The routing's memory: it answers after close() too.
   TensorRef route_map(const Routing& routing) const;
   // What `routing`'s recorded call kept (DispatchOptions::keep_call). Reads
   // no op state, so it answers after close() too.

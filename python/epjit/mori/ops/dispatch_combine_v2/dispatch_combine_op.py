@@ -309,7 +309,10 @@ class EpDispatchCombineOp:
         return self._spare_routings.pop() if self._spare_routings else self._op.make_routing()
 
     def _adopt(self, handle, routing):
-        """Ties `routing` to `handle`; it returns to the spares when the handle goes."""
+        """Ties `routing` to `handle`; it returns to the spares when the handle goes
+        (one the handle held for another op returns to that op's now)."""
+        if handle._spares is not None:
+            handle._spares.append(handle._routing)
         handle._routing, handle._op_id, handle._spares = routing, id(self), self._spare_routings
 
     def _combine_staging(self, input):
