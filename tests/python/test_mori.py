@@ -192,6 +192,17 @@ def body(world, rank, uid_bytes, seed, checks):
         check_forward_map_ranks(op, early, xa, idxa, checks)
         replay_identity(op, xa, wa, idxa, early, "replay of a handle read late", checks)
         del early
+        # Expert outputs in a buffer of their own: max_recv rows are read in place (any
+        # contiguous shape of them), fewer are copied in.
+        for what, expert_rows in (("max_recv rows", lambda o, n: o.clone()),
+                                  ("max_recv rows as [max_recv, 1, hidden]", lambda o, n: o.clone().unsqueeze(1)),
+                                  ("the received rows", lambda o, n: o[:n].clone())):
+            out5, *_, total5 = op.dispatch(xa, wa, None, idxa)
+            sync()
+            back5, _ = op.combine(expert_rows(out5, int(total5.item())))
+            sync()
+            checks.expect(torch.equal(back5.view(torch.int16), identity_expected(xa, idxa).view(torch.int16)),
+                          f"combine of {what} in a buffer of their own != U * x")
         # A step where no rank has tokens: a handle all the same, its maps empty.
         x0 = torch.zeros(0, HIDDEN, dtype=torch.bfloat16, device=DEVICE)
         w0 = torch.zeros(0, TOPK, dtype=torch.float32, device=DEVICE)

@@ -141,7 +141,10 @@ class EpDispatchCombineOp:
         self._last = None      # the latest dispatch's outputs
         self._latest = None    # the handle (or epjit routing) that dispatch used or recorded
         self._no_weights = None
-        self._scatter_input = None
+        self._staging = None   # combine's input rows (_combine_staging)
+        self._max_recv = self._op.capacity
+        self._staging_elements = self._max_recv * cfg.hidden_dim
+        self._host_ranks = self._device == "cpu"
         self._empty = None
         self._packed = None    # convert_dispatch_output()'s (tokens, counts, receive rows)
         self._spare_routings = []  # Routings of dropped handles, recorded into again
@@ -154,12 +157,12 @@ class EpDispatchCombineOp:
 
     @property
     def max_recv(self):
-        return self._op.capacity
+        return self._max_recv
 
     def _settle(self):
         """Host ranks: wait for the op's call. CPU tensors have no stream to order
         torch's reads after it (on GPUs both run on torch's current stream)."""
-        if self._device == "cpu":
+        if self._host_ranks:
             self._op.synchronize()
 
     def _weights_or_zeros(self, weights, n):
@@ -321,27 +324,31 @@ class EpDispatchCombineOp:
         unless it is already there (MORI takes fewer rows than max_recv), or it has
         max_recv rows of the combine type: epjit's combine reads those itself (gather
         stages only the received rows, on the device; scatter reads them in place),
-        where a copy here would move all max_recv rows however few arrived."""
-        torch = _torch()
-        if self.cfg.combine_mode == "gather":
-            staging = self._op.combine_input()
-        else:
-            if self._scatter_input is None:
-                self._scatter_input = torch.empty(self.max_recv, self.cfg.hidden_dim, dtype=torch.bfloat16
-                                                  if self._op.config_combine_type == "bf16" else torch.float32,
-                                                  device=self._device)
-            staging = self._scatter_input
+        where a copy here would move all max_recv rows however few arrived. Runs on
+        every combine, so it asks torch as little as it can."""
+        staging = self._staging
+        if staging is None:
+            staging = self._staging = self._make_staging()
         if input.data_ptr() == staging.data_ptr():
             return staging
         rows = int(input.shape[0])
-        if rows > self.max_recv:
-            raise epjit.Error(f"combine input has {rows} rows (expected at most max_recv = {self.max_recv}); "
+        if (rows == self._max_recv and input.dtype == staging.dtype and input.is_contiguous()
+                and input.numel() == self._staging_elements and input.device == staging.device):
+            return input if input.dim() == 2 else input.view(rows, self.cfg.hidden_dim)
+        if rows > self._max_recv:
+            raise epjit.Error(f"combine input has {rows} rows (expected at most max_recv = {self._max_recv}); "
                               "fix: pass the expert outputs of the received rows")
-        if (rows == self.max_recv and input.dtype == staging.dtype and input.device == staging.device
-                and input.is_contiguous() and input.numel() == rows * self.cfg.hidden_dim):
-            return input.view(rows, self.cfg.hidden_dim)
         staging[:rows].copy_(input.reshape(rows, self.cfg.hidden_dim))  # widens fp8 exactly; rows may be 0
         return staging
+
+    def _make_staging(self):
+        """The op's combine input rows: the window's (gather, valid until close) or a
+        [max_recv, hidden] buffer of the combine type (scatter)."""
+        torch = _torch()
+        if self.cfg.combine_mode == "gather":
+            return self._op.combine_input()
+        dtype = torch.bfloat16 if self._op.config_combine_type == "bf16" else torch.float32
+        return torch.empty(self._max_recv, self.cfg.hidden_dim, dtype=dtype, device=self._device)
 
     def combine(self, input, weights=None, indices=None, *, routing=None):
         """Returns (out [tokens, hidden], out_weights [tokens, k]): every token's expert
