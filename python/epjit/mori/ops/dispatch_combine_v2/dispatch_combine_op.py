@@ -21,6 +21,29 @@ def _epjit_dtype(dtype):
     return epjit._dtype_name(dtype, "data_type")
 
 
+class _MadeOnFirstUse:
+    """A routing handle's tensor: as given, or (a handle return_routing=True gave)
+    made on first read by `make(handle)` from what its dispatch kept. Settable.
+    Kept in the handle's `_<name>`."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def __set_name__(self, owner, name):
+        self.slot = "_" + name
+
+    def __get__(self, handle, owner=None):
+        if handle is None:
+            return self
+        value = handle.__dict__[self.slot]
+        if value is None and handle._recorder is not None:
+            value = handle.__dict__[self.slot] = self.make(handle)
+        return value
+
+    def __set__(self, handle, value):
+        handle.__dict__[self.slot] = value
+
+
 class EpDispatchRoutingHandle:
     """One dispatch's routing, replayable (MORI's EpDispatchRoutingHandle).
 
@@ -39,13 +62,19 @@ class EpDispatchRoutingHandle:
     the dispatch's stream, or after it.
     """
 
+    disp_dest_tok_id_map = _MadeOnFirstUse(
+        lambda h: h._recorder._mori_forward(h._routing, h._recorded_call()[2], h.cur_rank_num_token))
+    total_recv_token_num = _MadeOnFirstUse(lambda h: h._recorded_call()[0].clone())
+    disp_tok_id_to_src_tok_id_local = _MadeOnFirstUse(lambda h: h._recorded_call()[1][:, 0].contiguous())
+
     def __init__(self, disp_dest_tok_id_map, inter_node_disp_dest_tok_id_map, inter_node_disp_send_map,
                  total_recv_token_num, disp_tok_id_to_src_tok_id_local, cur_rank_num_token=0):
-        self._forward = disp_dest_tok_id_map
+        # The made-on-first-use tensors' slots, set directly: a handle per recording call.
+        self._disp_dest_tok_id_map = disp_dest_tok_id_map
+        self._total_recv_token_num = total_recv_token_num
+        self._disp_tok_id_to_src_tok_id_local = disp_tok_id_to_src_tok_id_local
         self.inter_node_disp_dest_tok_id_map = inter_node_disp_dest_tok_id_map
         self.inter_node_disp_send_map = inter_node_disp_send_map
-        self._total = total_recv_token_num
-        self._sources = disp_tok_id_to_src_tok_id_local
         self.cur_rank_num_token = cur_rank_num_token
         self._recorder = None  # the op whose dispatch kept this handle's call (lazy tensors)
         self._routing = None   # epjit's Routing when an op of this process recorded or loaded it
@@ -65,37 +94,6 @@ class EpDispatchRoutingHandle:
 
     def _recorded_call(self):
         return self._recorder._op.recorded_call(self._routing)
-
-    @property
-    def disp_dest_tok_id_map(self):
-        if self._forward is None and self._recorder is not None:
-            indices = self._recorded_call()[2]
-            self._forward = self._recorder._mori_forward(self._routing, indices, self.cur_rank_num_token)
-        return self._forward
-
-    @disp_dest_tok_id_map.setter
-    def disp_dest_tok_id_map(self, value):
-        self._forward = value
-
-    @property
-    def total_recv_token_num(self):
-        if self._total is None and self._recorder is not None:
-            self._total = self._recorded_call()[0].clone()
-        return self._total
-
-    @total_recv_token_num.setter
-    def total_recv_token_num(self, value):
-        self._total = value
-
-    @property
-    def disp_tok_id_to_src_tok_id_local(self):
-        if self._sources is None and self._recorder is not None:
-            self._sources = self._recorded_call()[1][:, 0].contiguous()
-        return self._sources
-
-    @disp_tok_id_to_src_tok_id_local.setter
-    def disp_tok_id_to_src_tok_id_local(self, value):
-        self._sources = value
 
     def tensors(self):
         return (self.disp_dest_tok_id_map, self.inter_node_disp_dest_tok_id_map, self.inter_node_disp_send_map,
