@@ -185,10 +185,12 @@ class EpDispatchCombineOp {
   TensorRef local_expert_counts_device(ExpertCountRule rule = ExpertCountRule::DistinctPerToken);
 
   std::unique_ptr<Routing> make_routing();
-  // A recorded routing's map as an [max_tokens * top-k + 1] i32 device tensor:
-  // per source token, its distinct destinations in order of first appearance
-  // as rank * capacity + slot, then -1s; the last word is the received count.
-  // The routing's memory: it answers after close() too.
+  // A recorded routing's map as an i32 device tensor: per source token
+  // (max_tokens * top-k words), its distinct destinations in order of first
+  // appearance as rank * capacity + slot, then -1s; then the received count,
+  // the tokens sent to each world rank off this node, and (ops that may run
+  // internode v2) the forward route. The routing's memory: it answers after
+  // close() too.
   TensorRef route_map(const Routing& routing) const;
   // What `routing`'s recorded call kept (DispatchOptions::keep_call). Reads
   // no op state, so it answers after close() too.
