@@ -21,7 +21,8 @@ test: build
 	$(MAKE) --no-print-directory sanitize-thread sanitize-address
 	scripts/python-check.sh $(BUILD_DIR)
 
-# The e2e subset and the internode transfer watch and watched transport (a
+# The e2e subset, the communicator and its bootstrap (a service thread,
+# forking tests), and the internode transfer watch and watched transport (a
 # watcher thread) under a sanitizer (runtime, test and host kernels
 # instrumented; kernel source from the regular build's compiler library).
 sanitize-thread sanitize-address: sanitize-%: build
@@ -29,8 +30,8 @@ sanitize-thread sanitize-address: sanitize-%: build
 	  cmake -S . -B $(BUILD_DIR)-$* -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEPJIT_BUILD_COMPILER=OFF \
 	    -DEPJIT_SANITIZER=$* -DEPJIT_KERNEL_SOURCE_LIBRARY=$(abspath $(BUILD_DIR))/lib/libepjit_kernel_source.so; \
 	fi
-	cmake --build $(BUILD_DIR)-$* -j $(JOBS) --target ep_e2e_test ep_transfer_watch_test ep_watched_transport_test
-	ctest --test-dir $(BUILD_DIR)-$* --output-on-failure -j $(JOBS) -R '^(e2e|ep\.TransferWatch|ep\.WatchedTransport(Test|Exit))\.'
+	cmake --build $(BUILD_DIR)-$* -j $(JOBS) --target ep_e2e_test ep_transfer_watch_test ep_watched_transport_test comm_test
+	ctest --test-dir $(BUILD_DIR)-$* --output-on-failure -j $(JOBS) -R '^(e2e|comm|ep\.TransferWatch|ep\.WatchedTransport(Test|Exit))\.'
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)

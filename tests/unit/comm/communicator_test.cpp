@@ -86,15 +86,22 @@ TEST_P(ThreadRanks, CollectivesAndSymmetricMemory) {
 
 INSTANTIATE_TEST_SUITE_P(World, ThreadRanks, ::testing::Values(1, 2, 4, 8));
 
-// Ranks 1..3 are child processes; rank 0 is this process (which hosts the bootstrap).
+// Ranks 1..3 are child processes; rank 0 is this process (which hosts the
+// bootstrap). The children are forked before the id (and the bootstrap's
+// thread) exists, and read it from a pipe: a fork copies only the forking
+// thread, and ThreadSanitizer refuses threads in a child of a threaded process.
 TEST(ProcessRanks, SymmetricMemoryCrossesProcessesThroughFds) {
   const int world = 4;
-  const UniqueId id = Communicator::get_unique_id();
+  int id_pipe[2];
+  ASSERT_EQ(pipe(id_pipe), 0);
   std::vector<pid_t> children;
   for (int r = 1; r < world; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
+      close(id_pipe[1]);  // only the parent writes: its exit is this read's end of file
       try {
+        UniqueId id;
+        if (read(id_pipe[0], id.bytes.data(), id.bytes.size()) != ssize_t(id.bytes.size())) _exit(3);
         auto device = make_host_device();
         auto comm = Communicator::init(world, r, id, *device, {10, std::nullopt});
         const std::string failure = exercise(*comm);
@@ -108,6 +115,11 @@ TEST(ProcessRanks, SymmetricMemoryCrossesProcessesThroughFds) {
     }
     children.push_back(pid);
   }
+  const UniqueId id = Communicator::get_unique_id();
+  for (int r = 1; r < world; ++r)
+    ASSERT_EQ(write(id_pipe[1], id.bytes.data(), id.bytes.size()), ssize_t(id.bytes.size()));
+  close(id_pipe[0]);
+  close(id_pipe[1]);
   auto device = make_host_device();
   auto comm = Communicator::init(world, 0, id, *device, {10, std::nullopt});
   EXPECT_EQ(exercise(*comm), "");
@@ -204,6 +216,7 @@ TEST(Bootstrap, TheRankHostingTheBootstrapMayExitRightAfterDestroy) {
     for (int r = 0; r < kWorld; ++r) {
       const pid_t pid = fork();
       if (pid == 0) {
+        if (r != 0) close(id_pipe[1]);  // a rank 0 that dies before writing ends the others' reads
         try {
           UniqueId id;
           if (r == 0) {
