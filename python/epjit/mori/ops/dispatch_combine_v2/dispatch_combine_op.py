@@ -80,6 +80,7 @@ class EpDispatchRoutingHandle:
         self._routing = None   # epjit's Routing when an op of this process recorded or loaded it
         self._op_id = None
         self._spares = None    # where _routing goes back when the handle goes
+        self._stream = None    # the stream _routing was last dispatched on
 
     @classmethod
     def _kept(cls, op, routing, tokens, empty):
@@ -90,7 +91,7 @@ class EpDispatchRoutingHandle:
 
     def __del__(self):
         if self._spares is not None:
-            self._spares.append(self._routing)
+            self._spares.append((self._routing, self._stream))
 
     def _recorded_call(self):
         return self._recorder._op.recorded_call(self._routing)
@@ -145,7 +146,7 @@ class EpDispatchCombineOp:
         self._host_ranks = self._device == "cpu"
         self._empty = None
         self._packed = None    # convert_dispatch_output()'s (tokens, counts, receive rows)
-        self._spare_routings = []  # Routings of dropped handles, recorded into again
+        self._spare_routings = []  # (Routing, its last stream) of dropped handles, recorded into again
         comm._track(self)
 
     # -- helpers -----------------------------------------------------------------
@@ -265,7 +266,7 @@ class EpDispatchCombineOp:
         node = torch.arange(world, device=forward.device) // per_node == cfg.rank // per_node
         sent = torch.where(node, torch.zeros_like(sent), sent)
         flat = torch.cat([route.reshape(-1), total, sent]).int()
-        recorded = self._take_routing()
+        recorded = self._take_routing(indices)
         self._op.load_routing(recorded, flat, n, max_tokens_across_ranks)  # checked on the host: synchronizes
         self._adopt(handle, recorded)
         return recorded
@@ -285,7 +286,7 @@ class EpDispatchCombineOp:
         scales = self._scales_of(scales, n)
         replay = (self._handle_routing(routing, indices, n, max_tokens_across_ranks) if routing is not None
                   else None)
-        record = self._take_routing() if return_routing else None
+        record = self._take_routing(input) if return_routing else None
         result = self._op.dispatch(input, weights, scales, indices, routing=replay, return_routing=return_routing,
                                    record=record, max_tokens_across_ranks=max_tokens_across_ranks,
                                    keep_call=return_routing)
@@ -294,6 +295,8 @@ class EpDispatchCombineOp:
         self._last = dict(n=n, out=out, weights=out_w, indices=out_idx, total=total)
         base = (out, out_w, out_s, out_idx, total)
         if not return_routing:
+            if routing is not None and routing._op_id == id(self):
+                routing._stream = self._op._stream  # its routing was last dispatched here
             self._latest = routing
             return base
         recorded = result[5]
@@ -305,16 +308,24 @@ class EpDispatchCombineOp:
         self._latest = handle
         return base + (handle,)
 
-    def _take_routing(self):
-        """A Routing to record into: one a dropped handle gave back, else a new one."""
-        return self._spare_routings.pop() if self._spare_routings else self._op.make_routing()
+    def _take_routing(self, tensor):
+        """A Routing to record into: one a dropped handle gave back, last dispatched
+        on the stream this call (on `tensor`'s device) launches on, so the call's
+        copies into it follow the reads its old handle enqueued there; else a new one."""
+        self._op._follow_stream(tensor, None)
+        stream, spares = self._op._stream, self._spare_routings
+        for i in range(len(spares) - 1, -1, -1):
+            if spares[i][1] == stream:
+                return spares.pop(i)[0]
+        return self._op.make_routing()
 
     def _adopt(self, handle, routing):
         """Ties `routing` to `handle`; it returns to the spares when the handle goes
         (one the handle held for another op returns to that op's now)."""
         if handle._spares is not None:
-            handle._spares.append(handle._routing)
+            handle._spares.append((handle._routing, handle._stream))
         handle._routing, handle._op_id, handle._spares = routing, id(self), self._spare_routings
+        handle._stream = self._op._stream
 
     def _combine_staging(self, input):
         """Where combine reads expert outputs: the window's staging rows (gather) or
