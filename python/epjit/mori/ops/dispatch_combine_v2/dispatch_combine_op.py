@@ -77,10 +77,10 @@ class EpDispatchRoutingHandle:
         self.inter_node_disp_send_map = inter_node_disp_send_map
         self.cur_rank_num_token = cur_rank_num_token
         self._recorder = None  # the op whose dispatch kept this handle's call (lazy tensors)
-        self._routing = None   # epjit's Routing when an op of this process recorded or loaded it
+        # epjit's Routing when an op of this process recorded or loaded it; that op
+        # records into it again once no handle holds it (epjit's own recycling).
+        self._routing = None
         self._op_id = None
-        self._spares = None    # where _routing goes back when the handle goes
-        self._stream = None    # the stream _routing was last dispatched on
 
     @classmethod
     def _kept(cls, op, routing, tokens, empty):
@@ -88,10 +88,6 @@ class EpDispatchRoutingHandle:
         handle = cls(None, empty, empty, None, None, cur_rank_num_token=tokens)
         handle._recorder = op
         return handle
-
-    def __del__(self):
-        if self._spares is not None:
-            self._spares.append((self._routing, self._stream))
 
     def _recorded_call(self):
         return self._recorder._op.recorded_call(self._routing)
@@ -146,7 +142,6 @@ class EpDispatchCombineOp:
         self._host_ranks = self._device == "cpu"
         self._empty = None
         self._packed = None    # convert_dispatch_output()'s (tokens, counts, receive rows)
-        self._spare_routings = []  # (Routing, its last stream) of dropped handles, recorded into again
         comm._track(self)
 
     # -- helpers -----------------------------------------------------------------
@@ -266,7 +261,7 @@ class EpDispatchCombineOp:
         node = torch.arange(world, device=forward.device) // per_node == cfg.rank // per_node
         sent = torch.where(node, torch.zeros_like(sent), sent)
         flat = torch.cat([route.reshape(-1), total, sent]).int()
-        recorded = self._take_routing(indices)
+        recorded = self._op._routing_to_record()
         self._op.load_routing(recorded, flat, n, max_tokens_across_ranks)  # checked on the host: synchronizes
         self._adopt(handle, recorded)
         return recorded
@@ -286,17 +281,15 @@ class EpDispatchCombineOp:
         scales = self._scales_of(scales, n)
         replay = (self._handle_routing(routing, indices, n, max_tokens_across_ranks) if routing is not None
                   else None)
-        record = self._take_routing(input) if return_routing else None
+        # With return_routing epjit's op records into a routing no handle holds any
+        # more, last dispatched on this call's stream, else a new one.
         result = self._op.dispatch(input, weights, scales, indices, routing=replay, return_routing=return_routing,
-                                   record=record, max_tokens_across_ranks=max_tokens_across_ranks,
-                                   keep_call=return_routing)
+                                   max_tokens_across_ranks=max_tokens_across_ranks, keep_call=return_routing)
         out, out_w, out_s, out_idx, total = result[:5]
         self._settle()
         self._last = dict(n=n, out=out, weights=out_w, indices=out_idx, total=total)
         base = (out, out_w, out_s, out_idx, total)
         if not return_routing:
-            if routing is not None and routing._op_id == id(self):
-                routing._stream = self._op._stream  # its routing was last dispatched here
             self._latest = routing
             return base
         recorded = result[5]
@@ -308,24 +301,10 @@ class EpDispatchCombineOp:
         self._latest = handle
         return base + (handle,)
 
-    def _take_routing(self, tensor):
-        """A Routing to record into: one a dropped handle gave back, last dispatched
-        on the stream this call (on `tensor`'s device) launches on, so the call's
-        copies into it follow the reads its old handle enqueued there; else a new one."""
-        self._op._follow_stream(tensor, None)
-        stream, spares = self._op._stream, self._spare_routings
-        for i in range(len(spares) - 1, -1, -1):
-            if spares[i][1] == stream:
-                return spares.pop(i)[0]
-        return self._op.make_routing()
-
     def _adopt(self, handle, routing):
-        """Ties `routing` to `handle`; it returns to the spares when the handle goes
-        (one the handle held for another op returns to that op's now)."""
-        if handle._spares is not None:
-            handle._spares.append((handle._routing, handle._stream))
-        handle._routing, handle._op_id, handle._spares = routing, id(self), self._spare_routings
-        handle._stream = self._op._stream
+        """Ties `routing` to `handle`: the handle replays it, and while the handle
+        lives epjit's op does not record into it."""
+        handle._routing, handle._op_id = routing, id(self)
 
     def _combine_staging(self, input):
         """Where combine reads expert outputs: the window's staging rows (gather) or
