@@ -79,6 +79,13 @@ int connectTcp(uint16_t port) {
   return fd;
 }
 
+// Fixes a test rank's receive buffer small (64 KB): the kernel, autotuning it
+// to tens of MB, could otherwise hold what the root must queue or wait on.
+void keepReceiveBufferSmall(const comm::Socket& socket) {
+  const int bytes = 64 << 10;
+  ASSERT_EQ(::setsockopt(socket.fd(), SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes), 0);
+}
+
 // A connection to the bootstrap of `id` that answered its challenge with a
 // Hello holding the group's secret, as rank `rank` of `world`: the next
 // message is the root's answer (Welcome, or a Failure).
@@ -292,8 +299,7 @@ TEST(BootstrapSecurity, ARankThatStopsReadingDelaysNobodyElse) {
   // contribution, and silence.
   comm::Socket stalled =
       helloAsRank(id, 0, kWorld, comm::Writer().text("a-stalled-host").text("epjit-stalled").out);
-  const int receive_buffer = 64 << 10;  // fixed and small: the kernel cannot hold the 18 MB result for it
-  ASSERT_EQ(::setsockopt(stalled.fd(), SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer), 0);
+  ASSERT_NO_FATAL_FAILURE(keepReceiveBufferSmall(stalled));  // the kernel cannot hold the 18 MB result for it
   const auto deadline = comm::Clock::now() + std::chrono::seconds(10);
   ASSERT_EQ(stalled.receive_message(deadline, "welcome").at(0), uint8_t(comm::Message::Welcome));
   std::atomic<int> served{0};
@@ -347,10 +353,7 @@ TEST(BootstrapSecurity, ARankThatNeverReadsCannotPileUpReplies) {
   constexpr int kContributions = 40;
   const UniqueId id = Communicator::get_unique_id();
   comm::Socket rank = helloAsRank(id, 0, 1, comm::Writer().text("a-host").text("epjit-unread").out);
-  // A small fixed receive buffer: what the kernel holds for the rank cannot
-  // stand in for the root's queue (autotuned, it grows to tens of MB).
-  const int receive_buffer = 64 << 10;
-  ASSERT_EQ(::setsockopt(rank.fd(), SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer), 0);
+  ASSERT_NO_FATAL_FAILURE(keepReceiveBufferSmall(rank));  // the kernel cannot stand in for the root's queue
   const comm::Bytes contribution(size_t(4) << 20, 0x5A);
   const std::string sending = testing::errorOf([&] {
     for (int i = 1; i <= kContributions; ++i)
