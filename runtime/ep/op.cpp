@@ -74,9 +74,11 @@ void expect_tensor(const char* call, const char* what, const TensorRef& tensor, 
 // tokens sent to each world rank off this rank's node (what ep_dispatch
 // writes; templates/ep/dispatch.mlir, ep/internode.mlir), then, when the op
 // may run internode v2, its forward route (ep/internode_v2.mlir).
+size_t route_entry_words(const EpDispatchCombineConfig& config) {
+  return size_t(config.max_num_inp_token_per_rank) * size_t(config.num_experts_per_token);
+}
 size_t own_route_words(const EpDispatchCombineConfig& config) {
-  return size_t(config.max_num_inp_token_per_rank) * size_t(config.num_experts_per_token) + 1 +
-         size_t(config.world_size);
+  return route_entry_words(config) + 1 + size_t(config.world_size);
 }
 size_t route_words(const EpDispatchCombineConfig& config) {
   return own_route_words(config) + forward_route_words(config);
@@ -438,8 +440,7 @@ struct EpDispatchCombineOp::Impl {
   // DispatchOptions::keep_call: a routing's kept origins, then its indices.
   size_t kept_origins_bytes() const { return size_t(capacity()) * 2 * 4; }
   size_t kept_bytes() const {
-    return kept_origins_bytes() +
-           size_t(config.max_num_inp_token_per_rank) * size_t(config.num_experts_per_token) * 4;
+    return kept_origins_bytes() + route_entry_words(config) * 4;  // the indices: as many words as route entries
   }
   void keep_call(Routing& routing, const DispatchResult& result, const TensorRef& indices) {
     device.copy_async(routing.kept_, result.origins.data, kept_origins_bytes(), *stream);
@@ -840,12 +841,10 @@ RecordedCall EpDispatchCombineOp::recorded_call(const Routing& routing) const {
                 "a Routing a dispatch of this op recorded with DispatchOptions::keep_call (and has not recorded or "
                 "loaded since without it)",
                 "record with keep_call set, then read recorded_call()");
-  const int64_t k = op.config.num_experts_per_token;
-  const auto entries = size_t(op.config.max_num_inp_token_per_rank) * size_t(k);
   char* kept = static_cast<char*>(routing.kept_);
-  return {{static_cast<char*>(routing.route_) + entries * 4, DType::I32, {1}},
+  return {{static_cast<char*>(routing.route_) + route_entry_words(op.config) * 4, DType::I32, {1}},
           {kept, DType::I32, {op.capacity(), 2}},
-          {kept + op.kept_origins_bytes(), DType::I32, {routing.tokens_, k}}};
+          {kept + op.kept_origins_bytes(), DType::I32, {routing.tokens_, op.config.num_experts_per_token}}};
 }
 
 void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, int64_t tokens,
@@ -868,7 +867,7 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
   std::vector<int32_t> host(size_t(words), -1);
   op.device.copy_to_host(host.data(), map.data, size_t(whole ? words : own_words) * 4, *op.stream);
   const int64_t cap = op.capacity(), ranks = op.config.world_size;
-  const int64_t entries = op.config.max_num_inp_token_per_rank * k;
+  const auto entries = int64_t(route_entry_words(op.config));
   for (int64_t i = 0; i < entries; ++i) {
     int32_t& entry = host[size_t(i)];
     if (i / k >= tokens) {  // rows past the recorded tokens: no kernel reads them
