@@ -276,6 +276,7 @@ class EpDispatchCombineOp:
         # free waits for every stream of the device.
         self._handed_out = []
         self._routing_stream = {}
+        self._next_spare = 0  # where the search for a spare routing starts
 
     def __enter__(self):
         return self
@@ -353,12 +354,23 @@ class EpDispatchCombineOp:
         """A routing for return_routing=True without record=: one handed out before
         that only this op still holds, last used on the stream calls launch on now
         (so this call's kernels are ordered after its last ones), else a new one."""
-        for routing in self._handed_out:
-            # The list, the loop variable and getrefcount's argument: nobody else.
+        # The search starts after the last one taken: a program that records one
+        # routing per layer and drops them all after the step finds the next one
+        # free at once, where a search from the front would pass every routing it
+        # still holds (one per layer done).
+        handed_out, count = self._handed_out, len(self._handed_out)
+        start = self._next_spare
+        for at in range(start, start + count):
+            if at >= count:
+                at -= count
+            routing = handed_out[at]
+            # The list, the local and getrefcount's argument: nobody else.
             if sys.getrefcount(routing) <= 3 and self._routing_stream[id(routing)] == self._stream:
+                self._next_spare = at + 1 if at + 1 < count else 0
                 return routing
         routing = self._op.make_routing()
-        self._handed_out.append(routing)
+        handed_out.append(routing)
+        self._next_spare = 0  # the new one is last: the front comes next
         self._routing_stream[id(routing)] = self._stream
         return routing
 

@@ -407,6 +407,18 @@ def test_a_dropped_returned_routing_is_recorded_into_again():
         x2b = (x2.astype(np.float32) * 0.5).astype(ml_dtypes.bfloat16)
         round_trip(x2b, w2, idx2, routing=second)
         round_trip(x3, w3, idx3, routing=third)
+        # One routing per layer, all held until the step ends, then dropped: the
+        # next step takes the same ones again, never one still held.
+        del second, third
+        layers = [make_inputs(0, 1, 3 + layer, "bf16", seed=30 + layer) for layer in range(5)]
+        made = set()
+        for step in range(3):
+            held = [round_trip(*layer) for layer in layers]
+            assert len({id(routing) for routing in held}) == len(layers)
+            assert [routing.tokens for routing in held] == [3 + layer for layer in range(5)]
+            made |= {id(routing) for routing in held}
+            del held
+        assert len(made) == len(layers)
     comm.destroy()
 
 
