@@ -26,6 +26,7 @@
 #include "epjit/ep/op.h"
 #include "epjit/ep/reference.h"
 #include "epjit/numerics.h"
+#include "id_pipe.h"
 
 namespace epjit::ep {
 // gtest prints a parameter of this type by its name ("v2", not a byte dump).
@@ -679,28 +680,25 @@ inline std::string runRanks(int world, Ranks mode, KernelCache& cache, const Ran
     for (const std::string& r : results) failures += r;
     return failures;
   }
-  // Processes: every rank is a child, forked before this process starts any
-  // thread (the bootstrap's): a fork copies only the forking thread, and a lock
-  // another thread held (the allocator's, under a sanitizer) would stay held in
-  // the child. The unique id follows through a pipe; another pipe carries the
-  // rank's failures back.
+  // Processes: every rank is a child, forked before the unique id exists
+  // (IdPipe says why); a pipe per rank carries its failures back.
   std::vector<std::pair<pid_t, int>> children;
-  std::vector<int> id_pipes;
+  IdPipe id_pipe;
   for (int r = 0; r < world; ++r) {
-    int fds[2], id_fds[2];
-    if (pipe(fds) != 0 || pipe(id_fds) != 0) return "pipe failed";
+    int fds[2];
+    if (pipe(fds) != 0) return "pipe failed";
     const pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
-      close(id_fds[1]);
+      id_pipe.close_writing();
       alarm(900);
       std::string result;
       try {
-        UniqueId id;
-        if (read(id_fds[0], id.bytes.data(), id.bytes.size()) != ssize_t(id.bytes.size())) _exit(4);
+        const std::optional<UniqueId> id = id_pipe.receive();
+        if (!id) _exit(4);
         KernelCache own_cache(cache.options());
         auto device = make_device(r);
-        auto comm = Communicator::init(world, r, id, *device, options);
+        auto comm = Communicator::init(world, r, *id, *device, options);
         result = rank_body(r, *comm, own_cache);
         comm->destroy();
       } catch (const std::exception& error) {
@@ -710,15 +708,10 @@ inline std::string runRanks(int world, Ranks mode, KernelCache& cache, const Ran
       _exit(result.empty() ? 0 : 1);
     }
     close(fds[1]);
-    close(id_fds[0]);
     children.emplace_back(pid, fds[0]);
-    id_pipes.push_back(id_fds[1]);
   }
-  const UniqueId id = Communicator::get_unique_id();
-  for (int fd : id_pipes) {
-    if (write(fd, id.bytes.data(), id.bytes.size()) != ssize_t(id.bytes.size())) failures += "cannot pass the unique id\n";
-    close(fd);
-  }
+  if (!id_pipe.send(Communicator::get_unique_id(), world)) failures += "cannot pass the unique id\n";
+  id_pipe.close_writing();
   for (auto [pid, fd] : children) {
     std::string text;
     char buffer[4096];

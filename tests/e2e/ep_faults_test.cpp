@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "../common/ep_harness.h"
+#include "../common/id_pipe.h"
 #include "epjit/error.h"
 
 namespace epjit::testing {
@@ -101,30 +102,27 @@ std::string killAfterThreeRounds(const EpCase& c, int rank, int victim, Communic
 // survivors then form a new communicator (the new unique id travels through a
 // pipe made before the fork) whose op gives exact results for a whole case.
 TEST(EpFaults, AKilledRankIsReportedWithinTheTimeoutAndSurvivorsRecover) {
-  int id_pipe[2];
-  ASSERT_EQ(pipe(id_pipe), 0);
+  IdPipe id_pipe;
   const EpCase c = faultCase(3);
   const std::string failures = runRanks(3, Ranks::Processes, testCache(), [&](int rank, Communicator& comm,
                                                                                KernelCache& cache) {
     Device& device = comm.device();
     std::string f =
         killAfterThreeRounds(c, rank, /*victim=*/2, comm, cache, {0, 4, 8, 1, 5, 7}, "a peer did not arrive");
-    UniqueId id;
+    std::optional<UniqueId> id;
     if (rank == 0) {
       id = Communicator::get_unique_id();
-      if (write(id_pipe[1], id.bytes.data(), id.bytes.size()) != ssize_t(id.bytes.size())) return f + "pipe\n";
-    } else if (read(id_pipe[0], id.bytes.data(), id.bytes.size()) != ssize_t(id.bytes.size())) {
+      if (!id_pipe.send(*id)) return f + "pipe\n";
+    } else if (!(id = id_pipe.receive())) {
       return f + "pipe\n";
     }
-    auto survivors = Communicator::init(2, rank, id, device, {60, std::nullopt});
+    auto survivors = Communicator::init(2, rank, *id, device, {60, std::nullopt});
     EpCase after = c;
     after.world = 2;
     f += runRank(after, rank, *survivors, cache);
     survivors->destroy();
     return f;
   });
-  close(id_pipe[0]);
-  close(id_pipe[1]);
   EXPECT_EQ(withoutTheKilledRank(failures), "");
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 
+#include "../../common/id_pipe.h"
 #include "epjit/comm/communicator.h"
 #include "epjit/device.h"
 #include "epjit/error.h"
@@ -87,23 +88,20 @@ TEST_P(ThreadRanks, CollectivesAndSymmetricMemory) {
 INSTANTIATE_TEST_SUITE_P(World, ThreadRanks, ::testing::Values(1, 2, 4, 8));
 
 // Ranks 1..3 are child processes; rank 0 is this process (which hosts the
-// bootstrap). The children are forked before the id (and the bootstrap's
-// thread) exists, and read it from a pipe: a fork copies only the forking
-// thread, and ThreadSanitizer refuses threads in a child of a threaded process.
+// bootstrap). The children are forked before the id exists (IdPipe says why).
 TEST(ProcessRanks, SymmetricMemoryCrossesProcessesThroughFds) {
   const int world = 4;
-  int id_pipe[2];
-  ASSERT_EQ(pipe(id_pipe), 0);
+  testing::IdPipe id_pipe;
   std::vector<pid_t> children;
   for (int r = 1; r < world; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
-      close(id_pipe[1]);  // only the parent writes: its exit is this read's end of file
+      id_pipe.close_writing();  // only the parent writes
       try {
-        UniqueId id;
-        if (read(id_pipe[0], id.bytes.data(), id.bytes.size()) != ssize_t(id.bytes.size())) _exit(3);
+        const std::optional<UniqueId> id = id_pipe.receive();
+        if (!id) _exit(3);
         auto device = make_host_device();
-        auto comm = Communicator::init(world, r, id, *device, {10, std::nullopt});
+        auto comm = Communicator::init(world, r, *id, *device, {10, std::nullopt});
         const std::string failure = exercise(*comm);
         if (!failure.empty()) fprintf(stderr, "rank %d: %s\n", r, failure.c_str());
         comm->destroy();
@@ -116,10 +114,7 @@ TEST(ProcessRanks, SymmetricMemoryCrossesProcessesThroughFds) {
     children.push_back(pid);
   }
   const UniqueId id = Communicator::get_unique_id();
-  for (int r = 1; r < world; ++r)
-    ASSERT_EQ(write(id_pipe[1], id.bytes.data(), id.bytes.size()), ssize_t(id.bytes.size()));
-  close(id_pipe[0]);
-  close(id_pipe[1]);
+  ASSERT_TRUE(id_pipe.send(id, world - 1));
   auto device = make_host_device();
   auto comm = Communicator::init(world, 0, id, *device, {10, std::nullopt});
   EXPECT_EQ(exercise(*comm), "");
@@ -210,24 +205,22 @@ TEST(Bootstrap, AVanishedPeerFailsTheCollectiveInsteadOfHanging) {
 TEST(Bootstrap, TheRankHostingTheBootstrapMayExitRightAfterDestroy) {
   constexpr int kWorld = 8, kRounds = 6;
   for (int round = 0; round < kRounds; ++round) {
-    int id_pipe[2];
-    ASSERT_EQ(pipe(id_pipe), 0);
+    testing::IdPipe id_pipe;
     std::vector<pid_t> children;
     for (int r = 0; r < kWorld; ++r) {
       const pid_t pid = fork();
       if (pid == 0) {
-        if (r != 0) close(id_pipe[1]);  // a rank 0 that dies before writing ends the others' reads
+        if (r != 0) id_pipe.close_writing();
         try {
-          UniqueId id;
+          std::optional<UniqueId> id;
           if (r == 0) {
             id = Communicator::get_unique_id();
-            for (int peer = 1; peer < kWorld; ++peer)
-              if (write(id_pipe[1], id.bytes.data(), id.bytes.size()) != ssize_t(id.bytes.size())) _exit(3);
-          } else if (read(id_pipe[0], id.bytes.data(), id.bytes.size()) != ssize_t(id.bytes.size())) {
+            if (!id_pipe.send(*id, kWorld - 1)) _exit(3);
+          } else if (!(id = id_pipe.receive())) {
             _exit(3);
           }
           auto device = make_host_device();
-          auto comm = Communicator::init(kWorld, r, id, *device, {20, std::nullopt});
+          auto comm = Communicator::init(kWorld, r, *id, *device, {20, std::nullopt});
           for (int i = 0; i < 3; ++i) comm->barrier();
           comm->destroy();
           _exit(0);
@@ -238,8 +231,8 @@ TEST(Bootstrap, TheRankHostingTheBootstrapMayExitRightAfterDestroy) {
       }
       children.push_back(pid);
     }
-    close(id_pipe[0]);
-    close(id_pipe[1]);
+    id_pipe.close_reading();
+    id_pipe.close_writing();  // the children's copies are the only ones left
     for (int r = 0; r < kWorld; ++r) {
       int status = 0;
       waitpid(children[size_t(r)], &status, 0);
