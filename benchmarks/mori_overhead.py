@@ -3,7 +3,10 @@ GPU (world 1), host-bound at small sizes: what the Python layers add over the
 C++ op (epjit-bench's `host rt us`). Prints µs per round trip, on torch's
 default stream and on a side stream (as serving engines run).
 
-    python benchmarks/mori_overhead.py [--tokens 1,128,4096] [--iters 500] [--profile]
+    python benchmarks/mori_overhead.py [--tokens 1,128,4096] [--iters 500] [--held 58] [--profile]
+
+--held L: recording as a training step does, one handle per MoE layer kept
+until the step ends (DeepSeek-V3 has 58), then all dropped.
 
 --profile: then cProfile of each variant at the first token count (the functions
 with the most time of their own), to see what a layer still spends.
@@ -36,6 +39,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", default="1,128,4096")
     parser.add_argument("--iters", type=int, default=500)
+    parser.add_argument("--held", type=int, default=58)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     torch.cuda.set_device(0)
@@ -63,12 +67,22 @@ def main():
                     mori_op.combine(result[0], routing=result[5] if routing else None)
                 return run
 
+            def held_step():
+                held = []
+                for _ in range(args.held):
+                    result = mori_op.dispatch(x, w, None, idx, return_routing=True)
+                    mori_op.combine(result[0], routing=result[5])
+                    held.append(result[5])
+
+            steps = max(1, args.iters // args.held)
             for stream_name, stream in (("default", torch.cuda.default_stream()), ("side", side)):
                 stream.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(stream):
                     print(f"tokens {n}, {stream_name} stream: epjit {timed(plain_round, args.iters):.1f} us, "
                           f"epjit.mori {timed(mori_round(False), args.iters):.1f} us, "
-                          f"epjit.mori with return_routing {timed(mori_round(True), args.iters):.1f} us "
+                          f"epjit.mori with return_routing {timed(mori_round(True), args.iters):.1f} us, "
+                          f"the same with {args.held} held per step "
+                          f"{timed(held_step, steps, warmup=2) / args.held:.1f} us "
                           "per dispatch + combine", flush=True)
             if args.profile and n == counts[0]:
                 for name, fn in (("epjit", plain_round), ("epjit.mori", mori_round(False)),
