@@ -270,13 +270,13 @@ class EpDispatchCombineOp:
         self._bf16_numpy = False
         self._torch = False
         self._stream = None  # the stream handle calls launch on (None: the op's own)
-        # Routings dispatch(return_routing=True) recorded into, with the stream of
+        # Routings dispatch(return_routing=True) recorded into, by the stream of
         # their last use: one nobody else holds is recorded into again instead of a
         # new one, since dropping a routing frees device memory, and on a GPU a
         # free waits for every stream of the device.
-        self._handed_out = []
-        self._routing_stream = {}
-        self._next_spare = 0  # where the search for a spare routing starts
+        self._spares = {}  # stream -> [routing], and where the search there starts
+        self._spares_next = {}
+        self._routing_stream = {}  # id(routing) -> the stream it is listed under
 
     def __enter__(self):
         return self
@@ -354,25 +354,38 @@ class EpDispatchCombineOp:
         """A routing for return_routing=True without record=: one handed out before
         that only this op still holds, last used on the stream calls launch on now
         (so this call's kernels are ordered after its last ones), else a new one."""
-        # The search starts after the last one taken: a program that records one
-        # routing per layer and drops them all after the step finds the next one
-        # free at once, where a search from the front would pass every routing it
-        # still holds (one per layer done).
-        handed_out, count = self._handed_out, len(self._handed_out)
-        start = self._next_spare
+        # Only this stream's are searched, from after the last one taken: a
+        # program that records one routing per layer and drops them after the
+        # step finds the next one free at once, where a search of every routing
+        # from the front passes each one still held and each of other streams.
+        stream = self._stream
+        spares = self._spares.setdefault(stream, [])
+        count = len(spares)
+        start = self._spares_next.get(stream, 0)
         for at in range(start, start + count):
             if at >= count:
                 at -= count
-            routing = handed_out[at]
+            routing = spares[at]
             # The list, the local and getrefcount's argument: nobody else.
-            if sys.getrefcount(routing) <= 3 and self._routing_stream[id(routing)] == self._stream:
-                self._next_spare = at + 1 if at + 1 < count else 0
+            if sys.getrefcount(routing) <= 3:
+                self._spares_next[stream] = at + 1 if at + 1 < count else 0
                 return routing
         routing = self._op.make_routing()
-        handed_out.append(routing)
-        self._next_spare = 0  # the new one is last: the front comes next
-        self._routing_stream[id(routing)] = self._stream
+        spares.append(routing)
+        self._spares_next[stream] = 0  # the new one is last: the front comes next
+        self._routing_stream[id(routing)] = stream
         return routing
+
+    def _list_under_this_stream(self, routing):
+        """A routing of ours used on another stream than the one it is listed under
+        moves to this one's list: it is recorded into again only from here."""
+        listed = self._routing_stream.get(id(routing))
+        if listed is None or listed == self._stream:  # not ours (kept alive by a list), or already here
+            return
+        self._spares[listed].remove(routing)
+        self._spares_next[listed] = 0
+        self._spares.setdefault(self._stream, []).append(routing)
+        self._routing_stream[id(routing)] = self._stream
 
     def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False, stream=None,
                  record=None, max_tokens_across_ranks=None, keep_call=False):
@@ -399,8 +412,8 @@ class EpDispatchCombineOp:
                                 _to_native(scales, self._target, self._fp8), indices,
                                 record, routing, max_tokens_across_ranks, keep_call)
         for used in (record, routing):
-            if used is not None and id(used) in self._routing_stream:  # one of ours (kept alive by the list)
-                self._routing_stream[id(used)] = self._stream
+            if used is not None:
+                self._list_under_this_stream(used)
         view = self._view
         result = (view(ids[0], self._dispatch_type), view(ids[1]), view(ids[2]), view(ids[3]), view(ids[4]))
         self._origins_id = ids[5]
