@@ -35,10 +35,20 @@ def main():
         native.dispatch(x, w, None, idx)
         native.combine(staged, None)
 
+    routing = native.make_routing()
+
+    def native_recording(keep_call):
+        def run():
+            native.dispatch(x, w, None, idx, routing, None, None, keep_call)
+            native.combine(staged, None)
+        return run
+
     ids = native.dispatch(x, w, None, idx)
     native.combine(staged, None)
     rows = [("python round trip", round_trip),
             ("native dispatch + combine (no weights)", native_round_trip),
+            ("the same, recording a routing", native_recording(False)),
+            ("the same, recording a routing that keeps the call", native_recording(True)),
             ("x.data_ptr()", lambda: x.data_ptr()),
             ("x.dtype, is_cuda, get_device(), is_contiguous(), shape, data_ptr()",
              lambda: (x.dtype, x.is_cuda, x.get_device(), x.is_contiguous(), x.shape, x.data_ptr())),
