@@ -1,13 +1,18 @@
 // libepjit_kernel_source.so: the compiler behind the runtime's KernelSource
 // interface, as a C ABI. Nothing throws across it (the compiler is built
 // without exceptions); strings are malloc'd and freed by the library.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/SHA256.h"
 
 #include "epjit/Compiler/Pipeline.h"
+#include "epjit/build_info.h"
 
 namespace {
 
@@ -50,3 +55,27 @@ extern "C" __attribute__((visibility("default"))) int epjit_kernel_source_genera
 }
 
 extern "C" __attribute__((visibility("default"))) void epjit_kernel_source_free_v2(char* text) { std::free(text); }
+
+// What this provider generates from: the compiler's sources (the digest the
+// build info carries) and every template, hashed as the runtime hashes its
+// copy (runtime/source/embedded.cpp, all_templates_digest). The runtime
+// refuses a provider whose identity differs from its own: the kernels it
+// generates would be cached under keys that name other sources.
+extern "C" __attribute__((visibility("default"))) const char* epjit_kernel_source_identity_v1() {
+  static const std::string identity = [] {
+    llvm::ArrayRef<epjit::compiler::Template> builtin = epjit::compiler::builtinTemplates();
+    std::vector<epjit::compiler::Template> templates(builtin.begin(), builtin.end());
+    std::sort(templates.begin(), templates.end(),
+              [](const epjit::compiler::Template& a, const epjit::compiler::Template& b) { return a.name < b.name; });
+    llvm::SHA256 hash;
+    const llvm::StringRef nul("\0", 1);
+    for (const epjit::compiler::Template& entry : templates) {
+      hash.update(llvm::StringRef(entry.name.data(), entry.name.size()));
+      hash.update(nul);
+      hash.update(llvm::StringRef(entry.source.data(), entry.source.size()));
+      hash.update(nul);
+    }
+    return std::string("compiler ") + EPJIT_COMPILER_DIGEST + "\ntemplates " + llvm::toHex(hash.final(), true) + "\n";
+  }();
+  return identity.c_str();
+}

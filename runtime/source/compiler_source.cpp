@@ -3,14 +3,17 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 
 #include "../core/dynamic_library.h"
+#include "embedded.h"
 #include "epjit/error.h"
 #include "epjit/kernel_source.h"
+#include "epjit/version.h"
 
 namespace epjit {
 namespace {
@@ -20,8 +23,23 @@ namespace {
 using GenerateFn = int (*)(const char* template_name, const char* bindings, const char* target, char** source,
                            char** interface, char** diagnostics);
 using FreeFn = void (*)(char*);
+using IdentityFn = const char* (*)();
 constexpr const char* kGenerateSymbol = "epjit_kernel_source_generate_v2";
 constexpr const char* kFreeSymbol = "epjit_kernel_source_free_v2";
+constexpr const char* kIdentitySymbol = "epjit_kernel_source_identity_v1";
+
+// What this runtime's cache keys name: its compiler's sources and its
+// templates. A provider built from others would generate kernels that are
+// then cached, and served from then on, under keys that do not describe them.
+std::string expected_identity() {
+  return "compiler " + std::string(compiler_digest()) + "\ntemplates " + all_templates_digest() + "\n";
+}
+
+std::string one_line(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
 
 class CompilerSource final : public KernelSource {
  public:
@@ -33,6 +51,20 @@ class CompilerSource final : public KernelSource {
                                                                      "the provider this epjit built");
     library_.bind(generate_, kGenerateSymbol);
     library_.bind(free_, kFreeSymbol);
+    std::string stated;
+    if (library_.find(kIdentitySymbol)) {
+      IdentityFn identity = nullptr;
+      library_.bind(identity, kIdentitySymbol);
+      if (const char* text = identity()) stated = text;
+    }
+    if (stated != expected_identity())
+      throw Error(library_.path() + " was built from other compiler sources or templates than this runtime (" +
+                      (stated.empty() ? "an older provider: it states none" : "it states \"" + one_line(stated) + "\"") +
+                      ", this runtime \"" + one_line(expected_identity()) +
+                      "\"): its kernels would be cached under keys that do not describe them",
+                  "the libepjit_kernel_source.so built together with this runtime",
+                  "point EPJIT_KERNEL_SOURCE_LIBRARY at the provider of this build (or unset it to use the one "
+                  "installed beside epjit), or rebuild both");
   }
 
   GeneratedSource generate(const KernelSpec& spec) const override {

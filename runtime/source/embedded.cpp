@@ -89,6 +89,17 @@ std::string template_digest(std::string_view name) {
   return hash.hex();
 }
 
+const std::string& all_templates_digest() {
+  static const std::string digest = [] {
+    std::vector<EmbeddedFile> files(std::begin(kTemplates), std::end(kTemplates));
+    std::sort(files.begin(), files.end(), [](const EmbeddedFile& a, const EmbeddedFile& b) { return a.name < b.name; });
+    Sha256 hash;
+    for (const EmbeddedFile& file : files) hash.update(file.name).update("\0", 1).update(file.text).update("\0", 1);
+    return hash.hex();
+  }();
+  return digest;
+}
+
 namespace {
 
 namespace fs = std::filesystem;

@@ -22,6 +22,10 @@ const std::string& headers_digest();
 // SHA-256 of a template's text and of every template it includes (ep.include,
 // transitively); empty when there is no such template.
 std::string template_digest(std::string_view name);
+// SHA-256 of every template, in name order (name, NUL, text, NUL each): what a
+// compiler provider built with these templates states as its templates
+// (compiler/kernel_source computes the same over its copy).
+const std::string& all_templates_digest();
 
 // A directory holding the embedded headers (include root): private to this
 // user (0700) under TMPDIR, named by the user and the content digest, its
