@@ -438,15 +438,20 @@ struct EpDispatchCombineOp::Impl {
   TensorRef total_recv_tensor() const { return {state_word(window.total_recv_word), DType::I32, {1}}; }
 
   // DispatchOptions::keep_call: a routing's kept origins, then its indices.
+  // The dispatch kernel writes the indices (the caller's, in hand at launch);
+  // the origins are complete only once every peer's rows arrived, so they are
+  // copied after the kernel.
   size_t kept_origins_bytes() const { return size_t(capacity()) * 2 * 4; }
+  // The kernel's copies are aligned on a 16-byte line (its pointer contract).
+  size_t kept_indices_offset() const { return (kept_origins_bytes() + 15) / 16 * 16; }
   size_t kept_bytes() const {
-    return kept_origins_bytes() + route_entry_words(config) * 4;  // the indices: as many words as route entries
+    return kept_indices_offset() + route_entry_words(config) * 4;  // the indices: as many words as route entries
   }
-  void keep_call(Routing& routing, const DispatchResult& result, const TensorRef& indices) {
+  void* kept_indices_of(const Routing& routing) const {
+    return static_cast<char*>(routing.kept_) + kept_indices_offset();
+  }
+  void keep_origins(Routing& routing, const DispatchResult& result) {
     device.copy_async(routing.kept_, result.origins.data, kept_origins_bytes(), *stream);
-    const size_t index_bytes = size_t(indices.shape[0]) * size_t(config.num_experts_per_token) * 4;
-    if (index_bytes)
-      device.copy_async(static_cast<char*>(routing.kept_) + kept_origins_bytes(), indices.data, index_bytes, *stream);
   }
 
   void check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
@@ -514,7 +519,7 @@ struct EpDispatchCombineOp::Impl {
 
   DispatchResult launch_dispatch(const TensorRef& input, const TensorRef& weights,
                                  const std::optional<TensorRef>& scales, const TensorRef& indices, void* route_map,
-                                 bool replay, bool v2) {
+                                 bool replay, bool v2, void* kept_indices = nullptr) {
     const int64_t n = input.shape[0];
     const ScheduleEntry& geometry = geometry_for(n);
     const Kernel& kernel = *kernels.dispatch;
@@ -529,6 +534,8 @@ struct EpDispatchCombineOp::Impl {
                       .set("rank", config.rank)
                       .set("replay", replay)
                       .set("forward", v2)
+                      .set("kept_indices", kept_indices)
+                      .set("keep", kept_indices != nullptr)
                       .set("w", window_table)
                       .build(),
                   *stream);
@@ -657,13 +664,14 @@ DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const Tenso
                 "pass a make_routing() as the record, or leave keep_call unset");
   const bool v2 = op.call_runs_internode_v2("dispatch", input.shape[0], options);
   op.route_in_use = record ? record->route_ : op.route;
-  DispatchResult result = op.launch_dispatch(input, weights, scales, indices, op.route_in_use, false, v2);
+  void* kept_indices = options.keep_call ? op.kept_indices_of(*record) : nullptr;
+  DispatchResult result = op.launch_dispatch(input, weights, scales, indices, op.route_in_use, false, v2, kept_indices);
   if (record) {
     record->tokens_ = input.shape[0];
     record->forward_route_ = true;
     record->internode_v2_ = v2;
     record->kept_call_ = options.keep_call;
-    if (options.keep_call) op.keep_call(*record, result, indices);
+    if (options.keep_call) op.keep_origins(*record, result);
   }
   return result;
 }
@@ -841,10 +849,9 @@ RecordedCall EpDispatchCombineOp::recorded_call(const Routing& routing) const {
                 "a Routing a dispatch of this op recorded with DispatchOptions::keep_call (and has not recorded or "
                 "loaded since without it)",
                 "record with keep_call set, then read recorded_call()");
-  char* kept = static_cast<char*>(routing.kept_);
   return {{static_cast<char*>(routing.route_) + route_entry_words(op.config) * 4, DType::I32, {1}},
-          {kept, DType::I32, {op.capacity(), 2}},
-          {kept + op.kept_origins_bytes(), DType::I32, {routing.tokens_, op.config.num_experts_per_token}}};
+          {routing.kept_, DType::I32, {op.capacity(), 2}},
+          {op.kept_indices_of(routing), DType::I32, {routing.tokens_, op.config.num_experts_per_token}}};
 }
 
 void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, int64_t tokens,

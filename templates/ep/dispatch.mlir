@@ -481,9 +481,14 @@ func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.pt
 // peers (@send_target), which forward them after the transfer; the receive
 // counter then also counts forwarded rows, so ep_internode_forward's last
 // block, not this one, reads and clears it.
+// keep != 0 (a recording dispatch that keeps its call): the caller's indices
+// are also copied to kept_indices (16-byte aligned, in the routing), so the
+// recorded call still has them after the caller reuses its buffer; each warp
+// copies one run.
 ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                        %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index, %rank: index,
-                       %replay: index, %forward: index, %w: !ep.window) warps_per_block(4) {
+                       %replay: index, %forward: index, %kept_indices: !ep.ptr<i32>, %keep: index,
+                       %w: !ep.window) warps_per_block(4) {
   // The epoch is read before the stopped check so both loads are in flight at once.
   %c0 = arith.constant 0 : index
   %one = arith.constant 1 : i32
@@ -510,6 +515,30 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   } else {
     %none = ep.constant_value @expert_none : i32
     scf.yield %none : i32
+  }
+  %keeping = arith.cmpi ne, %keep, %c0 : index
+  scf.if %keeping {
+    %warp = ep.global_warp_index : index
+    %warps = ep.global_warp_count : index
+    // Runs of whole 16-byte lines (4 words), so every copy is aligned.
+    %c1 = arith.constant 1 : index
+    %c3 = arith.constant 3 : index
+    %c4 = arith.constant 4 : index
+    %entries_up = arith.addi %entries, %c3 : index
+    %lines = arith.divui %entries_up, %c4 : index
+    %warps_less_one = arith.subi %warps, %c1 : index
+    %lines_up = arith.addi %lines, %warps_less_one : index
+    %lines_per_warp = arith.divui %lines_up, %warps : index
+    %per_warp = arith.muli %lines_per_warp, %c4 : index
+    %begin = arith.muli %warp, %per_warp : index
+    %after = arith.addi %begin, %per_warp : index
+    %past_end = arith.cmpi ugt, %after, %entries : index
+    %end = arith.select %past_end, %entries, %after : index
+    %has_run = arith.cmpi ult, %begin, %end : index
+    scf.if %has_run {
+      %run = arith.subi %end, %begin : index
+      ep.warp.copy_row %indices[%begin], %kept_indices[%begin], %run : !ep.ptr<i32> -> !ep.ptr<i32>
+    }
   }
   scf.if %answered {
     %c2 = arith.constant 2 : index
