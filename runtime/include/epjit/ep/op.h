@@ -96,7 +96,8 @@ class Routing {
   bool forward_route_ = false;
   bool internode_v2_ = false;
   // DispatchOptions::keep_call: the recorded call's received origins
-  // ([capacity, 2]) then its indices ([max tokens, top-k]); valid while kept_call_.
+  // ([capacity, 2]) then, from the next 16-byte line, its indices ([max tokens,
+  // top-k]); valid while kept_call_.
   void* kept_ = nullptr;
   bool kept_call_ = false;
 };
@@ -112,10 +113,11 @@ struct DispatchOptions {
   // internode_auto_ll_max_tokens. In [n, max_num_inp_token_per_rank].
   std::optional<int64_t> max_tokens_across_ranks;
   // With a routing to record into: the routing also keeps what the call
-  // received (its received_origins()) and the indices it was called with,
-  // copied on the op's stream after the dispatch, so recorded_call() still
-  // answers after later dispatches overwrite the op's own (a MORI routing
-  // handle exposes both). Two device copies: only for callers who read them.
+  // received (its received_origins()) and the indices it was called with, so
+  // recorded_call() still answers after later dispatches overwrite the op's
+  // own (a MORI routing handle exposes both). The dispatch kernel writes the
+  // indices; the origins, complete only once every peer's rows arrived, are
+  // one device copy on the op's stream after it: only for callers who read them.
   bool keep_call = false;
 };
 
