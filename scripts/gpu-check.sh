@@ -260,7 +260,9 @@ python_module() {
 # tests on this tree's module with two rank processes per GPU (world 2 on one
 # GPU: the multi-rank Python paths, time-sliced; test_gpu.py also at world 1),
 # then stop. Kernels compile here from the DSL with the provider beside this
-# script.
+# script. That provider is this tree's: a before tree with the provider
+# identity check (862e864 on) refuses it, and one without it gets this tree's
+# kernels, so A/B only host-side changes of trees whose templates agree.
 if [[ ${PY_AB:-0} == 1 ]]; then
   rm -rf /tmp/before-src && mkdir -p /tmp/before-src && tar xzf before-src.tgz -C /tmp/before-src || exit 1
   python_module .. /tmp/epjit-py after & python_module /tmp/before-src /tmp/epjit-py-before before &
