@@ -453,6 +453,22 @@ struct EpDispatchCombineOp::Impl {
   void keep_origins(Routing& routing, const DispatchResult& result) {
     device.copy_async(routing.kept_, result.origins.data, kept_origins_bytes(), *stream);
   }
+  // The kernel copies whole 16-byte lines, so it keeps indices that start on
+  // one; others (a view that starts mid-line, as indices[1:] with top-6 does)
+  // are one device copy after it: the same words, logged once.
+  bool kernel_keeps_indices(const TensorRef& indices) const {
+    if (reinterpret_cast<uintptr_t>(indices.data) % 16 == 0) return true;
+    static std::once_flag logged;
+    std::call_once(logged, [] {
+      log().info("dispatch keep_call: the indices do not start on a 16-byte line; they are kept by a device copy "
+                 "after the kernel instead of by the kernel (same result)");
+    });
+    return false;
+  }
+  void keep_indices_by_copy(Routing& routing, const TensorRef& indices) {
+    const size_t bytes = size_t(indices.shape[0]) * size_t(config.num_experts_per_token) * 4;
+    if (bytes) device.copy_async(kept_indices_of(routing), indices.data, bytes, *stream);
+  }
 
   void check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
                              const std::optional<TensorRef>& scales, const TensorRef& indices, bool counts_slots) {
@@ -664,7 +680,8 @@ DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const Tenso
                 "pass a make_routing() as the record, or leave keep_call unset");
   const bool v2 = op.call_runs_internode_v2("dispatch", input.shape[0], options);
   op.route_in_use = record ? record->route_ : op.route;
-  void* kept_indices = options.keep_call ? op.kept_indices_of(*record) : nullptr;
+  const bool kernel_keeps_indices = options.keep_call && op.kernel_keeps_indices(indices);
+  void* kept_indices = kernel_keeps_indices ? op.kept_indices_of(*record) : nullptr;
   DispatchResult result = op.launch_dispatch(input, weights, scales, indices, op.route_in_use, false, v2, kept_indices);
   if (record) {
     record->tokens_ = input.shape[0];
@@ -672,6 +689,7 @@ DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const Tenso
     record->internode_v2_ = v2;
     record->kept_call_ = options.keep_call;
     if (options.keep_call) op.keep_origins(*record, result);
+    if (options.keep_call && !kernel_keeps_indices) op.keep_indices_by_copy(*record, indices);
   }
   return result;
 }

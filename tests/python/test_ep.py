@@ -422,14 +422,20 @@ def test_a_dropped_returned_routing_is_recorded_into_again():
     comm.destroy()
 
 
-def test_a_kept_call_outlives_later_dispatches_and_the_callers_buffers():
+@pytest.mark.parametrize("indices_start", ["on_a_line", "mid_line"])
+def test_a_kept_call_outlives_later_dispatches_and_the_callers_buffers(indices_start):
     """dispatch(return_routing=True, keep_call=True): recorded_call(routing) answers
     with that call's received count, origins and indices after another dispatch has
-    overwritten the op's own and the caller has reused its indices' buffer."""
+    overwritten the op's own and the caller has reused its indices' buffer. The
+    kernel keeps indices that start on a 16-byte line; a view that starts mid-line
+    (rows of 3 indices from the second on) is kept by a copy instead."""
     comm, op = single_rank_op()
     with op:
         x, w, idx = make_inputs(0, 1, 7, "bf16", seed=31)
-        caller_idx = idx.copy()
+        buffer = np.full((idx.shape[0] + 1, idx.shape[1]), 5, dtype=np.int32)
+        caller_idx = buffer[:-1] if indices_start == "on_a_line" else buffer[1:]
+        caller_idx[:] = idx
+        assert (caller_idx.ctypes.data % 16 == 0) == (indices_start == "on_a_line")
         _, w_out, _, _, total, kept = op.dispatch(x, w, None, caller_idx, return_routing=True, keep_call=True)
         op.synchronize()
         want_total, want_origins = int(total[0]), np.array(op.received_origins(), copy=True)
