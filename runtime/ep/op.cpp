@@ -680,16 +680,18 @@ DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const Tenso
                 "pass a make_routing() as the record, or leave keep_call unset");
   const bool v2 = op.call_runs_internode_v2("dispatch", input.shape[0], options);
   op.route_in_use = record ? record->route_ : op.route;
-  const bool kernel_keeps_indices = options.keep_call && op.kernel_keeps_indices(indices);
-  void* kept_indices = kernel_keeps_indices ? op.kept_indices_of(*record) : nullptr;
+  const bool indices_by_kernel = options.keep_call && op.kernel_keeps_indices(indices);
+  void* kept_indices = indices_by_kernel ? op.kept_indices_of(*record) : nullptr;
   DispatchResult result = op.launch_dispatch(input, weights, scales, indices, op.route_in_use, false, v2, kept_indices);
   if (record) {
     record->tokens_ = input.shape[0];
     record->forward_route_ = true;
     record->internode_v2_ = v2;
     record->kept_call_ = options.keep_call;
-    if (options.keep_call) op.keep_origins(*record, result);
-    if (options.keep_call && !kernel_keeps_indices) op.keep_indices_by_copy(*record, indices);
+    if (options.keep_call) {
+      op.keep_origins(*record, result);
+      if (!indices_by_kernel) op.keep_indices_by_copy(*record, indices);
+    }
   }
   return result;
 }
