@@ -94,11 +94,13 @@ LogicalResult buildInterface(ModuleOp module, const TargetInfo& target, llvm::St
         out.object([&] {
           out.attribute("name", kernel.getSymName());
           out.attribute("warps_per_block", kernel.getWarpsPerBlock());
+          std::optional<ArrayRef<int64_t>> alignment = kernel.getPointerAlignment();
           out.attributeArray("params", [&] {
             for (auto [index, type] : llvm::enumerate(kernel.getArgumentTypes()))
               out.object([&] {
                 out.attribute("name", kernel.getArgName(unsigned(index)));
                 out.attribute("type", parameterType(type));
+                if (alignment && isa<ep::PtrType>(type)) out.attribute("align", (*alignment)[index]);
               });
           });
         });

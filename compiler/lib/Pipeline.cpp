@@ -115,6 +115,7 @@ void addStagePasses(PassManager& pm, Stage stage, const CompileOptions& options)
       // Helpers whose calls folded away with a specialization's constants
       // (a std-MoE unpack in a module without std-MoE) are not emitted.
       pm.addPass(createSymbolDCEPass());
+      pm.addPass(createEpRecordPointerAlignment());
       break;
     case Stage::ToEmitC: pm.addPass(createEpToEmitC()); break;
     case Stage::Template:
@@ -190,10 +191,15 @@ bool compile(llvm::StringRef sourceText, llvm::StringRef sourceName, const Compi
       error = diagnostics.text.empty() ? "stage " + stageName(stage).str() + " failed" : diagnostics.text;
       return false;
     }
-    if (stage == Stage::CheckTarget &&
-        failed(buildInterface(*module, *find_target(options.target), templateNameOf(sourceName), output.interface))) {
-      error = diagnostics.text;
-      return false;
+    // The record is whole once the lowering states which pointers need 16
+    // bytes; a compile that stops before still gets one, without "align".
+    if (stage == Stage::CheckTarget || stage == Stage::LowerWarpOps) {
+      output.interface.clear();
+      if (failed(buildInterface(*module, *find_target(options.target), templateNameOf(sourceName),
+                                output.interface))) {
+        error = diagnostics.text;
+        return false;
+      }
     }
     output.mlir = printModule(*module);
     if (!dump(options, stage, ".mlir", output.mlir, error)) return false;

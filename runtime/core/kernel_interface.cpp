@@ -54,6 +54,12 @@ class Reader {
                                  std::to_string(max) + "]");
     return number;
   }
+  // An optional integer in [min, max]: `absent` when the key is missing.
+  int64_t optional_integer(const json& object, const char* key, const std::string& path, int64_t min, int64_t max,
+                           int64_t absent) const {
+    if (!object.is_object()) fail(path, "is not an object");
+    return object.contains(key) ? integer(object, key, path, min, max) : absent;
+  }
   // An optional boolean: `absent` when the key is missing.
   bool optional_boolean(const json& object, const char* key, const std::string& path, bool absent) const {
     if (!object.is_object()) fail(path, "is not an object");
@@ -78,9 +84,16 @@ KernelParam parse_param(const Reader& read, const json& entry, const std::string
   param.type = read.string(entry, "type", path);
   const std::string& type = param.type;
   if (type.starts_with("ptr<") && type.ends_with(">")) {
-    if (element_bytes(std::string_view(type).substr(4, type.size() - 5)) == 0)
-      read.fail(path + ".type", "= '" + type + "' points to an unknown element type");
+    const size_t element = element_bytes(std::string_view(type).substr(4, type.size() - 5));
+    if (element == 0) read.fail(path + ".type", "= '" + type + "' points to an unknown element type");
     param.kind = ParamKind::Pointer;
+    // A record from a compile that stopped before the warp ops were lowered
+    // has no "align": the DSL's contract (every pointer argument 16-byte
+    // aligned) stands.
+    param.alignment = size_t(read.optional_integer(entry, "align", path, int64_t(element), 4096,
+                                                   int64_t(kDefaultPointerAlignment)));
+    if ((param.alignment & (param.alignment - 1)) != 0)
+      read.fail(path + ".align", "= " + std::to_string(param.alignment) + " is not a power of two");
   } else if (type == "window") {
     param.kind = ParamKind::Window;
     param.value_bytes = sizeof(Window);  // passed by value

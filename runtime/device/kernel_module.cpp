@@ -1,10 +1,50 @@
 #include "epjit/kernel_module.h"
 
+#include <cstdio>
 #include <limits>
 
 #include "epjit/error.h"
 
 namespace epjit {
+
+namespace {
+
+std::string hex_address(const void* pointer) {
+  char text[2 + 2 * sizeof(uintptr_t) + 1];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(pointer)));
+  return text;
+}
+
+bool misaligned(const KernelParam& param, const void* pointer) {
+  return pointer && param.alignment > 1 && reinterpret_cast<uintptr_t>(pointer) % param.alignment != 0;
+}
+
+[[noreturn]] void refuse_misaligned(const Kernel& kernel, const KernelParam& param, const void* pointer,
+                                    std::string_view what) {
+  const std::string bytes = std::to_string(param.alignment);
+  const bool vectors = param.alignment >= kDefaultPointerAlignment;
+  throw Error(std::string(what) + " is at " + hex_address(pointer) + ", which is not a multiple of " + bytes +
+                  " bytes (" + std::to_string(reinterpret_cast<uintptr_t>(pointer) % param.alignment) +
+                  " past one)",
+              "an address aligned to " + bytes + " bytes: " + kernel.name + " accesses '" + param.name + "' " +
+                  (vectors ? "with 16-byte vector loads and stores" : "one " + bytes + "-byte element at a time"),
+              "pass a tensor whose data starts on a " + bytes +
+                  "-byte boundary: a fresh allocation, or a copy of the view (a view keeps its base's offset, so "
+                  "one that starts mid-row can start mid-line)");
+}
+
+}  // namespace
+
+void require_pointer_alignment(const Kernel& kernel, std::string_view param, const void* pointer,
+                               std::string_view what) {
+  const KernelParam* entry = kernel.signature ? kernel.signature->find(param) : nullptr;
+  if (entry && misaligned(*entry, pointer)) refuse_misaligned(kernel, *entry, pointer, what);
+}
+
+bool pointer_aligned_for(const Kernel& kernel, std::string_view param, const void* pointer) {
+  const KernelParam* entry = kernel.signature ? kernel.signature->find(param) : nullptr;
+  return !entry || !misaligned(*entry, pointer);
+}
 
 LaunchArgs::LaunchArgs(const Kernel& kernel) : kernel_(&kernel) {
   if (!kernel.signature)
@@ -39,6 +79,8 @@ void LaunchArgs::set_pointer(std::string_view name, void* value) {
   const size_t index = index_of(name);
   const KernelParam& param = kernel_->signature->params[index];
   if (param.kind != ParamKind::Pointer) mismatch(param, "a pointer");
+  if (misaligned(param, value))
+    refuse_misaligned(*kernel_, param, value, "kernel " + kernel_->name + ": parameter '" + param.name + "'");
   store(index, {Value::Kind::Pointer, value});
 }
 

@@ -453,11 +453,12 @@ struct EpDispatchCombineOp::Impl {
   void keep_origins(Routing& routing, const DispatchResult& result) {
     device.copy_async(routing.kept_, result.origins.data, kept_origins_bytes(), *stream);
   }
-  // The kernel copies whole 16-byte lines, so it keeps indices that start on
-  // one; others (a view that starts mid-line, as indices[1:] with top-6 does)
-  // are one device copy after it: the same words, logged once.
+  // The kernel copies whole 16-byte lines (its kept_from parameter asks
+  // for 16 bytes), so it keeps indices that start on one; others (a view
+  // that starts mid-line, as indices[1:] with top-6 does) are one device
+  // copy after it: the same words, logged once.
   bool kernel_keeps_indices(const TensorRef& indices) const {
-    if (reinterpret_cast<uintptr_t>(indices.data) % 16 == 0) return true;
+    if (pointer_aligned_for(*kernels.dispatch, "kept_from", indices.data)) return true;
     static std::once_flag logged;
     std::call_once(logged, [] {
       log().info("dispatch keep_call: the indices do not start on a 16-byte line; they are kept by a device copy "
@@ -468,6 +469,15 @@ struct EpDispatchCombineOp::Impl {
   void keep_indices_by_copy(Routing& routing, const TensorRef& indices) {
     const size_t bytes = size_t(indices.shape[0]) * size_t(config.num_experts_per_token) * 4;
     if (bytes) device.copy_async(kept_indices_of(routing), indices.data, bytes, *stream);
+  }
+
+  // Refuses, under the caller's names, a tensor the kernel would access off
+  // the alignment its parameter `param` needs (the message is built only then:
+  // this runs on every call).
+  static void require_aligned(const char* call, const char* tensor, const void* pointer, const Kernel& kernel,
+                              const char* param) {
+    if (!pointer_aligned_for(kernel, param, pointer))
+      require_pointer_alignment(kernel, param, pointer, std::string(call) + ": " + tensor);
   }
 
   void check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
@@ -504,6 +514,11 @@ struct EpDispatchCombineOp::Impl {
       throw Error(std::string(call) + ": scales given to an op built with scale_dim = 0", "no scales",
                   "drop the scales, or build the op with scale_dim and scale_type_size");
     }
+    // Before anything is launched: a misaligned vector access would fault the device.
+    require_aligned(call, "input", input.data, *kernels.dispatch, "input");
+    require_aligned(call, "weights", weights.data, *kernels.dispatch, "weights");
+    if (scales) require_aligned(call, "scales", scales->data, *kernels.dispatch, "scales");
+    require_aligned(call, "indices", indices.data, *kernels.dispatch, "indices");
     // Memory the host addresses can be read now; GPU kernels flag bad experts (check()).
     if (device.host_addressable()) {
       const auto* experts = static_cast<const int32_t*>(indices.data);
@@ -550,6 +565,7 @@ struct EpDispatchCombineOp::Impl {
                       .set("rank", config.rank)
                       .set("replay", replay)
                       .set("forward", v2)
+                      .set("kept_from", kept_indices ? indices.data : nullptr)
                       .set("kept_indices", kept_indices)
                       .set("keep", kept_indices != nullptr)
                       .set("w", window_table)
@@ -603,6 +619,13 @@ struct EpDispatchCombineOp::Impl {
     expect_tensor(call, "input", input, row_type, {cap, config.hidden_dim}, /*at_least_rows=*/true);
     const bool weighted = weights.has_value() && weights->data != nullptr;
     if (weighted) expect_tensor(call, "weights", *weights, DType::F32, {cap, k}, true);
+    // Every kernel the caller's rows and weights may go to, before any is
+    // launched: a misaligned vector access would fault the device.
+    for (const Kernel* reader : {combine_kernel(), kernels.internode_return_pack, kernels.internode_partials}) {
+      if (!reader) continue;
+      require_aligned(call, "input", input.data, *reader, "input");
+      if (weighted) require_aligned(call, "weights", weights->data, *reader, "in_weights");
+    }
     const int64_t n = dispatched_tokens;
     const ScheduleEntry& geometry = geometry_for(n);
     const LaunchGeometry grid{uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)};
@@ -757,6 +780,8 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
   if (op.dispatched_tokens < 0)
     throw Error("std_moe_combine without a dispatch before it", "dispatch, std_moe_pack, std_moe_combine",
                 "call dispatch() and std_moe_pack() first");
+  for (const Kernel* reader : {op.combine_kernel(), op.kernels.std_moe_unpack})
+    if (reader) op.require_aligned("std_moe_combine", "expert_out", expert_out.data, *reader, "expert_out");
   // Gather's staged rows (combine_input()); scatter's buffer of its own
   // where it stages them (under quant, and internode).
   void* unpacked = op.moe_combine_in ? op.moe_combine_in : op.local(op.window.combine_rows);

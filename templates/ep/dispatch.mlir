@@ -482,13 +482,16 @@ func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.pt
 // counter then also counts forwarded rows, so ep_internode_forward's last
 // block, not this one, reads and clears it.
 // keep != 0 (a recording dispatch that keeps its call): the caller's indices
-// are also copied to kept_indices (16-byte aligned, in the routing), so the
-// recorded call still has them after the caller reuses its buffer; each warp
-// copies one run.
+// are also copied to kept_indices (in the routing), so the recorded call
+// still has them after the caller reuses its buffer; each warp copies one
+// run of whole 16-byte lines. They are read through kept_from, the same
+// indices passed again: it must start on a 16-byte line, which `indices`
+// need not (with top-6, indices[1:] starts mid-line and is read one word at
+// a time), so the interface record asks 16 bytes of kept_from alone.
 ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                        %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index, %rank: index,
-                       %replay: index, %forward: index, %kept_indices: !ep.ptr<i32>, %keep: index,
-                       %w: !ep.window) warps_per_block(4) {
+                       %replay: index, %forward: index, %kept_from: !ep.ptr<i32>, %kept_indices: !ep.ptr<i32>,
+                       %keep: index, %w: !ep.window) warps_per_block(4) {
   // The epoch is read before the stopped check so both loads are in flight at once.
   %c0 = arith.constant 0 : index
   %one = arith.constant 1 : i32
@@ -537,7 +540,7 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
     %has_run = arith.cmpi ult, %begin, %end : index
     scf.if %has_run {
       %run = arith.subi %end, %begin : index
-      ep.warp.copy_row %indices[%begin], %kept_indices[%begin], %run : !ep.ptr<i32> -> !ep.ptr<i32>
+      ep.warp.copy_row %kept_from[%begin], %kept_indices[%begin], %run : !ep.ptr<i32> -> !ep.ptr<i32>
     }
   }
   scf.if %answered {

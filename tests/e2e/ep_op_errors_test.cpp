@@ -195,9 +195,66 @@ TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
   EXPECT_EQ(failures, "");
 }
 
+// The kernels read rows (and top-4's indices and weights, 16 bytes a token)
+// with 16-byte vector accesses, which fault a GPU at an address off a
+// 16-byte line: such a tensor is refused before anything is launched, under
+// the caller's name for it, and the op goes on. Where a kernel reads one
+// element at a time (top-2's 8-byte indices) a view that starts one token
+// in is a valid argument.
+TEST(EpOpErrors, MisalignedTensorsAreRefusedBeforeAnyLaunch) {
+  EpCase c = smallCase();
+  c.topk = 4;
+  std::string failures = onOneRank(c, [&](EpDispatchCombineOp& op, Communicator&, Buffers& b) {
+    std::string f;
+    auto [x, w, idx, y, yw, s] = b.pointers;
+    auto at = [](void* p, int bytes) { return static_cast<char*>(p) + bytes; };
+    const TensorRef input{x, DType::BF16, {3, 64}}, weights{w, DType::F32, {3, 4}}, indices{idx, DType::I32, {3, 4}};
+    f += expectParts("dispatch input",
+                     thrown([&] { op.dispatch({at(x, 2), DType::BF16, {3, 64}}, weights, std::nullopt, indices); }),
+                     {"dispatch: input is at 0x", "not a multiple of 16 bytes (2 past one)",
+                      "ep_dispatch accesses 'input' with 16-byte vector loads", "a copy of the view"});
+    f += expectParts("dispatch weights",
+                     thrown([&] { op.dispatch(input, {at(w, 4), DType::F32, {3, 4}}, std::nullopt, indices); }),
+                     {"dispatch: weights is at", "(4 past one)"});
+    f += expectParts("dispatch indices",
+                     thrown([&] { op.dispatch(input, weights, std::nullopt, {at(idx, 8), DType::I32, {3, 4}}); }),
+                     {"dispatch: indices is at", "(8 past one)"});
+    auto routing = op.make_routing();
+    op.dispatch(input, weights, std::nullopt, indices, routing.get());  // nothing was taken by the refusals
+    f += expectParts("replay input",
+                     thrown([&] { op.dispatch_replay({at(x, 6), DType::BF16, {3, 64}}, weights, std::nullopt, indices,
+                                                     *routing); }),
+                     {"dispatch_replay: input is at", "(6 past one)"});
+    f += expectParts("combine input", thrown([&] { op.combine({at(y, 2), DType::BF16, {8, 64}}); }),
+                     {"combine: input is at", "(2 past one)", "16-byte vector loads"});
+    f += expectParts("combine weights",
+                     thrown([&] { op.combine({y, DType::BF16, {8, 64}}, TensorRef{at(yw, 4), DType::F32, {8, 4}}); }),
+                     {"combine: weights is at", "(4 past one)"});
+    op.combine({y, DType::BF16, {8, 64}}, TensorRef{yw, DType::F32, {8, 4}});
+    op.check();
+    return f;
+  });
+  c.topk = 2;
+  failures += onOneRank(c, [&](EpDispatchCombineOp& op, Communicator&, Buffers& b) {
+    std::string f;
+    auto [x, w, idx, y, yw, s] = b.pointers;
+    // indices[1:] and weights[1:] of a top-2 call: 8 bytes in.
+    const TensorRef weights{static_cast<char*>(w) + 8, DType::F32, {3, 2}};
+    const TensorRef indices{static_cast<char*>(idx) + 8, DType::I32, {3, 2}};
+    if (const std::string why = thrown([&] { op.dispatch({x, DType::BF16, {3, 64}}, weights, std::nullopt, indices); });
+        !why.empty())
+      f += "top-2 indices one token in threw: " + why + "\n";
+    op.combine({y, DType::BF16, {8, 64}});
+    op.check();
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+}
+
 // Gather's std_moe_combine unpacks into combine_input()'s rows: expert
 // outputs kept there (one expert per rank makes the shapes fit) would be
-// overwritten while read, so they are refused; the op goes on.
+// overwritten while read, so they are refused, as are outputs off the
+// 16-byte line its vector loads need; the op goes on.
 TEST(EpOpErrors, StdMoeExpertOutputsInTheCombineRowsAreRefused) {
   EpCase c = smallCase();
   c.topk = 1;
@@ -211,6 +268,9 @@ TEST(EpOpErrors, StdMoeExpertOutputsInTheCombineRowsAreRefused) {
     const TensorRef in_place{op.combine_input().data, DType::BF16, {1, 8, 64}};
     f += expectParts("expert outputs in the combine rows", thrown([&] { op.std_moe_combine(in_place); }),
                      {"expert_out overlaps combine_input()", "another tensor"});
+    f += expectParts("expert outputs off a line",
+                     thrown([&] { op.std_moe_combine({static_cast<char*>(y) + 2, DType::BF16, {1, 8, 64}}); }),
+                     {"std_moe_combine: expert_out is at", "(2 past one)"});
     if (const std::string why = thrown([&] { op.std_moe_combine({y, DType::BF16, {1, 8, 64}}); }); !why.empty())
       f += "std_moe_combine from a buffer of its own threw: " + why + "\n";
     op.check();

@@ -250,6 +250,11 @@ def test_bad_inputs_raise_naming_the_argument():
     with pytest.raises(epjit.Error, match="9 tokens"):
         op.dispatch(np.zeros((9, HIDDEN), dtype=ml_dtypes.bfloat16), np.zeros((9, TOPK), np.float32), None,
                     np.zeros((9, TOPK), np.int32))
+    # Contiguous, but one element past a 16-byte line: the kernel's vector
+    # loads would fault a GPU, so it is refused before the launch.
+    off_a_line = np.zeros(3 * HIDDEN + 1, dtype=ml_dtypes.bfloat16)[1:].reshape(3, HIDDEN)
+    with pytest.raises(epjit.Error, match=r"dispatch: input is at 0x[0-9a-f]+, which is not a multiple of 16 bytes"):
+        op.dispatch(off_a_line, w, None, idx)
     with pytest.raises(epjit.Error, match=r"indices\[0, 0\] = 99"):
         op.dispatch(x, w, None, np.full((3, TOPK), 99, dtype=np.int32))
     with pytest.raises(epjit.Error, match=r"indices\[0, 0\] = -2.*or -1 for none"):

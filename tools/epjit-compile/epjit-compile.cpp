@@ -163,7 +163,8 @@ int main(int argc, char** argv) {
   options.dumpDir = dumpDir;
   if (emit == "mlir" && !compiler::parseStage(stopAfter, options.stopAfter))
     fail("--stop-after-stage takes a stage name (" + stageNames() + "); got '" + stopAfter + "'");
-  if (emit == "interface") options.stopAfter = compiler::Stage::CheckTarget;
+  // The record is whole once the warp ops are lowered (each pointer's "align").
+  if (emit == "interface") options.stopAfter = compiler::Stage::LowerWarpOps;
 
   compiler::CompileOutput output;
   std::string error;

@@ -242,6 +242,18 @@ LogicalResult KernelOp::verify() {
   if (entry.getNumArguments() != types.size() ||
       !llvm::equal(entry.getArgumentTypes(), types))
     return emitOpError() << "the body's arguments do not match the kernel's parameter types";
+  if (std::optional<ArrayRef<int64_t>> alignment = getPointerAlignment()) {
+    if (alignment->size() != types.size())
+      return emitOpError() << "pointer_alignment has " << alignment->size() << " entries for " << types.size()
+                           << " parameters";
+    for (auto [index, type] : llvm::enumerate(types)) {
+      const int64_t bytes = (*alignment)[index];
+      const bool pointer = isa<PtrType>(type);
+      if (pointer ? (bytes < 1 || !llvm::isPowerOf2_64(uint64_t(bytes))) : bytes != 0)
+        return emitOpError() << "pointer_alignment of parameter '" << getArgName(unsigned(index)) << "' is " << bytes
+                             << "; a pointer's is a power of two, any other parameter's 0";
+    }
+  }
   return success();
 }
 

@@ -30,7 +30,15 @@ struct KernelParam {
   std::string type;  // as the record states it: "ptr<bf16>", "window", "index", ...
   ParamKind kind = ParamKind::Index;
   size_t value_bytes = 8;  // what one argument of this kind occupies
+  // A pointer's address must be a multiple of this (the record's "align"):
+  // 16 where the kernel uses 16-byte vector accesses, else the element size.
+  // 0 for other kinds.
+  size_t alignment = 0;
 };
+
+// What a pointer parameter needs when its record states no "align": the
+// DSL's kernel argument contract (docs/DSL.md).
+inline constexpr size_t kDefaultPointerAlignment = 16;
 
 struct KernelSignature {
   std::string name;

@@ -24,17 +24,29 @@
 
 namespace epjit {
 
+// Throws epjit::Error when `pointer` (unless null) is not a multiple of the
+// alignment the kernel's pointer parameter `param` needs (its record's
+// "align"): a misaligned 16-byte access faults the device, so the bad
+// argument is refused before the launch. `what` names the argument for the
+// caller ("dispatch: input").
+void require_pointer_alignment(const Kernel& kernel, std::string_view param, const void* pointer,
+                               std::string_view what);
+// Whether `pointer` is null or aligned as the parameter needs (true for a
+// parameter the kernel does not have).
+bool pointer_aligned_for(const Kernel& kernel, std::string_view param, const void* pointer);
+
 // The arguments of one launch of a kernel with a signature, set by name.
 class LaunchArgs {
  public:
   // Throws epjit::Error when the kernel has no signature (a bare Module's).
   explicit LaunchArgs(const Kernel& kernel);
 
-  // Pointers go to pointer parameters, the window table (epjit::Window, by
-  // value) to the window parameter, integers to index, i32 and i64 ones
-  // (range-checked), floats to f32 ones. A name the kernel does not have, a
-  // value of the wrong kind or out of range, or a parameter set twice is an
-  // epjit::Error naming the kernel and the parameter.
+  // Pointers go to pointer parameters (aligned as the parameter needs), the
+  // window table (epjit::Window, by value) to the window parameter, integers
+  // to index, i32 and i64 ones (range-checked), floats to f32 ones. A name
+  // the kernel does not have, a value of the wrong kind, out of range or
+  // misaligned, or a parameter set twice is an epjit::Error naming the
+  // kernel and the parameter.
   LaunchArgs& set(std::string_view name, const Window& window) {
     set_window(name, window);
     return *this;

@@ -63,6 +63,10 @@ TEST(ModuleInterface, ParsesWhatTheCompilerWrites) {
   const KernelSignature& kernel = record.kernel("quantize_fp8_direct");
   EXPECT_EQ(kernel.describe(), "quantize_fp8_direct(input: ptr<bf16>, output: ptr<i8>, tokens: index)");
   EXPECT_EQ(kernel.warps_per_block, 4);
+  // Rows of 64 elements: both are read and written in 16-byte chunks.
+  EXPECT_EQ(kernel.find("input")->alignment, 16u);
+  EXPECT_EQ(kernel.find("output")->alignment, 16u);
+  EXPECT_EQ(kernel.find("tokens")->alignment, 0u);
   EXPECT_TRUE(record.window_regions.empty());
   // The manifest carries the same record.
   EXPECT_NE(artifact->manifest.find("\"interface\""), std::string::npos);
@@ -89,6 +93,29 @@ TEST(ModuleInterface, DependentLaunchIsOnlyWhatTheRecordStates) {
   wrong.replace(wrong.find("\"wave_size\": 32"), 15, "\"wave_size\": 32, \"dependent_launch\": 1");
   EXPECT_NE(errorOf([&] { ModuleInterface::parse(wrong, "a test"); })
                 .find("record.target.dependent_launch is not true or false"),
+            std::string::npos);
+}
+
+// A pointer's "align" is what the record states; a record without it (a
+// compile stopped before the warp ops were lowered) keeps the DSL's
+// contract, 16 bytes.
+TEST(ModuleInterface, PointerAlignmentIsWhatTheRecordStates) {
+  const std::string head =
+      R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+          "kernels": [{"name": "k", "warps_per_block": 1, "params": [)";
+  const std::string tail = R"(]}], "window_regions": [], "constants": {}})";
+  auto parse = [&](const std::string& params) { return ModuleInterface::parse(head + params + tail, "a test"); };
+  EXPECT_EQ(parse(R"({"name": "a", "type": "ptr<i32>", "align": 4})").kernel("k").find("a")->alignment, 4u);
+  EXPECT_EQ(parse(R"({"name": "a", "type": "ptr<bf16>"})").kernel("k").find("a")->alignment, 16u);
+  EXPECT_EQ(parse(R"({"name": "a", "type": "index"})").kernel("k").find("a")->alignment, 0u);
+  EXPECT_NE(errorOf([&] { parse(R"({"name": "a", "type": "ptr<i32>", "align": 12})"); })
+                .find("record.kernels[0].params[0].align = 12 is not a power of two"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { parse(R"({"name": "a", "type": "ptr<i32>", "align": 2})"); })
+                .find("record.kernels[0].params[0].align = 2 is outside [4, 4096]"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { parse(R"({"name": "a", "type": "ptr<i32>", "align": "16"})"); })
+                .find("record.kernels[0].params[0].align is not an integer"),
             std::string::npos);
 }
 
@@ -129,7 +156,7 @@ TEST(LaunchArgs, SetsByNameInTheSignaturesOrderAndRefusesWhatDoesNotFit) {
   Kernel kernel;
   kernel.name = "k";
   kernel.signature = &record.kernel("k");
-  int rows = 0;
+  alignas(16) int rows = 0;  // the record states no "align": 16 bytes
   Window window{};
   window.peer_base[1] = reinterpret_cast<char*>(&rows);
   window.region_offset[2] = 4096;
@@ -174,6 +201,42 @@ TEST(LaunchArgs, SetsByNameInTheSignaturesOrderAndRefusesWhatDoesNotFit) {
   Kernel bare;
   bare.name = "bare";
   EXPECT_NE(errorOf([&] { LaunchArgs{bare}; }).find("has no signature"), std::string::npos);
+}
+
+// A 16-byte access at an address that is not a multiple of 16 faults the
+// device (and a 4-byte one off its element does too), so such a pointer is
+// refused when it is set, naming the kernel, the parameter, the address and
+// what it needs; null stays allowed (an absent optional buffer).
+TEST(LaunchArgs, RefusesAPointerOffTheAlignmentItsParameterNeeds) {
+  const ModuleInterface record = ModuleInterface::parse(
+      R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+          "kernels": [{"name": "k", "warps_per_block": 1, "params": [
+              {"name": "rows", "type": "ptr<bf16>", "align": 16}, {"name": "words", "type": "ptr<i32>", "align": 4},
+              {"name": "bytes", "type": "ptr<i8>", "align": 1}]}],
+          "window_regions": [], "constants": {}})",
+      "a test");
+  Kernel kernel;
+  kernel.name = "k";
+  kernel.signature = &record.kernel("k");
+  alignas(16) char buffer[64] = {};
+  EXPECT_NO_THROW(LaunchArgs(kernel).set("rows", buffer + 32).set("words", buffer + 4).set("bytes", buffer + 3).build());
+  EXPECT_NO_THROW(LaunchArgs(kernel).set("rows", nullptr));
+  const std::string rows = errorOf([&] { LaunchArgs(kernel).set("rows", buffer + 2); });
+  EXPECT_NE(rows.find("kernel k: parameter 'rows' is at 0x"), std::string::npos) << rows;
+  EXPECT_NE(rows.find("which is not a multiple of 16 bytes (2 past one)"), std::string::npos) << rows;
+  EXPECT_NE(rows.find("k accesses 'rows' with 16-byte vector loads and stores"), std::string::npos) << rows;
+  EXPECT_NE(rows.find("a fresh allocation, or a copy of the view"), std::string::npos) << rows;
+  EXPECT_NE(errorOf([&] { LaunchArgs(kernel).set("rows", buffer + 8); }).find("(8 past one)"), std::string::npos);
+  const std::string words = errorOf([&] { LaunchArgs(kernel).set("words", buffer + 6); });
+  EXPECT_NE(words.find("not a multiple of 4 bytes (2 past one)"), std::string::npos) << words;
+  EXPECT_NE(words.find("one 4-byte element at a time"), std::string::npos) << words;
+  // The op's early checks use the same rule under the caller's names.
+  EXPECT_FALSE(pointer_aligned_for(kernel, "rows", buffer + 4));
+  EXPECT_TRUE(pointer_aligned_for(kernel, "rows", buffer + 16));
+  EXPECT_TRUE(pointer_aligned_for(kernel, "absent", buffer + 1));
+  EXPECT_NE(errorOf([&] { require_pointer_alignment(kernel, "rows", buffer + 1, "dispatch: input"); })
+                .find("dispatch: input is at 0x"),
+            std::string::npos);
 }
 
 TEST(KernelModule, BindsByNameAndEveryLaunchIsCheckedAgainstTheSignature) {

@@ -1,8 +1,8 @@
 //===- Passes.td - epjit compiler passes -------------------*- tablegen -*-===//
 //
 // The pipeline, in order: ep-link, ep-specialize, ep-check-target,
-// ep-lower-numerics, ep-lower-warp-ops, ep-to-emitc; then the EmitC C++
-// emitter writes the source.
+// ep-lower-numerics, ep-lower-warp-ops, ep-record-pointer-alignment,
+// ep-to-emitc; then the EmitC C++ emitter writes the source.
 //
 //===----------------------------------------------------------------------===//
 
@@ -86,6 +86,23 @@ def EpLowerWarpOps : Pass<"ep-lower-warp-ops", "::mlir::ModuleOp"> {
     target and the host target of the same wave width agree bit for bit.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::scf::SCFDialect"];
+}
+
+def EpRecordPointerAlignment : Pass<"ep-record-pointer-alignment", "::mlir::ModuleOp"> {
+  let summary = "Record the alignment each kernel's pointer parameters must have";
+  let description = [{
+    Sets every kernel's `pointer_alignment`: 16 bytes for a pointer parameter
+    the lowered code reads or writes with 16-byte vector accesses (a lane op
+    with `aligned = true`, or a flagged row's lines), the element size for
+    other pointers, 0 for scalars and the window. Each such access's pointer
+    is followed through ptr_add and select to a function argument, and a
+    helper's argument to what every call passes; a pointer from the window
+    needs nothing. A pointer it cannot follow is an error, so the record
+    never claims less than the code assumes. The interface record states the
+    result as each pointer parameter's "align"; the runtime refuses an
+    argument that breaks it with an error instead of a device fault.
+  }];
+  let dependentDialects = ["::mlir::func::FuncDialect"];
 }
 
 def EpToEmitC : Pass<"ep-to-emitc", "::mlir::ModuleOp"> {

@@ -124,12 +124,19 @@ def Ep_KernelOp : Ep_Op<"kernel", [Symbol, IsolatedFromAbove, HasParent<"::mlir:
 
     Clause i is when_params[i], when_predicates[i] ("" for an i1 parameter
     alone) and when_operands[i] (a unit attribute then).
+
+    `pointer_alignment` (set by ep-record-pointer-alignment, once the warp
+    ops are lowered) holds, per parameter, the bytes an argument's address
+    must be a multiple of: 16 for a pointer the kernel reads or writes with
+    16-byte vector accesses, the element size for other pointers, 0 for
+    non-pointers. The interface record states it as each pointer's "align".
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<FunctionType>:$function_type,
                        StrArrayAttr:$arg_names, I64Attr:$warps_per_block,
                        OptionalAttr<FlatSymbolRefArrayAttr>:$when_params,
                        OptionalAttr<StrArrayAttr>:$when_predicates,
-                       OptionalAttr<ArrayAttr>:$when_operands);
+                       OptionalAttr<ArrayAttr>:$when_operands,
+                       OptionalAttr<DenseI64ArrayAttr>:$pointer_alignment);
   let regions = (region SizedRegion<1>:$body);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
