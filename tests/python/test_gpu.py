@@ -183,8 +183,8 @@ def test_communicator_from_process_group(backend):
 
 def test_torch_arguments_are_checked_as_dlpack_ones():
     """Plain torch tensors are read from their attributes, the rest through DLPack:
-    either way a bad argument is refused by name, and a Parameter that requires
-    grad is read as it is."""
+    either way a bad argument (misaligned ones included) is refused by name, and
+    a Parameter that requires grad is read as it is."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
@@ -202,6 +202,15 @@ def test_torch_arguments_are_checked_as_dlpack_ones():
             op.dispatch(x, w, None, idx.long())
         with pytest.raises(epjit.Error, match="weights is a list, not an array"):
             op.dispatch(x, w.tolist(), None, idx)
+        # Contiguous views one element past a 16-byte line: the kernels' vector
+        # loads would fault the GPU (and end the context); they are refused
+        # before the launch, and the calls below run on.
+        off_line = torch.zeros(5 * HIDDEN + 1, dtype=torch.bfloat16, device="cuda")[1:].view(5, HIDDEN)
+        with pytest.raises(epjit.Error, match=r"dispatch: input is at 0x[0-9a-f]+, which is not a multiple of 16"):
+            op.dispatch(off_line, w, None, idx)
+        off_line_idx = torch.zeros(5 * TOPK + 1, dtype=torch.int32, device="cuda")[1:].view(5, TOPK)
+        with pytest.raises(epjit.Error, match=r"dispatch: indices is at .*\(4 past one\)"):
+            op.dispatch(x, w, None, off_line_idx)
         weights = torch.nn.Parameter(w.clone())
         for call in range(2):  # the second call hands out the same result tensors
             recv, recv_w, _, _, total = op.dispatch(x, weights, None, idx)
