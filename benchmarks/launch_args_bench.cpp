@@ -12,22 +12,26 @@ namespace {
 
 using namespace epjit;
 
-// ep_dispatch's signature as its interface record states it.
+// ep_dispatch's signature as its interface record states it at top-8,
+// each pointer with the alignment it needs (checked as it is set).
 KernelSignature dispatchSignature() {
   KernelSignature signature{"ep_dispatch", 16, {}};
-  auto pointer = [&](const char* name, const char* type) {
-    signature.params.push_back({name, type, ParamKind::Pointer, 8});
+  auto pointer = [&](const char* name, const char* type, size_t alignment) {
+    signature.params.push_back({name, type, ParamKind::Pointer, 8, alignment});
   };
   auto index = [&](const char* name) { signature.params.push_back({name, "index", ParamKind::Index, 8}); };
-  pointer("input", "ptr<i32>");
-  pointer("weights", "ptr<f32>");
-  pointer("scales", "ptr<i8>");
-  pointer("indices", "ptr<i32>");
-  pointer("route", "ptr<i32>");
+  pointer("input", "ptr<i32>", 16);
+  pointer("weights", "ptr<f32>", 16);
+  pointer("scales", "ptr<i8>", 1);
+  pointer("indices", "ptr<i32>", 16);
+  pointer("route", "ptr<i32>", 4);
   index("tokens");
   index("rank");
   index("replay");
   index("forward");
+  pointer("kept_from", "ptr<i32>", 16);
+  pointer("kept_indices", "ptr<i32>", 16);
+  index("keep");
   signature.params.push_back({"w", "window", ParamKind::Window, sizeof(Window)});
   return signature;
 }
@@ -38,7 +42,7 @@ void BM_DispatchArguments(benchmark::State& state) {
   kernel.name = "ep_dispatch";
   kernel.signature = &signature;
   Window window{};
-  int buffer[4] = {};
+  alignas(16) int buffer[4] = {};
   for (auto _ : state) {
     KernelArgs args = LaunchArgs(kernel)
                           .set("input", buffer)
@@ -50,6 +54,9 @@ void BM_DispatchArguments(benchmark::State& state) {
                           .set("rank", 0)
                           .set("replay", false)
                           .set("forward", false)
+                          .set("kept_from", nullptr)
+                          .set("kept_indices", nullptr)
+                          .set("keep", false)
                           .set("w", window)
                           .build();
     check_launch(kernel, {128, 16}, args);
