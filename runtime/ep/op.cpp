@@ -438,10 +438,25 @@ struct EpDispatchCombineOp::Impl {
   TensorRef total_recv_tensor() const { return {state_word(window.total_recv_word), DType::I32, {1}}; }
 
   // DispatchOptions::keep_call: a routing's kept origins, then its indices.
-  // The dispatch kernel writes the indices (the caller's, in hand at launch);
-  // the origins are complete only once every peer's rows arrived, so they are
-  // copied after the kernel.
+  // The dispatch kernel writes the indices (the caller's, in hand at launch).
+  // The origins are complete only once every peer's rows arrived: the
+  // kernel's last block copies the received rows' origins after its meeting
+  // where kernel_keeps_origins(), else they are copied after the kernel.
   size_t kept_origins_bytes() const { return size_t(capacity()) * 2 * 4; }
+  // One warp copies the origins (the last block's lead warp: the only one
+  // still running once the rows are in), 4 KB a step of the copy's loads in
+  // flight, only the rows received. Measured on 1 x H200 (BENCHMARKS.md,
+  // "A kept call's origins"): a device copy after the kernel costs a
+  // one-token call 5-6.6 us, the warp 0-0.2 us; but when every slot of a
+  // 4096-row capacity is filled the warp's eight steps add 3.5 us to the
+  // kernel, against 0.6 us for the copy. Up to 16 KB (2048 rows, four steps
+  // at worst, about 1.2 us more than the copy) the warp keeps them; larger
+  // capacities keep the copy. Internode, rows from other nodes arrive after
+  // the dispatch kernel (v2_ll's ingest, v2's forward): the copy stays.
+  static constexpr size_t kKernelKeptOriginsMaxBytes = 16 * 1024;
+  bool kernel_keeps_origins() const {
+    return !config.internode() && kept_origins_bytes() <= kKernelKeptOriginsMaxBytes;
+  }
   // The kernel's copies are aligned on a 16-byte line (its pointer contract).
   size_t kept_indices_offset() const { return (kept_origins_bytes() + 15) / 16 * 16; }
   size_t kept_bytes() const {
@@ -550,7 +565,8 @@ struct EpDispatchCombineOp::Impl {
 
   DispatchResult launch_dispatch(const TensorRef& input, const TensorRef& weights,
                                  const std::optional<TensorRef>& scales, const TensorRef& indices, void* route_map,
-                                 bool replay, bool v2, void* kept_indices = nullptr) {
+                                 bool replay, bool v2, void* kept_indices = nullptr,
+                                 void* kept_origins = nullptr) {
     const int64_t n = input.shape[0];
     const ScheduleEntry& geometry = geometry_for(n);
     const Kernel& kernel = *kernels.dispatch;
@@ -568,6 +584,8 @@ struct EpDispatchCombineOp::Impl {
                       .set("kept_from", kept_indices ? indices.data : nullptr)
                       .set("kept_indices", kept_indices)
                       .set("keep", kept_indices != nullptr)
+                      .set("kept_origins", kept_origins)
+                      .set("keep_origins", kept_origins != nullptr)
                       .set("w", window_table)
                       .build(),
                   *stream);
@@ -704,15 +722,18 @@ DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const Tenso
   const bool v2 = op.call_runs_internode_v2("dispatch", input.shape[0], options);
   op.route_in_use = record ? record->route_ : op.route;
   const bool indices_by_kernel = options.keep_call && op.kernel_keeps_indices(indices);
+  const bool origins_by_kernel = options.keep_call && op.kernel_keeps_origins();
   void* kept_indices = indices_by_kernel ? op.kept_indices_of(*record) : nullptr;
-  DispatchResult result = op.launch_dispatch(input, weights, scales, indices, op.route_in_use, false, v2, kept_indices);
+  void* kept_origins = origins_by_kernel ? record->kept_ : nullptr;
+  DispatchResult result =
+      op.launch_dispatch(input, weights, scales, indices, op.route_in_use, false, v2, kept_indices, kept_origins);
   if (record) {
     record->tokens_ = input.shape[0];
     record->forward_route_ = true;
     record->internode_v2_ = v2;
     record->kept_call_ = options.keep_call;
     if (options.keep_call) {
-      op.keep_origins(*record, result);
+      if (!origins_by_kernel) op.keep_origins(*record, result);
       if (!indices_by_kernel) op.keep_indices_by_copy(*record, indices);
     }
   }
@@ -876,6 +897,11 @@ std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
   // Here, not at the first keep_call: a dispatch may be captured into a
   // graph, where allocating is not allowed.
   routing->kept_ = impl_->device.allocate(impl_->kept_bytes());
+  // Only a kept call's first total_recv origins are its own; the rows past
+  // them are not written (an earlier call's stay, as in the window), and
+  // hold -1 ("no row") until one is, never what the allocation held before.
+  const std::vector<int32_t> no_origins(impl_->kept_bytes() / 4, -1);
+  impl_->device.copy_to_device(routing->kept_, no_origins.data(), no_origins.size() * 4, *impl_->stream);
   return routing;
 }
 

@@ -446,7 +446,8 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
 // these loads, so they need no acquire of their own; @stop_after_timeout
 // reads the error word); published as the rows that fit, recorded in the
 // route, and the counter cleared.
-func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.ptr<i32>, %replaying: i1) {
+// Returns the rows kept (what arrived, at most capacity).
+func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.ptr<i32>, %replaying: i1) -> index {
   %c0 = arith.constant 0 : index
   %zero = arith.constant 0 : i32
   %true = arith.constant true
@@ -474,7 +475,8 @@ func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.pt
   ep.store %kept, %state[%total_word] : !ep.ptr<i32>
   // Internode v2_ll, ep_internode_ingest appends the other nodes' rows after these.
   ep.store %kept, %state[%node_word] : !ep.ptr<i32>
-  return
+  %rows = arith.index_cast %kept : i32 to index
+  return %rows : index
 }
 
 // forward != 0 (internode v2): tokens for other nodes go to their rail
@@ -488,10 +490,15 @@ func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.pt
 // indices passed again: it must start on a 16-byte line, which `indices`
 // need not (with top-6, indices[1:] starts mid-line and is read one word at
 // a time), so the interface record asks 16 bytes of kept_from alone.
+// keep_origins != 0 (the same, where the runtime leaves it to the kernel:
+// one node, and a capacity one warp copies faster than a copy after the
+// kernel starts): the last block's lead warp, once every peer's rows are
+// in, copies the received rows' origins to kept_origins.
 ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                        %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index, %rank: index,
                        %replay: index, %forward: index, %kept_from: !ep.ptr<i32>, %kept_indices: !ep.ptr<i32>,
-                       %keep: index, %w: !ep.window) warps_per_block(4) {
+                       %keep: index, %kept_origins: !ep.ptr<i32>, %keep_origins: index,
+                       %w: !ep.window) warps_per_block(4) {
   // The epoch is read before the stopped check so both loads are in flight at once.
   %c0 = arith.constant 0 : index
   %one = arith.constant 1 : i32
@@ -585,7 +592,14 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
       scf.if %forwarding {
         func.call @stop_after_timeout(%w, %rank) : (!ep.window, index) -> ()
       } else {
-        func.call @publish_received(%w, %rank, %route, %replaying) : (!ep.window, index, !ep.ptr<i32>, i1) -> ()
+        %received = func.call @publish_received(%w, %rank, %route, %replaying)
+            : (!ep.window, index, !ep.ptr<i32>, i1) -> index
+        %keeping_origins = arith.cmpi ne, %keep_origins, %c0 : index
+        scf.if %keeping_origins {
+          %origins = ep.peer_ptr %w[%rank] @recv_origin[%c0] : !ep.ptr<i32>
+          %words = arith.muli %received, %c2 : index
+          ep.warp.copy_row %origins[%c0], %kept_origins[%c0], %words : !ep.ptr<i32> -> !ep.ptr<i32>
+        }
       }
       func.call @seal_outboxes(%w, %rank, %route, %replaying) : (!ep.window, index, !ep.ptr<i32>, i1) -> ()
       // Read only by this rank's later kernels, which the stream orders after this one.

@@ -116,8 +116,10 @@ struct DispatchOptions {
   // received (its received_origins()) and the indices it was called with, so
   // recorded_call() still answers after later dispatches overwrite the op's
   // own (a MORI routing handle exposes both). The dispatch kernel writes the
-  // indices; the origins, complete only once every peer's rows arrived, are
-  // one device copy on the op's stream after it: only for callers who read them.
+  // indices. The origins are complete only once every peer's rows arrived:
+  // on one node, with a capacity of up to 2048 rows, the kernel's last block
+  // copies those of the rows received after its meeting; otherwise they are
+  // one device copy on the op's stream after it. Only for callers who read them.
   bool keep_call = false;
 };
 
@@ -125,7 +127,7 @@ struct DispatchOptions {
 // routing: memory of the routing, valid until it records or loads again.
 struct RecordedCall {
   TensorRef total_recv;  // [1] i32: how many leading rows arrived
-  TensorRef origins;     // [capacity, 2] i32: the call's received_origins()
+  TensorRef origins;     // [capacity, 2] i32: the call's received_origins() (its first total_recv rows)
   TensorRef indices;     // [tokens, top-k] i32: the indices the call was given
 };
 
