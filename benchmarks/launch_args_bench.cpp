@@ -32,6 +32,8 @@ KernelSignature dispatchSignature() {
   pointer("kept_from", "ptr<i32>", 16);
   pointer("kept_indices", "ptr<i32>", 16);
   index("keep");
+  pointer("kept_origins", "ptr<i32>", 16);
+  index("keep_origins");
   signature.params.push_back({"w", "window", ParamKind::Window, sizeof(Window)});
   return signature;
 }
@@ -57,6 +59,8 @@ void BM_DispatchArguments(benchmark::State& state) {
                           .set("kept_from", nullptr)
                           .set("kept_indices", nullptr)
                           .set("keep", false)
+                          .set("kept_origins", nullptr)
+                          .set("keep_origins", false)
                           .set("w", window)
                           .build();
     check_launch(kernel, {128, 16}, args);
