@@ -897,11 +897,15 @@ std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
   // Here, not at the first keep_call: a dispatch may be captured into a
   // graph, where allocating is not allowed.
   routing->kept_ = impl_->device.allocate(impl_->kept_bytes());
-  // Only a kept call's first total_recv origins are its own; the rows past
-  // them are not written (an earlier call's stay, as in the window), and
-  // hold -1 ("no row") until one is, never what the allocation held before.
-  const std::vector<int32_t> no_origins(impl_->kept_bytes() / 4, -1);
-  impl_->device.copy_to_device(routing->kept_, no_origins.data(), no_origins.size() * 4, *impl_->stream);
+  // Only a kept call's first total_recv origins are its own. Where the
+  // kernel keeps them, the rows past those are not written (an earlier
+  // call's stay, as in the window): they hold -1 ("no row") until one is,
+  // never what the allocation held before (at most 16 KB; the copy after
+  // the kernel writes every row).
+  if (impl_->kernel_keeps_origins()) {
+    const std::vector<int32_t> no_origins(impl_->kept_origins_bytes() / 4, -1);
+    impl_->device.copy_to_device(routing->kept_, no_origins.data(), no_origins.size() * 4, *impl_->stream);
+  }
   return routing;
 }
 
