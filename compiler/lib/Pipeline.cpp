@@ -181,6 +181,11 @@ bool compile(llvm::StringRef sourceText, llvm::StringRef sourceName, const Compi
   }
   if (!dump(options, Stage::Template, ".mlir", printModule(*module), error)) return false;
 
+  // The record is whole once the lowering states which pointers need 16
+  // bytes; a compile that stops before it gets one after ep-check-target,
+  // without "align".
+  const Stage recordStage =
+      int(options.stopAfter) >= int(Stage::LowerWarpOps) ? Stage::LowerWarpOps : Stage::CheckTarget;
   for (Stage stage : {Stage::Link, Stage::Specialize, Stage::CheckTarget, Stage::LowerNumerics, Stage::LowerWarpOps,
                       Stage::ToEmitC}) {
     if (int(stage) > int(options.stopAfter)) break;
@@ -191,15 +196,10 @@ bool compile(llvm::StringRef sourceText, llvm::StringRef sourceName, const Compi
       error = diagnostics.text.empty() ? "stage " + stageName(stage).str() + " failed" : diagnostics.text;
       return false;
     }
-    // The record is whole once the lowering states which pointers need 16
-    // bytes; a compile that stops before still gets one, without "align".
-    if (stage == Stage::CheckTarget || stage == Stage::LowerWarpOps) {
-      output.interface.clear();
-      if (failed(buildInterface(*module, *find_target(options.target), templateNameOf(sourceName),
-                                output.interface))) {
-        error = diagnostics.text;
-        return false;
-      }
+    if (stage == recordStage &&
+        failed(buildInterface(*module, *find_target(options.target), templateNameOf(sourceName), output.interface))) {
+      error = diagnostics.text;
+      return false;
     }
     output.mlir = printModule(*module);
     if (!dump(options, stage, ".mlir", output.mlir, error)) return false;

@@ -36,9 +36,10 @@ bool misaligned(const KernelParam& param, const void* pointer) {
 }  // namespace
 
 void require_pointer_alignment(const Kernel& kernel, std::string_view param, const void* pointer,
-                               std::string_view what) {
+                               std::string_view call, std::string_view argument) {
   const KernelParam* entry = kernel.signature ? kernel.signature->find(param) : nullptr;
-  if (entry && misaligned(*entry, pointer)) refuse_misaligned(kernel, *entry, pointer, what);
+  if (entry && misaligned(*entry, pointer))
+    refuse_misaligned(kernel, *entry, pointer, std::string(call) + ": " + std::string(argument));
 }
 
 bool pointer_aligned_for(const Kernel& kernel, std::string_view param, const void* pointer) {

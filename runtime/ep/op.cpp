@@ -486,15 +486,6 @@ struct EpDispatchCombineOp::Impl {
     if (bytes) device.copy_async(kept_indices_of(routing), indices.data, bytes, *stream);
   }
 
-  // Refuses, under the caller's names, a tensor the kernel would access off
-  // the alignment its parameter `param` needs (the message is built only then:
-  // this runs on every call).
-  static void require_aligned(const char* call, const char* tensor, const void* pointer, const Kernel& kernel,
-                              const char* param) {
-    if (!pointer_aligned_for(kernel, param, pointer))
-      require_pointer_alignment(kernel, param, pointer, std::string(call) + ": " + tensor);
-  }
-
   void check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
                              const std::optional<TensorRef>& scales, const TensorRef& indices, bool counts_slots) {
     require_open(call);
@@ -530,10 +521,11 @@ struct EpDispatchCombineOp::Impl {
                   "drop the scales, or build the op with scale_dim and scale_type_size");
     }
     // Before anything is launched: a misaligned vector access would fault the device.
-    require_aligned(call, "input", input.data, *kernels.dispatch, "input");
-    require_aligned(call, "weights", weights.data, *kernels.dispatch, "weights");
-    if (scales) require_aligned(call, "scales", scales->data, *kernels.dispatch, "scales");
-    require_aligned(call, "indices", indices.data, *kernels.dispatch, "indices");
+    const Kernel& dispatch_kernel = *kernels.dispatch;
+    require_pointer_alignment(dispatch_kernel, "input", input.data, call, "input");
+    require_pointer_alignment(dispatch_kernel, "weights", weights.data, call, "weights");
+    if (scales) require_pointer_alignment(dispatch_kernel, "scales", scales->data, call, "scales");
+    require_pointer_alignment(dispatch_kernel, "indices", indices.data, call, "indices");
     // Memory the host addresses can be read now; GPU kernels flag bad experts (check()).
     if (device.host_addressable()) {
       const auto* experts = static_cast<const int32_t*>(indices.data);
@@ -641,8 +633,8 @@ struct EpDispatchCombineOp::Impl {
     // launched: a misaligned vector access would fault the device.
     for (const Kernel* reader : {combine_kernel(), kernels.internode_return_pack, kernels.internode_partials}) {
       if (!reader) continue;
-      require_aligned(call, "input", input.data, *reader, "input");
-      if (weighted) require_aligned(call, "weights", weights->data, *reader, "in_weights");
+      require_pointer_alignment(*reader, "input", input.data, call, "input");
+      if (weighted) require_pointer_alignment(*reader, "in_weights", weights->data, call, "weights");
     }
     const int64_t n = dispatched_tokens;
     const ScheduleEntry& geometry = geometry_for(n);
@@ -802,7 +794,7 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
     throw Error("std_moe_combine without a dispatch before it", "dispatch, std_moe_pack, std_moe_combine",
                 "call dispatch() and std_moe_pack() first");
   for (const Kernel* reader : {op.combine_kernel(), op.kernels.std_moe_unpack})
-    if (reader) op.require_aligned("std_moe_combine", "expert_out", expert_out.data, *reader, "expert_out");
+    if (reader) require_pointer_alignment(*reader, "expert_out", expert_out.data, "std_moe_combine", "expert_out");
   // Gather's staged rows (combine_input()); scatter's buffer of its own
   // where it stages them (under quant, and internode).
   void* unpacked = op.moe_combine_in ? op.moe_combine_in : op.local(op.window.combine_rows);

@@ -29,7 +29,6 @@ using namespace mlir;
 // fp4 dword, two fp8 dwords.
 constexpr int64_t kConvertChunk = 8;
 
-int64_t elementBytes(Type type) { return std::max<int64_t>(1, type.getIntOrFloatBitWidth() / 8); }
 
 // True when `value` is provably a multiple of `m` (constants, products with a
 // multiple, sums and differences of multiples), which makes chunk accesses
@@ -322,7 +321,7 @@ void forEachLaneChunk(Lowering& l, Value count, int64_t chunk, llvm::function_re
   });
 }
 
-int64_t rowChunk(Value src) { return 16 / elementBytes(ep::elementTypeOf(src)); }
+int64_t rowChunk(Value src) { return 16 / ep::elementBytes(ep::elementTypeOf(src)); }
 
 // Steps of `wave * unroll` chunks: `at(first + lane)` for each lane, the lane
 // then taking chunks first + lane + u * wave (u < unroll) itself. SIMT lanes
@@ -462,7 +461,7 @@ LogicalResult lowerSumRows(ep::WarpSumRowsOp op, Lowering& l) {
   // A lane chunk is 16 bytes of each source (8 bf16, 4 f32, 16 fp8 codes):
   // one vector load per source, and vector stores of the sum, when the
   // destination and every row are known to start on a 16-byte boundary.
-  const int64_t chunk = 16 / elementBytes(ep::elementTypeOf(rows.front()));
+  const int64_t chunk = 16 / ep::elementBytes(ep::elementTypeOf(rows.front()));
   bool aligned = isAlignedAccess(op.getDst(), op.getDstOffset(), chunk);
   for (Value row : rows) aligned = aligned && isKnownAlignedPointer(row, chunk);
   Value dst = ep::PtrAddOp::create(l.b, op.getDst().getType(), op.getDst(), op.getDstOffset());

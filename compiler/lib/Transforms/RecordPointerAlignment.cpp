@@ -127,10 +127,8 @@ struct EpRecordPointerAlignment : impl::EpRecordPointerAlignmentBase<EpRecordPoi
           alignment.push_back(0);
           continue;
         }
-        const int64_t elementBytes =
-            std::max<int64_t>(1, int64_t(pointer.getElementType().getIntOrFloatBitWidth()) / 8);
-        alignment.push_back(vectorArguments.contains(argument) ? std::max(kVectorBytes, elementBytes)
-                                                               : elementBytes);
+        const int64_t element = ep::elementBytes(pointer.getElementType());
+        alignment.push_back(vectorArguments.contains(argument) ? std::max(kVectorBytes, element) : element);
       }
       kernel.setPointerAlignment(alignment);
     }

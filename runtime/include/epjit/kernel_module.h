@@ -27,10 +27,11 @@ namespace epjit {
 // Throws epjit::Error when `pointer` (unless null) is not a multiple of the
 // alignment the kernel's pointer parameter `param` needs (its record's
 // "align"): a misaligned 16-byte access faults the device, so the bad
-// argument is refused before the launch. `what` names the argument for the
-// caller ("dispatch: input").
+// argument is refused before the launch. The message names it as the
+// caller does, "CALL: ARGUMENT" ("dispatch: input"); it is built only
+// then, so a call may check on every launch.
 void require_pointer_alignment(const Kernel& kernel, std::string_view param, const void* pointer,
-                               std::string_view what);
+                               std::string_view call, std::string_view argument);
 // Whether `pointer` is null or aligned as the parameter needs (true for a
 // parameter the kernel does not have).
 bool pointer_aligned_for(const Kernel& kernel, std::string_view param, const void* pointer);

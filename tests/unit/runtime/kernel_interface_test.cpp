@@ -234,7 +234,7 @@ TEST(LaunchArgs, RefusesAPointerOffTheAlignmentItsParameterNeeds) {
   EXPECT_FALSE(pointer_aligned_for(kernel, "rows", buffer + 4));
   EXPECT_TRUE(pointer_aligned_for(kernel, "rows", buffer + 16));
   EXPECT_TRUE(pointer_aligned_for(kernel, "absent", buffer + 1));
-  EXPECT_NE(errorOf([&] { require_pointer_alignment(kernel, "rows", buffer + 1, "dispatch: input"); })
+  EXPECT_NE(errorOf([&] { require_pointer_alignment(kernel, "rows", buffer + 1, "dispatch", "input"); })
                 .find("dispatch: input is at 0x"),
             std::string::npos);
 }

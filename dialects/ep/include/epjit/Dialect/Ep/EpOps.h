@@ -1,5 +1,7 @@
 #pragma once
 
+#include <algorithm>
+
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -24,6 +26,11 @@ bool isPointeeType(mlir::Type type);
 // The element type of an !ep.ptr value.
 inline mlir::Type elementTypeOf(mlir::Value ptr) {
   return llvm::cast<PtrType>(ptr.getType()).getElementType();
+}
+
+// Bytes of one element of a pointee type (i1 counts as one).
+inline int64_t elementBytes(mlir::Type type) {
+  return std::max<int64_t>(1, int64_t(type.getIntOrFloatBitWidth()) / 8);
 }
 
 }  // namespace epjit::ep
