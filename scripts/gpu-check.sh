@@ -256,7 +256,8 @@ python_module() {
 # PY_AB=1 (with BEFORE_TREE= at preparation): the Python call path of the
 # older tree against this one, each module built here; what a round trip
 # costs from Python (benchmarks/mori_overhead.py: epjit's op and epjit.mori,
-# default and side stream), three passes alternated; then the Python GPU
+# default and side stream; PY_AB_ARGS: its arguments, e.g. "--tokens 1,8192"),
+# three passes alternated; then the Python GPU
 # tests on this tree's module with two rank processes per GPU (world 2 on one
 # GPU: the multi-rank Python paths, time-sliced; test_gpu.py also at world 1),
 # then stop. Kernels compile here from the DSL with the provider beside this
@@ -272,7 +273,8 @@ if [[ ${PY_AB:-0} == 1 ]]; then
     for side in before after; do
       dir=/tmp/epjit-py; [[ $side == before ]] && dir=/tmp/epjit-py-before
       EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/libepjit_kernel_source.so" EPJIT_CACHE_DIR=/tmp/epjit-py-ab-cache-$side \
-        PYTHONPATH=$dir/python timeout 200 python3 ../benchmarks/mori_overhead.py > "$logs/py-overhead-$side-$pass.txt" 2>&1
+        PYTHONPATH=$dir/python timeout 200 python3 ../benchmarks/mori_overhead.py ${PY_AB_ARGS:-} \
+        > "$logs/py-overhead-$side-$pass.txt" 2>&1
       echo "$side, pass $pass: exit $?"; cat "$logs/py-overhead-$side-$pass.txt"
     done
   done

@@ -324,6 +324,7 @@ class HostDevice final : public Device {
     std::vector<std::unique_ptr<std::barrier<>>> barriers;
     for (uint32_t b = 0; b < geometry.blocks; ++b)
       barriers.push_back(std::make_unique<std::barrier<>>(geometry.warps_per_block));
+    std::vector<int32_t> block_votes(geometry.blocks, 0);
     enum class Gate { Closed, Run, Abandon };
     std::mutex gate_mutex;
     std::condition_variable gate_opened;
@@ -341,14 +342,15 @@ class HostDevice final : public Device {
     try {
       for (uint32_t b = 0; b < geometry.blocks; ++b) {
         for (uint32_t w = 0; w < geometry.warps_per_block; ++w) {
-          warps.emplace_back([=, &barriers, &gate_mutex, &gate_opened, &gate] {
+          warps.emplace_back([=, &barriers, &block_votes, &gate_mutex, &gate_opened, &gate] {
             {
               std::unique_lock lock(gate_mutex);
               gate_opened.wait(lock, [&] { return gate != Gate::Closed; });
               if (gate == Gate::Abandon) return;
             }
             const host::WarpContext context{b, geometry.blocks, w, geometry.warps_per_block, barriers[b].get(),
-                                            [](void* barrier) { static_cast<std::barrier<>*>(barrier)->arrive_and_wait(); }};
+                                            [](void* barrier) { static_cast<std::barrier<>*>(barrier)->arrive_and_wait(); },
+                                            &block_votes[b]};
             entry(args, &context);
           });
         }

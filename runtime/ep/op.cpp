@@ -443,20 +443,15 @@ struct EpDispatchCombineOp::Impl {
   // kernel's last block copies the received rows' origins after its meeting
   // where kernel_keeps_origins(), else they are copied after the kernel.
   size_t kept_origins_bytes() const { return size_t(capacity()) * 2 * 4; }
-  // One warp copies the origins (the last block's lead warp: the only one
-  // still running once the rows are in), 4 KB a step of the copy's loads in
-  // flight, only the rows received. Measured on 1 x H200 (BENCHMARKS.md,
-  // "A kept call's origins"): a device copy after the kernel costs a
-  // one-token call 5-6.6 us, the warp 0-0.2 us; but when every slot of a
-  // 4096-row capacity is filled the warp's eight steps add 3.5 us to the
-  // kernel, against 0.6 us for the copy. Up to 16 KB (2048 rows, four steps
-  // at worst, about 1.2 us more than the copy) the warp keeps them; larger
-  // capacities keep the copy. Internode, rows from other nodes arrive after
-  // the dispatch kernel (v2_ll's ingest, v2's forward): the copy stays.
-  static constexpr size_t kKernelKeptOriginsMaxBytes = 16 * 1024;
-  bool kernel_keeps_origins() const {
-    return !config.internode() && kept_origins_bytes() <= kKernelKeptOriginsMaxBytes;
-  }
+  // The last block's warps copy the origins once the rows are in (the
+  // lead warp's meeting over, ep.block_any tells the others), only the rows
+  // received: a one-token call pays nothing measurable, where a device copy
+  // after the kernel cost it 5-6.6 us on 1 x H200 (BENCHMARKS.md, "A kept
+  // call's origins"). The lead warp alone, 4 KB a step, added 3.5 us to a
+  // call that filled a 4096-row capacity; the block's four warps take a
+  // quarter of that. Internode, rows from other nodes arrive after the
+  // dispatch kernel (v2_ll's ingest, v2's forward): the copy stays.
+  bool kernel_keeps_origins() const { return !config.internode(); }
   // The kernel's copies are aligned on a 16-byte line (its pointer contract).
   size_t kept_indices_offset() const { return (kept_origins_bytes() + 15) / 16 * 16; }
   size_t kept_bytes() const {
@@ -892,8 +887,8 @@ std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
   // Only a kept call's first total_recv origins are its own. Where the
   // kernel keeps them, the rows past those are not written (an earlier
   // call's stay, as in the window): they hold -1 ("no row") until one is,
-  // never what the allocation held before (at most 16 KB; the copy after
-  // the kernel writes every row).
+  // never what the allocation held before (the copy after the kernel
+  // writes every row).
   if (impl_->kernel_keeps_origins()) {
     const std::vector<int32_t> no_origins(impl_->kept_origins_bytes() / 4, -1);
     impl_->device.copy_to_device(routing->kept_, no_origins.data(), no_origins.size() * 4, *impl_->stream);

@@ -446,8 +446,7 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
 // these loads, so they need no acquire of their own; @stop_after_timeout
 // reads the error word); published as the rows that fit, recorded in the
 // route, and the counter cleared.
-// Returns the rows kept (what arrived, at most capacity).
-func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.ptr<i32>, %replaying: i1) -> index {
+func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.ptr<i32>, %replaying: i1) {
   %c0 = arith.constant 0 : index
   %zero = arith.constant 0 : i32
   %true = arith.constant true
@@ -475,8 +474,33 @@ func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.pt
   ep.store %kept, %state[%total_word] : !ep.ptr<i32>
   // Internode v2_ll, ep_internode_ingest appends the other nodes' rows after these.
   ep.store %kept, %state[%node_word] : !ep.ptr<i32>
-  %rows = arith.index_cast %kept : i32 to index
-  return %rows : index
+  return
+}
+
+// Words [0, count) of `from` to `to`, split among `parts` warps, this warp
+// being `part`: each copies one run of whole 16-byte lines (4 words), so
+// every run starts on a line.
+func.func private @copy_words_in_runs(%from: !ep.ptr<i32>, %to: !ep.ptr<i32>, %count: index, %part: index,
+                                      %parts: index) {
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
+  %count_up = arith.addi %count, %c3 : index
+  %lines = arith.divui %count_up, %c4 : index
+  %parts_less_one = arith.subi %parts, %c1 : index
+  %lines_up = arith.addi %lines, %parts_less_one : index
+  %lines_per_part = arith.divui %lines_up, %parts : index
+  %per_part = arith.muli %lines_per_part, %c4 : index
+  %begin = arith.muli %part, %per_part : index
+  %after = arith.addi %begin, %per_part : index
+  %past_end = arith.cmpi ugt, %after, %count : index
+  %end = arith.select %past_end, %count, %after : index
+  %has_run = arith.cmpi ult, %begin, %end : index
+  scf.if %has_run {
+    %run = arith.subi %end, %begin : index
+    ep.warp.copy_row %from[%begin], %to[%begin], %run : !ep.ptr<i32> -> !ep.ptr<i32>
+  }
+  return
 }
 
 // forward != 0 (internode v2): tokens for other nodes go to their rail
@@ -491,9 +515,9 @@ func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.pt
 // need not (with top-6, indices[1:] starts mid-line and is read one word at
 // a time), so the interface record asks 16 bytes of kept_from alone.
 // keep_origins != 0 (the same, where the runtime leaves it to the kernel:
-// one node, and a capacity one warp copies faster than a copy after the
-// kernel starts): the last block's lead warp, once every peer's rows are
-// in, copies the received rows' origins to kept_origins.
+// one node): once every peer's rows are in and the last block's lead warp
+// has published their count, that block's warps (told by ep.block_any)
+// copy the received rows' origins to kept_origins.
 ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                        %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index, %rank: index,
                        %replay: index, %forward: index, %kept_from: !ep.ptr<i32>, %kept_indices: !ep.ptr<i32>,
@@ -530,25 +554,8 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   scf.if %keeping {
     %warp = ep.global_warp_index : index
     %warps = ep.global_warp_count : index
-    // Runs of whole 16-byte lines (4 words), so every copy is aligned.
-    %c1 = arith.constant 1 : index
-    %c3 = arith.constant 3 : index
-    %c4 = arith.constant 4 : index
-    %entries_up = arith.addi %entries, %c3 : index
-    %lines = arith.divui %entries_up, %c4 : index
-    %warps_less_one = arith.subi %warps, %c1 : index
-    %lines_up = arith.addi %lines, %warps_less_one : index
-    %lines_per_warp = arith.divui %lines_up, %warps : index
-    %per_warp = arith.muli %lines_per_warp, %c4 : index
-    %begin = arith.muli %warp, %per_warp : index
-    %after = arith.addi %begin, %per_warp : index
-    %past_end = arith.cmpi ugt, %after, %entries : index
-    %end = arith.select %past_end, %entries, %after : index
-    %has_run = arith.cmpi ult, %begin, %end : index
-    scf.if %has_run {
-      %run = arith.subi %end, %begin : index
-      ep.warp.copy_row %kept_from[%begin], %kept_indices[%begin], %run : !ep.ptr<i32> -> !ep.ptr<i32>
-    }
+    func.call @copy_words_in_runs(%kept_from, %kept_indices, %entries, %warp, %warps)
+        : (!ep.ptr<i32>, !ep.ptr<i32>, index, index, index) -> ()
   }
   scf.if %answered {
     %c2 = arith.constant 2 : index
@@ -592,18 +599,29 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
       scf.if %forwarding {
         func.call @stop_after_timeout(%w, %rank) : (!ep.window, index) -> ()
       } else {
-        %received = func.call @publish_received(%w, %rank, %route, %replaying)
-            : (!ep.window, index, !ep.ptr<i32>, i1) -> index
-        %keeping_origins = arith.cmpi ne, %keep_origins, %c0 : index
-        scf.if %keeping_origins {
-          %origins = ep.peer_ptr %w[%rank] @recv_origin[%c0] : !ep.ptr<i32>
-          %words = arith.muli %received, %c2 : index
-          ep.warp.copy_row %origins[%c0], %kept_origins[%c0], %words : !ep.ptr<i32> -> !ep.ptr<i32>
-        }
+        func.call @publish_received(%w, %rank, %route, %replaying) : (!ep.window, index, !ep.ptr<i32>, i1) -> ()
       }
       func.call @seal_outboxes(%w, %rank, %route, %replaying) : (!ep.window, index, !ep.ptr<i32>, i1) -> ()
       // Read only by this rank's later kernels, which the stream orders after this one.
       ep.atomic_store %epoch, %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
+    }
+    // Every warp of the last block, once its lead warp has published what
+    // arrived, copies a run of the received rows' origins (two words a row).
+    %keeping_origins = arith.cmpi ne, %keep_origins, %c0 : index
+    scf.if %keeping_origins {
+      %last_block = ep.block_any %last
+      scf.if %last_block {
+        %total_word = ep.constant_value @state_total_recv : index
+        %kept = ep.load %state[%total_word] : !ep.ptr<i32>
+        %rows = arith.index_cast %kept : i32 to index
+        %words = arith.muli %rows, %c2 : index
+        %origins = ep.peer_ptr %w[%rank] @recv_origin[%c0] : !ep.ptr<i32>
+        %warp = ep.warp_index : index
+        %all_warps = ep.global_warp_count : index
+        %warps = arith.divui %all_warps, %blocks : index
+        func.call @copy_words_in_runs(%origins, %kept_origins, %words, %warp, %warps)
+            : (!ep.ptr<i32>, !ep.ptr<i32>, index, index, index) -> ()
+      }
     }
   }
 }

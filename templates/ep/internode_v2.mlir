@@ -178,8 +178,7 @@ ep.kernel @ep_internode_forward(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>,
     %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %forward_meeting) : (!ep.window, index, i32, index, index) -> i1
     scf.if %last {
       func.call @poll_all(%w, %rank, %epoch, %forward_meeting) : (!ep.window, index, i32, index) -> ()
-      %received = func.call @publish_received(%w, %rank, %route, %replaying)
-          : (!ep.window, index, !ep.ptr<i32>, i1) -> index
+      func.call @publish_received(%w, %rank, %route, %replaying) : (!ep.window, index, !ep.ptr<i32>, i1) -> ()
     }
   }
 }

@@ -66,6 +66,8 @@ ep.kernel @scalars(%p: !ep.ptr<i32>, %w: !ep.window, %n: index) warps_per_block(
   %ok = ep.wait_until %p[%0] ge %v scope(system) timeout_ms(%v) error(%p[%err], %code) : !ep.ptr<i32>, !ep.ptr<i32>
   // CHECK: ep.block_barrier
   ep.block_barrier
+  // CHECK: %{{.*}} = ep.block_any %{{.*}}
+  %any = ep.block_any %ok
   // CHECK: ep.warp_barrier
   ep.warp_barrier
   ep.return

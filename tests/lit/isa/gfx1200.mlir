@@ -17,7 +17,7 @@
 // GFX1200-DEQ: v_cvt_pk_f32_fp8
 // GFX1200-DEQ: ; resources dequantize_fp8_blockwise: wave 32 {{.*}} lds 0 scratch 0 code
 
-// GFX1200-EP-DAG: ; resources ep_dispatch: wave 32 {{.*}} lds 0 scratch 0
+// GFX1200-EP-DAG: ; resources ep_dispatch: wave 32 {{.*}} lds 4 scratch 0
 // GFX1200-EP-DAG: ; resources ep_combine_scatter: wave 32 {{.*}} lds 0 scratch 0
 // GFX1200-EP-DAG: v_cvt_pk_fp8_f32
 // GFX1200-EP-GATHER-DAG: ; resources ep_combine_gather: wave 32

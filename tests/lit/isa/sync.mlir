@@ -14,12 +14,22 @@
 // GFX942: s_memrealtime
 // GFX942: s_sleep
 // GFX942: s_barrier
+// GFX942: <block_vote>:
+// GFX942: ds_write_b32
+// GFX942: s_barrier
+// GFX942: ds_read_b32
 // GFX942: ; resources sync_ops: wave 64 {{.*}} lds 0 scratch 0 code
+// GFX942: ; resources block_vote: wave 64 {{.*}} lds 4 scratch 0 code
 // GFX950: {{flat|global}}_atomic_add
 // GFX950: ; resources sync_ops: wave 64 {{.*}} lds 0 scratch 0 code
+// GFX950: ; resources block_vote: wave 64 {{.*}} lds 4 scratch 0 code
 // GFX1250: {{flat|global}}_atomic_add
 // GFX1250: s_sendmsg_rtn_b64 {{.*}}sendmsg(MSG_RTN_GET_REALTIME)
+// GFX1250: <block_vote>:
+// GFX1250: s_barrier_signal
+// GFX1250: ds_load_b32
 // GFX1250: ; resources sync_ops: wave 32 {{.*}} lds 0 scratch 0 code
+// GFX1250: ; resources block_vote: wave 32 {{.*}} lds 4 scratch 0 code
 // Ordering is carried by the instruction (PTX ISA 7.0 memory model), not by
 // a separate membar around a relaxed access.
 // SM90-NOT: membar
@@ -36,8 +46,11 @@
 // SM90: bar.sync
 // SM90: bar.warp.sync -1
 // SM90-NOT: membar
+// SM90: bar.red.or.pred
+// SM90: ; resources block_vote: registers {{.*}} stack 0
 // SM90: ; resources sync_ops: registers
 // HOST: sync_ops__epjit_host_entry
+// HOST: block_vote__epjit_host_entry
 ep.constant @error_timeout = 3 : i32
 
 ep.window_region @recv_tokens : i32 {
@@ -71,5 +84,18 @@ ep.kernel @sync_ops(%flags: !ep.ptr<i32>, %counters: !ep.ptr<i64>, %errors: !ep.
   %seen = ep.atomic_load %flags[%c1] scope(agent) order(acquire) : !ep.ptr<i32>
   ep.block_barrier
   ep.warp_barrier
+  ep.store %seen, %out[%warp] : !ep.ptr<i32>
+}
+
+// A block's vote: the barrier's own reduction on NVIDIA (no shared memory),
+// one word of LDS between barriers on AMD, the launcher's word on the host.
+ep.kernel @block_vote(%flags: !ep.ptr<i32>, %out: !ep.ptr<i32>) warps_per_block(4) {
+  %c0 = arith.constant 0 : index
+  %zero = arith.constant 0 : i32
+  %warp = ep.global_warp_index : index
+  %flag = ep.load %flags[%warp] : !ep.ptr<i32>
+  %raised = arith.cmpi ne, %flag, %zero : i32
+  %any = ep.block_any %raised
+  %seen = arith.extui %any : i1 to i32
   ep.store %seen, %out[%warp] : !ep.ptr<i32>
 }

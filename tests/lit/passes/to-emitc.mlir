@@ -73,8 +73,11 @@ ep.window_region @recv_counts : bf16 {
 // HOST-NOT: hold_chunks
 // HOST: call_opaque "epjit::block_barrier"
 // HOST-NOT: put_chunks
-// A warp barrier is the prelude's (__syncwarp on NVIDIA, empty on the host).
+// A warp barrier is the prelude's (__syncwarp on NVIDIA, empty on the host),
+// and so is a block's vote, on every target.
 // CHECK: call_opaque "epjit::warp_barrier"
+// CHECK: %[[ANY:.*]] = call_opaque "epjit::block_any"(%{{.*}}) : (i1) -> i1
+// CHECK: if %[[ANY]]
 // HOST-LABEL: emitc.func @kernel__epjit_host_entry
 // HOST: call_opaque "epjit::host::enter"
 // HOST-COUNT-5: call_opaque "epjit::host::arg"
@@ -97,6 +100,10 @@ ep.kernel @kernel(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %flags: !ep.ptr<i32>, %w: 
     ep.copy_to %true, %peer : !ep.ptr<bf16>
   }
   ep.warp_barrier
+  %any = ep.block_any %ok
+  scf.if %any {
+    ep.store %c1, %flags[%c0] : !ep.ptr<i32>
+  }
 }
 
 // A prefetch declares no memory effects but reads a line the kernel before

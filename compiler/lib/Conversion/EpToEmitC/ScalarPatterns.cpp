@@ -168,6 +168,17 @@ struct BarrierPattern : OpConversionPattern<BarrierOp> {
   StringRef prelude;
 };
 
+// A barrier with a vote (ep.block_any): epjit::block_any(predicate) on every
+// target, whose prelude says how the block's warps share the answer.
+struct BlockAnyPattern : OpConversionPattern<ep::BlockAnyOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::BlockAnyOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
+    rewriter.replaceOp(op, callPrelude(rewriter, op.getLoc(), "epjit::block_any", rewriter.getI1Type(),
+                                       {adaptor.getPredicate()}, {}));
+    return success();
+  }
+};
+
 // Unsigned division and remainder of index values: size_t in C is unsigned,
 // so they are plain C / and % (upstream arith-to-emitc leaves index ones out).
 template <typename ArithOp, typename EmitCOp>
@@ -197,6 +208,7 @@ void populateScalarPatterns(TypeConverter& converter, RewritePatternSet& pattern
                PrefetchPattern, FencePattern, WaitUntilPattern>(converter, context);
   patterns.add<BarrierPattern<ep::BlockBarrierOp>>(converter, context, "epjit::block_barrier");
   patterns.add<BarrierPattern<ep::WarpBarrierOp>>(converter, context, "epjit::warp_barrier");
+  patterns.add<BlockAnyPattern>(converter, context);
   patterns.add<PeerPtrPattern>(converter, context, regionIndex);
   patterns.add<IndexUnsignedPattern<arith::DivUIOp, emitc::DivOp>, IndexUnsignedPattern<arith::RemUIOp, emitc::RemOp>>(
       converter, context);

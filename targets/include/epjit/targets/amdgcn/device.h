@@ -173,6 +173,20 @@ EPJIT_DEVICE void block_barrier() {
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
 }
 
+// ep.block_any: one word of LDS between three barriers. Warp 0 clears it
+// only after every warp has read the previous vote (the first barrier), the
+// voters set it after the clear (the second), and all read it after every
+// vote (the third). Only kernels that vote have the word.
+EPJIT_DEVICE bool block_any(bool predicate) {
+  __attribute__((shared)) static int vote;
+  block_barrier();
+  if (warp_index() == 0 && lane_id() == 0) vote = 0;
+  block_barrier();
+  if (predicate && lane_id() == 0) vote = 1;
+  block_barrier();
+  return vote != 0;
+}
+
 // A wavefront runs in lockstep; the fences keep the compiler and the memory
 // counters from moving a lane's reads above the others' writes.
 EPJIT_DEVICE void warp_barrier() {

@@ -18,7 +18,10 @@ namespace epjit {
 namespace host {
 
 // Where the calling warp is. The launcher owns the block barrier: every warp
-// of a block calls arrive_and_wait(barrier) at an ep.block_barrier.
+// of a block calls arrive_and_wait(barrier) at an ep.block_barrier, and the
+// block's vote word (ep.block_any), which the warps touch only between
+// barriers. New members go last: a kernel built against an older prelude
+// reads only the ones before them.
 struct WarpContext {
   uint32_t block;
   uint32_t blocks;
@@ -26,6 +29,7 @@ struct WarpContext {
   uint32_t warps_per_block;
   void* barrier;
   void (*arrive_and_wait)(void* barrier);
+  int32_t* block_vote;
 };
 
 inline thread_local WarpContext current_warp{};
@@ -64,6 +68,20 @@ inline size_t global_warp_count() {
 
 inline void block_barrier() {
   if (host::current_warp.arrive_and_wait) host::current_warp.arrive_and_wait(host::current_warp.barrier);
+}
+
+// ep.block_any, as on AMD: warp 0 clears the block's word once every warp
+// has read the previous vote, the voters set it, and all read it after the
+// third barrier (std::barrier orders each phase's writes before the next).
+inline bool block_any(bool predicate) {
+  const host::WarpContext& warp = host::current_warp;
+  std::atomic_ref<int32_t> vote(*warp.block_vote);
+  block_barrier();
+  if (warp.warp == 0) vote.store(0, std::memory_order_relaxed);
+  block_barrier();
+  if (predicate) vote.store(1, std::memory_order_relaxed);
+  block_barrier();
+  return vote.load(std::memory_order_relaxed) != 0;
 }
 
 // A warp's lanes run one after another in its thread: nothing to wait for.

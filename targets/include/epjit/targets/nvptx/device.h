@@ -249,6 +249,8 @@ EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code
 }
 
 EPJIT_DEVICE void block_barrier() { __syncthreads(); }
+// ep.block_any: the barrier's own vote (bar.red.or), no shared memory.
+EPJIT_DEVICE bool block_any(bool predicate) { return __syncthreads_or(predicate) != 0; }
 // Lanes are scheduled independently: __syncwarp() orders each lane's
 // writes before the others' later reads.
 EPJIT_DEVICE void warp_barrier() { __syncwarp(kFullMask); }

@@ -389,6 +389,23 @@ def Ep_BlockBarrierOp : Ep_Op<"block_barrier"> {
   let assemblyFormat = "attr-dict";
 }
 
+def Ep_BlockAnyOp : Ep_Op<"block_any"> {
+  let summary = "barrier of the block's warps that also tells each whether any warp's predicate held";
+  let description = [{
+    `ep.block_barrier` with a vote: every warp of the block must reach it
+    (as a barrier), each with a warp-uniform predicate, and every warp gets
+    true when at least one warp passed true. What one warp decided alone
+    (the last block's lead warp, once a meeting is over) then becomes the
+    whole block's work; the writes before it are visible to every warp after
+    it, as after a barrier. `__syncthreads_or` on NVIDIA; a word of LDS
+    between three barriers on AMD (no HIP headers); a word the launcher
+    gives each block, between three barriers, on the host.
+  }];
+  let arguments = (ins I1:$predicate);
+  let results = (outs I1:$any);
+  let assemblyFormat = "$predicate attr-dict";
+}
+
 def Ep_WarpBarrierOp : Ep_Op<"warp_barrier"> {
   let summary = "the calling warp's lanes meet; each sees the others' earlier writes";
   let description = [{
