@@ -105,6 +105,9 @@ for tool in gpu_templates_test gpu_ep_test epjit-bench epjit-warm epjit-cache; d
   cp "$build/bin/$tool" "$out/" && strip "$out/$tool"
 done
 for world in 1 2 4; do bench_shape $world > "$out/bench-shape-$world.txt"; done
+# gpu_templates_test's ep.block_any kernel (not a template: a test input).
+"$build/bin/epjit-compile" --input tests/unit/templates/inputs/block_vote.mlir --target sm90 --emit bin \
+  -o "$out/block_vote.cubin"
 # The compiler provider (self-contained), beside the tools that find it there:
 # the GPU host compiles from the DSL what no bundle holds (HOST_JIT=1 in run.sh).
 strip -o "$out/libepjit_kernel_source.so" "$build/lib/libepjit_kernel_source.so"

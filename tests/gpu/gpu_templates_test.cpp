@@ -4,6 +4,11 @@
 // replays with fresh inputs. Skipped, with the reason, where no GPU is present.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "../common/block_vote_check.h"
 #include "../common/template_check.h"
 #include "epjit/cache.h"
 #include "epjit/device.h"
@@ -109,6 +114,26 @@ INSTANTIATE_TEST_SUITE_P(Sm90, GpuTemplate, ::testing::ValuesIn(kCases), [](cons
 // The occupancy query the EP op fits its grids with: whole SMs' worth of
 // blocks, at least one block per SM at the templates' geometry, more with
 // smaller blocks.
+// ep.block_any on sm90 (__syncthreads_or): the test kernel of
+// tests/unit/templates/inputs/block_vote.mlir, compiled where the compiler
+// is (scripts/gpu-check.sh puts block_vote.cubin beside this test).
+TEST(GpuBlockVote, EveryWarpOfABlockGetsTheBlocksAnswer) {
+  if (!gpu().device) GTEST_SKIP() << "no CUDA device: " << gpu().why_not;
+  const std::filesystem::path cubin = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "block_vote.cubin";
+  std::ifstream file(cubin, std::ios::binary);
+  ASSERT_TRUE(file) << cubin << " is missing: scripts/gpu-check.sh compiles it beside this test";
+  const std::vector<uint8_t> binary{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+  Device& device = *gpu().device;
+  auto module = device.load_module(binary);
+  auto stream = device.create_stream();
+  testing::checkBlockVote(device, kBlocks, [&](void* flags, void* out) {
+    KernelArgs args;
+    args.add(flags).add(out);
+    device.launch(module->kernel("block_vote"), {kBlocks, testing::kBlockVoteWarps}, args, *stream);
+    stream->synchronize();
+  });
+}
+
 TEST(GpuOccupancy, ResidentBlocksCountWholeMultiprocessors) {
   if (!gpu().device) GTEST_SKIP() << "no CUDA device: " << gpu().why_not;
   Device& device = *gpu().device;

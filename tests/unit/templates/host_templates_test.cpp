@@ -10,11 +10,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "../../common/block_vote_check.h"
 #include "../../common/template_check.h"
 #include "epjit/numerics.h"
 #include "epjit/device.h"
@@ -124,10 +124,7 @@ INSTANTIATE_TEST_SUITE_P(Templates, HostTemplate, ::testing::ValuesIn(allCases()
                          [](const auto& info) { return caseName(info.param); });
 
 // ep.block_any on the host device: each warp is a thread, and a block's
-// warps share the launcher's vote word. Two votes per kernel (inputs/
-// block_vote.mlir), flags from a fixed seed plus hand-picked blocks: none,
-// one warp, every warp, the first vote only (the word must be cleared
-// before the second), the second only.
+// warps share the launcher's vote word (tests/common/block_vote_check.h).
 TEST(HostBlockVote, EveryWarpOfABlockGetsTheBlocksAnswer) {
   const std::filesystem::path dir = std::filesystem::path(EPJIT_TEST_WORK_DIR) / "block_vote";
   std::filesystem::create_directories(dir);
@@ -141,40 +138,13 @@ TEST(HostBlockVote, EveryWarpOfABlockGetsTheBlocksAnswer) {
   const std::vector<uint8_t> binary{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
   auto module = device->load_module(binary);
   auto stream = device->create_stream();
-
-  constexpr int kWarps = 4, kBlocks = 13;
-  std::vector<int32_t> flags(size_t(kBlocks) * kWarps, 0);
-  flags[1 * kWarps + 3] = 1;                                          // one warp, first vote
-  for (int w = 0; w < kWarps; ++w) flags[2 * kWarps + w] = 3;         // every warp, both votes
-  flags[3 * kWarps + 0] = 1;                                          // first only, then cleared
-  flags[3 * kWarps + 2] = 1;
-  flags[4 * kWarps + 1] = 2;                                          // second only
-  std::mt19937 rng(41);
-  for (size_t i = 5 * kWarps; i < flags.size(); ++i) flags[i] = rng() % 7 == 0 ? int32_t(rng() % 4) : 0;
-  auto* d_flags = static_cast<int32_t*>(device->allocate(flags.size() * 4));
-  auto* d_out = static_cast<int32_t*>(device->allocate(flags.size() * 8));
-  device->copy_to_device(d_flags, flags.data(), flags.size() * 4);
-  std::vector<int32_t> out(flags.size() * 2, -7);  // poisoned: an unwritten word shows
-  device->copy_to_device(d_out, out.data(), out.size() * 4);
-  KernelArgs args;
-  args.add<void*>(d_flags).add<void*>(d_out);
-  device->launch(module->kernel("block_vote"), {kBlocks, kWarps}, args, *stream);
-  stream->synchronize();
-  device->copy_to_host(out.data(), d_out, out.size() * 4);
-  for (int b = 0; b < kBlocks; ++b) {
-    bool first = false, second = false;
-    for (int w = 0; w < kWarps; ++w) {
-      first |= (flags[size_t(b) * kWarps + w] & 1) != 0;
-      second |= (flags[size_t(b) * kWarps + w] & 2) != 0;
-    }
-    for (int w = 0; w < kWarps; ++w) {
-      const size_t at = (size_t(b) * kWarps + w) * 2;
-      EXPECT_EQ(out[at], int32_t(first)) << "block " << b << " warp " << w << ", first vote";
-      EXPECT_EQ(out[at + 1], int32_t(second)) << "block " << b << " warp " << w << ", second vote";
-    }
-  }
-  device->release(d_flags);
-  device->release(d_out);
+  constexpr uint32_t kBlocks = 13;
+  testing::checkBlockVote(*device, kBlocks, [&](void* flags, void* out) {
+    KernelArgs args;
+    args.add(flags).add(out);
+    device->launch(module->kernel("block_vote"), {kBlocks, testing::kBlockVoteWarps}, args, *stream);
+    stream->synchronize();
+  });
 }
 
 }  // namespace
