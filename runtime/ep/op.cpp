@@ -443,15 +443,24 @@ struct EpDispatchCombineOp::Impl {
   // kernel's last block copies the received rows' origins after its meeting
   // where kernel_keeps_origins(), else they are copied after the kernel.
   size_t kept_origins_bytes() const { return size_t(capacity()) * 2 * 4; }
-  // The last block's warps copy the origins once the rows are in (the
-  // lead warp's meeting over, ep.block_any tells the others), only the rows
-  // received: a one-token call pays nothing measurable, where a device copy
-  // after the kernel cost it 5-6.6 us on 1 x H200 (BENCHMARKS.md, "A kept
-  // call's origins"). The lead warp alone, 4 KB a step, added 3.5 us to a
-  // call that filled a 4096-row capacity; the block's four warps take a
-  // quarter of that. Internode, rows from other nodes arrive after the
-  // dispatch kernel (v2_ll's ingest, v2's forward): the copy stays.
-  bool kernel_keeps_origins() const { return !config.internode(); }
+  // The last block's warps copy the origins of the rows received once they
+  // are in (the lead warp's meeting over, ep.block_any tells the others).
+  // What MORI's return_routing adds to a plain call (recording, keeping, the
+  // handle), measured on 1 x H200 at capacity 8192 (BENCHMARKS.md, "A kept
+  // call's origins copied by the last block"):
+  //   tokens                1-128   512      1024     2048     8192
+  //   the block             1.8-3.3 0.9-1.1  1.3-1.4  1.5-1.6  1.9-2.4 us
+  //   a copy after it       4.0-7.3 1.7-7.4  2.2-2.5  0.9-1.4  0.7-1.1 us
+  // A small call's GPU waits for the copy's launch; by 2048 tokens the host
+  // is ahead and the copy engine beats one block. So the block keeps a call
+  // of up to 1024 tokens, a copy larger ones. Internode, rows from other
+  // nodes arrive after the dispatch kernel (v2_ll's ingest, v2's forward):
+  // the copy stays.
+  static constexpr int64_t kKernelKeptOriginsMaxTokens = 1024;
+  bool kernel_may_keep_origins() const { return !config.internode(); }
+  bool kernel_keeps_origins(int64_t tokens) const {
+    return kernel_may_keep_origins() && tokens <= kKernelKeptOriginsMaxTokens;
+  }
   // The kernel's copies are aligned on a 16-byte line (its pointer contract).
   size_t kept_indices_offset() const { return (kept_origins_bytes() + 15) / 16 * 16; }
   size_t kept_bytes() const {
@@ -709,7 +718,7 @@ DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const Tenso
   const bool v2 = op.call_runs_internode_v2("dispatch", input.shape[0], options);
   op.route_in_use = record ? record->route_ : op.route;
   const bool indices_by_kernel = options.keep_call && op.kernel_keeps_indices(indices);
-  const bool origins_by_kernel = options.keep_call && op.kernel_keeps_origins();
+  const bool origins_by_kernel = options.keep_call && op.kernel_keeps_origins(input.shape[0]);
   void* kept_indices = indices_by_kernel ? op.kept_indices_of(*record) : nullptr;
   void* kept_origins = origins_by_kernel ? record->kept_ : nullptr;
   DispatchResult result =
@@ -889,7 +898,7 @@ std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
   // call's stay, as in the window): they hold -1 ("no row") until one is,
   // never what the allocation held before (the copy after the kernel
   // writes every row).
-  if (impl_->kernel_keeps_origins()) {
+  if (impl_->kernel_may_keep_origins()) {
     const std::vector<int32_t> no_origins(impl_->kept_origins_bytes() / 4, -1);
     impl_->device.copy_to_device(routing->kept_, no_origins.data(), no_origins.size() * 4, *impl_->stream);
   }

@@ -515,9 +515,9 @@ func.func private @copy_words_in_runs(%from: !ep.ptr<i32>, %to: !ep.ptr<i32>, %c
 // need not (with top-6, indices[1:] starts mid-line and is read one word at
 // a time), so the interface record asks 16 bytes of kept_from alone.
 // keep_origins != 0 (the same, where the runtime leaves it to the kernel:
-// one node): once every peer's rows are in and the last block's lead warp
-// has published their count, that block's warps (told by ep.block_any)
-// copy the received rows' origins to kept_origins.
+// one node, a call of up to 1024 tokens): once every peer's rows are in and
+// the last block's lead warp has published their count, that block's warps
+// (told by ep.block_any) copy the received rows' origins to kept_origins.
 ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                        %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index, %rank: index,
                        %replay: index, %forward: index, %kept_from: !ep.ptr<i32>, %kept_indices: !ep.ptr<i32>,

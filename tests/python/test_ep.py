@@ -229,9 +229,9 @@ def test_identity_experts_on_processes():
     assert [f for f in failures if f] == []
 
 
-def single_rank_op(**fields):
+def single_rank_op(max_tokens=8, **fields):
     comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target="host")
-    config = epjit.EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim=HIDDEN, max_num_inp_token_per_rank=8,
+    config = epjit.EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim=HIDDEN, max_num_inp_token_per_rank=max_tokens,
                                            num_experts_per_rank=EPR, num_experts_per_token=TOPK, **fields)
     return comm, epjit.EpDispatchCombineOp(config, comm)
 
@@ -428,16 +428,18 @@ def test_a_dropped_returned_routing_is_recorded_into_again():
 
 
 @pytest.mark.parametrize("indices_start", ["on_a_line", "mid_line"])
-def test_a_kept_call_outlives_later_dispatches_and_the_callers_buffers(indices_start):
+@pytest.mark.parametrize("tokens", [7, 1031], ids=["origins_by_the_kernel", "origins_by_a_copy"])
+def test_a_kept_call_outlives_later_dispatches_and_the_callers_buffers(indices_start, tokens):
     """dispatch(return_routing=True, keep_call=True): recorded_call(routing) answers
     with that call's received count, origins and indices after another dispatch has
     overwritten the op's own and the caller has reused its indices' buffer. The
     kernel keeps indices that start on a 16-byte line; a view that starts mid-line
-    (rows of 3 indices from the second on) is kept by a copy instead. The
-    origins the kernel keeps are those of the rows received."""
-    comm, op = single_rank_op()
+    (rows of 3 indices from the second on) is kept by a copy instead. The dispatch
+    kernel's last block keeps the origins of the rows received in a call of up to
+    1024 tokens; a larger call's are a copy of the whole capacity after it."""
+    comm, op = single_rank_op(max_tokens=tokens + 2)
     with op:
-        x, w, idx = make_inputs(0, 1, 7, "bf16", seed=31)
+        x, w, idx = make_inputs(0, 1, tokens, "bf16", seed=31)
         buffer = np.full((idx.shape[0] + 1, idx.shape[1]), 5, dtype=np.int32)
         caller_idx = buffer[:-1] if indices_start == "on_a_line" else buffer[1:]
         caller_idx[:] = idx
@@ -454,9 +456,8 @@ def test_a_kept_call_outlives_later_dispatches_and_the_callers_buffers(indices_s
         got_total, got_origins, got_indices = (np.array(a, copy=True) for a in op.recorded_call(kept))
         assert int(got_total[0]) == want_total
         np.testing.assert_array_equal(got_origins[:want_total], want_origins[:want_total])
-        # The kernel keeps the rows that arrived (this op's capacity is small);
-        # the fresh routing's rows past them read "no row".
-        assert (got_origins[want_total:] == -1).all()
+        if tokens <= 1024:  # the rows that arrived; the fresh routing's rows past them read "no row"
+            assert (got_origins[want_total:] == -1).all()
         np.testing.assert_array_equal(got_indices, idx)
         op.combine(op.combine_input(), w_out2)
         with pytest.raises(epjit.Error, match="kept no call"):

@@ -117,9 +117,10 @@ struct DispatchOptions {
   // recorded_call() still answers after later dispatches overwrite the op's
   // own (a MORI routing handle exposes both). The dispatch kernel writes the
   // indices. The origins are complete only once every peer's rows arrived:
-  // on one node the kernel's last block copies those of the rows received
-  // after its meeting; internode they are one device copy on the op's stream
-  // after it. Only for callers who read them.
+  // in a call of up to 1024 tokens on one node the kernel's last block
+  // copies those of the rows received after its meeting; larger calls and
+  // internode ones copy them once on the op's stream after it. Only for
+  // callers who read them.
   bool keep_call = false;
 };
 
