@@ -75,15 +75,16 @@ std::vector<Case> allCases() {
   return cases;
 }
 
-// Builds the kernel library with epjit-compile once per case.
-std::string buildKernel(const Case& c) {
-  const std::filesystem::path dir = std::filesystem::path(EPJIT_TEST_WORK_DIR) / caseName(c);
+// Compiles one kernel library for the host with epjit-compile into its own
+// directory under the test work dir; `source` names what to compile
+// (`--template NAME --set ...` or `--input FILE`) and its target.
+std::string compileKernel(const std::string& name, const std::string& source) {
+  const std::filesystem::path dir = std::filesystem::path(EPJIT_TEST_WORK_DIR) / name;
   std::filesystem::create_directories(dir);
   const std::string library = (dir / "kernel.so").string();
   std::ostringstream command;
-  command << EPJIT_COMPILE_TOOL << " --template " << c.tpl->name << " --set hidden=" << c.hidden << " --target "
-          << c.target->name << " --emit bin -o " << library << " --dump-stages " << (dir / "stages").string()
-          << " 2> " << (dir / "compile.log").string();
+  command << EPJIT_COMPILE_TOOL << " " << source << " --emit bin -o " << library << " --dump-stages "
+          << (dir / "stages").string() << " 2> " << (dir / "compile.log").string();
   if (std::system(command.str().c_str()) != 0) {
     std::ifstream log(dir / "compile.log");
     std::stringstream text;
@@ -91,6 +92,17 @@ std::string buildKernel(const Case& c) {
     throw std::runtime_error("epjit-compile failed: " + command.str() + "\n" + text.str());
   }
   return library;
+}
+
+std::vector<uint8_t> readBinary(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+}
+
+// One library per case: the template at the case's hidden size and target.
+std::string buildKernel(const Case& c) {
+  return compileKernel(caseName(c), std::string("--template ") + c.tpl->name + " --set hidden=" +
+                                        std::to_string(c.hidden) + " --target " + c.target->name);
 }
 
 void PrintTo(const Case& c, std::ostream* os) { *os << caseName(c); }
@@ -102,9 +114,7 @@ TEST_P(HostTemplate, MatchesNumericsBitExactly) {
   const std::string library = buildKernel(c);
   // The runtime's host device runs it: one thread per warp, 2 blocks of 4 warps.
   auto device = make_host_device();
-  std::ifstream file(library, std::ios::binary);
-  const std::vector<uint8_t> binary{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
-  auto module = device->load_module(binary);
+  auto module = device->load_module(readBinary(library));
   const Kernel kernel = module->kernel(c.tpl->name);
   auto stream = device->create_stream();
   for (int tokens : kTokenCounts) {
@@ -126,17 +136,10 @@ INSTANTIATE_TEST_SUITE_P(Templates, HostTemplate, ::testing::ValuesIn(allCases()
 // ep.block_any on the host device: each warp is a thread, and a block's
 // warps share the launcher's vote word (tests/common/block_vote_check.h).
 TEST(HostBlockVote, EveryWarpOfABlockGetsTheBlocksAnswer) {
-  const std::filesystem::path dir = std::filesystem::path(EPJIT_TEST_WORK_DIR) / "block_vote";
-  std::filesystem::create_directories(dir);
-  const std::string library = (dir / "kernel.so").string();
-  const std::string command = std::string(EPJIT_COMPILE_TOOL) + " --input " + EPJIT_TEST_INPUTS_DIR +
-                              "/block_vote.mlir --target host --emit bin -o " + library + " 2> " +
-                              (dir / "compile.log").string();
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const std::string library =
+      compileKernel("block_vote", std::string("--input ") + EPJIT_TEST_INPUTS_DIR + "/block_vote.mlir --target host");
   auto device = make_host_device();
-  std::ifstream file(library, std::ios::binary);
-  const std::vector<uint8_t> binary{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
-  auto module = device->load_module(binary);
+  auto module = device->load_module(readBinary(library));
   auto stream = device->create_stream();
   constexpr uint32_t kBlocks = 13;
   testing::checkBlockVote(*device, kBlocks, [&](void* flags, void* out) {
