@@ -8,10 +8,10 @@
 # 541 TB, more than the address space, and gives up. It was seen in 1 to 5 of 79
 # cases of a parallel run, with address-space randomisation on and off, and
 # never in 12 sequential runs of the world-4 cases or 12 runs of that case two
-# at a time;
-# each re-run passed. It is not a finding, so a run whose every failure is that
-# runtime failure, with no sanitizer report in its output, runs its failed tests
-# once more; a race, a memory error or any other failure fails at once.
+# at a time; each re-run passed. It is not a finding, so a run whose every
+# failure is that runtime failure, with no sanitizer report in its output, runs
+# its failed tests once more; a race, a memory error or any other failure fails
+# at once.
 set -euo pipefail
 
 build_dir=$1
