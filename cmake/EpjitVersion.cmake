@@ -8,6 +8,7 @@ add_custom_target(epjit_build_info
           -DSOURCE_DIR=${PROJECT_SOURCE_DIR}
           -DOUTPUT=${EPJIT_VERSION_HEADER}
           -DVERSION=${EPJIT_VERSION_STRING}
+          -DREVISION=${EPJIT_REVISION}
           -P ${PROJECT_SOURCE_DIR}/cmake/WriteBuildInfo.cmake
   BYPRODUCTS ${EPJIT_VERSION_HEADER}
   COMMENT "epjit build info"

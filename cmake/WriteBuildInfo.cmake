@@ -1,11 +1,17 @@
-# cmake -P script: writes OUTPUT with VERSION and the git revision of SOURCE_DIR,
+# cmake -P script: writes OUTPUT with VERSION and the git revision of SOURCE_DIR (or REVISION),
 # touching the file only when its content changes (no needless rebuilds).
-execute_process(
-  COMMAND git -C ${SOURCE_DIR} describe --always --dirty --abbrev=12
-  OUTPUT_VARIABLE revision OUTPUT_STRIP_TRAILING_WHITESPACE
-  RESULT_VARIABLE status ERROR_QUIET)
-if(NOT status EQUAL 0 OR revision STREQUAL "")
-  set(revision "unknown")
+# REVISION (EPJIT_REVISION), where given, names sources that are not a git
+# checkout of their revision: a copied tree's .git would name another commit.
+if(REVISION)
+  set(revision "${REVISION}")
+else()
+  execute_process(
+    COMMAND git -C ${SOURCE_DIR} describe --always --dirty --abbrev=12
+    OUTPUT_VARIABLE revision OUTPUT_STRIP_TRAILING_WHITESPACE
+    RESULT_VARIABLE status ERROR_QUIET)
+  if(NOT status EQUAL 0 OR revision STREQUAL "")
+    set(revision "unknown")
+  endif()
 endif()
 # The compiler's own sources (what turns a template into kernel source): a
 # kernel cache key covers them, as Triton's and FlyDSL's caches do, so a

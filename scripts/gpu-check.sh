@@ -126,7 +126,11 @@ fi
 # commit> brings that tree's sources (no docs), built into a module there.
 if [[ -n ${BEFORE_TREE:-} ]]; then
   git archive --format=tar.gz -o "$out/before-src.tgz" "$BEFORE_TREE" -- . ':!docs'
+  git rev-parse --short=12 "$BEFORE_TREE" > "$out/before-revision"
 fi
+# The revision the Python module built there reports (the device copy's .git
+# names another commit).
+git describe --always --dirty --abbrev=12 > "$out/revision"
 # The meeting microbenchmark (MEETING=1 in run.sh): built there with the host's nvcc.
 cp benchmarks/gpu/meeting_latency.cu "$out/"
 cat > "$out/run.sh" <<'RUN'
@@ -249,10 +253,10 @@ if [[ ${MEETING:-0} == 1 ]]; then
   exit 0
 fi
 # The Python module for this host's Python, from the sources in $1, built in
-# $2 (logs py-$3-*.log).
+# $2 (logs py-$3-*.log), reporting revision $4.
 python_module() {
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEPJIT_BUILD_COMPILER=OFF -DEPJIT_BUILD_TESTS=OFF \
-    -DEPJIT_HEADER_DEPS_DIR="$PWD/deps" -DPython_EXECUTABLE="$(command -v python3)" \
+    -DEPJIT_REVISION="$4" -DEPJIT_HEADER_DEPS_DIR="$PWD/deps" -DPython_EXECUTABLE="$(command -v python3)" \
     -DEPJIT_TEST_PYTHON="$(command -v python3)" > "$logs/py-$3-configure.log" 2>&1 &&
     ninja -C "$2" _epjit > "$logs/py-$3-build.log" 2>&1
 }
@@ -269,7 +273,8 @@ python_module() {
 # kernels, so A/B only host-side changes of trees whose templates agree.
 if [[ ${PY_AB:-0} == 1 ]]; then
   rm -rf /tmp/before-src && mkdir -p /tmp/before-src && tar xzf before-src.tgz -C /tmp/before-src || exit 1
-  python_module .. /tmp/epjit-py after & python_module /tmp/before-src /tmp/epjit-py-before before &
+  python_module .. /tmp/epjit-py after "$(cat revision)" &
+  python_module /tmp/before-src /tmp/epjit-py-before before "$(cat before-revision)" &
   wait
   ls /tmp/epjit-py/python/epjit/_epjit*.so /tmp/epjit-py-before/python/epjit/_epjit*.so || exit 1
   for pass in 1 2 3; do
@@ -422,7 +427,8 @@ fi
 if [[ ${PY:-1} == 1 ]]; then
   py=$(command -v python3)
   (cd .. && cmake -S . -B /tmp/epjit-py -G Ninja -DCMAKE_BUILD_TYPE=Release -DEPJIT_BUILD_COMPILER=OFF \
-     -DEPJIT_BUILD_TESTS=OFF -DEPJIT_HEADER_DEPS_DIR="$PWD/.gpu/deps" -DPython_EXECUTABLE="$py" \
+     -DEPJIT_BUILD_TESTS=OFF -DEPJIT_REVISION="$(cat .gpu/revision)" -DEPJIT_HEADER_DEPS_DIR="$PWD/.gpu/deps" \
+     -DPython_EXECUTABLE="$py" \
      -DEPJIT_TEST_PYTHON="$py" > "$logs/py-configure.log" 2>&1 && ninja -C /tmp/epjit-py _epjit > "$logs/py-build.log" 2>&1)
   echo "python module build exit $?"; tail -3 "$logs/py-build.log"
   (cd ../tests/python && PYTHONPATH=/tmp/epjit-py/python timeout 300 "$py" -m pytest -q -p no:cacheprovider test_gpu.py 2>&1 | tail -15 | tee "$logs/pytest-gpu.log")
@@ -431,6 +437,16 @@ if [[ ${PY:-1} == 1 ]]; then
   (cd ../tests/python && EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/../../.gpu/libepjit_kernel_source.so" \
      EPJIT_CACHE_DIR=/tmp/epjit-mori-cache PYTHONPATH=/tmp/epjit-py/python timeout 400 "$py" -m pytest -v \
      -p no:cacheprovider -rs test_mori.py 2>&1 | tail -15 | tee "$logs/pytest-mori.log")
+  # OVERHEAD=1: what a round trip costs from Python at this host's world
+  # (benchmarks/mori_overhead.py, rank 0's times; OVERHEAD_ARGS: its arguments,
+  # e.g. "--tokens 1,2048"). OVERHEAD_RANKS_PER_GPU=2 runs two rank processes
+  # per GPU (world 2 on one H200): a check of the script, not a number.
+  if [[ ${OVERHEAD:-0} == 1 ]]; then
+    per_gpu=${OVERHEAD_RANKS_PER_GPU:-1}
+    (cd ../benchmarks && EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/../.gpu/libepjit_kernel_source.so" \
+       EPJIT_CACHE_DIR=/tmp/epjit-mori-cache PYTHONPATH=/tmp/epjit-py/python timeout 400 "$py" mori_overhead.py \
+       --world $((world * per_gpu)) --ranks-per-gpu "$per_gpu" ${OVERHEAD_ARGS:-} 2>&1 | tee "$logs/mori-overhead.txt")
+  fi
   # MORI=1: examples/mori_style.py, a MORI program, unchanged after epjit.mori.install(), one rank per GPU.
   if [[ ${MORI:-0} == 1 ]]; then
     (cd ../examples && EPJIT_KERNEL_SOURCE_LIBRARY="$PWD/../.gpu/libepjit_kernel_source.so" \
