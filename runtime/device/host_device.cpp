@@ -231,9 +231,9 @@ class HostDevice final : public Device {
     stream.synchronize();
     std::memcpy(host, device, bytes);
   }
-  void fill_zero(void* device, size_t bytes, Stream& stream) override {
+  void fill_bytes(void* device, uint8_t value, size_t bytes, Stream& stream) override {
     stream.synchronize();
-    std::memset(device, 0, bytes);
+    std::memset(device, value, bytes);
   }
 
   std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {

@@ -898,10 +898,8 @@ std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
   // call's stay, as in the window): they hold -1 ("no row") until one is,
   // never what the allocation held before (the copy after the kernel
   // writes every row).
-  if (impl_->kernel_may_keep_origins()) {
-    const std::vector<int32_t> no_origins(impl_->kept_origins_bytes() / 4, -1);
-    impl_->device.copy_to_device(routing->kept_, no_origins.data(), no_origins.size() * 4, *impl_->stream);
-  }
+  if (impl_->kernel_may_keep_origins())
+    impl_->device.fill_bytes(routing->kept_, 0xFF, impl_->kept_origins_bytes(), *impl_->stream);
   return routing;
 }
 

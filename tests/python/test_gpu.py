@@ -226,6 +226,39 @@ def test_torch_arguments_are_checked_as_dlpack_ones():
     comm.destroy()
 
 
+def test_a_kept_call_on_the_gpu():
+    """dispatch(return_routing=True, keep_call=True) on CUDA: the dispatch kernel's
+    last block keeps the call's origins (ep.block_any on sm90) and the indices, so
+    recorded_call() answers with the call's count, origins and indices after a later
+    dispatch and after the caller has overwritten its indices; on a fresh routing the
+    rows past the count read -1 (make_routing() fills them on the device)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    torch.cuda.set_device(0)
+    comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target="sm90", device_ordinal=0)
+    with epjit.EpDispatchCombineOp(make_config(1, 0, "gather"), comm) as op:
+        for tokens, seed in ((5, 41), (MAX_TOKENS - 3, 42)):
+            x, w, idx = inputs(torch, 1, 0, tokens, seed)
+            caller_idx = idx.clone()
+            _, w_out, _, _, total, kept = op.dispatch(x, w, None, caller_idx, return_routing=True, keep_call=True)
+            want_total = int(total.item())
+            want_origins = op.received_origins()[:want_total].clone()
+            op.combine(op.combine_input(), w_out)
+            x2, w2, idx2 = inputs(torch, 1, 0, 2, seed + 100)
+            _, w_out2, _, _, total2, _ = op.dispatch(x2, w2, None, idx2, return_routing=True)
+            caller_idx.fill_(-7)
+            op.combine(op.combine_input(), w_out2)
+            torch.cuda.synchronize()
+            assert int(total2.item()) != want_total
+            got_total, got_origins, got_indices = op.recorded_call(kept)
+            assert int(got_total.item()) == want_total == tokens  # one rank: each token arrives once
+            assert torch.equal(got_origins[:want_total], want_origins)
+            assert bool((got_origins[want_total:] == -1).all()), "rows past the kept count must read -1"
+            assert torch.equal(got_indices, idx)
+    comm.destroy()
+
+
 def test_from_process_group_needs_an_initialized_group():
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
