@@ -21,6 +21,18 @@ void check(CUresult status, const std::string& what) {
               "a working CUDA device", "check the GPU with nvidia-smi; CUDA_VISIBLE_DEVICES may hide it");
 }
 
+// CU_STREAM_CAPTURE_MODE_RELAXED: a capture that forbids no call of any thread.
+constexpr int kRelaxedCaptureMode = 2;
+
+class CudaCaptureExemption final : public CaptureExemption {
+ public:
+  CudaCaptureExemption() { check(cuda_driver().cuThreadExchangeStreamCaptureMode(&mode_), "capture mode exchange"); }
+  ~CudaCaptureExemption() override { cuda_driver().cuThreadExchangeStreamCaptureMode(&mode_); }
+
+ private:
+  int mode_ = kRelaxedCaptureMode;  // after the exchange: the thread's mode before
+};
+
 // EPJIT_DEPENDENT_LAUNCH: 1 (the default) launches kernels that wait for their
 // predecessor at entry before it ends; 0 launches every kernel after the one
 // before it, to measure what the overlap is worth or to rule it out.
@@ -267,7 +279,7 @@ class CudaDevice final : public Device {
   bool supports_graphs() const override { return true; }
   void begin_capture(Stream& stream) override {
     current();
-    check(cuda_driver().cuStreamBeginCapture_v2(static_cast<CudaStream&>(stream).handle(), 2 /*relaxed*/),
+    check(cuda_driver().cuStreamBeginCapture_v2(static_cast<CudaStream&>(stream).handle(), kRelaxedCaptureMode),
           "stream capture begin");
   }
   std::unique_ptr<Graph> end_capture(Stream& stream) override {
@@ -277,6 +289,10 @@ class CudaDevice final : public Device {
     CUgraphExec exec = nullptr;
     check(cuda_driver().cuGraphInstantiateWithFlags(&exec, graph, 0), "graph instantiation");
     return std::make_unique<CudaGraph>(graph, exec);
+  }
+  std::unique_ptr<CaptureExemption> exempt_from_capture() override {
+    current();
+    return std::make_unique<CudaCaptureExemption>();
   }
 
   ShareableMemory allocate_shareable(size_t bytes) override {

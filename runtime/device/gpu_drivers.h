@@ -84,6 +84,7 @@ static_assert(sizeof(CUlaunchConfig) == 56);
   X(cuStreamBeginCapture_v2, CUresult, CUstream, int)                                                         \
   X(cuStreamEndCapture, CUresult, CUstream, CUgraph*)                                                         \
   X(cuStreamIsCapturing, CUresult, CUstream, int*)                                                            \
+  X(cuThreadExchangeStreamCaptureMode, CUresult, int*)                                                        \
   X(cuGraphInstantiateWithFlags, CUresult, CUgraphExec*, CUgraph, unsigned long long)                         \
   X(cuGraphLaunch, CUresult, CUgraphExec, CUstream)                                                           \
   X(cuGraphExecDestroy, CUresult, CUgraphExec)                                                                \
@@ -134,6 +135,7 @@ struct hipIpcMemHandle_t {
   X(hipStreamBeginCapture, hipError_t, hipStream_t, int)                                                      \
   X(hipStreamEndCapture, hipError_t, hipStream_t, hipGraph_t*)                                                \
   X(hipStreamIsCapturing, hipError_t, hipStream_t, int*)                                                      \
+  X(hipThreadExchangeStreamCaptureMode, hipError_t, int*)                                                     \
   X(hipGraphInstantiate, hipError_t, hipGraphExec_t*, hipGraph_t, void*, char*, size_t)                       \
   X(hipGraphLaunch, hipError_t, hipGraphExec_t, hipStream_t)                                                  \
   X(hipGraphExecDestroy, hipError_t, hipGraphExec_t)                                                          \
@@ -145,13 +147,11 @@ struct hipIpcMemHandle_t {
 struct CudaDriver {
   DynamicLibrary library;
   EPJIT_CUDA_SYMBOLS(EPJIT_DECLARE_SYMBOL)
-  static constexpr size_t kSymbolCount = 35;
 };
 
 struct HipDriver {
   DynamicLibrary library;
   EPJIT_HIP_SYMBOLS(EPJIT_DECLARE_SYMBOL)
-  static constexpr size_t kSymbolCount = 30;
   // hipGetDevicePropertiesR0600 where HIP has it (ROCm 6+), else the R0000
   // hipGetDeviceProperties; the layout follows (hip_properties.h).
   hipError_t (*hipGetDeviceProperties)(void*, int) = nullptr;

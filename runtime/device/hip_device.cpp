@@ -25,6 +25,18 @@ void check(hipError_t status, const std::string& what) {
               "a working AMD GPU", "check the GPU with rocm-smi; HIP_VISIBLE_DEVICES may hide it");
 }
 
+// hipStreamCaptureModeRelaxed: a capture that forbids no call of any thread.
+constexpr int kRelaxedCaptureMode = 2;
+
+class HipCaptureExemption final : public CaptureExemption {
+ public:
+  HipCaptureExemption() { check(hip_driver().hipThreadExchangeStreamCaptureMode(&mode_), "capture mode exchange"); }
+  ~HipCaptureExemption() override { hip_driver().hipThreadExchangeStreamCaptureMode(&mode_); }
+
+ private:
+  int mode_ = kRelaxedCaptureMode;  // after the exchange: the thread's mode before
+};
+
 class HipStream final : public Stream {
  public:
   HipStream() { check(hip_driver().hipStreamCreate(&stream_), "stream creation"); }
@@ -240,7 +252,7 @@ class HipDevice final : public Device {
 
   bool supports_graphs() const override { return true; }
   void begin_capture(Stream& stream) override {
-    check(hip_driver().hipStreamBeginCapture(static_cast<HipStream&>(stream).handle(), 2 /*relaxed*/),
+    check(hip_driver().hipStreamBeginCapture(static_cast<HipStream&>(stream).handle(), kRelaxedCaptureMode),
           "stream capture begin");
   }
   std::unique_ptr<Graph> end_capture(Stream& stream) override {
@@ -249,6 +261,9 @@ class HipDevice final : public Device {
     hipGraphExec_t exec = nullptr;
     check(hip_driver().hipGraphInstantiate(&exec, graph, nullptr, nullptr, 0), "graph instantiation");
     return std::make_unique<HipGraph>(graph, exec);
+  }
+  std::unique_ptr<CaptureExemption> exempt_from_capture() override {
+    return std::make_unique<HipCaptureExemption>();
   }
 
   ShareableMemory allocate_shareable(size_t bytes) override {

@@ -355,7 +355,7 @@ struct EpDispatchCombineOp::Impl {
       window_table = layout.table(arena->peers);
     }
     route = allocate_zeroed(route_words(config) * 4);
-    clear_forward_route(route);
+    clear_forward_route(route, *stream);
     const size_t max_tokens = size_t(config.max_num_inp_token_per_rank);
     out_tokens = allocate_zeroed(max_tokens * config.combine_token_bytes());
     out_weights = allocate_zeroed(max_tokens * size_t(config.num_experts_per_token) * 4);
@@ -429,9 +429,18 @@ struct EpDispatchCombineOp::Impl {
   }
   // A new map's forward route forwards nothing: rows a dispatch never
   // forwarded stay -1, so route_map() hands out only entries load_routing accepts.
-  void clear_forward_route(void* route_map) const {
+  void clear_forward_route(void* route_map, Stream& on) const {
     const std::vector<int32_t> none(forward_route_words(config), -1);
-    if (!none.empty()) device.copy_to_device(forward_route(route_map), none.data(), none.size() * 4, *stream);
+    if (!none.empty()) device.copy_to_device(forward_route(route_map), none.data(), none.size() * 4, on);
+  }
+  // Where make_routing() fills a new routing's memory, made at its first
+  // call: not the op's stream, which may be capturing a graph (a fill there
+  // would join the graph, and waiting for it is refused), and whose earlier
+  // work a new routing need not wait for.
+  std::unique_ptr<Stream> routing_setup;
+  Stream& routing_setup_stream() {
+    if (!routing_setup) routing_setup = device.create_stream();
+    return *routing_setup;
   }
   int64_t capacity() const { return config.total_recv_tokens(); }
 
@@ -887,19 +896,25 @@ TensorRef EpDispatchCombineOp::combine_input() {
 }
 
 std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
-  impl_->require_open("make_routing");
-  std::unique_ptr<Routing> routing(new Routing(impl_->device, *impl_->stream, route_words(impl_->config), impl_->id));
-  impl_->clear_forward_route(routing->route_);
-  // Here, not at the first keep_call: a dispatch may be captured into a
-  // graph, where allocating is not allowed.
-  routing->kept_ = impl_->device.allocate(impl_->kept_bytes());
+  Impl& op = *impl_;
+  op.require_open("make_routing");
+  // A dispatch that returns a routing may be captured into a graph (a
+  // framework's, torch.cuda.graph) and make its routing there: the memory is
+  // the caller's for as long as the routing lives, not the graph's, and is
+  // ready on return, so neither the allocations nor the fills belong in it.
+  const std::unique_ptr<CaptureExemption> exemption = op.device.exempt_from_capture();
+  Stream& setup = op.routing_setup_stream();
+  std::unique_ptr<Routing> routing(new Routing(op.device, setup, route_words(op.config), op.id));
+  op.clear_forward_route(routing->route_, setup);
+  // Here, not at the first keep_call: a dispatch is not exempt from a
+  // capture's rules.
+  routing->kept_ = op.device.allocate(op.kept_bytes());
   // Only a kept call's first total_recv origins are its own. Where the
   // kernel keeps them, the rows past those are not written (an earlier
   // call's stay, as in the window): they hold -1 ("no row") until one is,
   // never what the allocation held before (the copy after the kernel
   // writes every row).
-  if (impl_->kernel_may_keep_origins())
-    impl_->device.fill_bytes(routing->kept_, 0xFF, impl_->kept_origins_bytes(), *impl_->stream);
+  if (op.kernel_may_keep_origins()) op.device.fill_bytes(routing->kept_, 0xFF, op.kept_origins_bytes(), setup);
   return routing;
 }
 

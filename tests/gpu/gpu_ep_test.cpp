@@ -250,7 +250,8 @@ INSTANTIATE_TEST_SUITE_P(Sm90, GpuEp, ::testing::ValuesIn(allGpuCases()),
 
 // dispatch -> combine (identity experts: combine reads the dispatched rows
 // themselves) captured once in a CUDA graph, checked eagerly first, then 50
-// replays with fresh inputs (payload, weights and routing) copied in.
+// replays with fresh inputs (payload, weights and routing) copied in; the
+// dispatch records into a routing made during the capture.
 std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache& cache, int replays) {
   Failures failures(rank);
   EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
@@ -286,9 +287,13 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
   CombineResult r = op.combine(d.tokens, d.weights);
   op.check();
   verify(0, inputs, r);
-  // Capture, then replay with fresh inputs.
+  // Capture, then replay with fresh inputs. The captured dispatch records
+  // (keeping its call) into a routing made inside the capture, as a
+  // framework's capture of a dispatch that returns one makes it: each replay
+  // must leave that call's count and indices in it.
   device.begin_capture(op.stream());
-  d = op.dispatch(input, weights, std::nullopt, indices);
+  std::unique_ptr<Routing> recorded = op.make_routing();
+  d = op.dispatch(input, weights, std::nullopt, indices, recorded.get(), {.keep_call = true});
   r = op.combine(d.tokens, d.weights);
   std::unique_ptr<Graph> graph = device.end_capture(op.stream());
   for (int replay = 1; replay <= replays && !failures.any(); ++replay) {
@@ -297,6 +302,17 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
     graph->launch(op.stream());
     op.check();
     verify(replay, inputs, r);
+    const RecordedCall kept = op.recorded_call(*recorded);
+    int32_t kept_total = -1;
+    std::vector<int32_t> kept_indices(size_t(n * k));
+    device.copy_to_host(&kept_total, kept.total_recv.data, 4);
+    device.copy_to_host(kept_indices.data(), kept.indices.data, kept_indices.size() * 4);
+    const auto received = reference::dispatch(config, inputs);
+    if (kept_total != int32_t(received[size_t(rank)].size()))
+      failures.add("replay ", replay, ": the routing made in the capture kept ", kept_total, " received rows, not ",
+                   received[size_t(rank)].size());
+    if (kept_indices != inputs[size_t(rank)].indices)
+      failures.add("replay ", replay, ": the routing made in the capture kept other indices than the replay's");
   }
   graph.reset();
   op.close();

@@ -259,6 +259,44 @@ def test_a_kept_call_on_the_gpu():
     comm.destroy()
 
 
+def test_a_dispatch_that_returns_a_routing_captured_by_torch():
+    """dispatch(return_routing=True, keep_call=True) captured by torch.cuda.graph
+    (global capture mode) on a stream no routing was used on: the routing is made
+    inside the capture (its allocation and fills stay out of the graph), and each
+    replay records its own call into it."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    torch.cuda.set_device(0)
+    comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target="sm90", device_ordinal=0)
+    with epjit.EpDispatchCombineOp(make_config(1, 0, "gather"), comm) as op:
+        tokens = MAX_TOKENS - 5
+        x, w, idx = inputs(torch, 1, 0, tokens, 51)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # eager once first, as torch advises (not on the capture's stream)
+            recv, recv_w, _, _, _ = op.dispatch(x, w, None, idx)
+            op.combine(recv, recv_w)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            recv, recv_w, _, _, total, routing = op.dispatch(x, w, None, idx, return_routing=True, keep_call=True)
+            out, _ = op.combine(recv, recv_w)
+        for replay in range(5):
+            fresh_x, fresh_w, fresh_idx = inputs(torch, 1, 0, tokens, 60 + replay)
+            x.copy_(fresh_x)
+            w.copy_(fresh_w)
+            idx.copy_(fresh_idx)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out.view(torch.int16), identity_expected(torch, x, idx).view(torch.int16))
+            got_total, _, got_indices = op.recorded_call(routing)
+            assert int(got_total.item()) == int(total.item()) == tokens  # one rank: each token arrives once
+            assert torch.equal(got_indices, fresh_idx)
+        del graph
+    comm.destroy()
+
+
 def test_from_process_group_needs_an_initialized_group():
     torch = pytest.importorskip("torch")
     import torch.distributed as dist

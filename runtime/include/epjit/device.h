@@ -58,6 +58,17 @@ class Event {
   EventUse use_;
 };
 
+// While alive, the thread that made it may allocate, create streams and wait
+// for streams that are not capturing, though a stream of the process is
+// capturing a graph. A framework's capture (torch.cuda.graph) forbids those
+// calls by default because a replay would not repeat them; memory and streams
+// made this way outlive the graph and take no part in it. CUDA and HIP: the
+// thread's relaxed capture mode, the one it had restored on destruction.
+class CaptureExemption {
+ public:
+  virtual ~CaptureExemption() = default;
+};
+
 // A captured sequence of launches, replayed as one.
 class Graph {
  public:
@@ -234,6 +245,8 @@ class Device {
   virtual bool supports_graphs() const = 0;
   virtual void begin_capture(Stream& stream) = 0;
   virtual std::unique_ptr<Graph> end_capture(Stream& stream) = 0;
+  // See CaptureExemption. Where nothing captures (the host), a no-op.
+  virtual std::unique_ptr<CaptureExemption> exempt_from_capture() { return std::make_unique<CaptureExemption>(); }
 
   // Zero-filled memory another process of the node can map.
   virtual ShareableMemory allocate_shareable(size_t bytes) = 0;

@@ -27,6 +27,7 @@ TEST(HipDevice, SymbolTableLoadsAndInitializationFailsCleanlyWithoutAGpu) {
   EXPECT_NE(hip.hipIpcOpenMemHandle, nullptr);
   EXPECT_NE(hip.hipStreamBeginCapture, nullptr);
   EXPECT_NE(hip.hipStreamIsCapturing, nullptr) << "the host internode transport refuses a capture by asking";
+  EXPECT_NE(hip.hipThreadExchangeStreamCaptureMode, nullptr) << "make_routing() allocates while a stream captures";
   EXPECT_NE(hip.hipGetDeviceProperties, nullptr) << "the device's architecture comes from its properties";
   EXPECT_FALSE(hip.library.path().empty());
   try {
