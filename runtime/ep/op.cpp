@@ -402,6 +402,18 @@ struct EpDispatchCombineOp::Impl {
       throw Error(std::string(call) + " on a closed EpDispatchCombineOp", "an open op",
                   "construct a new op (close() freed the arena)");
   }
+  // A call that waits for the op's stream on the host cannot be part of a
+  // graph: it is refused before it touches the stream, so a capture in
+  // progress (the op's or a framework's) stays valid.
+  void require_not_capturing(const char* call) const {
+    if (stream->capturing())
+      throw Error(std::string(call) + " while the op's stream is capturing a graph (it waits for the stream on the "
+                                      "host, and a capture does not run what it records)",
+                  "check(), local_expert_counts(), load_routing() and reset() between graph launches, outside a "
+                  "capture",
+                  std::string("end the capture, launch the graph, then call ") + call +
+                      "(); local_expert_counts_device() counts inside a graph");
+  }
 
   // Why the internode transport's transfers failed, once they have; nothing
   // on one node.
@@ -848,6 +860,7 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
 std::vector<int> EpDispatchCombineOp::local_expert_counts(ExpertCountRule rule) {
   Impl& op = *impl_;
   op.require_open("local_expert_counts");
+  op.require_not_capturing("local_expert_counts");
   op.require_received_rows("local_expert_counts");
   // Read on the op's stream: after its dispatch, and a failed kernel throws here.
   const int total = read_word(op.device, *op.stream, op.state_word(op.window.total_recv_word), 0);
@@ -942,6 +955,7 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
                                        const DispatchOptions& options) {
   Impl& op = *impl_;
   op.require_open("load_routing");
+  op.require_not_capturing("load_routing");
   if (routing.op_id_ != op.id)
     throw Error("load_routing: the routing belongs to another op", "a Routing from this op's make_routing()",
                 "load into this op's make_routing()");
@@ -1019,6 +1033,7 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
 void EpDispatchCombineOp::check() {
   Impl& op = *impl_;
   op.require_open("check");
+  op.require_not_capturing("check");
   op.stream->synchronize();
   // The error word stays set until reset(): every call queued behind the
   // failed one gave up at once, and their results are not valid either.
@@ -1070,6 +1085,7 @@ void EpDispatchCombineOp::check() {
 void EpDispatchCombineOp::reset() {
   Impl& op = *impl_;
   op.require_open("reset");
+  op.require_not_capturing("reset");
   op.stream->synchronize();
   op.comm.barrier();
   if (op.internode) op.internode->recover_transport(op.comm);

@@ -195,6 +195,53 @@ TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
   EXPECT_EQ(failures, "");
 }
 
+// A stream that says a capture is in progress (the host device has no
+// graphs), and whether anything waited for it.
+class CapturingStream final : public Stream {
+ public:
+  void synchronize() override { waited = true; }
+  bool capturing() const override { return true; }
+  bool waited = false;
+};
+
+// The calls that wait for the op's stream on the host are refused while it
+// captures, before they touch it (a capture stays valid), naming the call and
+// what counts inside a graph instead; once the stream is the op's own again
+// they run, and the make_routing() of the capture recorded as usual.
+TEST(EpOpErrors, HostWaitingCallsAreRefusedWhileTheStreamCaptures) {
+  const EpCase c = smallCase();
+  const std::string failures = onOneRank(c, [&](EpDispatchCombineOp& op, Communicator& comm, Buffers& b) {
+    std::string f;
+    auto [x, w, idx, y, yw, s] = b.pointers;
+    const int32_t experts[6] = {0, 1, 2, 3, 3, 0};
+    comm.device().copy_to_device(idx, experts, sizeof experts);
+    const TensorRef input{x, DType::BF16, {3, 64}}, weights{w, DType::F32, {3, 2}}, indices{idx, DType::I32, {3, 2}};
+    auto recorded = op.make_routing();
+    op.dispatch(input, weights, std::nullopt, indices, recorded.get());
+    const std::vector<int> counts = op.local_expert_counts();
+    auto loaded = op.make_routing();
+    CapturingStream capturing;
+    op.set_stream(&capturing);
+    for (const auto& [call, body] : std::initializer_list<std::pair<const char*, std::function<void()>>>{
+             {"check", [&] { op.check(); }},
+             {"local_expert_counts", [&] { op.local_expert_counts(); }},
+             {"load_routing", [&] { op.load_routing(*loaded, op.route_map(*recorded), 3); }},
+             {"reset", [&] { op.reset(); }}})
+      f += expectParts(call, thrown(body),
+                       {std::string(call) + " while the op's stream is capturing a graph",
+                        std::string("end the capture, launch the graph, then call ") + call + "()",
+                        "local_expert_counts_device() counts inside a graph"});
+    if (capturing.waited) f += "a refused call waited for the capturing stream\n";
+    op.set_stream(nullptr);
+    if (op.local_expert_counts() != counts) f += "the counts changed after the refusals\n";
+    op.load_routing(*loaded, op.route_map(*recorded), 3);
+    op.combine({y, DType::BF16, {8, 64}});
+    op.check();
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+}
+
 // The kernels read rows (and top-4's indices and weights, 16 bytes a token)
 // with 16-byte vector accesses, which fault a GPU at an address off a
 // 16-byte line: such a tensor is refused before anything is launched, under

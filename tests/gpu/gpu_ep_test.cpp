@@ -251,7 +251,8 @@ INSTANTIATE_TEST_SUITE_P(Sm90, GpuEp, ::testing::ValuesIn(allGpuCases()),
 // dispatch -> combine (identity experts: combine reads the dispatched rows
 // themselves) captured once in a CUDA graph, checked eagerly first, then 50
 // replays with fresh inputs (payload, weights and routing) copied in; the
-// dispatch records into a routing made during the capture.
+// dispatch records into a routing made during the capture, and a check()
+// between the legs is refused without invalidating it.
 std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache& cache, int replays) {
   Failures failures(rank);
   EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
@@ -294,6 +295,10 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
   device.begin_capture(op.stream());
   std::unique_ptr<Routing> recorded = op.make_routing();
   d = op.dispatch(input, weights, std::nullopt, indices, recorded.get(), {.keep_call = true});
+  // A call that waits on the host is refused without ending the capture.
+  if (const std::string refused = errorOf([&] { op.check(); });
+      refused.find("while the op's stream is capturing a graph") == std::string::npos)
+    failures.add("check() in the capture: '", refused, "'");
   r = op.combine(d.tokens, d.weights);
   std::unique_ptr<Graph> graph = device.end_capture(op.stream());
   for (int replay = 1; replay <= replays && !failures.any(); ++replay) {

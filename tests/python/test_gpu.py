@@ -263,7 +263,8 @@ def test_a_dispatch_that_returns_a_routing_captured_by_torch():
     """dispatch(return_routing=True, keep_call=True) captured by torch.cuda.graph
     (global capture mode) on a stream no routing was used on: the routing is made
     inside the capture (its allocation and fills stay out of the graph), and each
-    replay records its own call into it."""
+    replay records its own call into it; check() in the capture is refused without
+    ending it."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
@@ -281,6 +282,8 @@ def test_a_dispatch_that_returns_a_routing_captured_by_torch():
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             recv, recv_w, _, _, total, routing = op.dispatch(x, w, None, idx, return_routing=True, keep_call=True)
+            with pytest.raises(epjit.Error, match="check while the op's stream is capturing a graph"):
+                op.check()  # it would wait on the host: refused, and the capture goes on
             out, _ = op.combine(recv, recv_w)
         for replay in range(5):
             fresh_x, fresh_w, fresh_idx = inputs(torch, 1, 0, tokens, 60 + replay)
