@@ -181,15 +181,20 @@ def test_communicator_from_process_group(backend):
     run_ranks(world, group_rank_main, lambda rank: (backend, world, rank, port))
 
 
-def test_torch_arguments_are_checked_as_dlpack_ones():
-    """Plain torch tensors are read from their attributes, the rest through DLPack:
-    either way a bad argument (misaligned ones included) is refused by name, and
-    a Parameter that requires grad is read as it is."""
+def torch_and_one_rank():
+    """torch and a one-rank sm90 communicator on GPU 0; skips without torch or a GPU."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     torch.cuda.set_device(0)
-    comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target="sm90", device_ordinal=0)
+    return torch, epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target="sm90", device_ordinal=0)
+
+
+def test_torch_arguments_are_checked_as_dlpack_ones():
+    """Plain torch tensors are read from their attributes, the rest through DLPack:
+    either way a bad argument (misaligned ones included) is refused by name, and
+    a Parameter that requires grad is read as it is."""
+    torch, comm = torch_and_one_rank()
     with epjit.EpDispatchCombineOp(make_config(1, 0, "gather"), comm) as op:
         x, w, idx = inputs(torch, 1, 0, 5, 7)
         with pytest.raises(epjit.Error, match="input is not contiguous"):
@@ -232,11 +237,7 @@ def test_a_kept_call_on_the_gpu():
     recorded_call() answers with the call's count, origins and indices after a later
     dispatch and after the caller has overwritten its indices; on a fresh routing the
     rows past the count read -1 (make_routing() fills them on the device)."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    torch.cuda.set_device(0)
-    comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target="sm90", device_ordinal=0)
+    torch, comm = torch_and_one_rank()
     with epjit.EpDispatchCombineOp(make_config(1, 0, "gather"), comm) as op:
         for tokens, seed in ((5, 41), (MAX_TOKENS - 3, 42)):
             x, w, idx = inputs(torch, 1, 0, tokens, seed)
@@ -265,11 +266,7 @@ def test_a_dispatch_that_returns_a_routing_captured_by_torch():
     inside the capture (its allocation and fills stay out of the graph), and each
     replay records its own call into it; check() in the capture is refused without
     ending it."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    torch.cuda.set_device(0)
-    comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target="sm90", device_ordinal=0)
+    torch, comm = torch_and_one_rank()
     with epjit.EpDispatchCombineOp(make_config(1, 0, "gather"), comm) as op:
         tokens = MAX_TOKENS - 5
         x, w, idx = inputs(torch, 1, 0, tokens, 51)
