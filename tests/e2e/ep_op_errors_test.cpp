@@ -207,7 +207,7 @@ class CapturingStream final : public Stream {
 // The calls that wait for the op's stream on the host are refused while it
 // captures, before they touch it (a capture stays valid), naming the call and
 // what counts inside a graph instead; once the stream is the op's own again
-// they run, and the make_routing() of the capture recorded as usual.
+// they run on what the refused calls left as it was.
 TEST(EpOpErrors, HostWaitingCallsAreRefusedWhileTheStreamCaptures) {
   const EpCase c = smallCase();
   const std::string failures = onOneRank(c, [&](EpDispatchCombineOp& op, Communicator& comm, Buffers& b) {

@@ -272,8 +272,9 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
     device.copy_to_device(idx, inputs[size_t(rank)].indices.data(), inputs[size_t(rank)].indices.size() * 4);
     return inputs;
   };
+  // Checks the combine; returns the reference's dispatch (what each rank received).
   auto verify = [&](int call, const std::vector<reference::RankInput>& inputs, const CombineResult& result) {
-    const auto received = reference::dispatch(config, inputs);
+    auto received = reference::dispatch(config, inputs);
     std::vector<std::vector<std::vector<uint8_t>>> outputs(size_t(c.world));
     for (int d = 0; d < c.world; ++d)
       for (const auto& token : received[size_t(d)]) outputs[size_t(d)].push_back(token.payload);
@@ -281,6 +282,7 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
     std::vector<uint8_t> got(size_t(n) * row_bytes);
     device.copy_to_host(got.data(), result.tokens.data, got.size());
     if (got != want[size_t(rank)]) failures.add("call ", call, ": combine(dispatch(x)) differs from the reference");
+    return received;
   };
   // Eager first.
   auto inputs = load(0);
@@ -306,13 +308,12 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
     comm.barrier();  // nobody replays into a peer still reading the previous call
     graph->launch(op.stream());
     op.check();
-    verify(replay, inputs, r);
+    const auto received = verify(replay, inputs, r);
     const RecordedCall kept = op.recorded_call(*recorded);
     int32_t kept_total = -1;
     std::vector<int32_t> kept_indices(size_t(n * k));
     device.copy_to_host(&kept_total, kept.total_recv.data, 4);
     device.copy_to_host(kept_indices.data(), kept.indices.data, kept_indices.size() * 4);
-    const auto received = reference::dispatch(config, inputs);
     if (kept_total != int32_t(received[size_t(rank)].size()))
       failures.add("replay ", replay, ": the routing made in the capture kept ", kept_total, " received rows, not ",
                    received[size_t(rank)].size());
