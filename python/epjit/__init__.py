@@ -247,6 +247,9 @@ def _require_fp8_flavor(name, target, wanted, module):
                     f"fix: convert the input to {module}float8_{wanted}")
 
 
+_NOT_LISTED = object()  # a routing not in the op's lists (EpDispatchCombineOp._relist)
+
+
 class EpDispatchCombineOp:
     """Dispatch and combine bound to a communicator; kernels are built (or loaded
     from the cache) at construction, calls only launch."""
@@ -277,6 +280,11 @@ class EpDispatchCombineOp:
         self._spares = {}  # stream -> [routing], and where the search there starts
         self._spares_next = {}
         self._routing_stream = {}  # id(routing) -> the stream it is listed under
+        # Routings a captured dispatch recorded into or replayed: the graph
+        # writes or reads them at every replay, for as long as it lives, which
+        # this op cannot see; handed to another call (another graph's included),
+        # one would share its memory with the graph. Kept until close().
+        self._graph_routings = []
 
     def __enter__(self):
         return self
@@ -376,14 +384,22 @@ class EpDispatchCombineOp:
         self._routing_stream[id(routing)] = stream
         return routing
 
-    def _list_under_this_stream(self, routing):
-        """A routing of ours used on another stream than the one it is listed under
-        moves to this one's list: it is recorded into again only from here."""
-        listed = self._routing_stream.get(id(routing))
-        if listed is None or listed == self._stream:  # not ours (kept alive by a list), or already here
+    def _relist(self, routing, capturing):
+        """A listed routing a call used: one a graph captured (as record= or
+        routing=) leaves the lists for good (the graph replays into it); one used
+        on another stream than the one it is listed under moves to this one's list,
+        recorded into again only from there."""
+        listed = self._routing_stream.get(id(routing), _NOT_LISTED)
+        if listed is _NOT_LISTED:  # not ours, or a graph's (None is the op's own stream)
+            return
+        if not capturing and listed == self._stream:
             return
         self._spares[listed].remove(routing)
         self._spares_next[listed] = 0
+        if capturing:
+            del self._routing_stream[id(routing)]
+            self._graph_routings.append(routing)
+            return
         self._spares.setdefault(self._stream, []).append(routing)
         self._routing_stream[id(routing)] = self._stream
 
@@ -411,9 +427,11 @@ class EpDispatchCombineOp:
         ids = self._op.dispatch(_to_native(input, self._target, self._fp8), weights,
                                 _to_native(scales, self._target, self._fp8), indices,
                                 record, routing, max_tokens_across_ranks, keep_call)
-        for used in (record, routing):
-            if used is not None:
-                self._list_under_this_stream(used)
+        if record is not None or routing is not None:
+            capturing = self._op.capturing()
+            for used in (record, routing):
+                if used is not None:
+                    self._relist(used, capturing)
         view = self._view
         result = (view(ids[0], self._dispatch_type), view(ids[1]), view(ids[2]), view(ids[3]), view(ids[4]))
         self._origins_id = ids[5]

@@ -336,6 +336,7 @@ NB_MODULE(_epjit, m) {
            },
            "handle"_a)
       .def("use_own_stream", [](PyOp& self) { self.op->set_stream(nullptr); })
+      .def("capturing", [](PyOp& self) { return self.op->stream().capturing(); })
       // A Routing frees its map through the op's device: it keeps the op (and so
       // the communicator that owns the device) alive.
       .def("make_routing", [](PyOp& self) { return self.op->make_routing(); }, nb::keep_alive<0, 1>())

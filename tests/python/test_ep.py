@@ -427,6 +427,57 @@ def test_a_dropped_returned_routing_is_recorded_into_again():
     comm.destroy()
 
 
+class _CaptureSwitch:
+    """The op's native half with capturing() answered by the test: the host device
+    cannot capture a graph, and this is what a GPU stream answers while
+    torch.cuda.graph captures (test_gpu.py checks the same under torch)."""
+
+    def __init__(self, native):
+        self._native = native
+        self.now = False
+
+    def capturing(self):
+        return self.now
+
+    def __getattr__(self, name):
+        return getattr(self._native, name)
+
+
+def test_a_routing_a_graph_captured_is_never_handed_to_another_call():
+    """A routing a captured dispatch recorded into (return_routing=True) or replayed
+    (routing=) is the graph's for as long as it lives: dropped, it is never recorded
+    into by a later call, captured or not; eager routings are still reused."""
+    comm, op = single_rank_op()
+    switch = _CaptureSwitch(op._op)
+    op._op = switch
+    x, w, idx = make_inputs(0, 1, 7, "bf16", seed=41)
+
+    def call(**kw):
+        result = op.dispatch(x, w, None, idx, **kw)
+        op.combine(op.combine_input(), result[1])
+        return result[-1] if kw.get("return_routing") else None
+
+    with op:
+        replayed = call(return_routing=True)
+        graphs = {id(replayed)}
+        switch.now = True
+        call(routing=replayed)
+        del replayed
+        for _ in range(2):  # two captures, each dropping its routing after
+            captured = call(return_routing=True)
+            assert id(captured) not in graphs
+            graphs.add(id(captured))
+            del captured
+        switch.now = False
+        eager = call(return_routing=True)
+        assert id(eager) not in graphs
+        eager_id = id(eager)
+        del eager
+        assert id(call(return_routing=True)) == eager_id  # an eager one nobody holds is recorded into again
+        op.synchronize()
+    comm.destroy()
+
+
 @pytest.mark.parametrize("indices_start", ["on_a_line", "mid_line"])
 @pytest.mark.parametrize("tokens", [7, 1031], ids=["origins_by_the_kernel", "origins_by_a_copy"])
 def test_a_kept_call_outlives_later_dispatches_and_the_callers_buffers(indices_start, tokens):

@@ -297,6 +297,50 @@ def test_a_dispatch_that_returns_a_routing_captured_by_torch():
     comm.destroy()
 
 
+def test_routings_captured_by_torch_graphs_stay_theirs():
+    """Graphs captured one after another on torch's shared capture stream, each
+    dropping its routing after the capture: graph A replays an eager routing,
+    B and C record routings of their own (B for fewer tokens than A). None is
+    handed to a later capture, so replaying A after B still sends A's tokens."""
+    torch, comm = torch_and_one_rank()
+    with epjit.EpDispatchCombineOp(make_config(1, 0, "gather"), comm) as op:
+        sizes = {"a": MAX_TOKENS - 5, "b": MAX_TOKENS - 9, "c": MAX_TOKENS - 2}
+        args = {name: inputs(torch, 1, 0, tokens, 70 + i) for i, (name, tokens) in enumerate(sizes.items())}
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # eager first, as torch advises; A's routing is recorded here
+            x, w, idx = args["a"]
+            recv, recv_w, _, _, _, eager = op.dispatch(x, w, None, idx, return_routing=True)
+            op.combine(recv, recv_w)
+        torch.cuda.synchronize()
+        graphs, outs, maps = {}, {}, {}
+        for name in sizes:
+            x, w, idx = args[name]
+            graphs[name] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graphs[name]):
+                if name == "a":
+                    recv, recv_w, _, _, _ = op.dispatch(x, w, None, idx, routing=eager)
+                    routing = eager
+                else:
+                    recv, recv_w, _, _, _, routing = op.dispatch(x, w, None, idx, return_routing=True)
+                outs[name], _ = op.combine(recv, recv_w)
+            maps[name] = op.route_map(routing).data_ptr()
+            del routing, recv, recv_w
+            eager = None
+        assert len(set(maps.values())) == 3, maps
+        for replay, order in enumerate(("abc", "bac", "cba")):
+            for name in order:
+                x, w, idx = args[name]
+                fresh_x, _, _ = inputs(torch, 1, 0, sizes[name], 90 + replay)
+                x.copy_(fresh_x)  # new payload, same routing
+                graphs[name].replay()
+                torch.cuda.synchronize()
+                assert torch.equal(outs[name].view(torch.int16), identity_expected(torch, x, idx).view(torch.int16)), \
+                    (replay, name)
+        del graphs
+    comm.destroy()
+
+
 def test_from_process_group_needs_an_initialized_group():
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
