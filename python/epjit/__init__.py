@@ -247,9 +247,6 @@ def _require_fp8_flavor(name, target, wanted, module):
                     f"fix: convert the input to {module}float8_{wanted}")
 
 
-_NOT_LISTED = object()  # a routing not in the op's lists (EpDispatchCombineOp._relist)
-
-
 class EpDispatchCombineOp:
     """Dispatch and combine bound to a communicator; kernels are built (or loaded
     from the cache) at construction, calls only launch."""
@@ -389,9 +386,7 @@ class EpDispatchCombineOp:
         routing=) leaves the lists for good (the graph replays into it); one used
         on another stream than the one it is listed under moves to this one's list,
         recorded into again only from there."""
-        listed = self._routing_stream.get(id(routing), _NOT_LISTED)
-        if listed is _NOT_LISTED:  # not ours, or a graph's (None is the op's own stream)
-            return
+        listed = self._routing_stream[id(routing)]
         if not capturing and listed == self._stream:
             return
         self._spares[listed].remove(routing)
@@ -427,11 +422,13 @@ class EpDispatchCombineOp:
         ids = self._op.dispatch(_to_native(input, self._target, self._fp8), weights,
                                 _to_native(scales, self._target, self._fp8), indices,
                                 record, routing, max_tokens_across_ranks, keep_call)
-        if record is not None or routing is not None:
+        # Only routings in the lists (not the caller's own make_routing(), nor a
+        # graph's) move, so only for them is the stream asked.
+        listed = [used for used in (record, routing) if used is not None and id(used) in self._routing_stream]
+        if listed:
             capturing = self._op.capturing()
-            for used in (record, routing):
-                if used is not None:
-                    self._relist(used, capturing)
+            for used in listed:
+                self._relist(used, capturing)
         view = self._view
         result = (view(ids[0], self._dispatch_type), view(ids[1]), view(ids[2]), view(ids[3]), view(ids[4]))
         self._origins_id = ids[5]
