@@ -26,11 +26,21 @@ constexpr int kRelaxedCaptureMode = 2;
 
 class CudaCaptureExemption final : public CaptureExemption {
  public:
-  CudaCaptureExemption() { check(cuda_driver().cuThreadExchangeStreamCaptureMode(&mode_), "capture mode exchange"); }
-  ~CudaCaptureExemption() override { cuda_driver().cuThreadExchangeStreamCaptureMode(&mode_); }
+  // Quiet: for frees, which run in destructors and must not throw; a failed
+  // exchange leaves the thread's mode as it was (and nothing to restore).
+  enum class OnFailure { Throw, Quiet };
+  explicit CudaCaptureExemption(OnFailure on_failure = OnFailure::Throw) {
+    const CUresult status = cuda_driver().cuThreadExchangeStreamCaptureMode(&mode_);
+    exchanged_ = status == 0;
+    if (on_failure == OnFailure::Throw) check(status, "capture mode exchange");
+  }
+  ~CudaCaptureExemption() override {
+    if (exchanged_) cuda_driver().cuThreadExchangeStreamCaptureMode(&mode_);
+  }
 
  private:
   int mode_ = kRelaxedCaptureMode;  // after the exchange: the thread's mode before
+  bool exchanged_ = false;
 };
 
 // EPJIT_DEPENDENT_LAUNCH: 1 (the default) launches kernels that wait for their
@@ -172,8 +182,14 @@ class CudaDevice final : public Device {
     check(cuda_driver().cuMemAlloc_v2(&pointer, bytes), "allocation");
     return reinterpret_cast<void*>(pointer);
   }
+  // Frees, like allocations, never belong to a graph. Under a framework's
+  // capture in global mode (torch.cuda.graph's default) a free from any
+  // thread would fail and end that capture: a Routing dropped, or an op
+  // closed, while a graph is captured.
   void release(void* pointer) override {
+    if (!pointer) return;
     current();
+    const CudaCaptureExemption exemption(CudaCaptureExemption::OnFailure::Quiet);
     cuda_driver().cuMemFree_v2(reinterpret_cast<CUdeviceptr>(pointer));
   }
   // Copies are complete when they return. cuMemcpyHtoD from pageable memory
@@ -318,6 +334,7 @@ class CudaDevice final : public Device {
   }
   void close_shareable(void* pointer, size_t) override {
     current();
+    const CudaCaptureExemption exemption(CudaCaptureExemption::OnFailure::Quiet);  // as release()
     cuda_driver().cuIpcCloseMemHandle(reinterpret_cast<CUdeviceptr>(pointer));
   }
   void free_shareable(void* pointer, size_t) override { release(pointer); }

@@ -30,11 +30,20 @@ constexpr int kRelaxedCaptureMode = 2;
 
 class HipCaptureExemption final : public CaptureExemption {
  public:
-  HipCaptureExemption() { check(hip_driver().hipThreadExchangeStreamCaptureMode(&mode_), "capture mode exchange"); }
-  ~HipCaptureExemption() override { hip_driver().hipThreadExchangeStreamCaptureMode(&mode_); }
+  // Quiet: for frees (see the CUDA device).
+  enum class OnFailure { Throw, Quiet };
+  explicit HipCaptureExemption(OnFailure on_failure = OnFailure::Throw) {
+    const hipError_t status = hip_driver().hipThreadExchangeStreamCaptureMode(&mode_);
+    exchanged_ = status == 0;
+    if (on_failure == OnFailure::Throw) check(status, "capture mode exchange");
+  }
+  ~HipCaptureExemption() override {
+    if (exchanged_) hip_driver().hipThreadExchangeStreamCaptureMode(&mode_);
+  }
 
  private:
   int mode_ = kRelaxedCaptureMode;  // after the exchange: the thread's mode before
+  bool exchanged_ = false;
 };
 
 class HipStream final : public Stream {
@@ -189,7 +198,13 @@ class HipDevice final : public Device {
     check(hip_driver().hipMalloc(&pointer, bytes), "allocation");
     return pointer;
   }
-  void release(void* pointer) override { hip_driver().hipFree(pointer); }
+  // Frees never belong to a graph: exempt from a framework's global capture
+  // (see the CUDA device).
+  void release(void* pointer) override {
+    if (!pointer) return;
+    const HipCaptureExemption exemption(HipCaptureExemption::OnFailure::Quiet);
+    hip_driver().hipFree(pointer);
+  }
   // Copies are complete when they return (see the CUDA device: pageable
   // copies may return before their DMA lands).
   void copy_to_device(void* device, const void* host, size_t bytes) override {
@@ -286,7 +301,10 @@ class HipDevice final : public Device {
     check(hip_driver().hipIpcOpenMemHandle(&pointer, handle, 1), "IPC handle import");
     return pointer;
   }
-  void close_shareable(void* pointer, size_t) override { hip_driver().hipIpcCloseMemHandle(pointer); }
+  void close_shareable(void* pointer, size_t) override {
+    const HipCaptureExemption exemption(HipCaptureExemption::OnFailure::Quiet);  // as release()
+    hip_driver().hipIpcCloseMemHandle(pointer);
+  }
   void free_shareable(void* pointer, size_t) override { release(pointer); }
 
  private:

@@ -341,6 +341,45 @@ def test_routings_captured_by_torch_graphs_stay_theirs():
     comm.destroy()
 
 
+def test_routings_freed_while_torch_captures_leave_the_capture_whole():
+    """A routing dropped while torch.cuda.graph captures (global mode: any
+    thread's cuMemFree would end the capture), by the capturing thread and by
+    another thread: the memory goes, the capture ends whole, and its replays
+    sum right."""
+    import gc
+    import threading
+    torch, comm = torch_and_one_rank()
+    with epjit.EpDispatchCombineOp(make_config(1, 0, "gather"), comm) as op:
+        tokens = MAX_TOKENS - 7
+        x, w, idx = inputs(torch, 1, 0, tokens, 111)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # eager once first, as torch advises
+            recv, recv_w, _, _, _ = op.dispatch(x, w, None, idx)
+            op.combine(recv, recv_w)
+        torch.cuda.synchronize()
+        held = {"this thread": op.make_routing(), "another thread": op.make_routing()}
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            recv, recv_w, _, _, _ = op.dispatch(x, w, None, idx)
+            del held["this thread"]
+            gc.collect()
+            other = threading.Thread(target=held.clear)  # the last reference goes there
+            other.start()
+            other.join()
+            out, _ = op.combine(recv, recv_w)
+        assert not held
+        for replay in range(3):
+            fresh_x, fresh_w, _ = inputs(torch, 1, 0, tokens, 120 + replay)
+            x.copy_(fresh_x)
+            w.copy_(fresh_w)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out.view(torch.int16), identity_expected(torch, x, idx).view(torch.int16)), replay
+        del graph
+    comm.destroy()
+
+
 def test_from_process_group_needs_an_initialized_group():
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
