@@ -6,6 +6,7 @@
 #include "../core/environment.h"
 #include "epjit/error.h"
 #include "gpu_drivers.h"
+#include "relaxed_capture_mode.h"
 
 namespace epjit {
 namespace {
@@ -20,28 +21,6 @@ void check(CUresult status, const std::string& what) {
                   std::to_string(status) + ")",
               "a working CUDA device", "check the GPU with nvidia-smi; CUDA_VISIBLE_DEVICES may hide it");
 }
-
-// CU_STREAM_CAPTURE_MODE_RELAXED: a capture that forbids no call of any thread.
-constexpr int kRelaxedCaptureMode = 2;
-
-class CudaCaptureExemption final : public CaptureExemption {
- public:
-  // Quiet: for frees, which run in destructors and must not throw; a failed
-  // exchange leaves the thread's mode as it was (and nothing to restore).
-  enum class OnFailure { Throw, Quiet };
-  explicit CudaCaptureExemption(OnFailure on_failure = OnFailure::Throw) {
-    const CUresult status = cuda_driver().cuThreadExchangeStreamCaptureMode(&mode_);
-    exchanged_ = status == 0;
-    if (on_failure == OnFailure::Throw) check(status, "capture mode exchange");
-  }
-  ~CudaCaptureExemption() override {
-    if (exchanged_) cuda_driver().cuThreadExchangeStreamCaptureMode(&mode_);
-  }
-
- private:
-  int mode_ = kRelaxedCaptureMode;  // after the exchange: the thread's mode before
-  bool exchanged_ = false;
-};
 
 // EPJIT_DEPENDENT_LAUNCH: 1 (the default) launches kernels that wait for their
 // predecessor at entry before it ends; 0 launches every kernel after the one
@@ -189,7 +168,7 @@ class CudaDevice final : public Device {
   void release(void* pointer) override {
     if (!pointer) return;
     current();
-    const CudaCaptureExemption exemption(CudaCaptureExemption::OnFailure::Quiet);
+    const RelaxedCaptureMode exemption(cuda_driver().cuThreadExchangeStreamCaptureMode);
     cuda_driver().cuMemFree_v2(reinterpret_cast<CUdeviceptr>(pointer));
   }
   // Copies are complete when they return. cuMemcpyHtoD from pageable memory
@@ -308,7 +287,7 @@ class CudaDevice final : public Device {
   }
   std::unique_ptr<CaptureExemption> exempt_from_capture() override {
     current();
-    return std::make_unique<CudaCaptureExemption>();
+    return std::make_unique<RelaxedCaptureMode>(cuda_driver().cuThreadExchangeStreamCaptureMode, check);
   }
 
   ShareableMemory allocate_shareable(size_t bytes) override {
@@ -334,7 +313,7 @@ class CudaDevice final : public Device {
   }
   void close_shareable(void* pointer, size_t) override {
     current();
-    const CudaCaptureExemption exemption(CudaCaptureExemption::OnFailure::Quiet);  // as release()
+    const RelaxedCaptureMode exemption(cuda_driver().cuThreadExchangeStreamCaptureMode);  // as release()
     cuda_driver().cuIpcCloseMemHandle(reinterpret_cast<CUdeviceptr>(pointer));
   }
   void free_shareable(void* pointer, size_t) override { release(pointer); }

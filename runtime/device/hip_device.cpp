@@ -6,6 +6,7 @@
 #include "epjit/device.h"
 #include "epjit/error.h"
 #include "gpu_drivers.h"
+#include "relaxed_capture_mode.h"
 #include "hip_properties.h"
 
 namespace epjit {
@@ -24,27 +25,6 @@ void check(hipError_t status, const std::string& what) {
                   std::to_string(status) + ")",
               "a working AMD GPU", "check the GPU with rocm-smi; HIP_VISIBLE_DEVICES may hide it");
 }
-
-// hipStreamCaptureModeRelaxed: a capture that forbids no call of any thread.
-constexpr int kRelaxedCaptureMode = 2;
-
-class HipCaptureExemption final : public CaptureExemption {
- public:
-  // Quiet: for frees (see the CUDA device).
-  enum class OnFailure { Throw, Quiet };
-  explicit HipCaptureExemption(OnFailure on_failure = OnFailure::Throw) {
-    const hipError_t status = hip_driver().hipThreadExchangeStreamCaptureMode(&mode_);
-    exchanged_ = status == 0;
-    if (on_failure == OnFailure::Throw) check(status, "capture mode exchange");
-  }
-  ~HipCaptureExemption() override {
-    if (exchanged_) hip_driver().hipThreadExchangeStreamCaptureMode(&mode_);
-  }
-
- private:
-  int mode_ = kRelaxedCaptureMode;  // after the exchange: the thread's mode before
-  bool exchanged_ = false;
-};
 
 class HipStream final : public Stream {
  public:
@@ -202,7 +182,7 @@ class HipDevice final : public Device {
   // (see the CUDA device).
   void release(void* pointer) override {
     if (!pointer) return;
-    const HipCaptureExemption exemption(HipCaptureExemption::OnFailure::Quiet);
+    const RelaxedCaptureMode exemption(hip_driver().hipThreadExchangeStreamCaptureMode);
     hip_driver().hipFree(pointer);
   }
   // Copies are complete when they return (see the CUDA device: pageable
@@ -278,7 +258,7 @@ class HipDevice final : public Device {
     return std::make_unique<HipGraph>(graph, exec);
   }
   std::unique_ptr<CaptureExemption> exempt_from_capture() override {
-    return std::make_unique<HipCaptureExemption>();
+    return std::make_unique<RelaxedCaptureMode>(hip_driver().hipThreadExchangeStreamCaptureMode, check);
   }
 
   ShareableMemory allocate_shareable(size_t bytes) override {
@@ -302,7 +282,7 @@ class HipDevice final : public Device {
     return pointer;
   }
   void close_shareable(void* pointer, size_t) override {
-    const HipCaptureExemption exemption(HipCaptureExemption::OnFailure::Quiet);  // as release()
+    const RelaxedCaptureMode exemption(hip_driver().hipThreadExchangeStreamCaptureMode);  // as release()
     hip_driver().hipIpcCloseMemHandle(pointer);
   }
   void free_shareable(void* pointer, size_t) override { release(pointer); }

@@ -41,6 +41,18 @@ def identity_expected(torch, x, indices):
     return (x.float() * distinct[:, None]).to(torch.bfloat16)
 
 
+def eager_round_trip_before_capture(torch, op, x, w, idx, **dispatch_options):
+    """One dispatch and combine on a side stream, then a device sync: torch advises
+    an eager run before a capture, off the capture's stream. Returns dispatch's result."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        result = op.dispatch(x, w, None, idx, **dispatch_options)
+        op.combine(result[0], result[1])
+    torch.cuda.synchronize()
+    return result
+
+
 def rank_main(world, rank, uid, failures):
     import torch
     try:
@@ -78,12 +90,7 @@ def rank_main(world, rank, uid, failures):
         # One CUDA graph: dispatch, then combine of the dispatched rows (identity experts).
         with epjit.EpDispatchCombineOp(make_config(world, rank, "gather"), comm) as op:
             x, w, idx = inputs(torch, world, rank, MAX_TOKENS, 100)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # eager once on the capture stream, as torch advises
-                recv, recv_w, _, _, _ = op.dispatch(x, w, None, idx)
-                op.combine(recv, recv_w)
-            torch.cuda.synchronize()
+            eager_round_trip_before_capture(torch, op, x, w, idx)
             comm.barrier()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
@@ -270,12 +277,7 @@ def test_a_dispatch_that_returns_a_routing_captured_by_torch():
     with epjit.EpDispatchCombineOp(make_config(1, 0, "gather"), comm) as op:
         tokens = MAX_TOKENS - 5
         x, w, idx = inputs(torch, 1, 0, tokens, 51)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # eager once first, as torch advises (not on the capture's stream)
-            recv, recv_w, _, _, _ = op.dispatch(x, w, None, idx)
-            op.combine(recv, recv_w)
-        torch.cuda.synchronize()
+        eager_round_trip_before_capture(torch, op, x, w, idx)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             recv, recv_w, _, _, total, routing = op.dispatch(x, w, None, idx, return_routing=True, keep_call=True)
@@ -306,13 +308,7 @@ def test_routings_captured_by_torch_graphs_stay_theirs():
     with epjit.EpDispatchCombineOp(make_config(1, 0, "gather"), comm) as op:
         sizes = {"a": MAX_TOKENS - 5, "b": MAX_TOKENS - 9, "c": MAX_TOKENS - 2}
         args = {name: inputs(torch, 1, 0, tokens, 70 + i) for i, (name, tokens) in enumerate(sizes.items())}
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # eager first, as torch advises; A's routing is recorded here
-            x, w, idx = args["a"]
-            recv, recv_w, _, _, _, eager = op.dispatch(x, w, None, idx, return_routing=True)
-            op.combine(recv, recv_w)
-        torch.cuda.synchronize()
+        eager = eager_round_trip_before_capture(torch, op, *args["a"], return_routing=True)[-1]  # A's routing
         graphs, outs, maps = {}, {}, {}
         for name in sizes:
             x, w, idx = args[name]
@@ -352,12 +348,7 @@ def test_routings_freed_while_torch_captures_leave_the_capture_whole():
     with epjit.EpDispatchCombineOp(make_config(1, 0, "gather"), comm) as op:
         tokens = MAX_TOKENS - 7
         x, w, idx = inputs(torch, 1, 0, tokens, 111)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # eager once first, as torch advises
-            recv, recv_w, _, _, _ = op.dispatch(x, w, None, idx)
-            op.combine(recv, recv_w)
-        torch.cuda.synchronize()
+        eager_round_trip_before_capture(torch, op, x, w, idx)
         held = {"this thread": op.make_routing(), "another thread": op.make_routing()}
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
