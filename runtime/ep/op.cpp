@@ -15,6 +15,7 @@
 #include "epjit/logging.h"
 #include "epjit/window_layout.h"
 #include "internode.h"
+#include "one_call_at_a_time.h"
 #include "op_kernels.h"
 
 namespace epjit::ep {
@@ -197,6 +198,9 @@ struct EpDispatchCombineOp::Impl {
   bool pending_v2 = false;         // the pending dispatch ran internode v2 (its combine must too)
   bool closed = false;    // calls throw
   bool released = false;  // memory freed (at close(), or at destruction)
+  std::atomic<const char*> running_call{nullptr};  // see OneCallAtATime
+
+  OneCallAtATime one_call(const char* call) { return {running_call, call, config.rank}; }
 
   Impl(EpDispatchCombineConfig c, Communicator& communicator, OpOptions options)
       : config(std::move(c)), comm(communicator), device(communicator.device()) {
@@ -728,6 +732,7 @@ EpDispatchCombineOp::~EpDispatchCombineOp() = default;
 DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const TensorRef& weights,
                                              const std::optional<TensorRef>& scales, const TensorRef& indices,
                                              Routing* record, const DispatchOptions& options) {
+  const OneCallAtATime one_call = impl_->one_call("dispatch");
   Impl& op = *impl_;
   op.check_dispatch_inputs("dispatch", input, weights, scales, indices, /*counts_slots=*/true);
   if (record && record->op_id_ != op.id)
@@ -760,6 +765,7 @@ DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const Tenso
 DispatchResult EpDispatchCombineOp::dispatch_replay(const TensorRef& input, const TensorRef& weights,
                                                     const std::optional<TensorRef>& scales, const TensorRef& indices,
                                                     const Routing& routing) {
+  const OneCallAtATime one_call = impl_->one_call("dispatch_replay");
   Impl& op = *impl_;
   op.check_dispatch_inputs("dispatch_replay", input, weights, scales, indices, /*counts_slots=*/false);
   if (routing.op_id_ != op.id || !routing.recorded())
@@ -782,10 +788,12 @@ DispatchResult EpDispatchCombineOp::dispatch_replay(const TensorRef& input, cons
 }
 
 CombineResult EpDispatchCombineOp::combine(const TensorRef& input, const std::optional<TensorRef>& weights) {
+  const OneCallAtATime one_call = impl_->one_call("combine");
   return impl_->launch_combine("combine", input, weights);
 }
 
 StdMoeResult EpDispatchCombineOp::std_moe_pack() {
+  const OneCallAtATime one_call = impl_->one_call("std_moe_pack");
   Impl& op = *impl_;
   op.require_open("std_moe_pack");
   op.require_std_moe("std_moe_pack");
@@ -809,6 +817,7 @@ StdMoeResult EpDispatchCombineOp::std_moe_pack() {
 }
 
 CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, const std::optional<TensorRef>& weights) {
+  const OneCallAtATime one_call = impl_->one_call("std_moe_combine");
   Impl& op = *impl_;
   op.require_open("std_moe_combine");
   op.require_std_moe("std_moe_combine");
@@ -858,6 +867,7 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
 }
 
 std::vector<int> EpDispatchCombineOp::local_expert_counts(ExpertCountRule rule) {
+  const OneCallAtATime one_call = impl_->one_call("local_expert_counts");
   Impl& op = *impl_;
   op.require_open("local_expert_counts");
   op.require_not_capturing("local_expert_counts");
@@ -881,6 +891,7 @@ std::vector<int> EpDispatchCombineOp::local_expert_counts(ExpertCountRule rule) 
 }
 
 TensorRef EpDispatchCombineOp::local_expert_counts_device(ExpertCountRule rule) {
+  const OneCallAtATime one_call = impl_->one_call("local_expert_counts_device");
   Impl& op = *impl_;
   op.require_open("local_expert_counts_device");
   op.require_received_rows("local_expert_counts_device");
@@ -909,6 +920,7 @@ TensorRef EpDispatchCombineOp::combine_input() {
 }
 
 std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
+  const OneCallAtATime one_call = impl_->one_call("make_routing");
   Impl& op = *impl_;
   op.require_open("make_routing");
   // A dispatch that returns a routing may be captured into a graph (a
@@ -953,6 +965,7 @@ RecordedCall EpDispatchCombineOp::recorded_call(const Routing& routing) const {
 
 void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, int64_t tokens,
                                        const DispatchOptions& options) {
+  const OneCallAtATime one_call = impl_->one_call("load_routing");
   Impl& op = *impl_;
   op.require_open("load_routing");
   op.require_not_capturing("load_routing");
@@ -1031,6 +1044,7 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
 }
 
 void EpDispatchCombineOp::check() {
+  const OneCallAtATime one_call = impl_->one_call("check");
   Impl& op = *impl_;
   op.require_open("check");
   op.require_not_capturing("check");
@@ -1083,6 +1097,7 @@ void EpDispatchCombineOp::check() {
 }
 
 void EpDispatchCombineOp::reset() {
+  const OneCallAtATime one_call = impl_->one_call("reset");
   Impl& op = *impl_;
   op.require_open("reset");
   op.require_not_capturing("reset");
@@ -1102,6 +1117,7 @@ void EpDispatchCombineOp::reset() {
 }
 
 void EpDispatchCombineOp::close(Memory memory) {
+  const OneCallAtATime one_call = impl_->one_call("close");
   Impl& op = *impl_;
   if (op.closed) {
     // A close that kept the memory, then one that releases it (the communicator is going).
@@ -1117,6 +1133,7 @@ void EpDispatchCombineOp::close(Memory memory) {
 const EpDispatchCombineConfig& EpDispatchCombineOp::config() const { return impl_->config; }
 Stream& EpDispatchCombineOp::stream() { return *impl_->stream; }
 void EpDispatchCombineOp::set_stream(Stream* stream) {
+  const OneCallAtATime one_call = impl_->one_call("set_stream");
   impl_->stream = stream ? stream : impl_->default_stream;
 }
 int64_t EpDispatchCombineOp::capacity() const { return impl_->capacity(); }

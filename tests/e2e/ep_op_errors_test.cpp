@@ -3,10 +3,12 @@
 // comes) surface through check(), and reset() recovers.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <limits>
 #include <thread>
+#include <vector>
 
 #include "../common/errors.h"
 #include "../common/ep_harness.h"
@@ -782,6 +784,60 @@ TEST(EpOpErrors, PeerTimeoutsOutsideTheirRangeAreRefused) {
   EXPECT_EQ(config.peer_timeout_ms(), 2500);
   config.peer_timeout_s = 0.25;
   EXPECT_EQ(config.peer_timeout_ms(), 250);
+}
+
+// An op serves one call at a time: a call that overlaps another thread's on
+// the same op is refused, and the call it overlapped goes on. Rank 0's reset()
+// waits at its barrier for rank 1 while another thread of rank 0 calls
+// check(), twice; then rank 1 resets, and both ranks' next calls are right.
+TEST(EpOpErrors, ACallOverlappingAnotherThreadsCallOnTheOpIsRefused) {
+  EpCase c = smallCase();
+  c.world = 2;
+  std::atomic<bool> overlap_refused{false};
+  const std::string failures = runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
+                                                                            KernelCache& cache) {
+    EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+    Buffers b(comm.device());
+    std::string f;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    const auto before_deadline = [&] { return std::chrono::steady_clock::now() < deadline; };
+    if (rank == 0) {
+      std::string reset_failure = "reset() never ran";
+      std::thread resetting([&] {
+        // This thread's reset() may find the other thread's check() running: again, until it runs.
+        while (before_deadline()) {
+          reset_failure = thrown([&] { op.reset(); });
+          if (reset_failure.find("reset on rank 0 while another thread's check runs") == std::string::npos) return;
+        }
+      });
+      std::vector<std::string> refusals;
+      while (refusals.size() < 2 && before_deadline()) {
+        std::string message = thrown([&] { op.check(); });
+        if (!message.empty()) refusals.push_back(std::move(message));
+      }
+      overlap_refused = true;
+      resetting.join();
+      if (refusals.size() < 2) f += "check() was refused " + std::to_string(refusals.size()) + " times, not twice\n";
+      for (const std::string& refusal : refusals)
+        f += expectParts("overlapping check()", refusal,
+                         {"check on rank 0 while another thread's reset runs on the same op", "one call at a time",
+                          "give each thread its own op"});
+      if (!reset_failure.empty()) f += "the overlapped reset(): " + reset_failure + "\n";
+    } else {
+      while (!overlap_refused && before_deadline()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      op.reset();
+    }
+    const DispatchResult result = op.dispatch({b.pointers[0], DType::BF16, {2, 64}}, {b.pointers[1], DType::F32, {2, 2}},
+                                              std::nullopt, {b.pointers[2], DType::I32, {2, 2}});
+    op.combine({b.pointers[3], DType::BF16, {op.capacity(), 64}});
+    f += expectParts("after the refusals", thrown([&] { op.check(); }).empty() ? "ok" : "failed", {"ok"});
+    int32_t total = -1;
+    comm.device().copy_to_host(&total, result.total_recv.data, 4);
+    if (total != (rank == 0 ? 4 : 0)) f += "rank " + std::to_string(rank) + " received " + std::to_string(total) + "\n";
+    op.close();
+    return f;
+  });
+  EXPECT_EQ(failures, "");
 }
 
 }  // namespace

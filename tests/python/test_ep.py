@@ -216,6 +216,80 @@ def test_std_moe_and_origins_from_python(world):
     assert [r for r in results if r] == []
 
 
+def overlap_rank(rank, uid, refused, results):
+    """Rank 0: one thread's reset() waits for rank 1 at its barrier while another
+    thread of rank 0 calls check() on the same op until it is refused twice; rank 1
+    resets once that happened. Then a round trip on both ranks."""
+    try:
+        comm = epjit.Communicator.init(2, rank, uid, target="host")
+        config = epjit.EpDispatchCombineConfig(rank=rank, world_size=2, hidden_dim=HIDDEN,
+                                               max_num_inp_token_per_rank=MAX_TOKENS, num_experts_per_rank=EPR,
+                                               num_experts_per_token=TOPK)
+        with epjit.EpDispatchCombineOp(config, comm) as op:
+            if rank == 0:
+                reset_failure = ["reset() never ran"]
+
+                def reset_until_it_runs():  # it may find the check() thread's call running first
+                    for _ in range(100000):
+                        try:
+                            op.reset()
+                            reset_failure[0] = None
+                            return
+                        except epjit.Error as error:
+                            reset_failure[0] = str(error)
+                            if "reset on rank 0 while another thread's check runs" not in str(error):
+                                return
+
+                resetting = threading.Thread(target=reset_until_it_runs)
+                resetting.start()
+                refusals = []
+                for _ in range(100000):
+                    try:
+                        op.check()
+                    except epjit.Error as error:
+                        refusals.append(str(error))
+                        if len(refusals) == 2:
+                            break
+                refused.set()
+                resetting.join(timeout=60)
+                assert len(refusals) == 2, refusals
+                for refusal in refusals:
+                    assert "check on rank 0 while another thread's reset runs on the same op" in refusal, refusal
+                    assert "give each thread its own op" in refusal, refusal
+                assert reset_failure[0] is None, reset_failure[0]
+            else:
+                assert refused.wait(timeout=60)
+                op.reset()
+            x, w, idx = make_inputs(rank, 2, MAX_TOKENS - 4, "bf16", seed=31)
+            tokens_out, w_out, _, _, total = op.dispatch(x, w, None, idx)
+            op.synchronize()
+            received = int(total[0])
+            expert = op.combine_input()
+            expert[:received] = tokens_out[:received]
+            out, _ = op.combine(expert, w_out)
+            op.check()
+            want = identity_expected(x, idx, "none", None)
+            np.testing.assert_array_equal(np.asarray(out).view(np.uint8), want.view(np.uint8))
+        comm.destroy()
+        results[rank] = None
+    except Exception as error:  # reported by the test
+        results[rank] = f"rank {rank}: {type(error).__name__}: {error}"
+
+
+def test_a_call_overlapping_another_threads_call_on_the_op_is_refused():
+    """Python threads sharing one op: calls release the GIL, so two can overlap on
+    it; the later one raises epjit.Error, and the one it overlapped goes on."""
+    uid = epjit.Communicator.get_unique_id()
+    refused = threading.Event()
+    results = [None] * 2
+    threads = [threading.Thread(target=overlap_rank, args=(r, uid, refused, results)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert [r for r in results if r] == []
+
+
 def test_identity_experts_on_processes():
     context = multiprocessing.get_context("spawn")
     uid = epjit.Communicator.get_unique_id()
