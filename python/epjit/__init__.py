@@ -19,7 +19,6 @@ Outputs are views of the op's memory in the input's framework, with the payload'
 (fp8 dispatch returns the target's fp8 type).
 """
 import os
-import sys
 import weakref
 
 _library = os.path.join(os.path.dirname(__file__), "lib", "libepjit_kernel_source.so")
@@ -27,7 +26,7 @@ if os.path.exists(_library):  # the compiler provider installed with the wheel
     os.environ.setdefault("EPJIT_KERNEL_SOURCE_LIBRARY", _library)
 
 from . import _epjit  # noqa: E402
-from ._epjit import Error, Routing, git_revision, __version__  # noqa: E402,F401
+from ._epjit import Error, git_revision, __version__  # noqa: E402,F401
 from . import cache  # noqa: E402,F401
 
 try:
@@ -247,6 +246,51 @@ def _require_fp8_flavor(name, target, wanted, module):
                     f"fix: convert the input to {module}float8_{wanted}")
 
 
+class Routing:
+    """A dispatch's routing, to record into and replay: device memory of the op
+    that made it (make_routing()), or one of the op's own that
+    dispatch(return_routing=True) lends. The op records into a lent one again only
+    once no Routing lent for it is alive, which a weak reference tells (a reference
+    count would not: interpreters count differently, Python 3.14's borrowed stack
+    references one fewer)."""
+
+    __slots__ = ("_native", "__weakref__")
+
+    def __init__(self, native):
+        self._native = native
+
+    tokens = property(lambda self: self._native.tokens, doc="the recorded call's token count (-1: none yet)")
+    runs_internode_v2 = property(lambda self: self._native.runs_internode_v2,
+                                 doc="whether the recorded call ran internode v2 (its replays do too)")
+
+    def __repr__(self):
+        return f"epjit.Routing(tokens={self.tokens})"
+
+
+def _native_routing(routing, argument, optional=False):
+    if routing is None and optional:
+        return None
+    if isinstance(routing, Routing):
+        return routing._native
+    raise Error(f"{argument} is a {type(routing).__name__}, not an epjit.Routing (expected one from make_routing() "
+                "or dispatch(return_routing=True)); fix: pass the Routing itself")
+
+
+class _Listing:
+    """One of the op's own routings: its memory, the stream it is listed under, and
+    the Routing lent for it last (weakly: the op's lists must not keep it alive)."""
+
+    __slots__ = ("native", "stream", "lent")
+
+    def __init__(self, native, stream):
+        self.native, self.stream, self.lent = native, stream, None
+
+    def lend(self):
+        routing = Routing(self.native)
+        self.lent = weakref.ref(routing)
+        return routing
+
+
 class EpDispatchCombineOp:
     """Dispatch and combine bound to a communicator; kernels are built (or loaded
     from the cache) at construction, calls only launch."""
@@ -274,9 +318,9 @@ class EpDispatchCombineOp:
         # their last use: one nobody else holds is recorded into again instead of a
         # new one, since dropping a routing frees device memory, and on a GPU a
         # free waits for every stream of the device.
-        self._spares = {}  # stream -> [routing], and where the search there starts
+        self._spares = {}  # stream -> [_Listing], and where the search there starts
         self._spares_next = {}
-        self._routing_stream = {}  # id(routing) -> the stream it is listed under
+        self._listed = {}  # id(native routing) -> its _Listing
         # Routings a captured dispatch recorded into or replayed: the graph
         # writes or reads them at every replay, for as long as it lives, which
         # this op cannot see; handed to another call (another graph's included),
@@ -370,33 +414,33 @@ class EpDispatchCombineOp:
         for at in range(start, start + count):
             if at >= count:
                 at -= count
-            routing = spares[at]
-            # The list, the local and getrefcount's argument: nobody else.
-            if sys.getrefcount(routing) <= 3:
+            listing = spares[at]
+            lent = listing.lent
+            if lent is None or lent() is None:  # no Routing lent for it is alive
                 self._spares_next[stream] = at + 1 if at + 1 < count else 0
-                return routing
-        routing = self._op.make_routing()
-        spares.append(routing)
+                return listing.lend()
+        listing = _Listing(self._op.make_routing(), stream)
+        spares.append(listing)
         self._spares_next[stream] = 0  # the new one is last: the front comes next
-        self._routing_stream[id(routing)] = stream
-        return routing
+        self._listed[id(listing.native)] = listing
+        return listing.lend()
 
-    def _relist(self, routing, capturing):
+    def _relist(self, native, capturing):
         """A listed routing a call used: one a graph captured (as record= or
         routing=) leaves the lists for good (the graph replays into it); one used
         on another stream than the one it is listed under moves to this one's list,
         recorded into again only from there."""
-        listed = self._routing_stream[id(routing)]
-        if not capturing and listed == self._stream:
+        listing = self._listed[id(native)]
+        if not capturing and listing.stream == self._stream:
             return
-        self._spares[listed].remove(routing)
-        self._spares_next[listed] = 0
+        self._spares[listing.stream].remove(listing)
+        self._spares_next[listing.stream] = 0
         if capturing:
-            del self._routing_stream[id(routing)]
-            self._graph_routings.append(routing)
+            del self._listed[id(native)]
+            self._graph_routings.append(native)
             return
-        self._spares.setdefault(self._stream, []).append(routing)
-        self._routing_stream[id(routing)] = self._stream
+        self._spares.setdefault(self._stream, []).append(listing)
+        listing.stream = self._stream
 
     def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False, stream=None,
                  record=None, max_tokens_across_ranks=None, keep_call=False):
@@ -419,12 +463,13 @@ class EpDispatchCombineOp:
             record = self._routing_to_record()
         elif not return_routing:
             record = None
+        natives = (_native_routing(record, "record", optional=True), _native_routing(routing, "routing", optional=True))
         ids = self._op.dispatch(_to_native(input, self._target, self._fp8), weights,
                                 _to_native(scales, self._target, self._fp8), indices,
-                                record, routing, max_tokens_across_ranks, keep_call)
+                                *natives, max_tokens_across_ranks, keep_call)
         # Only routings in the lists (not the caller's own make_routing(), nor a
         # graph's) move, so only for them is the stream asked.
-        listed = [used for used in (record, routing) if used is not None and id(used) in self._routing_stream]
+        listed = [used for used in natives if used is not None and id(used) in self._listed]
         if listed:
             capturing = self._op.capturing()
             for used in listed:
@@ -489,7 +534,7 @@ class EpDispatchCombineOp:
         order) as rank * capacity + slot, then -1s; then the count received from this
         rank's node; then, per world rank, the tokens sent to it if it is on another
         node (internode; 0 otherwise)."""
-        return self._view(self._op.route_map(routing))
+        return self._view(self._op.route_map(_native_routing(routing, "routing")))
 
     def recorded_call(self, routing):
         """What a dispatch with return_routing and keep_call=True kept in `routing`:
@@ -497,17 +542,18 @@ class EpDispatchCombineOp:
         top-k] as passed), int32 arrays of the routing's memory on the op's device,
         valid until the routing records or loads again; copies made on the
         dispatch's stream."""
-        ids = self._op.recorded_call(routing)
+        ids = self._op.recorded_call(_native_routing(routing, "routing"))
         return self._view(ids[0]), self._view(ids[1]), self._view(ids[2])
 
     def load_routing(self, routing, map, tokens, max_tokens_across_ranks=None):
         """Makes `routing` (from make_routing()) replay `map` (route_map()'s layout, on
         the op's device) for `tokens` tokens; checked first (synchronizes).
         max_tokens_across_ranks as the recorded dispatch had it."""
-        self._op.load_routing(routing, map, int(tokens), max_tokens_across_ranks)
+        self._op.load_routing(_native_routing(routing, "routing"), map, int(tokens), max_tokens_across_ranks)
 
     def make_routing(self):
-        return self._op.make_routing()
+        """A Routing of your own to record into (record=) and replay (routing=)."""
+        return Routing(self._op.make_routing())
 
     def synchronize(self):
         self._op.synchronize()

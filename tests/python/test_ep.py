@@ -335,6 +335,12 @@ def test_bad_inputs_raise_naming_the_argument():
         op.dispatch(x, w, None, np.full((3, TOPK), -2, dtype=np.int32))
     with pytest.raises(epjit.Error, match="without a dispatch"):
         op.combine(np.zeros((op.capacity, HIDDEN), dtype=ml_dtypes.bfloat16))
+    with pytest.raises(epjit.Error, match="routing is a str, not an epjit.Routing"):
+        op.dispatch(x, w, None, idx, routing="recorded")
+    with pytest.raises(epjit.Error, match="record is a int, not an epjit.Routing"):
+        op.dispatch(x, w, None, idx, record=7, return_routing=True)
+    with pytest.raises(epjit.Error, match="routing is a NoneType, not an epjit.Routing"):
+        op.route_map(None)
     with pytest.raises(ValueError, match="dtype epjit knows"):
         epjit.EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim=8, max_num_inp_token_per_rank=1,
                                       num_experts_per_rank=1, num_experts_per_token=1, data_type="int4")
@@ -449,6 +455,12 @@ def test_calls_hand_out_the_same_arrays_over_the_same_buffers():
     comm.destroy()
 
 
+def memory_of(op, routing):
+    """Where a recorded routing's memory is: the op's same routing whatever
+    Routing object lends it."""
+    return op.route_map(routing).__array_interface__["data"][0]
+
+
 def test_a_dropped_returned_routing_is_recorded_into_again():
     """dispatch(return_routing=True) without record= hands out a routing; once the
     caller drops it the next such call records into it again (no device free, which
@@ -474,14 +486,14 @@ def test_a_dropped_returned_routing_is_recorded_into_again():
     with op:
         x1, w1, idx1 = make_inputs(0, 1, 7, "bf16", seed=21)
         first = round_trip(x1, w1, idx1)
-        first_id = id(first)
-        del first  # the op keeps it: its id stays its own
+        first_at = memory_of(op, first)
+        del first  # the op keeps its memory
         x2, w2, idx2 = make_inputs(0, 1, 8, "bf16", seed=22)
         second = round_trip(x2, w2, idx2)
-        assert id(second) == first_id and second.tokens == 8
+        assert memory_of(op, second) == first_at and second.tokens == 8
         x3, w3, idx3 = make_inputs(0, 1, 4, "bf16", seed=23)
         third = round_trip(x3, w3, idx3)  # `second` is held: a new one
-        assert id(third) != first_id and third.tokens == 4
+        assert memory_of(op, third) != first_at and third.tokens == 4
         # Replays with new payloads, each of its own recorded routing.
         x2b = (x2.astype(np.float32) * 0.5).astype(ml_dtypes.bfloat16)
         round_trip(x2b, w2, idx2, routing=second)
@@ -493,9 +505,9 @@ def test_a_dropped_returned_routing_is_recorded_into_again():
         made = set()
         for step in range(3):
             held = [round_trip(*layer) for layer in layers]
-            assert len({id(routing) for routing in held}) == len(layers)
+            assert len({memory_of(op, routing) for routing in held}) == len(layers)
             assert [routing.tokens for routing in held] == [3 + layer for layer in range(5)]
-            made |= {id(routing) for routing in held}
+            made |= {memory_of(op, routing) for routing in held}
             del held
         assert len(made) == len(layers)
     comm.destroy()
@@ -533,21 +545,21 @@ def test_a_routing_a_graph_captured_is_never_handed_to_another_call():
 
     with op:
         replayed = call(return_routing=True)
-        graphs = {id(replayed)}
+        graphs = {memory_of(op, replayed)}
         switch.now = True
         call(routing=replayed)
         del replayed
         for _ in range(2):  # two captures, each dropping its routing after
             captured = call(return_routing=True)
-            assert id(captured) not in graphs
-            graphs.add(id(captured))
+            assert memory_of(op, captured) not in graphs
+            graphs.add(memory_of(op, captured))
             del captured
         switch.now = False
         eager = call(return_routing=True)
-        assert id(eager) not in graphs
-        eager_id = id(eager)
+        assert memory_of(op, eager) not in graphs
+        eager_at = memory_of(op, eager)
         del eager
-        assert id(call(return_routing=True)) == eager_id  # an eager one nobody holds is recorded into again
+        assert memory_of(op, call(return_routing=True)) == eager_at  # an eager one nobody holds is recorded into again
         op.synchronize()
     comm.destroy()
 

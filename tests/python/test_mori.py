@@ -315,18 +315,18 @@ def body(world, rank, uid_bytes, seed, checks):
             with EpDispatchCombineOp(make_cfg(world, rank), comm) as ops2:
                 xs, ws, ids = rank_inputs(world, rank, 11, seed + 7)
                 first = round_trip(ops2, xs, ws, ids)[4]
-                first_routing = id(first._routing)  # the op keeps it: its id stays its own
+                first_routing = ops2._op.route_map(first._routing).data_ptr()  # the op keeps its memory
                 del first
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
                     on_side = round_trip(ops2, xs, ws, ids)[4]
-                checks.expect(id(on_side._routing) != first_routing,
+                checks.expect(ops2._op.route_map(on_side._routing).data_ptr() != first_routing,
                               "a routing dropped on one stream was recorded into from another")
                 del on_side
                 torch.cuda.current_stream().wait_stream(side)
                 again = round_trip(ops2, xs, ws, ids)[4]
-                checks.expect(id(again._routing) == first_routing,
+                checks.expect(ops2._op.route_map(again._routing).data_ptr() == first_routing,
                               "a routing dropped on this stream was not recorded into again")
                 del again
         # Left to the garbage collector after the communicator's block (MORI's examples do).
