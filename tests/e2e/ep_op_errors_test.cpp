@@ -562,6 +562,22 @@ std::string afterAnOverflow(Body&& body) {
   });
 }
 
+// On world 2, after a reset(): two tokens of each rank whose indices (the
+// buffers' first four) all name rank 0's experts, dispatched and combined;
+// "" when check() is clean and rank 0 received the four.
+std::string twoTokensEachToRankZero(EpDispatchCombineOp& op, Communicator& comm, Buffers& b, int rank,
+                                    const std::string& what) {
+  const DispatchResult result = op.dispatch({b.pointers[0], DType::BF16, {2, 64}}, {b.pointers[1], DType::F32, {2, 2}},
+                                            std::nullopt, {b.pointers[2], DType::I32, {2, 2}});
+  op.combine({b.pointers[3], DType::BF16, {op.capacity(), 64}});
+  std::string f = expectParts(what, thrown([&] { op.check(); }).empty() ? "ok" : "failed", {"ok"});
+  int32_t total = -1;
+  comm.device().copy_to_host(&total, result.total_recv.data, 4);
+  if (total != (rank == 0 ? 4 : 0))
+    f += what + ": rank " + std::to_string(rank) + " received " + std::to_string(total) + "\n";
+  return f;
+}
+
 // Dispatch on world 2 with every token of both ranks routed to rank 0 and a
 // receive capacity of 5: the senders report the overflow, reset() recovers,
 // and the next calls are right again.
@@ -574,13 +590,7 @@ TEST(EpOpErrors, CapacityOverflowIsReportedAndResetRecovers) {
     if (reports[0][0] + reports[1][0] == 0) f += "no rank reported the overflow\n";
     if (!message.empty()) f += expectParts("overflow", message, {"receive capacity of 5", "max_total_recv_tokens"});
     op.reset();
-    const DispatchResult result = op.dispatch({b.pointers[0], DType::BF16, {2, 64}}, {b.pointers[1], DType::F32, {2, 2}},
-                                              std::nullopt, {b.pointers[2], DType::I32, {2, 2}});
-    op.combine({b.pointers[3], DType::BF16, {5, 64}});
-    f += expectParts("after reset", thrown([&] { op.check(); }).empty() ? "ok" : "failed", {"ok"});
-    int32_t total = -1;
-    comm.device().copy_to_host(&total, result.total_recv.data, 4);
-    if (total != (rank == 0 ? 4 : 0)) f += "after reset rank " + std::to_string(rank) + " received " + std::to_string(total) + "\n";
+    f += twoTokensEachToRankZero(op, comm, b, rank, "after reset");
     op.close();
     return f;
   });
@@ -827,13 +837,7 @@ TEST(EpOpErrors, ACallOverlappingAnotherThreadsCallOnTheOpIsRefused) {
       while (!overlap_refused && before_deadline()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       op.reset();
     }
-    const DispatchResult result = op.dispatch({b.pointers[0], DType::BF16, {2, 64}}, {b.pointers[1], DType::F32, {2, 2}},
-                                              std::nullopt, {b.pointers[2], DType::I32, {2, 2}});
-    op.combine({b.pointers[3], DType::BF16, {op.capacity(), 64}});
-    f += expectParts("after the refusals", thrown([&] { op.check(); }).empty() ? "ok" : "failed", {"ok"});
-    int32_t total = -1;
-    comm.device().copy_to_host(&total, result.total_recv.data, 4);
-    if (total != (rank == 0 ? 4 : 0)) f += "rank " + std::to_string(rank) + " received " + std::to_string(total) + "\n";
+    f += twoTokensEachToRankZero(op, comm, b, rank, "after the refusals");
     op.close();
     return f;
   });

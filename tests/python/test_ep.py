@@ -216,6 +216,21 @@ def test_std_moe_and_origins_from_python(world):
     assert [r for r in results if r] == []
 
 
+def identity_round_trip(op, x, w, idx, **dispatch_options):
+    """dispatch, identity experts written into combine_input(), combine; asserts each
+    token comes back as U copies of x (bf16, no quant). Returns dispatch's result."""
+    result = op.dispatch(x, w, None, idx, **dispatch_options)
+    op.synchronize()
+    received = int(result[4][0])
+    expert = op.combine_input()
+    expert[:received] = result[0][:received]
+    out, _ = op.combine(expert, result[1])
+    op.synchronize()
+    want = identity_expected(x, idx, "none", None)
+    np.testing.assert_array_equal(np.asarray(out).view(np.uint8), want.view(np.uint8))
+    return result
+
+
 def overlap_rank(rank, uid, refused, results):
     """Rank 0: one thread's reset() waits for rank 1 at its barrier while another
     thread of rank 0 calls check() on the same op until it is refused twice; rank 1
@@ -260,16 +275,8 @@ def overlap_rank(rank, uid, refused, results):
             else:
                 assert refused.wait(timeout=60)
                 op.reset()
-            x, w, idx = make_inputs(rank, 2, MAX_TOKENS - 4, "bf16", seed=31)
-            tokens_out, w_out, _, _, total = op.dispatch(x, w, None, idx)
-            op.synchronize()
-            received = int(total[0])
-            expert = op.combine_input()
-            expert[:received] = tokens_out[:received]
-            out, _ = op.combine(expert, w_out)
+            identity_round_trip(op, *make_inputs(rank, 2, MAX_TOKENS - 4, "bf16", seed=31))
             op.check()
-            want = identity_expected(x, idx, "none", None)
-            np.testing.assert_array_equal(np.asarray(out).view(np.uint8), want.view(np.uint8))
         comm.destroy()
         results[rank] = None
     except Exception as error:  # reported by the test
@@ -470,17 +477,8 @@ def test_a_dropped_returned_routing_is_recorded_into_again():
 
     def round_trip(x, w, idx, routing=None):
         if routing is None:
-            tokens, w_out, _, _, total, routing = op.dispatch(x, w, None, idx, return_routing=True)
-        else:
-            tokens, w_out, _, _, total = op.dispatch(x, w, None, idx, routing=routing)
-        op.synchronize()
-        received = int(total[0])
-        expert = op.combine_input()
-        expert[:received] = tokens[:received]
-        out, _ = op.combine(expert, w_out)
-        op.synchronize()
-        np.testing.assert_array_equal(np.asarray(out).view(np.uint8),
-                                      identity_expected(x, idx, "none", None).view(np.uint8))
+            return identity_round_trip(op, x, w, idx, return_routing=True)[-1]
+        identity_round_trip(op, x, w, idx, routing=routing)
         return routing
 
     with op:
