@@ -32,48 +32,24 @@ func.func private @destination_ordinal(%indices: !ep.ptr<i32>, %row: index, %des
   return %ordinal : index
 }
 
-// A warp's share of a token's row when `warps` warps split it: words
-// [warp * share, warp * share + count), where share is 4 words times
-// row_share_chunks (whole 16-byte chunks: the caller's product, so the
-// lowering sees the multiple of 4) and count clips the last share at the
-// row's end (none past it).
-func.func private @row_share_chunks(%warps: index) -> index {
-  %c1 = arith.constant 1 : index
-  %c3 = arith.constant 3 : index
-  %c4 = arith.constant 4 : index
-  %token_words = ep.param_value @token_words : index
-  %share = arith.addi %token_words, %warps : index
-  %share_1 = arith.subi %share, %c1 : index
-  %words_per_warp = arith.divui %share_1, %warps : index
-  %chunk_span = arith.addi %words_per_warp, %c3 : index
-  %piece_chunks = arith.divui %chunk_span, %c4 : index
-  return %piece_chunks : index
-}
-func.func private @row_share_count(%piece_at: index, %piece_words: index) -> index {
-  %c0 = arith.constant 0 : index
-  %token_words = ep.param_value @token_words : index
-  %piece_end = arith.addi %piece_at, %piece_words : index
-  %past_row = arith.cmpi ugt, %piece_end, %token_words : index
-  %clipped_end = arith.select %past_row, %token_words, %piece_end : index
-  %has_piece = arith.cmpi ult, %piece_at, %token_words : index
-  %clipped_count = arith.subi %clipped_end, %piece_at : index
-  %piece_count = arith.select %has_piece, %clipped_count, %c0 : index
-  return %piece_count : index
-}
-
-// What goes with a token's row to slot `slot` on rank `dest`, sent by one
-// warp: its weights, indices and scales, and its origin with destination
-// number `ordinal`.
-func.func private @send_token_extras(%weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>, %indices: !ep.ptr<i32>,
-                                     %token: index, %dest: index, %slot: index, %ordinal: index, %rank: index,
-                                     %w: !ep.window) {
+// One warp sends token `token` to slot `slot` on rank `dest`, its
+// destination number `ordinal`: the row, its weights, indices and scales,
+// and its origin.
+func.func private @send_token(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
+                              %indices: !ep.ptr<i32>, %token: index, %dest: index, %slot: index,
+                              %ordinal: index, %rank: index, %w: !ep.window) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
+  %token_words = ep.param_value @token_words : index
   %scale_bytes = ep.param_value @scale_bytes : index
   %topk = ep.param_value @topk : index
   %max_tokens = ep.param_value @max_tokens : index
   %row = arith.muli %token, %topk : index
+  %words_at = arith.muli %token, %token_words : index
+  %recv_words = arith.muli %slot, %token_words : index
+  %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%recv_words] : !ep.ptr<i32>
+  ep.warp.copy_row %input[%words_at], %to_tokens[%c0], %token_words : !ep.ptr<i32> -> !ep.ptr<i32>
   %recv_row = arith.muli %slot, %topk : index
   %to_weights = ep.peer_ptr %w[%dest] @recv_weights[%recv_row] : !ep.ptr<f32>
   ep.warp.copy_row %weights[%row], %to_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
@@ -93,22 +69,6 @@ func.func private @send_token_extras(%weights: !ep.ptr<f32>, %scales: !ep.ptr<i8
   %ordinal_i32 = arith.index_cast %ordinal : index to i32
   ep.store %origin, %to_origin[%c0] : !ep.ptr<i32>
   ep.store %ordinal_i32, %to_origin[%c1] : !ep.ptr<i32>
-  return
-}
-
-// One warp sends token `token` to slot `slot` on rank `dest`, its
-// destination number `ordinal`: the row, then what goes with it.
-func.func private @send_token(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
-                              %indices: !ep.ptr<i32>, %token: index, %dest: index, %slot: index,
-                              %ordinal: index, %rank: index, %w: !ep.window) {
-  %c0 = arith.constant 0 : index
-  %token_words = ep.param_value @token_words : index
-  %words_at = arith.muli %token, %token_words : index
-  %recv_words = arith.muli %slot, %token_words : index
-  %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%recv_words] : !ep.ptr<i32>
-  ep.warp.copy_row %input[%words_at], %to_tokens[%c0], %token_words : !ep.ptr<i32> -> !ep.ptr<i32>
-  func.call @send_token_extras(%weights, %scales, %indices, %token, %dest, %slot, %ordinal, %rank, %w)
-      : (!ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, index, index, index, index, index, !ep.window) -> ()
   return
 }
 
@@ -183,14 +143,12 @@ func.func private @check_token(%indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %to
   return
 }
 
-// Sends top-k entry `entry` (token entry / topk, its entry entry % topk;
-// its expert `expert_i32`, read by the caller) when it is the first to name
-// its rank: one remote atomic for the slot, the route written, then the
-// token (`sends_token` false: the slot only). The token's first entry also
-// checks the token.
+// Sends top-k entry `entry` (token entry / topk, its entry entry % topk)
+// when it is the first to name its rank: one remote atomic for the slot,
+// then the copy. The token's first entry also checks the token.
 func.func private @send_entry(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
-                              %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %entry: index, %expert_i32: i32,
-                              %rank: index, %replaying: i1, %forwarding: i1, %sends_token: i1, %w: !ep.window) {
+                              %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %entry: index, %rank: index,
+                              %replaying: i1, %forwarding: i1, %w: !ep.window) {
   %c0 = arith.constant 0 : index
   %zero = arith.constant 0 : i64
   %one = arith.constant 1 : i32
@@ -207,7 +165,7 @@ func.func private @send_entry(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %sca
         : (!ep.ptr<i32>, !ep.ptr<i32>, index, !ep.window, index, i1) -> ()
   }
   %at = arith.addi %row, %j : index
-  %bit = func.call @rank_bit_of(%expert_i32, %rank, %forwarding) : (i32, index, i1) -> i64
+  %bit = func.call @rank_bit(%indices, %at, %rank, %forwarding) : (!ep.ptr<i32>, index, index, i1) -> i64
   %earlier = func.call @ranks_before(%indices, %row, %j, %rank, %forwarding)
       : (!ep.ptr<i32>, index, index, index, i1) -> i64
   %known = arith.andi %earlier, %bit : i64
@@ -216,6 +174,7 @@ func.func private @send_entry(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %sca
   %opens = arith.andi %is_new, %is_valid : i1
   scf.if %opens {
     %n = func.call @rank_count(%earlier) : (i64) -> index
+    %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
     %expert = arith.index_cast %expert_i32 : i32 to index
     %owner = arith.divui %expert, %epr : index
     %dest = func.call @send_target(%rank, %owner, %forwarding) : (index, index, i1) -> index
@@ -231,114 +190,11 @@ func.func private @send_entry(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %sca
     %slot = func.call @record_slot(%route, %route_at, %dest, %taken, %replaying, %w, %rank)
         : (!ep.ptr<i32>, index, index, i32, i1, !ep.window, index) -> index
     %fits = arith.cmpi ult, %slot, %capacity : index
-    %sends = arith.andi %fits, %sends_token : i1
-    scf.if %sends {
+    scf.if %fits {
       %ordinal = func.call @destination_ordinal(%indices, %row, %dest, %n, %rank, %forwarding)
           : (!ep.ptr<i32>, index, index, index, index, i1) -> index
       func.call @send_token(%input, %weights, %scales, %indices, %token, %dest, %slot, %ordinal, %rank, %w)
           : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, index, index, index, index, index, !ep.window) -> ()
-    }
-  }
-  return
-}
-
-// Dispatch of a small call (no more tokens than blocks, no more top-k
-// entries than a block's warps): block b sends token b, its row split over
-// the block's warps. Each warp loads its share of the row first; meanwhile
-// warp j reserves the slot of the token's entry j if that entry sends (the
-// token's remote atomics in flight at once; its expert, `expert_i32`, read
-// by ep_dispatch with the state words). After the block's barrier each warp
-// stores its share to the token's first rank from registers, then to its
-// other ranks (EP2 and up) from the cache, and warp k sends what goes with
-// the row to the k-th: the row crosses in one round of loads, issued before the
-// atomics, however few ranks the token names (a warp copying a whole row
-// alone takes several rounds, after its atomic).
-func.func private @send_tokens_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
-                                        %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index,
-                                        %rank: index, %replaying: i1, %forwarding: i1, %expert_i32: i32,
-                                        %w: !ep.window) {
-  %c1 = arith.constant 1 : index
-  %c4 = arith.constant 4 : index
-  %zero = arith.constant 0 : i32
-  %false = arith.constant false
-  %topk = ep.param_value @topk : index
-  %token_words = ep.param_value @token_words : index
-  %capacity = ep.param_value @capacity : index
-  %capacity_i32 = arith.index_cast %capacity : index to i32
-  %token = ep.block_index : index
-  %blocks = ep.block_count : index
-  %warp = ep.warp_index : index
-  %all_warps = ep.global_warp_count : index
-  %warps = arith.divui %all_warps, %blocks : index
-  %has_token = arith.cmpi ult, %token, %tokens : index
-  scf.if %has_token {
-    %row = arith.muli %token, %topk : index
-    %has_entry = arith.cmpi ult, %warp, %topk : index
-    %piece_chunks = func.call @row_share_chunks(%warps) : (index) -> index
-    %piece_words = arith.muli %piece_chunks, %c4 : index
-    %piece_at = arith.muli %warp, %piece_words : index
-    %piece_count = func.call @row_share_count(%piece_at, %piece_words) : (index, index) -> index
-    %words_at = arith.muli %token, %token_words : index
-    %from_words = arith.addi %words_at, %piece_at : index
-    // The route names the token's k-th distinct rank as rank * capacity +
-    // slot, or -1: none, or its slot did not fit.
-    ep.warp.copy_row_around %input[%from_words], %piece_count : !ep.ptr<i32> {
-      scf.if %has_entry {
-        %entry = arith.addi %row, %warp : index
-        func.call @send_entry(%input, %weights, %scales, %indices, %route, %entry, %expert_i32, %rank, %replaying,
-                              %forwarding, %false, %w)
-            : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, i32, index, i1, i1, i1,
-               !ep.window) -> ()
-      }
-      ep.block_barrier
-      %recorded = ep.load %route[%row] : !ep.ptr<i32>
-      %live = arith.cmpi sge, %recorded, %zero : i32
-      %kept = arith.select %live, %recorded, %zero : i32
-      %dest_i32 = arith.divsi %kept, %capacity_i32 : i32
-      %slot_i32 = arith.remsi %kept, %capacity_i32 : i32
-      %dest = arith.index_cast %dest_i32 : i32 to index
-      %slot = arith.index_cast %slot_i32 : i32 to index
-      %recv_words = arith.muli %slot, %token_words : index
-      %to_words = arith.addi %recv_words, %piece_at : index
-      %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%to_words] : !ep.ptr<i32>
-      ep.copy_to %live, %to_tokens : !ep.ptr<i32>
-    }
-    %several = arith.cmpi ugt, %topk, %c1 : index
-    scf.if %several {
-      %others = arith.subi %topk, %c1 : index
-      ep.warp.fanout_row %input[%from_words], %piece_count, destinations(%others) : !ep.ptr<i32> {
-      ^bb0(%k: index):
-        %route_at = arith.addi %row, %k : index
-        %other_at = arith.addi %route_at, %c1 : index
-        %recorded = ep.load %route[%other_at] : !ep.ptr<i32>
-        %live = arith.cmpi sge, %recorded, %zero : i32
-        %kept = arith.select %live, %recorded, %zero : i32
-        %dest_i32 = arith.divsi %kept, %capacity_i32 : i32
-        %slot_i32 = arith.remsi %kept, %capacity_i32 : i32
-        %dest = arith.index_cast %dest_i32 : i32 to index
-        %slot = arith.index_cast %slot_i32 : i32 to index
-        %recv_words = arith.muli %slot, %token_words : index
-        %to_words = arith.addi %recv_words, %piece_at : index
-        %to_tokens = ep.peer_ptr %w[%dest] @recv_tokens[%to_words] : !ep.ptr<i32>
-        ep.destination %live, %to_tokens : !ep.ptr<i32>
-      }
-    }
-    // What goes with the row to the token's k-th rank: warp k, after the
-    // barrier, in parallel with the other ranks'.
-    scf.if %has_entry {
-      %route_at = arith.addi %row, %warp : index
-      %recorded = ep.load %route[%route_at] : !ep.ptr<i32>
-      %sent = arith.cmpi sge, %recorded, %zero : i32
-      scf.if %sent {
-        %dest_i32 = arith.divsi %recorded, %capacity_i32 : i32
-        %slot_i32 = arith.remsi %recorded, %capacity_i32 : i32
-        %dest = arith.index_cast %dest_i32 : i32 to index
-        %slot = arith.index_cast %slot_i32 : i32 to index
-        %ordinal = func.call @destination_ordinal(%indices, %row, %dest, %warp, %rank, %forwarding)
-            : (!ep.ptr<i32>, index, index, index, index, i1) -> index
-        func.call @send_token_extras(%weights, %scales, %indices, %token, %dest, %slot, %ordinal, %rank, %w)
-            : (!ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, index, index, index, index, index, !ep.window) -> ()
-      }
     }
   }
   return
@@ -475,10 +331,21 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
   %copies_weights = arith.cmpi eq, %warp, %weights_warp : index
   %copies_indices = arith.cmpi eq, %warp, %indices_warp : index
   %copies_scales = arith.cmpi eq, %warp, %scales_warp : index
-  %piece_chunks = func.call @row_share_chunks(%warps) : (index) -> index
+  // This warp's share of a row: [piece_at, piece_at + piece_count) words, a
+  // whole number of 16-byte chunks except at the row's end.
+  %share = arith.addi %token_words, %warps : index
+  %share_1 = arith.subi %share, %c1 : index
+  %words_per_warp = arith.divui %share_1, %warps : index
+  %chunk_span = arith.addi %words_per_warp, %c3 : index
+  %piece_chunks = arith.divui %chunk_span, %c4 : index
   %piece_words = arith.muli %piece_chunks, %c4 : index
   %piece_at = arith.muli %warp, %piece_words : index
-  %piece_count = func.call @row_share_count(%piece_at, %piece_words) : (index, index) -> index
+  %piece_end = arith.addi %piece_at, %piece_words : index
+  %past_row = arith.cmpi ugt, %piece_end, %token_words : index
+  %clipped_end = arith.select %past_row, %token_words, %piece_end : index
+  %has_piece = arith.cmpi ult, %piece_at, %token_words : index
+  %clipped_count = arith.subi %clipped_end, %piece_at : index
+  %piece_count = arith.select %has_piece, %clipped_count, %c0 : index
 
   scf.if %has_entry {
     %token = arith.divui %block, %topk : index
@@ -665,38 +532,19 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
   // A tiny call (no more top-k entries than blocks) gives each entry a whole
   // block: one warp takes the slot, then every warp copies its share of the
-  // row, so the row crosses in one round of loads. A small one (no more
-  // tokens than blocks, a warp per top-k entry) gives each token a block,
-  // warp j its entry j. The warp's expert is read here, in flight with the
-  // state words (it reads the caller's indices, nothing a peer writes); the
-  // token's other indices share its line, so the entry's checks then read
-  // them from the cache.
+  // row, so the row crosses in one round of loads. The block's expert is
+  // read here, in flight with the state words (it reads the caller's
+  // indices, nothing a peer writes); the token's other indices share its
+  // line, so the entry's checks then read them from the cache.
   %topk = ep.param_value @topk : index
   %entries = arith.muli %tokens, %topk : index
   %blocks = ep.block_count : index
-  %all_warps = ep.global_warp_count : index
-  %warps_per_block = arith.divui %all_warps, %blocks : index
   %by_block = arith.cmpi ule, %entries, %blocks : index
-  %tokens_fit = arith.cmpi ule, %tokens, %blocks : index
-  %entries_fit = arith.cmpi ule, %topk, %warps_per_block : index
-  %fits_by_token = arith.andi %tokens_fit, %entries_fit : i1
-  %true = arith.constant true
-  %not_by_block = arith.xori %by_block, %true : i1
-  %by_token_block = arith.andi %fits_by_token, %not_by_block : i1
   %block = ep.block_index : index
-  %warp_in_block = ep.warp_index : index
   %has_entry = arith.cmpi ult, %block, %entries : index
-  %block_entry = arith.andi %by_block, %has_entry : i1
-  %has_token = arith.cmpi ult, %block, %tokens : index
-  %warp_has_entry = arith.cmpi ult, %warp_in_block, %topk : index
-  %token_entry = arith.andi %has_token, %warp_has_entry : i1
-  %warp_entry = arith.andi %by_token_block, %token_entry : i1
-  %reads_entry = arith.ori %block_entry, %warp_entry : i1
-  %token_row = arith.muli %block, %topk : index
-  %token_entry_at = arith.addi %token_row, %warp_in_block : index
-  %entry_at = arith.select %by_block, %block, %token_entry_at : index
+  %reads_entry = arith.andi %by_block, %has_entry : i1
   %early_expert = scf.if %reads_entry -> (i32) {
-    %expert = ep.load %indices[%entry_at] : !ep.ptr<i32>
+    %expert = ep.load %indices[%block] : !ep.ptr<i32>
     scf.yield %expert : i32
   } else {
     %none = ep.constant_value @expert_none : i32
@@ -722,33 +570,23 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
                                        %forwarding, %early_expert, %w)
           : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, i1, index, i1, i1, i32, !ep.window) -> ()
     } else {
-      // A small call by token (above). Else at most two top-k entries per
-      // warp: one entry per work item, so a small call's copies to different
-      // ranks run on different warps and its latency is one slot reservation
-      // and one row copy. More: whole tokens per warp, with the warp's slots
-      // on each destination reserved at once.
+      // At most two top-k entries per warp: one entry per work item, so a
+      // small call's copies to different ranks run on different warps and
+      // its latency is one slot reservation and one row copy. More: whole
+      // tokens per warp, with the warp's slots on each destination reserved
+      // at once.
       %first = ep.global_warp_index : index
       %stride = ep.global_warp_count : index
       %two_per_warp = arith.muli %stride, %c2 : index
       %split = arith.cmpi ule, %entries, %two_per_warp : index
-      scf.if %by_token_block {
-        func.call @send_tokens_by_block(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying,
-                                        %forwarding, %early_expert, %w)
-            : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, i1, i32,
-               !ep.window) -> ()
-      } else {
-        scf.if %split {
-          scf.for %entry = %first to %entries step %stride {
-            %expert_i32 = ep.load %indices[%entry] : !ep.ptr<i32>
-            func.call @send_entry(%input, %weights, %scales, %indices, %route, %entry, %expert_i32, %rank, %replaying,
-                                  %forwarding, %true, %w)
-                : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, i32, index, i1, i1, i1,
-                   !ep.window) -> ()
-          }
-        } else {
-          func.call @send_tokens_reserved(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying, %forwarding, %w)
+      scf.if %split {
+        scf.for %entry = %first to %entries step %stride {
+          func.call @send_entry(%input, %weights, %scales, %indices, %route, %entry, %rank, %replaying, %forwarding, %w)
               : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, i1, !ep.window) -> ()
         }
+      } else {
+        func.call @send_tokens_reserved(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying, %forwarding, %w)
+            : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, i1, !ep.window) -> ()
       }
     }
 
@@ -778,7 +616,10 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
         %rows = arith.index_cast %kept : i32 to index
         %words = arith.muli %rows, %c2 : index
         %origins = ep.peer_ptr %w[%rank] @recv_origin[%c0] : !ep.ptr<i32>
-        func.call @copy_words_in_runs(%origins, %kept_origins, %words, %warp_in_block, %warps_per_block)
+        %warp = ep.warp_index : index
+        %all_warps = ep.global_warp_count : index
+        %warps = arith.divui %all_warps, %blocks : index
+        func.call @copy_words_in_runs(%origins, %kept_origins, %words, %warp, %warps)
             : (!ep.ptr<i32>, !ep.ptr<i32>, index, index, index) -> ()
       }
     }

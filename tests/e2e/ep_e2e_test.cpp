@@ -93,21 +93,6 @@ std::vector<EpCase> matrix() {
   add({.name = "tiny_by_block_skewed_top8_w2_processes", .ranks = Ranks::Processes, .hidden = 7168, .topk = 8,
        .experts_per_rank = 8, .max_tokens = 9, .routing = RoutingKind::Skewed, .calls = {1, 2, 9, 1},
        .dispatch_blocks = 16, .warps_per_block = 2});
-  // Small calls sent a block per token (no more tokens than blocks, a warp
-  // per top-k entry): each entry's warp takes its rank's slot, then every
-  // warp copies its share of the row to each of the token's ranks (4 warps:
-  // 128 + 128 + 128 + 116 words of a 500-word row; 5 warps of a 160-word
-  // row: 32 each). One-token calls still go by entry.
-  add({.name = "token_by_block_w3", .world = 3, .hidden = 1000, .calls = {5, 12, 1, 9, 0, 12},
-       .dispatch_blocks = 12, .warps_per_block = 4});
-  add({.name = "token_by_block_replay_masked_blockwise_gfx950_w2", .target = "host-gfx950", .hidden = 1000,
-       .mode = scatter, .quant = QuantType::Fp8Blockwise, .routing = RoutingKind::Masked, .calls = {5, 12, 9},
-       .replay = true, .dispatch_blocks = 12, .warps_per_block = 3});
-  add({.name = "token_by_block_repeats_top4_w4_processes", .world = 4, .ranks = Ranks::Processes, .topk = 4,
-       .routing = RoutingKind::Repeats, .calls = {16, 7, 16, 0}, .dispatch_blocks = 16, .warps_per_block = 5});
-  add({.name = "token_by_block_fp8_scales_gfx942_w2", .target = "host-gfx942", .data_type = FP8, .scale_dim = 5,
-       .scale_type_size = 4, .routing = RoutingKind::Skewed, .calls = {7, 2, 7}, .dispatch_blocks = 8,
-       .warps_per_block = 4});
   // Scatter's stage 1 and the sums over (row, piece) items, gather's staging
   // of a caller's buffer block by block: a hidden of 1000
   // (8 blocks of 128, the last one partial) on 15 warps takes up to 4 pieces
@@ -183,9 +168,6 @@ std::vector<EpCase> matrix() {
              .mode = scatter, .gpu_per_node = 2});
   internode({.name = "fp4_gfx1250_w3_g1", .target = "host-gfx1250", .world = 3, .data_type = FP4,
              .gpu_per_node = 1});
-  // A block per token while forwarding: the route names rail peers.
-  internode({.name = "token_by_block_w4_g2", .world = 4, .calls = {8, 3, 8}, .replay = true, .gpu_per_node = 2,
-             .dispatch_blocks = 8, .warps_per_block = 4});
   internode({.name = "local_no_tokens_w4_g2", .world = 4, .routing = RoutingKind::Local, .calls = {0, 5, 0},
              .gpu_per_node = 2});
   internode({.name = "skewed_top8_w4_g2", .world = 4, .hidden = 200, .topk = 8, .experts_per_rank = 8,
