@@ -133,6 +133,8 @@ fi
 git describe --always --dirty --abbrev=12 > "$out/revision"
 # The meeting microbenchmark (MEETING=1 in run.sh): built there with the host's nvcc.
 cp benchmarks/gpu/meeting_latency.cu "$out/"
+# The bulk-copy probe (BULK=1 in run.sh): built there with the host's nvcc.
+cp benchmarks/gpu/bulk_copy_probe.cu "$out/"
 cat > "$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # On the GPU machine: import the warmed kernels, then run the GPU tests with
@@ -250,6 +252,14 @@ fi
 if [[ ${MEETING:-0} == 1 ]]; then
   nvcc -O3 -arch=sm_90 -o meeting_latency meeting_latency.cu || exit 1
   for pass in 1 2; do ./meeting_latency | tee "$logs/meeting-$pass.txt"; done
+  exit 0
+fi
+# BULK=1: dispatch's row copies as the templates do them against Hopper's
+# bulk copy engine, into this GPU and, with two GPUs, into GPU 1 over NVLink
+# (benchmarks/gpu/bulk_copy_probe.cu), twice; then stop.
+if [[ ${BULK:-0} == 1 ]]; then
+  nvcc -O3 -arch=sm_90 -o bulk_copy_probe bulk_copy_probe.cu || exit 1
+  for pass in 1 2; do ./bulk_copy_probe | tee "$logs/bulk-$pass.txt"; done
   exit 0
 fi
 # The Python module for this host's Python, from the sources in $1, built in
