@@ -132,7 +132,7 @@ fi
 # names another commit).
 git describe --always --dirty --abbrev=12 > "$out/revision"
 # The meeting microbenchmark (MEETING=1 in run.sh): built there with the host's nvcc.
-cp benchmarks/gpu/meeting_latency.cu "$out/"
+cp benchmarks/gpu/meeting_latency.cu benchmarks/gpu/cuda_check.h "$out/"
 # The bulk-copy probe (BULK=1 in run.sh): built there with the host's nvcc.
 cp benchmarks/gpu/bulk_copy_probe.cu "$out/"
 cat > "$out/run.sh" <<'RUN'

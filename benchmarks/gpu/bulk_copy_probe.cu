@@ -21,6 +21,8 @@
 // Results and their record: docs/BENCHMARKS.md.
 #include <cuda_runtime.h>
 
+#include "cuda_check.h"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -28,14 +30,6 @@
 #include <type_traits>
 #include <vector>
 
-#define CHECK(x)                                                                             \
-  do {                                                                                       \
-    cudaError_t e = (x);                                                                     \
-    if (e != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
 
 struct alignas(16) Vec16 {
   uint32_t w[4];

@@ -9,19 +9,13 @@
 // Results and their record: docs/BENCHMARKS.md.
 #include <cuda_runtime.h>
 
+#include "cuda_check.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e = (x);                                                                  \
-    if (e != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 __device__ __forceinline__ unsigned long long now() {
   unsigned long long t;
