@@ -18,8 +18,9 @@ constexpr ScheduleRow kWave32Schedule[] = {{128, 32, 16, 32, 16}, {1024, 64, 16,
 // took 13.5-13.9 us at every geometry tried. Up to 32 tokens, 256 dispatch
 // blocks of 4 warps: a block per top-k entry at top-8 (a tiny dispatch: the
 // row split over the block's warps, loaded across the slot atomic), which on
-// 1 x H200 (EP1, ncu) took 32 tokens from 7.26 to 6.43 us and left 16
-// tokens at 6.34; 4 warps still load a 14336-byte row in one round.
+// 1 x H200 (EP1, ncu) took 32 tokens from 7.27 to 6.40 us and left 16 tokens
+// at 6.3 (264 blocks of 8 warps: 7.00 at 32, 6.8 at 16); 4 warps still load
+// a 14336-byte row in one round.
 constexpr ScheduleRow kSm90Schedule[] = {{32, 256, 4, 128, 16}, {128, 128, 8, 128, 16}, {0, 128, 16, 128, 16}};
 // The host runs a warp per CPU thread: a few of them per rank.
 constexpr ScheduleRow kHostSchedule[] = {{64, 1, 4, 1, 4}, {0, 2, 4, 2, 4}};

@@ -30,7 +30,6 @@
 #include <type_traits>
 #include <vector>
 
-
 struct alignas(16) Vec16 {
   uint32_t w[4];
 };

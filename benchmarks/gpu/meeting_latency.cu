@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <vector>
 
-
 __device__ __forceinline__ unsigned long long now() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
