@@ -14,6 +14,7 @@
 #include "epjit/kernel_module.h"
 #include "epjit/logging.h"
 #include "epjit/window_layout.h"
+#include "collective_start.h"
 #include "internode.h"
 #include "one_call_at_a_time.h"
 #include "op_kernels.h"
@@ -413,8 +414,8 @@ struct EpDispatchCombineOp::Impl {
     if (stream->capturing())
       throw Error(std::string(call) + " while the op's stream is capturing a graph (it waits for the stream on the "
                                       "host, and a capture does not run what it records)",
-                  "check(), local_expert_counts(), load_routing() and reset() between graph launches, outside a "
-                  "capture",
+                  "check(), local_expert_counts(), load_routing(), reset() and close() between graph launches, "
+                  "outside a capture",
                   std::string("end the capture, launch the graph, then call ") + call +
                       "(); local_expert_counts_device() counts inside a graph");
   }
@@ -1099,10 +1100,11 @@ void EpDispatchCombineOp::check() {
 void EpDispatchCombineOp::reset() {
   const OneCallAtATime one_call = impl_->one_call("reset");
   Impl& op = *impl_;
-  op.require_open("reset");
-  op.require_not_capturing("reset");
-  op.stream->synchronize();
-  op.comm.barrier();
+  start_collective(op.comm, "reset", [&] {
+    op.require_open("reset");
+    op.require_not_capturing("reset");
+    op.stream->synchronize();
+  });
   if (op.internode) op.internode->recover_transport(op.comm);
   for (auto [offset, bytes] : {std::pair{op.window.state, op.window.state_bytes},
                                 {op.window.signals, op.window.signals_bytes},
@@ -1124,8 +1126,11 @@ void EpDispatchCombineOp::close(Memory memory) {
     if (memory == Memory::Release && !op.released) op.release();
     return;
   }
-  op.stream->synchronize();
-  op.comm.barrier();  // no peer reads this rank's window any more
+  // On return no peer reads this rank's window any more.
+  start_collective(op.comm, "close", [&] {
+    op.require_not_capturing("close");
+    op.stream->synchronize();
+  });
   op.closed = true;
   if (memory == Memory::Release) op.release();
 }

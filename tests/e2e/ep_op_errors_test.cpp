@@ -465,7 +465,7 @@ TEST_P(InternodeCounts, AnOffNodeCountBeyondTheSlotsIsRefused) {
           // Combine's: rows of expert outputs (v2: f32 node partials) and their weights.
           const size_t row_bytes = v2 ? size_t(config.hidden_dim) * 4 : config.combine_token_bytes();
           comm.alltoall({std::vector<uint8_t>(rows * (row_bytes + 4 * k), 0), {}});
-          comm.barrier();  // reset()'s two barriers
+          comm.allgather({});  // reset()'s vote (nothing: go ahead) and its barrier
           comm.barrier();
           return f;
         }
@@ -592,6 +592,53 @@ TEST(EpOpErrors, CapacityOverflowIsReportedAndResetRecovers) {
     op.reset();
     f += twoTokensEachToRankZero(op, comm, b, rank, "after reset");
     op.close();
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+}
+
+// reset() and close() meet every rank. One rank whose stream captures
+// refuses them; the other rank used to wait at the meeting until the
+// communicator's timeout (60 s here). Now both fail at once, the refusing
+// rank with its own error and the other naming it and why, nothing of the
+// call done: the ops still dispatch and combine, and the calls run once the
+// capture is over.
+TEST(EpOpErrors, ACollectiveCallRefusedOnOneRankFailsOnEveryRankAtOnce) {
+  EpCase c = smallCase();
+  c.world = 2;
+  const std::string failures = runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm,
+                                                                               KernelCache& cache) {
+    EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+    Buffers b(comm.device());
+    const int32_t to_rank0[4] = {0, 3, 2, 1};
+    comm.device().copy_to_device(b.pointers[2], to_rank0, sizeof to_rank0);
+    std::string f;
+    CapturingStream capturing;
+    for (const auto& [call, body] : std::initializer_list<std::pair<std::string, std::function<void()>>>{
+             {"reset", [&] { op.reset(); }}, {"close", [&] { op.close(); }}}) {
+      if (rank == 0) op.set_stream(&capturing);
+      const auto start = std::chrono::steady_clock::now();
+      const std::string message = thrown(body);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (seconds > 10) f += call + " on rank " + std::to_string(rank) + " failed after " + std::to_string(seconds) +
+                             " s: it waited for the meeting's timeout\n";
+      if (rank == 0)
+        f += expectParts(call + " on the capturing rank", message,
+                         {call + " while the op's stream is capturing a graph"});
+      else
+        f += expectParts(call + " on the other rank", message,
+                         {call + "() on rank 1 did not run: rank 0 refused it",
+                          call + " while the op's stream is capturing a graph", "no rank began it",
+                          "rank 0: end the capture, launch the graph, then call " + call + "()",
+                          "then call " + call + "() on every rank again"});
+      op.set_stream(nullptr);
+      f += twoTokensEachToRankZero(op, comm, b, rank, "a call after the refused " + call);
+    }
+    if (capturing.waited) f += "a refused call waited for the capturing stream\n";
+    op.reset();
+    f += twoTokensEachToRankZero(op, comm, b, rank, "a call after reset");
+    op.close();
+    f += expectParts("a call after close", thrown([&] { op.check(); }), {"check on a closed EpDispatchCombineOp"});
     return f;
   });
   EXPECT_EQ(failures, "");

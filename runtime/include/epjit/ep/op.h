@@ -213,12 +213,17 @@ class EpDispatchCombineOp {
   // call's peer waits give up at once, until reset().
   void check();
   // Collective: synchronize, clear every counter, flag, epoch and error on all ranks.
+  // Refused while the op's stream captures a graph. reset() and close() start
+  // with a vote: a rank that refuses (a capture, a closed op, a fault its
+  // stream reports) makes the call throw on every rank at once, naming that
+  // rank and why, with no rank having begun it.
   void reset();
   // Collective: synchronize, wait for every rank, and free the arena (or,
   // with KeepUntilDestroyed, keep it until the op is destroyed, so views of
   // its results a binding handed out stay readable); later calls throw. A
   // Release after a KeepUntilDestroyed close frees the kept memory (before
-  // the communicator it came from is destroyed).
+  // the communicator it came from is destroyed). Refused, like reset(), while
+  // the op's stream captures a graph, with the same vote.
   enum class Memory { Release, KeepUntilDestroyed };
   void close(Memory memory = Memory::Release);
 

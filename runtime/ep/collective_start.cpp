@@ -1,0 +1,70 @@
+#include "collective_start.h"
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "epjit/comm/communicator.h"
+#include "epjit/error.h"
+
+namespace epjit::ep {
+namespace {
+
+// A refusal crosses as its problem and its fix, split by a NUL; an empty
+// vote goes ahead.
+std::vector<uint8_t> vote_of(const std::string& problem, const std::string& fix) {
+  std::vector<uint8_t> vote(problem.begin(), problem.end());
+  vote.push_back(0);
+  vote.insert(vote.end(), fix.begin(), fix.end());
+  return vote;
+}
+
+struct Refusal {
+  int rank;
+  std::string problem, fix;
+};
+
+Refusal refusal_of(int rank, const std::vector<uint8_t>& vote) {
+  const std::string text(vote.begin(), vote.end());
+  const size_t split = text.find('\0');
+  if (split == std::string::npos) return {rank, text, ""};
+  return {rank, text.substr(0, split), text.substr(split + 1)};
+}
+
+}  // namespace
+
+void start_collective(Communicator& comm, const char* call, const std::function<void()>& prepare) {
+  std::exception_ptr failure;
+  std::vector<uint8_t> mine;
+  try {
+    prepare();
+  } catch (const Error& error) {
+    failure = std::current_exception();
+    mine = vote_of(error.problem(), error.fix());
+  } catch (const std::exception& error) {
+    failure = std::current_exception();
+    mine = vote_of(error.what(), "");
+  }
+  const std::vector<std::vector<uint8_t>> votes = comm.allgather(mine);
+  if (failure) std::rethrow_exception(failure);
+  std::vector<Refusal> refusals;
+  for (size_t rank = 0; rank < votes.size(); ++rank)
+    if (!votes[rank].empty()) refusals.push_back(refusal_of(int(rank), votes[rank]));
+  if (refusals.empty()) return;
+  std::string ranks, reasons, fixes;
+  for (const Refusal& refusal : refusals) {
+    const std::string who = "rank " + std::to_string(refusal.rank);
+    ranks += (ranks.empty() ? "" : ", ") + who;
+    reasons += (reasons.empty() ? "" : "; ") + who + ": " + refusal.problem;
+    if (!refusal.fix.empty()) fixes += (fixes.empty() ? "" : "; ") + who + ": " + refusal.fix;
+  }
+  const std::string name = std::string(call) + "()";
+  throw Error(name + " on rank " + std::to_string(comm.rank()) + " did not run: " + ranks + " refused it (" + reasons +
+                  "); no rank began it",
+              "every rank able to run " + name + " when it is called (a collective call)",
+              (fixes.empty() ? "fix what " + ranks + " reported" : fixes) + ", then call " + name +
+                  " on every rank again");
+}
+
+}  // namespace epjit::ep
