@@ -271,8 +271,8 @@ def test_a_dispatch_that_returns_a_routing_captured_by_torch():
     """dispatch(return_routing=True, keep_call=True) captured by torch.cuda.graph
     (global capture mode) on a stream no routing was used on: the routing is made
     inside the capture (its allocation and fills stay out of the graph), and each
-    replay records its own call into it; check() in the capture is refused without
-    ending it."""
+    replay records its own call into it; check() and close() in the capture are
+    refused without ending it."""
     torch, comm = torch_and_one_rank()
     with epjit.EpDispatchCombineOp(make_config(1, 0, "gather"), comm) as op:
         tokens = MAX_TOKENS - 5
@@ -283,6 +283,8 @@ def test_a_dispatch_that_returns_a_routing_captured_by_torch():
             recv, recv_w, _, _, total, routing = op.dispatch(x, w, None, idx, return_routing=True, keep_call=True)
             with pytest.raises(epjit.Error, match="check while the op's stream is capturing a graph"):
                 op.check()  # it would wait on the host: refused, and the capture goes on
+            with pytest.raises(epjit.Error, match="close while the op's stream is capturing a graph"):
+                op.close()  # the same, and the op stays open
             out, _ = op.combine(recv, recv_w)
         for replay in range(5):
             fresh_x, fresh_w, fresh_idx = inputs(torch, 1, 0, tokens, 60 + replay)
