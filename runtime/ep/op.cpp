@@ -388,10 +388,16 @@ struct EpDispatchCombineOp::Impl {
     device.copy_to_device(state_word(window.peer_timeout_word), &milliseconds, 4, *stream);
   }
 
+  // An op closed or dropped while a framework captures other work (torch's
+  // global capture mode forbids waits and frees on every thread) must not end
+  // that capture: its own stream is not capturing (close() refuses that), and
+  // its memory is no graph's.
   void release() {
     if (released) return;
     released = closed = true;
+    std::unique_ptr<CaptureExemption> exemption;
     try {
+      exemption = device.exempt_from_capture();
       stream->synchronize();
     } catch (const std::exception& error) {
       log().warn("EpDispatchCombineOp: synchronize before release failed: {}", error.what());
@@ -1134,6 +1140,7 @@ void EpDispatchCombineOp::close(Memory memory) {
   // On return no peer reads this rank's window any more.
   start_collective(op.comm, "close", [&] {
     op.require_not_capturing("close");
+    const std::unique_ptr<CaptureExemption> exemption = op.device.exempt_from_capture();  // as release()
     op.stream->synchronize();
   });
   op.closed = true;

@@ -373,6 +373,47 @@ def test_routings_freed_while_torch_captures_leave_the_capture_whole():
     comm.destroy()
 
 
+def test_ops_closed_or_dropped_while_torch_captures_leave_the_capture_whole():
+    """An op closed, and one dropped, while torch.cuda.graph captures other work
+    (global mode: a wait for a stream or a free on any thread would end the
+    capture): each waits for its own stream and frees its memory under the
+    thread's relaxed capture mode, so the capture ends whole and replays right."""
+    import gc
+    import weakref
+    torch, comm = torch_and_one_rank()
+    x, w, idx = inputs(torch, 1, 0, MAX_TOKENS - 3, 131)
+    closed = epjit.EpDispatchCombineOp(make_config(1, 0, "gather"), comm)
+    dropped = epjit.EpDispatchCombineOp(make_config(1, 0, "gather"), comm)
+    # Three streams in a row from torch's pool are distinct: neither op's stream is the capture's.
+    streams = [torch.cuda.Stream() for _ in range(3)]
+    for op, stream in zip((closed, dropped), streams):
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            recv, recv_w, _, _, _ = op.dispatch(x, w, None, idx)
+            op.combine(recv, recv_w)
+    torch.cuda.synchronize()
+    del op, recv, recv_w
+    gone = weakref.ref(dropped)
+    a = torch.arange(4096, dtype=torch.float32, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=streams[2]):
+        doubled = a * 2
+        closed.close()
+        del dropped
+        gc.collect()
+        out = doubled + 1
+    assert gone() is None, "the dropped op outlived the capture"
+    for replay in range(3):
+        a.copy_(torch.rand(4096, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, a * 2 + 1), replay
+    with pytest.raises(epjit.Error, match="closed"):
+        closed.check()
+    del graph
+    comm.destroy()
+
+
 def test_from_process_group_needs_an_initialized_group():
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
