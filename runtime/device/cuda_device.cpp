@@ -5,6 +5,7 @@
 #include "epjit/device.h"
 #include "../core/environment.h"
 #include "epjit/error.h"
+#include "driver_error_advice.h"
 #include "gpu_drivers.h"
 #include "relaxed_capture_mode.h"
 
@@ -17,9 +18,11 @@ void check(CUresult status, const std::string& what) {
   if (status == 0) return;
   const char* text = nullptr;
   cuda_driver().cuGetErrorString(status, &text);
+  const DriverErrorAdvice advice =
+      driver_error_advice(int(status), "CUDA device", "nvidia-smi", "CUDA_VISIBLE_DEVICES");
   throw Error(std::string("CUDA ") + what + " failed: " + (text ? text : "unknown error") + " (" +
                   std::to_string(status) + ")",
-              "a working CUDA device", "check the GPU with nvidia-smi; CUDA_VISIBLE_DEVICES may hide it");
+              advice.expected, advice.fix);
 }
 
 // EPJIT_DEPENDENT_LAUNCH: 1 (the default) launches kernels that wait for their

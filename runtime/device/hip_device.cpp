@@ -5,6 +5,7 @@
 
 #include "epjit/device.h"
 #include "epjit/error.h"
+#include "driver_error_advice.h"
 #include "gpu_drivers.h"
 #include "relaxed_capture_mode.h"
 #include "hip_properties.h"
@@ -21,9 +22,10 @@ constexpr int kHipMemcpyDeviceToDevice = 3;
 void check(hipError_t status, const std::string& what) {
   if (status == 0) return;
   const char* text = hip_driver().hipGetErrorString(status);
+  const DriverErrorAdvice advice = driver_error_advice(int(status), "AMD GPU", "rocm-smi", "HIP_VISIBLE_DEVICES");
   throw Error(std::string("HIP ") + what + " failed: " + (text ? text : "unknown error") + " (" +
                   std::to_string(status) + ")",
-              "a working AMD GPU", "check the GPU with rocm-smi; HIP_VISIBLE_DEVICES may hide it");
+              advice.expected, advice.fix);
 }
 
 class HipStream final : public Stream {

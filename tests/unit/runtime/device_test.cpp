@@ -12,6 +12,7 @@
 #include <random>
 
 #include "../../../runtime/core/environment.h"
+#include "../../../runtime/device/driver_error_advice.h"
 #include "../../common/work_dir.h"
 #include "epjit/cache.h"
 #include "epjit/device.h"
@@ -127,6 +128,24 @@ TEST(HostDevice, FillsNotWaitedForRunInStreamOrder) {
   for (size_t at : {kBytes / 2, kBytes / 4 * 3 - 1}) EXPECT_EQ(target[at], 0xFF) << at;
   device->release(source);
   device->release(target);
+}
+
+// A driver call refused because a graph is being captured (CUDA and HIP share
+// the codes 900-908: torch.cuda.graph's global mode forbids a wait on any
+// stream, for one) says so and how to get out of it, not "check the GPU";
+// the codes around them still point at the GPU.
+TEST(DriverErrors, CaptureErrorsPointAtTheCaptureNotTheGpu) {
+  for (int status = 900; status <= 908; ++status) {
+    const DriverErrorAdvice advice = driver_error_advice(status, "CUDA device", "nvidia-smi", "CUDA_VISIBLE_DEVICES");
+    EXPECT_NE(advice.expected.find("graph capture"), std::string::npos) << status << ": " << advice.expected;
+    EXPECT_NE(advice.fix.find("outside the capture"), std::string::npos) << status << ": " << advice.fix;
+    EXPECT_EQ(advice.fix.find("nvidia-smi"), std::string::npos) << status;
+  }
+  for (int status : {1, 2, 719, 899, 909, 999}) {
+    const DriverErrorAdvice advice = driver_error_advice(status, "AMD GPU", "rocm-smi", "HIP_VISIBLE_DEVICES");
+    EXPECT_EQ(advice.expected, "a working AMD GPU") << status;
+    EXPECT_EQ(advice.fix, "check the GPU with rocm-smi; HIP_VISIBLE_DEVICES may hide it") << status;
+  }
 }
 
 // The host device runs launches in order on one thread per warp: nothing
