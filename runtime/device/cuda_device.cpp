@@ -215,11 +215,11 @@ class CudaDevice final : public Device {
           "copy to host");
     check(cuda_driver().cuStreamSynchronize(handle), "copy to host (completion)");
   }
-  void fill_bytes_async(void* device, uint8_t value, size_t bytes, Stream& stream) override {
+  void fill_bytes(void* device, uint8_t value, size_t bytes, Stream& stream) override {
     current();
-    check(cuda_driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(device), value, bytes,
-                                        static_cast<CudaStream&>(stream).handle()),
-          "memset");
+    const CUstream handle = static_cast<CudaStream&>(stream).handle();
+    check(cuda_driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(device), value, bytes, handle), "memset");
+    check(cuda_driver().cuStreamSynchronize(handle), "memset (completion)");
   }
   std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {
     current();

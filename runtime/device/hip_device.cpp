@@ -216,8 +216,10 @@ class HipDevice final : public Device {
     check(hip_driver().hipMemcpyAsync(host, device, bytes, kHipMemcpyDeviceToHost, handle), "copy to host");
     check(hip_driver().hipStreamSynchronize(handle), "copy to host (completion)");
   }
-  void fill_bytes_async(void* device, uint8_t value, size_t bytes, Stream& stream) override {
-    check(hip_driver().hipMemsetAsync(device, value, bytes, static_cast<HipStream&>(stream).handle()), "memset");
+  void fill_bytes(void* device, uint8_t value, size_t bytes, Stream& stream) override {
+    const hipStream_t handle = static_cast<HipStream&>(stream).handle();
+    check(hip_driver().hipMemsetAsync(device, value, bytes, handle), "memset");
+    check(hip_driver().hipStreamSynchronize(handle), "memset (completion)");
   }
   std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {
     return std::make_unique<HipModule>(binary);

@@ -231,8 +231,9 @@ class HostDevice final : public Device {
     stream.synchronize();
     std::memcpy(host, device, bytes);
   }
-  void fill_bytes_async(void* device, uint8_t value, size_t bytes, Stream& stream) override {
-    static_cast<HostStream&>(stream).enqueue([=] { std::memset(device, value, bytes); });
+  void fill_bytes(void* device, uint8_t value, size_t bytes, Stream& stream) override {
+    stream.synchronize();
+    std::memset(device, value, bytes);
   }
 
   std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {

@@ -335,7 +335,7 @@ void InternodeExchange::combine_v2(const EpKernels& kernels, LaunchGeometry geom
 void InternodeExchange::clear_outbox_state(Stream& stream) {
   // The idle outbox (v2) stands for several ranks, so it is cleared more than once.
   for (int peer = 0; peer < world_; ++peer)
-    if (off_node(peer)) device_.fill_bytes_async(outbox(peer) + window_.state, 0, window_.state_bytes, stream);
+    if (off_node(peer)) device_.fill_zero(outbox(peer) + window_.state, window_.state_bytes, stream);
 }
 
 }  // namespace epjit::ep

@@ -78,7 +78,7 @@ class InternodeExchange {
   };
   void combine_v2(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, const V2Combine& call,
                   Stream& stream);
-  // reset(): the outboxes' counters and counts, ordered on the op's stream, not waited for.
+  // reset(): the outboxes' counters and counts, ordered on the op's stream.
   void clear_outbox_state(Stream& stream);
   // Why the transport's transfers failed, once they have (check()).
   std::optional<std::string> transport_failure() const { return transport_->failure(); }

@@ -151,9 +151,7 @@ int bits_of(DType type) {
 
 Routing::Routing(Device& device, Stream& stream, size_t words, uint64_t op_id) : device_(device), op_id_(op_id) {
   route_ = device_.allocate(words * 4);
-  // A map of a routing never dispatched reads as "nothing sent" once
-  // make_routing() has synchronized `stream`.
-  device_.fill_bytes_async(route_, 0, words * 4, stream);
+  device_.fill_zero(route_, words * 4, stream);  // a map of a routing never dispatched reads as "nothing sent"
 }
 Routing::~Routing() {
   device_.release(route_);
@@ -362,7 +360,7 @@ struct EpDispatchCombineOp::Impl {
       window_table = layout.table(arena->peers);
     }
     route = allocate_zeroed(route_words(config) * 4);
-    clear_forward_route(route, *stream);  // done by write_peer_timeout()'s wait for the stream
+    clear_forward_route(route, *stream);
     const size_t max_tokens = size_t(config.max_num_inp_token_per_rank);
     out_tokens = allocate_zeroed(max_tokens * config.combine_token_bytes());
     out_weights = allocate_zeroed(max_tokens * size_t(config.num_experts_per_token) * 4);
@@ -453,11 +451,10 @@ struct EpDispatchCombineOp::Impl {
     return static_cast<char*>(route_map) + 4 * own_route_words(config);
   }
   // A new map's forward route forwards nothing: rows a dispatch never
-  // forwarded stay -1, so route_map() hands out only entries load_routing
-  // accepts. Ordered on `on`, not waited for.
+  // forwarded stay -1, so route_map() hands out only entries load_routing accepts.
   void clear_forward_route(void* route_map, Stream& on) const {
-    if (const size_t words = forward_route_words(config))
-      device.fill_bytes_async(forward_route(route_map), 0xFF, words * 4, on);
+    const std::vector<int32_t> none(forward_route_words(config), -1);
+    if (!none.empty()) device.copy_to_device(forward_route(route_map), none.data(), none.size() * 4, on);
   }
   // Where make_routing() fills a new routing's memory, made at its first
   // call: not the op's stream, which may be capturing a graph (a fill there
@@ -949,9 +946,7 @@ std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
   // call's stay, as in the window): they hold -1 ("no row") until one is,
   // never what the allocation held before (the copy after the kernel
   // writes every row).
-  if (op.kernel_may_keep_origins())
-    op.device.fill_bytes_async(routing->kept_, 0xFF, op.kept_origins_bytes(), setup);
-  setup.synchronize();  // the fills above, one wait for all of them
+  if (op.kernel_may_keep_origins()) op.device.fill_bytes(routing->kept_, 0xFF, op.kept_origins_bytes(), setup);
   return routing;
 }
 
@@ -1122,9 +1117,9 @@ void EpDispatchCombineOp::reset() {
                                 {op.window.moe_counts, op.window.moe_counts_bytes},
                                 {op.window.flagged_rows, op.window.flagged_rows_bytes},
                                 {op.window.flagged_weights, op.window.flagged_weights_bytes}})
-    if (bytes) op.device.fill_bytes_async(op.local(offset), 0, bytes, *op.stream);
+    if (bytes) op.device.fill_zero(op.local(offset), bytes, *op.stream);
   if (op.internode) op.internode->clear_outbox_state(*op.stream);
-  op.write_peer_timeout();  // its wait for the stream is the clears' too
+  op.write_peer_timeout();
   op.dispatched_tokens = -1;
   op.comm.barrier();
 }

@@ -216,15 +216,8 @@ class Device {
   // wait for the device's other streams (a framework's compute, its NCCL).
   virtual void copy_to_device(void* device, const void* host, size_t bytes, Stream& stream) = 0;
   virtual void copy_to_host(void* host, const void* device, size_t bytes, Stream& stream) = 0;
-  // Every byte set to `value` (0xFF makes int32 words read -1), ordered on
-  // `stream` and not waited for: several fills then one synchronize of the
-  // stream cost one wait, not one each.
-  virtual void fill_bytes_async(void* device, uint8_t value, size_t bytes, Stream& stream) = 0;
-  // The same, complete on return.
-  void fill_bytes(void* device, uint8_t value, size_t bytes, Stream& stream) {
-    fill_bytes_async(device, value, bytes, stream);
-    stream.synchronize();
-  }
+  // Every byte set to `value` (0xFF makes int32 words read -1).
+  virtual void fill_bytes(void* device, uint8_t value, size_t bytes, Stream& stream) = 0;
   void fill_zero(void* device, size_t bytes, Stream& stream) { fill_bytes(device, 0, bytes, stream); }
   // Device to device, including a peer's memory mapped here; ordered on `stream`.
   virtual void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) = 0;

@@ -109,27 +109,6 @@ TEST(HostDevice, CompletionEventsCompleteButHaveNoTime) {
   EXPECT_THROW((void)start->elapsed_ms(*passed), Error);
 }
 
-// Fills not waited for run in stream order, after the copy before them and
-// before the blocking fill after them: several fills cost one wait
-// (make_routing(), reset()) without reordering what they clear.
-TEST(HostDevice, FillsNotWaitedForRunInStreamOrder) {
-  auto device = make_host_device();
-  auto stream = device->create_stream();
-  constexpr size_t kBytes = size_t(16) << 20;
-  auto* source = static_cast<uint8_t*>(device->allocate(kBytes));
-  auto* target = static_cast<uint8_t*>(device->allocate(kBytes));
-  std::memset(source, 0x11, kBytes);
-  std::memset(target, 0, kBytes);
-  device->copy_async(target, source, kBytes, *stream);
-  device->fill_bytes_async(target + kBytes / 2, 0xFF, kBytes / 4, *stream);
-  device->fill_bytes(target, 0x22, 8, *stream);
-  for (size_t at : {size_t(0), size_t(7)}) EXPECT_EQ(target[at], 0x22) << at;
-  for (size_t at : {size_t(8), kBytes / 2 - 1, kBytes / 4 * 3, kBytes - 1}) EXPECT_EQ(target[at], 0x11) << at;
-  for (size_t at : {kBytes / 2, kBytes / 4 * 3 - 1}) EXPECT_EQ(target[at], 0xFF) << at;
-  device->release(source);
-  device->release(target);
-}
-
 // A driver call refused because a graph is being captured (CUDA and HIP share
 // the codes 900-908: torch.cuda.graph's global mode forbids a wait on any
 // stream, for one) says so and how to get out of it, not "check the GPU";
