@@ -3,21 +3,20 @@
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "../comm/wire.h"
 #include "epjit/comm/communicator.h"
 #include "epjit/error.h"
 
 namespace epjit::ep {
 namespace {
 
-// A refusal crosses as its problem and its fix, split by a NUL; an empty
-// vote goes ahead.
+// A refusal crosses as its problem and its fix, in the bootstrap's wire
+// format; an empty vote goes ahead.
 std::vector<uint8_t> vote_of(const std::string& problem, const std::string& fix) {
-  std::vector<uint8_t> vote(problem.begin(), problem.end());
-  vote.push_back(0);
-  vote.insert(vote.end(), fix.begin(), fix.end());
-  return vote;
+  return comm::Writer().text(problem).text(fix).out;
 }
 
 struct Refusal {
@@ -26,10 +25,9 @@ struct Refusal {
 };
 
 Refusal refusal_of(int rank, const std::vector<uint8_t>& vote) {
-  const std::string text(vote.begin(), vote.end());
-  const size_t split = text.find('\0');
-  if (split == std::string::npos) return {rank, text, ""};
-  return {rank, text.substr(0, split), text.substr(split + 1)};
+  comm::Reader reader{vote};
+  std::string problem = reader.text(comm::kMaxContributionBytes);
+  return {rank, std::move(problem), reader.text(comm::kMaxContributionBytes)};
 }
 
 }  // namespace
