@@ -13,6 +13,7 @@
 
 #include "epjit/Compiler/Pipeline.h"
 #include "epjit/build_info.h"
+#include "epjit/interface_schema.h"
 
 namespace {
 
@@ -24,8 +25,8 @@ char* copy(const std::string& text) {
 
 }  // namespace
 
-// Version 2: the source and the module's interface record (JSON).
-extern "C" __attribute__((visibility("default"))) int epjit_kernel_source_generate_v2(
+// The functions epjit/interface_schema.h declares.
+extern "C" __attribute__((visibility("default"))) int EPJIT_PROVIDER_GENERATE(
     const char* template_name, const char* bindings, const char* target, char** source, char** interface,
     char** diagnostics) {
   *source = nullptr;
@@ -54,14 +55,14 @@ extern "C" __attribute__((visibility("default"))) int epjit_kernel_source_genera
   return *source && *interface ? 0 : 1;
 }
 
-extern "C" __attribute__((visibility("default"))) void epjit_kernel_source_free_v2(char* text) { std::free(text); }
+extern "C" __attribute__((visibility("default"))) void EPJIT_PROVIDER_FREE(char* text) { std::free(text); }
 
 // What this provider generates from: the compiler's sources (the digest the
 // build info carries) and every template, hashed as the runtime hashes its
 // copy (runtime/source/embedded.cpp, all_templates_digest). The runtime
 // refuses a provider whose identity differs from its own: the kernels it
 // generates would be cached under keys that name other sources.
-extern "C" __attribute__((visibility("default"))) const char* epjit_kernel_source_identity_v1() {
+extern "C" __attribute__((visibility("default"))) const char* EPJIT_PROVIDER_IDENTITY() {
   static const std::string identity = [] {
     llvm::ArrayRef<epjit::compiler::Template> builtin = epjit::compiler::builtinTemplates();
     std::vector<epjit::compiler::Template> templates(builtin.begin(), builtin.end());
@@ -75,7 +76,7 @@ extern "C" __attribute__((visibility("default"))) const char* epjit_kernel_sourc
       hash.update(llvm::StringRef(entry.source.data(), entry.source.size()));
       hash.update(nul);
     }
-    return std::string("compiler ") + EPJIT_COMPILER_DIGEST + "\ntemplates " + llvm::toHex(hash.final(), true) + "\n";
+    return epjit::schema::provider_identity(EPJIT_COMPILER_DIGEST, llvm::toHex(hash.final(), true));
   }();
   return identity.c_str();
 }

@@ -3,6 +3,7 @@
 #include "llvm/Support/JSON.h"
 
 #include "epjit/Dialect/Ep/EpOps.h"
+#include "epjit/interface_schema.h"
 
 namespace epjit::compiler {
 namespace {
@@ -10,22 +11,25 @@ namespace {
 using namespace mlir;
 namespace json = llvm::json;
 
-// "i32", "bf16", ...; empty for a type the record has no word for.
+// "i32", "bf16", ...; empty for a type the record has no word for
+// (schema::kElementWords).
 std::string elementName(Type type) {
-  if (type.isBF16()) return "bf16";
-  if (type.isF16()) return "f16";
-  if (type.isF32()) return "f32";
-  if (auto integer = dyn_cast<IntegerType>(type)) return "i" + std::to_string(integer.getWidth());
-  return {};
+  std::string name;
+  if (type.isBF16()) name = "bf16";
+  else if (type.isF16()) name = "f16";
+  else if (type.isF32()) name = "f32";
+  else if (auto integer = dyn_cast<IntegerType>(type)) name = "i" + std::to_string(integer.getWidth());
+  const size_t bytes = schema::element_bytes(name);
+  return bytes != 0 && int64_t(bytes) == ep::elementBytes(type) ? name : std::string();
 }
 
 std::string parameterType(Type type) {
   if (auto ptr = dyn_cast<ep::PtrType>(type)) {
     const std::string element = elementName(ptr.getElementType());
-    return element.empty() ? std::string() : "ptr<" + element + ">";
+    return element.empty() ? std::string() : std::string(schema::kPointerPrefix) + element + ">";
   }
-  if (isa<ep::WindowType>(type)) return "window";
-  if (isa<IndexType>(type)) return "index";
+  if (isa<ep::WindowType>(type)) return std::string(schema::kWindowType);
+  if (isa<IndexType>(type)) return std::string(schema::kIndexType);
   if (type.isInteger(32) || type.isInteger(64) || type.isF32()) return elementName(type);
   return {};
 }
@@ -70,12 +74,18 @@ LogicalResult buildInterface(ModuleOp module, const TargetInfo& target, llvm::St
       return region.emitError() << "window region @" << region.getSymName() << " holds " << region.getElement()
                                 << ", which the interface record cannot state";
   }
+  for (auto part : module.getOps<ep::BufferPartOp>())
+    if (elementName(part.getElement()).empty())
+      return part.emitError() << "buffer part @" << part.getSymName() << " holds " << part.getElement()
+                              << ", which the interface record cannot state";
+  FailureOr<std::vector<ep::BufferPlacement>> buffers = ep::placeBuffers(module);
+  if (failed(buffers)) return failure();
 
   // Fields in the order a reader takes them in: what, for what, then the contract.
   llvm::raw_string_ostream os(text);
   json::OStream out(os, /*IndentSize=*/2);
   out.object([&] {
-    out.attribute("format", kInterfaceFormat);
+    out.attribute("format", schema::kInterfaceFormat);
     out.attribute("template", templateName);
     out.attributeBegin("specialization");
     writeDictionary(out, module, ep::EpDialect::kSpecializationAttrName);
@@ -94,6 +104,8 @@ LogicalResult buildInterface(ModuleOp module, const TargetInfo& target, llvm::St
         out.object([&] {
           out.attribute("name", kernel.getSymName());
           out.attribute("warps_per_block", kernel.getWarpsPerBlock());
+          auto when = kernel->getAttrOfType<StringAttr>(ep::EpDialect::kWhenAttrName);
+          out.attribute("when", when ? when.getValue() : StringRef());
           std::optional<ArrayRef<int64_t>> alignment = kernel.getPointerAlignment();
           out.attributeArray("params", [&] {
             for (auto [index, type] : llvm::enumerate(kernel.getArgumentTypes()))
@@ -112,6 +124,23 @@ LogicalResult buildInterface(ModuleOp module, const TargetInfo& target, llvm::St
           out.attribute("name", region.getSymName());
           out.attribute("element", elementName(region.getElement()));
           out.attribute("count", *region.getConstantCount());
+        });
+    });
+    out.attributeArray("buffers", [&] {
+      for (const ep::BufferPlacement& buffer : *buffers)
+        out.object([&] {
+          out.attribute("name", buffer.name);
+          out.attribute("bytes", buffer.bytes);
+          out.attributeArray("parts", [&] {
+            for (auto [part, offset] : buffer.parts)
+              out.object([&] {
+                out.attribute("name", part.getSymName());
+                out.attribute("element", elementName(part.getElement()));
+                out.attribute("count", *part.getConstantCount());
+                out.attribute("offset", offset);
+                if (auto meaning = part.getMeaning()) out.attribute("meaning", *meaning);
+              });
+          });
         });
     });
     out.attributeBegin("constants");

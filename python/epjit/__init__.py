@@ -529,12 +529,17 @@ class EpDispatchCombineOp:
         return self._op.local_expert_counts(every_entry)
 
     def route_map(self, routing):
-        """A recorded routing's map, [max_num_inp_token_per_rank * top-k + 1 + world_size]
-        int32 on the op's device: per token its distinct destinations (first appearance
-        order) as rank * capacity + slot, then -1s; then the count received from this
-        rank's node; then, per world rank, the tokens sent to it if it is on another
-        node (internode; 0 otherwise)."""
+        """A recorded routing's map, int32 on the op's device, laid out as
+        buffer_parts("route") says (per token its distinct destinations as rank *
+        capacity + slot, the received count, the tokens sent to each off-node rank,
+        internode v2's forward route; docs/EP.md "Buffers")."""
         return self._view(self._op.route_map(_native_routing(routing, "routing")))
+
+    def buffer_parts(self, buffer):
+        """{part: (offset, count, meaning)} of one of the op's buffers ("route", "kept",
+        "outputs", "std_moe"), offsets and counts in elements of the part, as the
+        kernels' interface record states them (templates/ep/buffers.mlir)."""
+        return self._op.buffer_parts(buffer)
 
     def recorded_call(self, routing):
         """What a dispatch with return_routing and keep_call=True kept in `routing`:

@@ -375,6 +375,13 @@ NB_MODULE(_epjit, m) {
           },
           "keep_memory"_a = true)
       .def("synchronize", [](PyOp& self) { self.synchronized([&] { self.op->stream().synchronize(); }); })
+      .def("buffer_parts",
+           [](PyOp& self, const std::string& name) {
+             nb::dict parts;
+             for (const BufferPartInfo& part : self.op->interface().buffer(name).parts)
+               parts[part.name.c_str()] = nb::make_tuple(part.element_offset(), part.count, part.meaning);
+             return parts;
+           })
       .def_prop_ro("capacity", [](PyOp& self) { return self.op->capacity(); })
       .def_prop_ro("target", [](PyOp& self) { return self.op->config().target; });
 

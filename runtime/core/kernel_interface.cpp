@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "epjit/error.h"
+#include "epjit/interface_schema.h"
 #include "epjit/targets/common/window.h"
 
 namespace epjit {
@@ -10,14 +11,11 @@ namespace {
 
 using nlohmann::json;
 
-// Bytes of one element of a record's element name; 0 when unknown.
-size_t element_bytes(std::string_view element) {
-  if (element == "i8") return 1;
-  if (element == "i16" || element == "bf16" || element == "f16") return 2;
-  if (element == "i32" || element == "f32") return 4;
-  if (element == "i64") return 8;
-  return 0;
-}
+using schema::element_bytes;
+using schema::kInterfaceFormat;
+
+// Bounded so that count * element_bytes, offsets and their sums cannot overflow.
+constexpr int64_t kMostElements = int64_t(1) << 48;
 
 // Reads a record field and says what is wrong with it when it is absent or
 // of another type: every check throws the same kind of message.
@@ -83,8 +81,9 @@ KernelParam parse_param(const Reader& read, const json& entry, const std::string
   param.name = read.string(entry, "name", path);
   param.type = read.string(entry, "type", path);
   const std::string& type = param.type;
-  if (type.starts_with("ptr<") && type.ends_with(">")) {
-    const size_t element = element_bytes(std::string_view(type).substr(4, type.size() - 5));
+  const size_t prefix = schema::kPointerPrefix.size();
+  if (type.starts_with(schema::kPointerPrefix) && type.ends_with(">")) {
+    const size_t element = element_bytes(std::string_view(type).substr(prefix, type.size() - prefix - 1));
     if (element == 0) read.fail(path + ".type", "= '" + type + "' points to an unknown element type");
     param.kind = ParamKind::Pointer;
     // A record from a compile that stopped before the warp ops were lowered
@@ -94,10 +93,10 @@ KernelParam parse_param(const Reader& read, const json& entry, const std::string
                                                    int64_t(kDefaultPointerAlignment)));
     if ((param.alignment & (param.alignment - 1)) != 0)
       read.fail(path + ".align", "= " + std::to_string(param.alignment) + " is not a power of two");
-  } else if (type == "window") {
+  } else if (type == schema::kWindowType) {
     param.kind = ParamKind::Window;
     param.value_bytes = sizeof(Window);  // passed by value
-  } else if (type == "index") {
+  } else if (type == schema::kIndexType) {
     param.kind = ParamKind::Index;
   } else if (type == "i32") {
     param.kind = ParamKind::I32;
@@ -113,7 +112,48 @@ KernelParam parse_param(const Reader& read, const json& entry, const std::string
   return param;
 }
 
+// A buffer's parts lie in order inside it, each at a multiple of its element size.
+BufferInfo parse_buffer(const Reader& read, const json& entry, const std::string& path) {
+  BufferInfo buffer;
+  buffer.name = read.string(entry, "name", path);
+  buffer.bytes = uint64_t(read.integer(entry, "bytes", path, 0, kMostElements * 8));
+  const json& parts = read.array(entry, "parts", path);
+  uint64_t end = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const std::string at = path + ".parts[" + std::to_string(p) + "]";
+    BufferPartInfo part;
+    part.name = read.string(parts[p], "name", at);
+    for (const BufferPartInfo& earlier : buffer.parts)
+      if (earlier.name == part.name) read.fail(at, "repeats part '" + part.name + "'");
+    part.element = read.string(parts[p], "element", at);
+    part.element_bytes = element_bytes(part.element);
+    if (part.element_bytes == 0) read.fail(at + ".element", "= '" + part.element + "' is not an element type");
+    part.count = uint64_t(read.integer(parts[p], "count", at, 0, kMostElements));
+    part.offset = uint64_t(read.integer(parts[p], "offset", at, 0, kMostElements * 8));
+    if (part.offset < end || part.offset % part.element_bytes != 0 || part.offset + part.bytes() > buffer.bytes)
+      read.fail(at + ".offset", "= " + std::to_string(part.offset) + " does not place " +
+                                    std::to_string(part.bytes()) + " bytes after the part before it (ending at " +
+                                    std::to_string(end) + "), on a multiple of its element size, inside the " +
+                                    std::to_string(buffer.bytes) + " bytes of buffer '" + buffer.name + "'");
+    if (parts[p].contains("meaning")) part.meaning = read.string(parts[p], "meaning", at);
+    end = part.offset + part.bytes();
+    buffer.parts.push_back(std::move(part));
+  }
+  return buffer;
+}
+
 }  // namespace
+
+const BufferPartInfo& BufferInfo::part(std::string_view wanted) const {
+  std::string names;
+  for (const BufferPartInfo& entry : parts) {
+    if (entry.name == wanted) return entry;
+    names += (names.empty() ? "" : ", ") + entry.name;
+  }
+  throw Error("buffer '" + name + "' has no part '" + std::string(wanted) + "'",
+              "one of its parts: " + (names.empty() ? std::string("(none)") : names),
+              "use a part the template declares with ep.buffer_part in \"" + name + "\"");
+}
 
 const KernelParam* KernelSignature::find(std::string_view param) const {
   for (const KernelParam& entry : params)
@@ -152,6 +192,10 @@ ModuleInterface ModuleInterface::parse(std::string_view json_text, const std::st
     KernelSignature kernel;
     kernel.name = read.string(kernels[k], "name", path);
     kernel.warps_per_block = int(read.integer(kernels[k], "warps_per_block", path, 1, 1024));
+    if (auto when = kernels[k].find("when"); when != kernels[k].end()) {  // absent: every module holds it
+      if (!when->is_string()) read.fail(path + ".when", "is not a string");
+      kernel.when = when->get<std::string>();
+    }
     const json& params = read.array(kernels[k], "params", path);
     for (size_t p = 0; p < params.size(); ++p) {
       KernelParam param = parse_param(read, params[p], path + ".params[" + std::to_string(p) + "]");
@@ -171,9 +215,22 @@ ModuleInterface ModuleInterface::parse(std::string_view json_text, const std::st
     region.element = read.string(regions[r], "element", path);
     region.element_bytes = element_bytes(region.element);
     if (region.element_bytes == 0) read.fail(path + ".element", "= '" + region.element + "' is not an element type");
-    // Bounded so that count * element_bytes, and their sum, cannot overflow.
-    region.count = uint64_t(read.integer(regions[r], "count", path, 0, int64_t(1) << 48));
+    region.count = uint64_t(read.integer(regions[r], "count", path, 0, kMostElements));
     result.window_regions.push_back(std::move(region));
+  }
+
+  static const json kNoBuffers = json::array();  // a template that declares none may leave them out
+  const json& buffers = record.contains("buffers") ? read.array(record, "buffers", "record") : kNoBuffers;
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    const std::string path = "record.buffers[" + std::to_string(b) + "]";
+    BufferInfo buffer = parse_buffer(read, buffers[b], path);
+    for (const BufferInfo& earlier : result.buffers) {
+      if (earlier.name == buffer.name) read.fail(path, "repeats buffer '" + buffer.name + "'");
+      for (const BufferPartInfo& part : buffer.parts)
+        for (const BufferPartInfo& other : earlier.parts)
+          if (other.name == part.name) read.fail(path, "repeats part '" + part.name + "' of buffer '" + earlier.name + "'");
+    }
+    result.buffers.push_back(std::move(buffer));
   }
 
   const json& constants = read.member(record, "constants", "record");
@@ -194,6 +251,23 @@ const KernelSignature& ModuleInterface::kernel(std::string_view name) const {
   throw Error("template " + template_name + " has no kernel '" + std::string(name) + "'",
               "one of its kernels: " + (names.empty() ? std::string("(none)") : names),
               "bind a kernel the template defines (epjit-compile --emit interface lists them)");
+}
+
+bool ModuleInterface::has_kernel(std::string_view name) const {
+  for (const KernelSignature& kernel : kernels)
+    if (kernel.name == name) return true;
+  return false;
+}
+
+const BufferInfo& ModuleInterface::buffer(std::string_view name) const {
+  std::string names;
+  for (const BufferInfo& entry : buffers) {
+    if (entry.name == name) return entry;
+    names += (names.empty() ? "" : ", ") + entry.name;
+  }
+  throw Error("template " + template_name + " has no buffer '" + std::string(name) + "'",
+              "one of its buffers: " + (names.empty() ? std::string("(none)") : names),
+              "declare its parts in the template with ep.buffer_part, or use a buffer it declares");
 }
 
 int64_t ModuleInterface::constant(std::string_view name) const {

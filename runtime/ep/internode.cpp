@@ -43,10 +43,9 @@ int64_t internode_rows_per_peer(const EpDispatchCombineConfig& config) {
   return std::min(config.max_tokens_per_rank_padded(), config.total_recv_tokens());
 }
 
-size_t forward_route_words(const EpDispatchCombineConfig& config) {
+int64_t forward_route_rows(const EpDispatchCombineConfig& config) {
   if (!builds_v2(config)) return 0;
-  const size_t nodes = size_t(config.world_size / config.nodes_gpu_count());
-  return nodes * size_t(internode_rows_per_peer(config)) * size_t(config.num_experts_per_token);
+  return int64_t(config.world_size / config.nodes_gpu_count()) * internode_rows_per_peer(config);
 }
 
 InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Communicator& comm,

@@ -37,9 +37,10 @@ int64_t internode_rows_per_peer(const EpDispatchCombineConfig& config);
 // Whether the op may run internode v2 on some calls (internode_kernel v2 or auto).
 bool builds_v2(const EpDispatchCombineConfig& config);
 
-// Words after a route's own that keep v2's forward route: where this rank
-// forwarded each inbox row (0 when the op never runs v2).
-size_t forward_route_words(const EpDispatchCombineConfig& config);
+// Inbox rows whose forwarding a route map records for internode v2 (0 when
+// the op never runs v2): the template parameter that sizes the route's
+// route_forward part.
+int64_t forward_route_rows(const EpDispatchCombineConfig& config);
 
 class InternodeExchange {
  public:

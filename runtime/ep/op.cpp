@@ -72,20 +72,6 @@ void expect_tensor(const char* call, const char* what, const TensorRef& tensor, 
                 "pass an allocated tensor");
 }
 
-// Words of a route map: max tokens * top-k entries, the received count, the
-// tokens sent to each world rank off this rank's node (what ep_dispatch
-// writes; templates/ep/dispatch.mlir, ep/internode.mlir), then, when the op
-// may run internode v2, its forward route (ep/internode_v2.mlir).
-size_t route_entry_words(const EpDispatchCombineConfig& config) {
-  return size_t(config.max_num_inp_token_per_rank) * size_t(config.num_experts_per_token);
-}
-size_t own_route_words(const EpDispatchCombineConfig& config) {
-  return route_entry_words(config) + 1 + size_t(config.world_size);
-}
-size_t route_words(const EpDispatchCombineConfig& config) {
-  return own_route_words(config) + forward_route_words(config);
-}
-
 // A word of the op's memory, read after the op's stream's work (only).
 int32_t read_word(Device& device, Stream& stream, const void* base, size_t byte_offset) {
   int32_t value = 0;
@@ -114,6 +100,7 @@ KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
       .set("gpu_per_node", config.nodes_gpu_count())
       .set("max_tokens", config.max_num_inp_token_per_rank)
       .set("capacity", config.total_recv_tokens())
+      .set("forward_route_rows", forward_route_rows(config))
       .set("combine_mode", name_of(config.combine_mode))
       .set("quant", name_of(config.quant_type))
       .set("std_moe", config.enable_std_moe)
@@ -149,9 +136,10 @@ int bits_of(DType type) {
   return 8;
 }
 
-Routing::Routing(Device& device, Stream& stream, size_t words, uint64_t op_id) : device_(device), op_id_(op_id) {
-  route_ = device_.allocate(words * 4);
-  device_.fill_zero(route_, words * 4, stream);  // a map of a routing never dispatched reads as "nothing sent"
+Routing::Routing(Device& device, Stream& stream, size_t route_bytes, uint64_t op_id)
+    : device_(device), op_id_(op_id) {
+  route_ = device_.allocate(route_bytes);
+  device_.fill_zero(route_, route_bytes, stream);  // a map of a routing never dispatched reads as "nothing sent"
 }
 Routing::~Routing() {
   device_.release(route_);
@@ -170,6 +158,10 @@ struct EpDispatchCombineOp::Impl {
   std::vector<ScheduleEntry> schedule;
   std::unique_ptr<KernelModule> module;
   EpKernels kernels;
+  // The module's interface record, kept past close() (route_map() and
+  // recorded_call() answer then too); `buffers` points into it.
+  ModuleInterface record;
+  EpBuffers buffers;
   WindowLayout layout;  // from the module's interface record
   EpWindowMap window;
   std::shared_ptr<SymmetricBuffer> arena;
@@ -177,7 +169,9 @@ struct EpDispatchCombineOp::Impl {
   void* nccl_communicator = nullptr;             // OpOptions': the caller's ncclComm_t, or null
 
   Window window_table{};  // every kernel's window parameter (by value)
-  void* route = nullptr;  // the op's own route map
+  void* route = nullptr;            // the op's own route map
+  void* outputs_memory = nullptr;   // the "outputs" buffer, and its parts:
+  void* std_moe_memory = nullptr;   // the "std_moe" buffer (with enable_std_moe), and its parts:
   void* out_tokens = nullptr;
   void* out_weights = nullptr;
   void* moe_tokens = nullptr;
@@ -282,6 +276,8 @@ struct EpDispatchCombineOp::Impl {
                       ", but target " + config.target + " runs " + std::to_string(config.target_info().wave_size),
                   "a module built for the config's target", "remove the stale cache entry (epjit-cache rm)");
     kernels = EpKernels::bind(*module, config);
+    this->record = record;
+    buffers = EpBuffers::of(this->record);
     fit_schedule_to_device();
     layout = WindowLayout::of(record);
     window = EpWindowMap::of(record, layout);
@@ -345,6 +341,8 @@ struct EpDispatchCombineOp::Impl {
                   "the template and the op disagree: report this as a bug");
   }
 
+  static void* part_of(void* buffer, const BufferPartInfo& part) { return static_cast<char*>(buffer) + part.offset; }
+
   void* allocate_zeroed(size_t bytes) {
     void* pointer = device.allocate(std::max<size_t>(bytes, 16));
     device.fill_zero(pointer, std::max<size_t>(bytes, 16));
@@ -359,21 +357,20 @@ struct EpDispatchCombineOp::Impl {
     } else {
       window_table = layout.table(arena->peers);
     }
-    route = allocate_zeroed(route_words(config) * 4);
+    route = allocate_zeroed(buffers.route->bytes);
     clear_forward_route(route, *stream);
-    const size_t max_tokens = size_t(config.max_num_inp_token_per_rank);
-    out_tokens = allocate_zeroed(max_tokens * config.combine_token_bytes());
-    out_weights = allocate_zeroed(max_tokens * size_t(config.num_experts_per_token) * 4);
-    expert_counts = allocate_zeroed(size_t(config.num_experts_per_rank) * 4);
+    outputs_memory = allocate_zeroed(buffers.outputs->bytes);
+    out_tokens = part_of(outputs_memory, *buffers.out_tokens);
+    out_weights = part_of(outputs_memory, *buffers.out_weights);
+    expert_counts = part_of(outputs_memory, *buffers.expert_counts);
     if (config.enable_std_moe) {
-      const size_t rows = size_t(config.num_experts_per_rank) * size_t(config.world_size) * max_tokens;
-      moe_tokens = allocate_zeroed(rows * size_t(config.hidden_dim) * 2);
-      moe_counts = allocate_zeroed(size_t(config.num_experts_per_rank) * 4);
-      moe_sources = allocate_zeroed(rows * 4);
+      std_moe_memory = allocate_zeroed(buffers.std_moe->bytes);
+      moe_tokens = part_of(std_moe_memory, *buffers.moe_tokens);
+      moe_counts = part_of(std_moe_memory, *buffers.moe_counts);
+      moe_sources = part_of(std_moe_memory, *buffers.moe_sources);
       // Gather's unpacked rows are the window's combine rows
-      // (combine_input()); scatter's, where it has them, this buffer.
-      if (scatter_stages_unpacked_rows())
-        moe_combine_in = allocate_zeroed(size_t(config.total_recv_tokens()) * size_t(config.hidden_dim) * 2);
+      // (combine_input()); scatter's, where it has them, this part.
+      if (buffers.moe_combine_in->count > 0) moe_combine_in = part_of(std_moe_memory, *buffers.moe_combine_in);
     }
     write_peer_timeout();
     comm.barrier();  // every rank's window exists before any kernel touches a peer's
@@ -400,8 +397,7 @@ struct EpDispatchCombineOp::Impl {
     } catch (const std::exception& error) {
       log().warn("EpDispatchCombineOp: synchronize before release failed: {}", error.what());
     }
-    for (void* pointer : {route, out_tokens, out_weights, moe_tokens, moe_counts, moe_sources,
-                          moe_combine_in, expert_counts})
+    for (void* pointer : {route, outputs_memory, std_moe_memory})
       if (pointer) device.release(pointer);
     internode.reset();
     module.reset();
@@ -447,13 +443,11 @@ struct EpDispatchCombineOp::Impl {
   char* local(size_t offset) const { return static_cast<char*>(arena->local) + offset; }
   char* state_word(int64_t word) const { return local(window.state) + 4 * word; }
   // Where a route map keeps v2's forward route (after its own words).
-  void* forward_route(void* route_map) const {
-    return static_cast<char*>(route_map) + 4 * own_route_words(config);
-  }
+  void* forward_route(void* route_map) const { return part_of(route_map, *buffers.route_forward); }
   // A new map's forward route forwards nothing: rows a dispatch never
   // forwarded stay -1, so route_map() hands out only entries load_routing accepts.
   void clear_forward_route(void* route_map, Stream& on) const {
-    const std::vector<int32_t> none(forward_route_words(config), -1);
+    const std::vector<int32_t> none(buffers.route_forward->count, -1);
     if (!none.empty()) device.copy_to_device(forward_route(route_map), none.data(), none.size() * 4, on);
   }
   // Where make_routing() fills a new routing's memory, made at its first
@@ -474,7 +468,7 @@ struct EpDispatchCombineOp::Impl {
   // The origins are complete only once every peer's rows arrived: the
   // kernel's last block copies the received rows' origins after its meeting
   // where kernel_keeps_origins(), else they are copied after the kernel.
-  size_t kept_origins_bytes() const { return size_t(capacity()) * 2 * 4; }
+  size_t kept_origins_bytes() const { return buffers.kept_origins->bytes(); }
   // The last block's warps copy the origins of the rows received once they
   // are in (the lead warp's meeting over, ep.block_any tells the others).
   // What MORI's return_routing adds to a plain call (recording, keeping, the
@@ -493,16 +487,10 @@ struct EpDispatchCombineOp::Impl {
   bool kernel_keeps_origins(int64_t tokens) const {
     return kernel_may_keep_origins() && tokens <= kKernelKeptOriginsMaxTokens;
   }
-  // The kernel's copies are aligned on a 16-byte line (its pointer contract).
-  size_t kept_indices_offset() const { return (kept_origins_bytes() + 15) / 16 * 16; }
-  size_t kept_bytes() const {
-    return kept_indices_offset() + route_entry_words(config) * 4;  // the indices: as many words as route entries
-  }
-  void* kept_indices_of(const Routing& routing) const {
-    return static_cast<char*>(routing.kept_) + kept_indices_offset();
-  }
+  void* kept_indices_of(const Routing& routing) const { return part_of(routing.kept_, *buffers.kept_indices); }
   void keep_origins(Routing& routing, const DispatchResult& result) {
-    device.copy_async(routing.kept_, result.origins.data, kept_origins_bytes(), *stream);
+    device.copy_async(part_of(routing.kept_, *buffers.kept_origins), result.origins.data, kept_origins_bytes(),
+                      *stream);
   }
   // The kernel copies whole 16-byte lines (its kept_from parameter asks
   // for 16 bytes), so it keeps indices that start on one; others (a view
@@ -753,7 +741,7 @@ DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const Tenso
   const bool indices_by_kernel = options.keep_call && op.kernel_keeps_indices(indices);
   const bool origins_by_kernel = options.keep_call && op.kernel_keeps_origins(input.shape[0]);
   void* kept_indices = indices_by_kernel ? op.kept_indices_of(*record) : nullptr;
-  void* kept_origins = origins_by_kernel ? record->kept_ : nullptr;
+  void* kept_origins = origins_by_kernel ? op.part_of(record->kept_, *op.buffers.kept_origins) : nullptr;
   DispatchResult result =
       op.launch_dispatch(input, weights, scales, indices, op.route_in_use, false, v2, kept_indices, kept_origins);
   if (record) {
@@ -787,7 +775,7 @@ DispatchResult EpDispatchCombineOp::dispatch_replay(const TensorRef& input, cons
                     " tokens ran internode v2, whose replay needs the forwarding slots this rank recorded, but the "
                     "routing was loaded from a map without them",
                 "a routing recorded by a dispatch, or loaded from a whole route_map() (" +
-                    std::to_string(route_words(op.config)) + " words)",
+                    std::to_string(op.buffers.route_words()) + " words)",
                 "replay the recorded routing itself, load the whole route_map(), or build the op with "
                 "internode_kernel v2_ll");
   op.route_in_use = routing.route_;
@@ -936,17 +924,18 @@ std::unique_ptr<Routing> EpDispatchCombineOp::make_routing() {
   // ready on return, so neither the allocations nor the fills belong in it.
   const std::unique_ptr<CaptureExemption> exemption = op.device.exempt_from_capture();
   Stream& setup = op.routing_setup_stream();
-  std::unique_ptr<Routing> routing(new Routing(op.device, setup, route_words(op.config), op.id));
+  std::unique_ptr<Routing> routing(new Routing(op.device, setup, op.buffers.route->bytes, op.id));
   op.clear_forward_route(routing->route_, setup);
   // Here, not at the first keep_call: a dispatch is not exempt from a
   // capture's rules.
-  routing->kept_ = op.device.allocate(op.kept_bytes());
+  routing->kept_ = op.device.allocate(op.buffers.kept->bytes);
   // Only a kept call's first total_recv origins are its own. Where the
   // kernel keeps them, the rows past those are not written (an earlier
   // call's stay, as in the window): they hold -1 ("no row") until one is,
   // never what the allocation held before (the copy after the kernel
   // writes every row).
-  if (op.kernel_may_keep_origins()) op.device.fill_bytes(routing->kept_, 0xFF, op.kept_origins_bytes(), setup);
+  if (op.kernel_may_keep_origins())
+    op.device.fill_bytes(op.part_of(routing->kept_, *op.buffers.kept_origins), 0xFF, op.kept_origins_bytes(), setup);
   return routing;
 }
 
@@ -955,7 +944,7 @@ TensorRef EpDispatchCombineOp::route_map(const Routing& routing) const {
   if (routing.op_id_ != op.id || !routing.recorded())
     throw Error("route_map: the routing was not recorded by this op", "a Routing a dispatch of this op recorded",
                 "pass record= to a dispatch of this op first");
-  return {routing.route_, DType::I32, {int64_t(route_words(op.config))}};
+  return {routing.route_, DType::I32, {int64_t(op.buffers.route_words())}};
 }
 
 RecordedCall EpDispatchCombineOp::recorded_call(const Routing& routing) const {
@@ -965,8 +954,8 @@ RecordedCall EpDispatchCombineOp::recorded_call(const Routing& routing) const {
                 "a Routing a dispatch of this op recorded with DispatchOptions::keep_call (and has not recorded or "
                 "loaded since without it)",
                 "record with keep_call set, then read recorded_call()");
-  return {{static_cast<char*>(routing.route_) + route_entry_words(op.config) * 4, DType::I32, {1}},
-          {routing.kept_, DType::I32, {op.capacity(), 2}},
+  return {{op.part_of(routing.route_, *op.buffers.route_received), DType::I32, {1}},
+          {op.part_of(routing.kept_, *op.buffers.kept_origins), DType::I32, {op.capacity(), 2}},
           {op.kept_indices_of(routing), DType::I32, {routing.tokens_, op.config.num_experts_per_token}}};
 }
 
@@ -979,7 +968,9 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
   if (routing.op_id_ != op.id)
     throw Error("load_routing: the routing belongs to another op", "a Routing from this op's make_routing()",
                 "load into this op's make_routing()");
-  const int64_t words = int64_t(route_words(op.config)), own_words = int64_t(own_route_words(op.config));
+  // The map's words, where the record places them (templates/ep/buffers.mlir).
+  const EpBuffers& parts = op.buffers;
+  const int64_t words = int64_t(parts.route_words()), own_words = int64_t(parts.own_route_words());
   const int64_t k = op.config.num_experts_per_token;
   // The whole map, or (internode v2) its own words without the forward route.
   const bool whole = map.shape.size() == 1 && map.shape[0] == words;
@@ -992,41 +983,43 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
   std::vector<int32_t> host(size_t(words), -1);
   op.device.copy_to_host(host.data(), map.data, size_t(whole ? words : own_words) * 4, *op.stream);
   const int64_t cap = op.capacity(), ranks = op.config.world_size;
-  const auto entries = int64_t(route_entry_words(op.config));
+  const auto entries_at = int64_t(parts.route_entries->element_offset());
+  const auto entries = int64_t(parts.route_entries->count);
   for (int64_t i = 0; i < entries; ++i) {
-    int32_t& entry = host[size_t(i)];
+    int32_t& entry = host[size_t(entries_at + i)];
     if (i / k >= tokens) {  // rows past the recorded tokens: no kernel reads them
       entry = -1;
       continue;
     }
     if (entry != -1 && (entry < 0 || entry / cap >= ranks))
-      throw Error("load_routing: map[" + std::to_string(i) + "] = " + std::to_string(entry),
+      throw Error("load_routing: map[" + std::to_string(entries_at + i) + "] = " + std::to_string(entry),
                   "-1, or rank * capacity + slot with rank < " + std::to_string(ranks) + " and slot < " +
                       std::to_string(cap),
                   "pass a map route_map() returned for this op's configuration");
   }
-  const int32_t received = host[size_t(entries)];
+  const int32_t received = host[parts.route_received->element_offset()];
   if (received < 0 || received > cap)
     throw Error("load_routing: received count " + std::to_string(received), "in [0, capacity = " + std::to_string(cap) + "]",
                 "pass a map route_map() returned for this op's configuration");
   // Then the tokens sent to each off-node rank (0 for the node's ranks).
   const int per_node = op.config.nodes_gpu_count();
+  const auto sent_at = int64_t(parts.route_sent->element_offset());
   for (int peer = 0; peer < ranks; ++peer) {
-    const int32_t sent = host[size_t(entries + 1 + peer)];
+    const int32_t sent = host[size_t(sent_at + peer)];
     const bool off_node = peer / per_node != op.config.rank / per_node;
     const int64_t most = off_node ? std::min<int64_t>(tokens, op.internode->rows_per_peer()) : 0;
     if (sent < 0 || sent > most)
-      throw Error("load_routing: map[" + std::to_string(entries + 1 + peer) + "] (tokens sent to rank " +
+      throw Error("load_routing: map[" + std::to_string(sent_at + peer) + "] (tokens sent to rank " +
                       std::to_string(peer) + ") = " + std::to_string(sent),
                   "in [0, " + std::to_string(most) + "]", "pass a map route_map() returned for this op's configuration");
   }
   // An entry naming another node's rank names a slot of this rank's outbox
   // for it, which holds only the tokens sent there: a slot past them would
   // reach past the outbox.
-  for (int64_t i = 0; i < entries; ++i) {
+  for (int64_t i = entries_at; i < entries_at + entries; ++i) {
     const int32_t entry = host[size_t(i)];
     if (entry < 0 || entry / cap / per_node == op.config.rank / per_node) continue;
-    const int32_t sent = host[size_t(entries + 1 + entry / cap)];
+    const int32_t sent = host[size_t(sent_at + entry / cap)];
     if (entry % cap >= sent)
       throw Error("load_routing: map[" + std::to_string(i) + "] = " + std::to_string(entry) + " names slot " +
                       std::to_string(entry % cap) + " of the outbox for rank " + std::to_string(entry / cap) +
@@ -1150,5 +1143,6 @@ void EpDispatchCombineOp::set_stream(Stream* stream) {
 }
 int64_t EpDispatchCombineOp::capacity() const { return impl_->capacity(); }
 double EpDispatchCombineOp::kernel_fetch_seconds() const { return impl_->fetch_seconds; }
+const ModuleInterface& EpDispatchCombineOp::interface() const { return impl_->record; }
 
 }  // namespace epjit::ep

@@ -8,29 +8,70 @@
 namespace epjit::ep {
 
 EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineConfig& config) {
-  // The module holds only what its configuration launches (the template's
-  // when(...) clauses): bind exactly that, so a disagreement fails here by name.
+  // The module holds the kernels its configuration launches (each kernel's
+  // when(...) in the template, stated in the record): bind what it holds,
+  // then check that it holds what the op's calls need.
+  const ModuleInterface& record = module.interface();
+  auto held = [&](const char* name) { return record.has_kernel(name) ? &module.kernel(name) : nullptr; };
   EpKernels kernels;
   kernels.dispatch = &module.kernel("ep_dispatch");
   kernels.count_experts = &module.kernel("ep_count_experts");
-  if (config.uses_low_latency_combine())
-    kernels.combine_low_latency = &module.kernel("ep_combine_low_latency");
-  else if (config.combine_mode == CombineMode::Gather)
-    kernels.combine_gather = &module.kernel("ep_combine_gather");
-  else
-    kernels.combine_scatter = &module.kernel("ep_combine_scatter");
-  if (config.enable_std_moe) kernels.std_moe_pack = &module.kernel("ep_std_moe_pack");
-  // Intranode, the combine kernels unpack the standard-MoE layout themselves.
-  if (config.enable_std_moe && config.internode()) kernels.std_moe_unpack = &module.kernel("ep_std_moe_unpack");
-  if (config.internode()) {
-    kernels.internode_ingest = &module.kernel("ep_internode_ingest");
-    kernels.internode_return_pack = &module.kernel("ep_internode_return_pack");
-    kernels.internode_return_unpack = &module.kernel("ep_internode_return_unpack");
-    kernels.internode_forward = &module.kernel("ep_internode_forward");
-    kernels.internode_partials = &module.kernel("ep_internode_partials");
-    kernels.internode_sum = &module.kernel("ep_internode_sum");
-  }
+  kernels.combine_low_latency = held("ep_combine_low_latency");
+  kernels.combine_gather = held("ep_combine_gather");
+  kernels.combine_scatter = held("ep_combine_scatter");
+  kernels.std_moe_pack = held("ep_std_moe_pack");
+  kernels.std_moe_unpack = held("ep_std_moe_unpack");
+  kernels.internode_ingest = held("ep_internode_ingest");
+  kernels.internode_return_pack = held("ep_internode_return_pack");
+  kernels.internode_return_unpack = held("ep_internode_return_unpack");
+  kernels.internode_forward = held("ep_internode_forward");
+  kernels.internode_partials = held("ep_internode_partials");
+  kernels.internode_sum = held("ep_internode_sum");
+  const int combines = int(kernels.combine_low_latency != nullptr) + int(kernels.combine_gather != nullptr) +
+                       int(kernels.combine_scatter != nullptr);
+  auto disagree = [&](const std::string& what) {
+    throw Error(record.template_name + " for target " + config.target + ": " + what, "the kernels the op's calls launch",
+                "the template's when(...) clauses and the op disagree: report this as a bug");
+  };
+  if (combines != 1) disagree("the module holds " + std::to_string(combines) + " combine kernels");
+  if (config.enable_std_moe && !kernels.std_moe_pack) disagree("enable_std_moe, but no ep_std_moe_pack");
+  if (config.internode() && !(kernels.internode_ingest && kernels.internode_return_pack &&
+                              kernels.internode_return_unpack && kernels.internode_forward &&
+                              kernels.internode_partials && kernels.internode_sum))
+    disagree("internode, but not every ep_internode_* kernel");
   return kernels;
+}
+
+EpBuffers EpBuffers::of(const ModuleInterface& record) {
+  EpBuffers buffers;
+  buffers.route = &record.buffer("route");
+  buffers.route_entries = &buffers.route->part("route_entries");
+  buffers.route_received = &buffers.route->part("route_received");
+  buffers.route_sent = &buffers.route->part("route_sent");
+  buffers.route_forward = &buffers.route->part("route_forward");
+  buffers.kept = &record.buffer("kept");
+  buffers.kept_origins = &buffers.kept->part("kept_origins");
+  buffers.kept_indices = &buffers.kept->part("kept_indices");
+  buffers.outputs = &record.buffer("outputs");
+  buffers.out_tokens = &buffers.outputs->part("out_tokens");
+  buffers.out_weights = &buffers.outputs->part("out_weights");
+  buffers.expert_counts = &buffers.outputs->part("expert_counts");
+  buffers.std_moe = &record.buffer("std_moe");
+  buffers.moe_tokens = &buffers.std_moe->part("moe_tokens");
+  buffers.moe_counts = &buffers.std_moe->part("moe_counts_out");
+  buffers.moe_sources = &buffers.std_moe->part("moe_sources");
+  buffers.moe_combine_in = &buffers.std_moe->part("moe_combine_in");
+  // The host reads and writes the route map word by word (route_map(),
+  // load_routing()): every part is i32, and the forward route comes last.
+  for (const BufferPartInfo& part : buffers.route->parts)
+    if (part.element != "i32")
+      throw Error(record.template_name + "'s route map part '" + part.name + "' holds " + part.element,
+                  "i32 words", "declare the route map's parts as i32 in the template");
+  if (&buffers.route->parts.back() != buffers.route_forward || buffers.route->bytes % 4 != 0)
+    throw Error(record.template_name + "'s route map does not end with route_forward",
+                "route_forward last (a map saved without it is the whole map's prefix)",
+                "declare route_forward as the route buffer's last part in the template");
+  return buffers;
 }
 
 EpWindowMap EpWindowMap::of(const ModuleInterface& record, const WindowLayout& layout) {

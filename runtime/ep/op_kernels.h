@@ -49,6 +49,30 @@ struct EpWindowMap {
   static EpWindowMap of(const ModuleInterface& record, const WindowLayout& layout);
 };
 
+// The buffers outside the window the op allocates for its kernels, and the
+// parts it addresses in them, from the record (templates/ep/buffers.mlir):
+// their layout is written there only. Each buffer is one allocation.
+struct EpBuffers {
+  const BufferInfo* route = nullptr;  // one per op and one per Routing
+  const BufferPartInfo *route_entries = nullptr, *route_received = nullptr, *route_sent = nullptr,
+                       *route_forward = nullptr;
+  const BufferInfo* kept = nullptr;  // a Routing's kept call
+  const BufferPartInfo *kept_origins = nullptr, *kept_indices = nullptr;
+  const BufferInfo* outputs = nullptr;
+  const BufferPartInfo *out_tokens = nullptr, *out_weights = nullptr, *expert_counts = nullptr;
+  const BufferInfo* std_moe = nullptr;
+  const BufferPartInfo *moe_tokens = nullptr, *moe_counts = nullptr, *moe_sources = nullptr,
+                       *moe_combine_in = nullptr;
+
+  // The record must outlive the result (it points into it). Throws
+  // epjit::Error naming what the record lacks or what the op cannot use.
+  static EpBuffers of(const ModuleInterface& record);
+  // 32-bit words of a route map, and of one without its forward route (the
+  // last part: a map saved without it is the whole map's prefix).
+  size_t route_words() const { return route->bytes / 4; }
+  size_t own_route_words() const { return route_forward->offset / 4; }
+};
+
 // The template whose kernels the op runs.
 inline constexpr const char* kEpTemplate = "ep_dispatch_combine";
 

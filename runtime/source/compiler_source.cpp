@@ -12,28 +12,25 @@
 #include "../core/dynamic_library.h"
 #include "embedded.h"
 #include "epjit/error.h"
+#include "epjit/interface_schema.h"
 #include "epjit/kernel_source.h"
 #include "epjit/version.h"
 
 namespace epjit {
 namespace {
 
-// The provider's C ABI (compiler/kernel_source/KernelSourceLibrary.cpp),
-// version 2: the source and the module's interface record.
-using GenerateFn = int (*)(const char* template_name, const char* bindings, const char* target, char** source,
-                           char** interface, char** diagnostics);
-using FreeFn = void (*)(char*);
-using IdentityFn = const char* (*)();
-constexpr const char* kGenerateSymbol = "epjit_kernel_source_generate_v2";
-constexpr const char* kFreeSymbol = "epjit_kernel_source_free_v2";
-constexpr const char* kIdentitySymbol = "epjit_kernel_source_identity_v1";
+// The provider's C ABI is epjit/interface_schema.h's.
+using GenerateFn = decltype(&EPJIT_PROVIDER_GENERATE);
+using FreeFn = decltype(&EPJIT_PROVIDER_FREE);
+using IdentityFn = decltype(&EPJIT_PROVIDER_IDENTITY);
+constexpr const char* kGenerateSymbol = EPJIT_PROVIDER_SYMBOL(EPJIT_PROVIDER_GENERATE);
+constexpr const char* kFreeSymbol = EPJIT_PROVIDER_SYMBOL(EPJIT_PROVIDER_FREE);
+constexpr const char* kIdentitySymbol = EPJIT_PROVIDER_SYMBOL(EPJIT_PROVIDER_IDENTITY);
 
 // What this runtime's cache keys name: its compiler's sources and its
 // templates. A provider built from others would generate kernels that are
 // then cached, and served from then on, under keys that do not describe them.
-std::string expected_identity() {
-  return "compiler " + std::string(compiler_digest()) + "\ntemplates " + all_templates_digest() + "\n";
-}
+std::string expected_identity() { return schema::provider_identity(compiler_digest(), all_templates_digest()); }
 
 std::string one_line(std::string text) {
   std::replace(text.begin(), text.end(), '\n', ' ');

@@ -12,6 +12,9 @@ ep.param @world : index {min = 1 : i64}
 ep.param @gpu_per_node : index {min = 1 : i64}    // ranks whose windows map each other (world: intranode)
 ep.param @max_tokens : index {min = 1 : i64}        // per rank and call
 ep.param @capacity : index {min = 1 : i64}          // tokens one rank can receive
+// Inbox rows whose forwarding internode v2 records (nodes * rows per peer
+// where the op may run v2, else 0): the size of the route's @route_forward.
+ep.param @forward_route_rows : index {default_value = 0 : index}
 ep.param @combine_mode : index {names = ["gather", "scatter"]}
 ep.param @quant : index {names = ["none", "fp8_direct_cast", "fp8_blockwise"]}  // scatter's transport
 ep.param @std_moe : i1 {default_value = false}      // the standard-MoE layout regions

@@ -3,14 +3,10 @@
 // atomic counter on the destination; a replay reads the slots a recorded
 // dispatch took instead.
 //
-// route (the op's or a Routing's): per source token, its distinct
-// destinations in order of first appearance as rank * capacity + slot, then
-// -1s; route[max_tokens * topk] holds the rank's received count of the
-// dispatch that wrote it (internode: ep_internode_ingest writes the whole
-// count, its own node's and the other nodes'), and
-// route[max_tokens * topk + 1 + r] the tokens it sent to off-node rank r
-// (ep/internode; intranode unused).
+// route (the op's or a Routing's): the "route" buffer of ep/buffers, whose
+// parts say what each word holds.
 ep.include "ep/common"
+ep.include "ep/buffers"
 ep.include "ep/sync"
 ep.include "ep/internode"
 
@@ -178,7 +174,9 @@ func.func private @send_entry(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %sca
     %expert = arith.index_cast %expert_i32 : i32 to index
     %owner = arith.divui %expert, %epr : index
     %dest = func.call @send_target(%rank, %owner, %forwarding) : (index, index, i1) -> index
-    %route_at = arith.addi %row, %n : index
+    %entries_at = ep.buffer_offset @route_entries : index
+    %row_at = arith.addi %entries_at, %row : index
+    %route_at = arith.addi %row_at, %n : index
     %taken = scf.if %replaying -> (i32) {
       %unused = arith.constant 0 : i32
       scf.yield %unused : i32
@@ -262,7 +260,9 @@ func.func private @send_tokens_reserved(%input: !ep.ptr<i32>, %weights: !ep.ptr<
         } else {
           %n = func.call @rank_ordinal(%indices, %row, %dest, %rank, %forwarding)
               : (!ep.ptr<i32>, index, index, index, i1) -> index
-          %route_at = arith.addi %row, %n : index
+          %entries_at = ep.buffer_offset @route_entries : index
+          %row_at = arith.addi %entries_at, %row : index
+          %route_at = arith.addi %row_at, %n : index
           %slot = func.call @record_slot(%route, %route_at, %dest, %taken, %replaying, %w, %rank)
               : (!ep.ptr<i32>, index, index, i32, i1, !ep.window, index) -> index
           %fits = arith.cmpi ult, %slot, %capacity : index
@@ -369,7 +369,9 @@ func.func private @send_entries_by_block(%input: !ep.ptr<i32>, %weights: !ep.ptr
       %expert = arith.index_cast %expert_i32 : i32 to index
       %owner = arith.divui %expert, %epr : index
       %dest = func.call @send_target(%rank, %owner, %forwarding) : (index, index, i1) -> index
-      %route_at = arith.addi %row, %n : index
+      %entries_at = ep.buffer_offset @route_entries : index
+      %row_at = arith.addi %entries_at, %row : index
+      %route_at = arith.addi %row_at, %n : index
       %not_replaying = arith.xori %replaying, %true : i1
       %takes_slot = arith.andi %lead, %not_replaying : i1
       %words_at = arith.muli %token, %token_words : index
@@ -453,12 +455,10 @@ func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.pt
   %total_word = ep.constant_value @state_total_recv : index
   %counter_word = ep.constant_value @state_recv_counter : index
   %node_word = ep.constant_value @state_node_recv : index
-  %topk = ep.param_value @topk : index
-  %max_tokens = ep.param_value @max_tokens : index
   %capacity = ep.param_value @capacity : index
   %capacity_i32 = arith.index_cast %capacity : index to i32
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
-  %total_at = arith.muli %max_tokens, %topk : index
+  %total_at = ep.buffer_offset @route_received : index
   %counted = ep.atomic_load %state[%counter_word] scope(system) order(relaxed) : !ep.ptr<i32>
   %recorded = ep.load %route[%total_at] : !ep.ptr<i32>
   func.call @stop_after_timeout(%w, %rank) : (!ep.window, index) -> ()

@@ -15,17 +15,13 @@
 // Inboxes are per source rank, indexed by world rank (on-node entries stay
 // unused): `per_source` rows each, the runtime's fixed slot count.
 ep.include "ep/common"
+ep.include "ep/buffers"
 ep.include "ep/sync"
 
-// Where the route keeps a dispatch's sends to off-node rank `dest`: after
-// the per-token entries and the received count, one word per world rank.
+// Where the route keeps a dispatch's sends to off-node rank `dest`.
 func.func private @route_sent_word(%dest: index) -> index {
-  %c1 = arith.constant 1 : index
-  %topk = ep.param_value @topk : index
-  %max_tokens = ep.param_value @max_tokens : index
-  %entries = arith.muli %max_tokens, %topk : index
-  %after_total = arith.addi %entries, %c1 : index
-  %word = arith.addi %after_total, %dest : index
+  %sent = ep.buffer_offset @route_sent : index
+  %word = arith.addi %sent, %dest : index
   return %word : index
 }
 
@@ -133,8 +129,7 @@ ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, 
     // The node's rows: counted by this call's dispatch; a replay's route
     // records the whole total (as MORI's handle does), so the node's part is
     // what the off-node sources did not send.
-    %max_tokens = ep.param_value @max_tokens : index
-    %total_at = arith.muli %max_tokens, %topk : index
+    %total_at = ep.buffer_offset @route_received : index
     // Each word is read only in the mode that does not rewrite it below: a
     // replay rewrites state_node_recv, a counting call the route's total.
     %replaying = arith.cmpi ne, %replay, %c0 : index

@@ -167,8 +167,8 @@ TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
       comm.device().copy_to_device(copy, crafted.data(), words * 4);
       f += expectParts("crafted map", thrown([&] { op.load_routing(*restored, {copy, DType::I32, {int64_t(words)}}, 3); }),
                        {"load_routing: map[0]", "rank < 1"});
-      // The word after the per-token entries: the received count.
-      const size_t received_at = words - 1 - size_t(comm.world_size());
+      // The received count, where the record places it.
+      const size_t received_at = op.interface().buffer("route").part("route_received").element_offset();
       crafted = host;
       crafted[received_at] = -7;  // a negative received count
       comm.device().copy_to_device(copy, crafted.data(), words * 4);
@@ -374,7 +374,7 @@ TEST(EpOpErrors, InternodeRefusesWhatItCannotRun) {
         std::vector<int32_t> map(size_t(whole.shape[0]));
         op.stream().synchronize();
         comm.device().copy_to_host(map.data(), whole.data, map.size() * 4);
-        const size_t own_words = size_t(c.max_tokens * k + 1 + c.world);
+        const size_t own_words = op.interface().buffer("route").part("route_forward").element_offset();
         if (map.size() <= own_words) return f + "route_map() has no forward route\n";
 
         // Only the route's own words: loads, but a v2 call cannot replay it.

@@ -116,13 +116,53 @@ LogicalResult checkConstraints(ep::ParamOp param, TypedAttr value) {
   return success();
 }
 
-void foldModule(ModuleOp module) {
-  MLIRContext* context = module.getContext();
+// Every loaded dialect's and registered operation's canonicalizations.
+FrozenRewritePatternSet foldingPatterns(MLIRContext* context) {
   RewritePatternSet patterns(context);
   for (Dialect* dialect : context->getLoadedDialects()) dialect->getCanonicalizationPatterns(patterns);
   for (RegisteredOperationName op : context->getRegisteredOperations())
     op.getCanonicalizationPatterns(patterns, context);
-  (void)applyPatternsGreedily(module, std::move(patterns));
+  return FrozenRewritePatternSet(std::move(patterns));
+}
+
+// Each ep.buffer_offset becomes its part's offset in elements, from the one
+// layout of the buffers (placeBuffers). The parts' counts are folded first:
+// they are isolated bodies of parameters and constants.
+LogicalResult bindBufferOffsets(ModuleOp module, const FrozenRewritePatternSet& patterns) {
+  for (auto part : module.getOps<ep::BufferPartOp>()) (void)applyPatternsGreedily(part, patterns);
+  FailureOr<std::vector<ep::BufferPlacement>> buffers = ep::placeBuffers(module);
+  if (failed(buffers)) return failure();
+  llvm::StringMap<int64_t> elementOffsets;
+  for (const ep::BufferPlacement& buffer : *buffers)
+    for (auto [part, offset] : buffer.parts)
+      elementOffsets[part.getSymName()] = offset / ep::elementBytes(part.getElement());
+  module.walk([&](ep::BufferOffsetOp read) {
+    OpBuilder builder(read);
+    auto value = arith::ConstantIndexOp::create(builder, read.getLoc(), elementOffsets.lookup(read.getPart()));
+    read.replaceAllUsesWith(value.getResult());
+    read.erase();
+  });
+  return success();
+}
+
+// A kernel's when(...) as written, for the interface record.
+std::string whenText(ep::KernelOp kernel) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  for (size_t i = 0; i < kernel.getWhenClauseCount(); ++i) {
+    if (i > 0) os << " and ";
+    os << "@" << kernel.getWhenClauseParam(i);
+    if (Attribute operand = kernel.getWhenClauseOperand(i)) {
+      os << ' ' << kernel.getWhenClausePredicate(i) << ' ';
+      if (auto symbol = dyn_cast<FlatSymbolRefAttr>(operand))
+        os << "@" << symbol.getValue();
+      else if (auto integer = dyn_cast<IntegerAttr>(operand))
+        os << integer.getValue().getSExtValue();
+      else
+        os << '"' << cast<StringAttr>(operand).getValue() << '"';
+    }
+  }
+  return text;
 }
 
 struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
@@ -206,7 +246,9 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
     }
     substituteTypeParameters(module, types);
     module->setAttr(ep::EpDialect::kSpecializationAttrName, DictionaryAttr::get(&getContext(), record));
-    foldModule(module);
+    const FrozenRewritePatternSet patterns = foldingPatterns(&getContext());
+    if (failed(bindBufferOffsets(module, patterns))) return signalPassFailure();
+    (void)applyPatternsGreedily(module, patterns);
   }
 
   // A kernel whose when(...) the bindings fail is erased, and then the
@@ -222,6 +264,7 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
         erased = true;
         continue;
       }
+      kernel->setAttr(ep::EpDialect::kWhenAttrName, StringAttr::get(&getContext(), whenText(kernel)));
       kernel.removeWhenParamsAttr();
       kernel.removeWhenPredicatesAttr();
       kernel.removeWhenOperandsAttr();

@@ -41,5 +41,10 @@ LogicalResult EpDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
       return op->emitError() << "'" << name << "' must be a dictionary attribute on a module";
     return success();
   }
+  if (name == kWhenAttrName) {
+    if (!isa<KernelOp>(op) || !isa<StringAttr>(attribute.getValue()))
+      return op->emitError() << "'" << name << "' must be a string attribute on an ep.kernel";
+    return success();
+  }
   return op->emitError() << "unknown ep dialect attribute '" << name << "'";
 }

@@ -277,6 +277,65 @@ std::optional<int64_t> WindowRegionOp::getConstantCount() {
   return constant.value();
 }
 
+LogicalResult BufferPartOp::verify() {
+  if (getCount().front().empty() || !isa<YieldOp>(getCount().front().back()))
+    return emitOpError() << "part @" << getSymName() << "'s body must end with ep.yield of its element count";
+  if (!isPointeeType(getElement()))
+    return emitOpError() << "part @" << getSymName() << " holds " << getElement()
+                         << "; a buffer part's elements are what an !ep.ptr may point to";
+  if (getBuffer().empty()) return emitOpError() << "part @" << getSymName() << " names no buffer";
+  // A row element type parameter has its size once bound (ep-specialize).
+  const int64_t bytes = getElement().isIntOrFloat() ? elementBytes(getElement()) : 1;
+  if (auto align = getAlign(); align && (int64_t(*align) < bytes || !llvm::isPowerOf2_64(*align) ||
+                                         int64_t(*align) % bytes != 0))
+    return emitOpError() << "part @" << getSymName() << " has align " << *align
+                         << "; an alignment is a power of two and a multiple of the element size (" << bytes
+                         << " bytes)";
+  return success();
+}
+
+std::optional<int64_t> BufferPartOp::getConstantCount() {
+  auto yield = cast<YieldOp>(getCount().front().getTerminator());
+  auto constant = yield.getCount().getDefiningOp<arith::ConstantIndexOp>();
+  if (!constant) return std::nullopt;
+  return constant.value();
+}
+
+int64_t BufferPartOp::getAlignment() {
+  return getAlign() ? int64_t(*getAlign()) : elementBytes(getElement());
+}
+
+LogicalResult BufferOffsetOp::verifySymbolUses(SymbolTableCollection& symbols) {
+  if (!symbols.lookupNearestSymbolFrom<BufferPartOp>(*this, getPartAttr()))
+    return emitOpError() << "@" << getPart() << " is not a declared ep.buffer_part";
+  return success();
+}
+
+FailureOr<std::vector<BufferPlacement>> epjit::ep::placeBuffers(ModuleOp module) {
+  std::vector<BufferPlacement> buffers;
+  for (auto part : module.getOps<BufferPartOp>()) {
+    std::optional<int64_t> count = part.getConstantCount();
+    if (!count)
+      return part.emitError() << "the count of buffer part @" << part.getSymName()
+                              << " is not a constant after specialization: compute it from parameters and named "
+                                 "constants only";
+    if (*count < 0) return part.emitError() << "buffer part @" << part.getSymName() << " has count " << *count;
+    auto buffer = llvm::find_if(buffers, [&](const BufferPlacement& b) { return b.name == part.getBuffer(); });
+    if (buffer == buffers.end()) {
+      buffers.push_back({part.getBuffer().str(), 0, {}});
+      buffer = std::prev(buffers.end());
+    }
+    if (!part.getElement().isIntOrFloat())
+      return part.emitError() << "buffer part @" << part.getSymName() << " holds " << part.getElement()
+                              << ", whose size is not known before its parameter is bound";
+    const int64_t align = part.getAlignment();
+    const int64_t offset = (buffer->bytes + align - 1) / align * align;
+    buffer->parts.emplace_back(part, offset);
+    buffer->bytes = offset + *count * elementBytes(part.getElement());
+  }
+  return buffers;
+}
+
 LogicalResult PeerPtrOp::verifySymbolUses(SymbolTableCollection& symbols) {
   if (!symbols.lookupNearestSymbolFrom<WindowRegionOp>(*this, getRegionAttr()))
     return emitOpError() << "@" << getRegion() << " is not a declared ep.window_region";

@@ -1,9 +1,12 @@
 // The interface record the compiler emits with every module (docs/DSL.md,
-// "The interface record"): the target, each kernel's name, ordered parameters
-// and launch bound, the symmetric window's regions in order with their
-// element type and count, and the template's named constants. The runtime
-// binds kernels, lays out windows and reads constants from it, so nothing
-// about a kernel's interface is written twice.
+// "The interface record"): the target, each kernel's name, ordered
+// parameters, launch bound and when(...) condition, the symmetric window's
+// regions in order with their element type and count, the buffers the host
+// allocates for kernels (each part's element type, count, byte offset and
+// meaning) and the template's named constants. The runtime binds kernels,
+// lays out windows and buffers and reads constants from it, so nothing about
+// a kernel's interface is written twice. Its format version and vocabulary
+// are epjit/interface_schema.h's.
 #pragma once
 
 #include <cstddef>
@@ -43,6 +46,9 @@ inline constexpr size_t kDefaultPointerAlignment = 16;
 struct KernelSignature {
   std::string name;
   int warps_per_block = 1;  // the launch bound the kernel was compiled for
+  // The template's when(...) that kept it in this module ("@std_moe and
+  // @gpu_per_node lt @world"); empty for a kernel every module holds.
+  std::string when;
   std::vector<KernelParam> params;
 
   // The parameter named `name`, or nullptr.
@@ -57,6 +63,29 @@ struct WindowRegionInfo {
   size_t element_bytes = 1;
   uint64_t count = 0;  // elements, for this specialization
   uint64_t bytes() const { return count * element_bytes; }
+};
+
+// A part of a buffer the host allocates (ep.buffer_part): its elements, and
+// where it starts in its buffer.
+struct BufferPartInfo {
+  std::string name;
+  std::string element;
+  size_t element_bytes = 1;
+  uint64_t count = 0;   // elements, for this specialization
+  uint64_t offset = 0;  // bytes from the buffer's start, a multiple of element_bytes
+  std::string meaning;  // what the part holds, as the template says
+  uint64_t bytes() const { return count * element_bytes; }
+  uint64_t element_offset() const { return offset / element_bytes; }
+};
+
+// One allocation: its parts in order, and its size in bytes.
+struct BufferInfo {
+  std::string name;
+  uint64_t bytes = 0;
+  std::vector<BufferPartInfo> parts;
+
+  // Throws epjit::Error naming the parts that exist.
+  const BufferPartInfo& part(std::string_view name) const;
 };
 
 struct InterfaceTarget {
@@ -76,6 +105,7 @@ struct ModuleInterface {
   InterfaceTarget target;
   std::vector<KernelSignature> kernels;
   std::vector<WindowRegionInfo> window_regions;
+  std::vector<BufferInfo> buffers;
   std::map<std::string, int64_t, std::less<>> constants;
   std::string text;  // the record as the compiler wrote it (JSON)
 
@@ -86,12 +116,12 @@ struct ModuleInterface {
 
   // Each throws epjit::Error naming what was asked for and what exists.
   const KernelSignature& kernel(std::string_view name) const;
+  // Whether the module holds the kernel (its when(...) held); never throws.
+  bool has_kernel(std::string_view name) const;
+  const BufferInfo& buffer(std::string_view name) const;
   int64_t constant(std::string_view name) const;
   const WindowRegionInfo& region(std::string_view name) const;
   size_t region_index(std::string_view name) const;
 };
-
-// The record layout this runtime reads (compiler/include/epjit/Compiler/Interface.h).
-inline constexpr int kInterfaceFormat = 1;
 
 }  // namespace epjit

@@ -26,8 +26,8 @@ ep.param @pack : i1 {default_value = false}
 // SCATTER-NOT: when(
 // SCATTER: func.func private @shared
 // SCATTER: func.func private @forward_only
-// SCATTER: ep.kernel @scatter() warps_per_block(4) {
-// SCATTER: ep.kernel @forward() warps_per_block(4) {
+// SCATTER: ep.kernel @scatter() warps_per_block(4) attributes {ep.when = "@mode ne 0"} {
+// SCATTER: ep.kernel @forward() warps_per_block(4) attributes {ep.when = "@nodes lt @world"} {
 // SCATTER-NOT: ep.kernel @packer(
 // SCATTER-NOT: ep.kernel @wide(
 // SCATTER-NOT: ep.kernel @pack_across(
@@ -36,13 +36,13 @@ ep.param @pack : i1 {default_value = false}
 // GATHER: func.func private @gather_only
 // GATHER: func.func private @shared
 // GATHER-NOT: func.func private @forward_only
-// GATHER: ep.kernel @gather() warps_per_block(4) {
+// GATHER: ep.kernel @gather() warps_per_block(4) attributes {ep.when = "@mode eq \22gather\22"} {
 // GATHER-NOT: ep.kernel @scatter(
 // GATHER-NOT: ep.kernel @forward(
-// GATHER: ep.kernel @packer() warps_per_block(4) {
+// GATHER: ep.kernel @packer() warps_per_block(4) attributes {ep.when = "@pack"} {
 // GATHER-NOT: ep.kernel @wide(
 // GATHER-NOT: ep.kernel @pack_across(
-// ACROSS: ep.kernel @pack_across() warps_per_block(4) {
+// ACROSS: ep.kernel @pack_across() warps_per_block(4) attributes {ep.when = "@pack and @nodes lt @world and @mode eq \22gather\22"} {
 
 func.func private @gather_only() {
   return

@@ -43,7 +43,7 @@ KernelCache& cache() {
 const KernelSpec kQuantize{"quantize_fp8_direct", {{"hidden", "64"}}, "host"};
 
 constexpr const char* kRecord = R"({
-  "format": 1, "template": "t", "specialization": {"hidden": 64},
+  "format": 2, "template": "t", "specialization": {"hidden": 64},
   "target": {"name": "host", "vendor": "cpu", "arch": "native", "wave_size": 32},
   "kernels": [{"name": "k", "warps_per_block": 4, "params": [
       {"name": "rows", "type": "ptr<bf16>"}, {"name": "w", "type": "window"}, {"name": "n", "type": "index"},
@@ -82,6 +82,34 @@ TEST(ModuleInterface, LookupsNameWhatExists) {
   EXPECT_NE(errorOf([&] { record.region("signals"); }).find("state, rows"), std::string::npos);
 }
 
+// A buffer's parts are where the record places them, in order, inside it;
+// a record that overlaps two parts or reaches past its buffer is refused.
+TEST(ModuleInterface, BufferPartsAreWhereTheRecordPlacesThem) {
+  const std::string head =
+      R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+          "kernels": [{"name": "k", "warps_per_block": 1, "when": "@std", "params": []}], "window_regions": [],
+          "constants": {}, "buffers": [{"name": "route", "bytes": 24, "parts": [
+            {"name": "entries", "element": "i32", "count": 3, "offset": 0, "meaning": "per entry"},)";
+  const std::string tail = R"(]}]})";
+  const ModuleInterface record =
+      ModuleInterface::parse(head + R"({"name": "wide", "element": "i64", "count": 1, "offset": 16})" + tail, "a test");
+  EXPECT_EQ(record.kernel("k").when, "@std");
+  const BufferInfo& route = record.buffer("route");
+  EXPECT_EQ(route.bytes, 24u);
+  EXPECT_EQ(route.part("entries").meaning, "per entry");
+  EXPECT_EQ(route.part("wide").element_offset(), 2u);
+  EXPECT_EQ(route.part("wide").bytes(), 8u);
+  EXPECT_NE(errorOf([&] { route.part("sent"); }).find("one of its parts: entries, wide"), std::string::npos);
+  EXPECT_NE(errorOf([&] { record.buffer("kept"); }).find("one of its buffers: route"), std::string::npos);
+  for (const char* bad : {R"({"name": "wide", "element": "i64", "count": 1, "offset": 8})",    // overlaps entries
+                          R"({"name": "wide", "element": "i64", "count": 2, "offset": 16})",   // past the buffer
+                          R"({"name": "wide", "element": "i64", "count": 1, "offset": 12})",   // not on an i64
+                          R"({"name": "entries", "element": "i32", "count": 1, "offset": 16})"})  // a name twice
+    EXPECT_NE(errorOf([&] { ModuleInterface::parse(head + bad + tail, "a test"); }).find("record.buffers[0]"),
+              std::string::npos)
+        << bad;
+}
+
 // Records of compilers that did not insert the entry wait say nothing, and
 // such kernels must never be launched before their predecessor ends.
 TEST(ModuleInterface, DependentLaunchIsOnlyWhatTheRecordStates) {
@@ -101,7 +129,7 @@ TEST(ModuleInterface, DependentLaunchIsOnlyWhatTheRecordStates) {
 // contract, 16 bytes.
 TEST(ModuleInterface, PointerAlignmentIsWhatTheRecordStates) {
   const std::string head =
-      R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [{"name": "k", "warps_per_block": 1, "params": [)";
   const std::string tail = R"(]}], "window_regions": [], "constants": {}})";
   auto parse = [&](const std::string& params) { return ModuleInterface::parse(head + params + tail, "a test"); };
@@ -122,25 +150,25 @@ TEST(ModuleInterface, PointerAlignmentIsWhatTheRecordStates) {
 TEST(ModuleInterface, DamagedOrForeignRecordsAreRefusedNamingTheField) {
   const std::pair<std::string, std::string> cases[] = {
       {"not json", "is not JSON"},
-      {R"({"format": 2})", "record.format = 2 is not this epjit's format 1"},
+      {R"({"format": 1})", "record.format = 1 is not this epjit's format 2"},
       {R"({"template": "t"})", "record.format is missing"},
       {R"({"format": "1"})", "record.format is not an integer"},
-      {R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 0}})",
+      {R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 0}})",
        "record.target.wave_size = 0 is outside [1, 1024]"},
-      {R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      {R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [{"name": "k", "warps_per_block": 1, "params": [{"name": "a", "type": "tensor"}]}]})",
        "record.kernels[0].params[0].type = 'tensor' is not ptr<T>, window, index, i32, i64 or f32"},
-      {R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      {R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [{"name": "k", "warps_per_block": 1, "params": [{"name": "a", "type": "ptr<f64>"}]}]})",
        "points to an unknown element type"},
-      {R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      {R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [{"name": "k", "warps_per_block": 1, "params": [{"name": "a", "type": "index"},
                                                                      {"name": "a", "type": "index"}]}]})",
        "names parameter 'a' twice"},
-      {R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      {R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [], "window_regions": [{"name": "r", "element": "i32", "count": -1}]})",
        "record.window_regions[0].count = -1 is outside"},
-      {R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      {R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [], "window_regions": [], "constants": {"state_error": "3"}})",
        "record.constants.state_error is not an integer"},
   };
@@ -209,7 +237,7 @@ TEST(LaunchArgs, SetsByNameInTheSignaturesOrderAndRefusesWhatDoesNotFit) {
 // what it needs; null stays allowed (an absent optional buffer).
 TEST(LaunchArgs, RefusesAPointerOffTheAlignmentItsParameterNeeds) {
   const ModuleInterface record = ModuleInterface::parse(
-      R"({"format": 1, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [{"name": "k", "warps_per_block": 1, "params": [
               {"name": "rows", "type": "ptr<bf16>", "align": 16}, {"name": "words", "type": "ptr<i32>", "align": 4},
               {"name": "bytes", "type": "ptr<i8>", "align": 1}]}],

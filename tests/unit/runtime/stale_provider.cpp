@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "epjit/interface_schema.h"
+
 namespace {
 char* copy(const char* text) {
   char* out = static_cast<char*>(std::malloc(std::strlen(text) + 1));
@@ -13,20 +15,19 @@ char* copy(const char* text) {
 }
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) int epjit_kernel_source_generate_v2(const char*, const char*,
-                                                                                     const char*, char** source,
-                                                                                     char** interface,
-                                                                                     char** diagnostics) {
+extern "C" __attribute__((visibility("default"))) int EPJIT_PROVIDER_GENERATE(const char*, const char*, const char*,
+                                                                             char** source, char** interface,
+                                                                             char** diagnostics) {
   *source = nullptr;
   *interface = nullptr;
   *diagnostics = copy("a provider of another build was asked to generate");
   return 1;
 }
 
-extern "C" __attribute__((visibility("default"))) void epjit_kernel_source_free_v2(char* text) { std::free(text); }
+extern "C" __attribute__((visibility("default"))) void EPJIT_PROVIDER_FREE(char* text) { std::free(text); }
 
 #ifdef EPJIT_TEST_STATED_DIGEST
-extern "C" __attribute__((visibility("default"))) const char* epjit_kernel_source_identity_v1() {
+extern "C" __attribute__((visibility("default"))) const char* EPJIT_PROVIDER_IDENTITY() {
   return "compiler " EPJIT_TEST_STATED_DIGEST "\ntemplates " EPJIT_TEST_STATED_DIGEST "\n";
 }
 #endif

@@ -2,17 +2,19 @@
 // to call its kernels, stated once by the template and evaluated for one
 // specialization and target (docs/DSL.md, "The interface record"):
 //
-//   {"format": 1, "template": ..., "specialization": {...},
-//    "target": {"name", "vendor", "arch", "wave_size"},
-//    "kernels": [{"name", "warps_per_block", "params": [{"name", "type", "align"}]}],
+//   {"format": N, "template": ..., "specialization": {...},
+//    "target": {"name", "vendor", "arch", "wave_size", "dependent_launch"},
+//    "kernels": [{"name", "warps_per_block", "when", "params": [{"name", "type", "align"}]}],
 //    "window_regions": [{"name", "element", "count"}],
+//    "buffers": [{"name", "bytes", "parts": [{"name", "element", "count", "offset", "meaning"}]}],
 //    "constants": {"name": value}}
 //
-// Parameter types are "ptr<ELEMENT>", "window", "index", "i32", "i64" or
-// "f32"; elements are "i8", "i16", "i32", "i64", "bf16", "f16" or "f32". A
-// pointer's "align" is the bytes its address must be a multiple of (16 where
-// the kernel uses 16-byte vector accesses, else the element size), present
-// once the warp ops are lowered (ep-record-pointer-alignment).
+// The format version and the words for types are epjit/interface_schema.h's,
+// shared with the runtime's reader. A pointer's "align" is the bytes its
+// address must be a multiple of (16 where the kernel uses 16-byte vector
+// accesses, else the element size), present once the warp ops are lowered
+// (ep-record-pointer-alignment). A buffer part's "offset" is in bytes
+// (ep::placeBuffers).
 #pragma once
 
 #include <string>
@@ -22,9 +24,6 @@
 #include "epjit/targets/TargetInfo.h"
 
 namespace epjit::compiler {
-
-// The version of the record's layout; the runtime refuses other versions.
-inline constexpr int kInterfaceFormat = 1;
 
 // The record of a module after ep-specialize and ep-check-target (and, for
 // "align", ep-record-pointer-alignment), as JSON.

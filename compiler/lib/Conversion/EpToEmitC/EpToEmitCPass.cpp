@@ -183,6 +183,9 @@ struct EpToEmitC : impl::EpToEmitCBase<EpToEmitC> {
       regions[region.getSymName()] = int64_t(regions.size());
       region.erase();
     }
+    // Buffer parts were for the record too: kernels reached them through
+    // ep.buffer_offset, folded by ep-specialize.
+    for (auto part : llvm::make_early_inc_range(module.getOps<ep::BufferPartOp>())) part.erase();
     if (regions.size() > size_t(kMaxWindowRegions)) {
       module.emitError() << "the template declares " << regions.size() << " window regions; a window has at most "
                          << kMaxWindowRegions;

@@ -85,7 +85,7 @@ class Routing {
 
  private:
   friend class EpDispatchCombineOp;
-  Routing(Device& device, Stream& stream, size_t words, uint64_t op_id);
+  Routing(Device& device, Stream& stream, size_t route_bytes, uint64_t op_id);
   Device& device_;
   void* route_ = nullptr;
   uint64_t op_id_;
@@ -95,9 +95,8 @@ class Routing {
   // without it (as a MORI handle's tensors give) replays only v2_ll calls.
   bool forward_route_ = false;
   bool internode_v2_ = false;
-  // DispatchOptions::keep_call: the recorded call's received origins
-  // ([capacity, 2]) then, from the next 16-byte line, its indices ([max tokens,
-  // top-k]); valid while kept_call_.
+  // DispatchOptions::keep_call: the recorded call's received origins and its
+  // indices (the record's "kept" buffer); valid while kept_call_.
   void* kept_ = nullptr;
   bool kept_call_ = false;
 };
@@ -236,6 +235,10 @@ class EpDispatchCombineOp {
   int64_t capacity() const;
   // Seconds construction spent fetching and loading the kernels (a compile on a cache miss).
   double kernel_fetch_seconds() const;
+  // The interface record of the op's kernels: their parameters, the window's
+  // regions, the buffers the op allocates for them (the route map's parts,
+  // ...), the constants. Layers above the op read layouts from it.
+  const ModuleInterface& interface() const;
 
   class Impl;
 

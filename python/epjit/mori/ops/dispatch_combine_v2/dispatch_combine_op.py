@@ -223,7 +223,8 @@ class EpDispatchCombineOp:
         torch = _torch()
         cfg = self.cfg
         k, m = cfg.num_experts_per_token, cfg.max_num_inp_token_per_rank
-        route = self._op.route_map(routing)[: m * k].view(m, k)
+        at, count, _ = self._op.buffer_parts("route")["route_entries"]
+        route = self._op.route_map(routing)[at : at + count].view(m, k)
         forward = torch.full((m, k), -1, dtype=torch.int32, device=route.device)
         if n:
             valid, _, ordinal_of_entry = self._destination_ordinals(indices, n, routing.runs_internode_v2)
@@ -231,6 +232,17 @@ class EpDispatchCombineOp:
             # epjit's entry is rank * capacity + slot, MORI's rank * max_recv + slot: the same numbers.
             forward[:n] = torch.where(valid & (entry >= 0), entry, torch.full_like(entry, -1)).int()
         return forward.reshape(-1)
+
+    def _route_map_of(self, entries, total, sent):
+        """A route map without its forward route, where the op's interface record
+        puts each part (route_map()'s layout; load_routing() takes it)."""
+        torch = _torch()
+        parts = self._op.buffer_parts("route")
+        flat = torch.zeros(parts["route_forward"][0], dtype=torch.int32, device=entries.device)
+        for name, words in (("route_entries", entries), ("route_received", total), ("route_sent", sent)):
+            at, count, _ = parts[name]
+            flat[at : at + count] = words.int()
+        return flat
 
     def _handle_routing(self, routing, indices, n, max_tokens_across_ranks):
         """epjit's Routing for a handle: its own, or one loaded from MORI's maps."""
@@ -253,14 +265,14 @@ class EpDispatchCombineOp:
         rows = torch.arange(n, device=forward.device)[:, None].expand(n, k)
         route[rows[first], ordinal[first]] = forward[:n][first]
         total = handle.total_recv_token_num.reshape(-1)[:1].long().to(forward.device)
-        # epjit's map ends with the tokens sent to each off-node rank (its
+        # epjit's map also holds the tokens sent to each off-node rank (its
         # outbox slots are 0, 1, ...: the count of entries naming the rank).
         world, per_node = cfg.world_size, cfg.gpu_per_node or cfg.world_size
         named = route[route >= 0] // self._op.capacity
         sent = torch.bincount(named, minlength=world)[:world]
         node = torch.arange(world, device=forward.device) // per_node == cfg.rank // per_node
         sent = torch.where(node, torch.zeros_like(sent), sent)
-        flat = torch.cat([route.reshape(-1), total, sent]).int()
+        flat = self._route_map_of(route.reshape(-1), total, sent)
         recorded = self._op._routing_to_record()
         self._op.load_routing(recorded, flat, n, max_tokens_across_ranks)  # checked on the host: synchronizes
         self._adopt(handle, recorded)

@@ -42,6 +42,9 @@ def Ep_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kTargetAttrName = "ep.target";
     // The module attribute recording the parameter bindings (set by ep-specialize).
     static constexpr ::llvm::StringLiteral kSpecializationAttrName = "ep.specialization";
+    // A kept kernel's when(...) as written (set by ep-specialize, which drops
+    // the clauses), for the interface record.
+    static constexpr ::llvm::StringLiteral kWhenAttrName = "ep.when";
     // Set on a module once ep-lower-warp-ops ran: ep.warp.* ops are gone.
     static constexpr ::llvm::StringLiteral kLoweringAttrName = "ep.lowering";
   }];

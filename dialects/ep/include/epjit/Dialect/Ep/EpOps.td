@@ -264,8 +264,61 @@ def Ep_WindowRegionOp : Ep_Op<"window_region", [Symbol, IsolatedFromAbove, HasPa
   }];
 }
 
-def Ep_YieldOp : Ep_Op<"yield", [Pure, Terminator, ReturnLike, HasParent<"WindowRegionOp">]> {
-  let summary = "the element count of a window region";
+def Ep_BufferPartOp : Ep_Op<"buffer_part", [Symbol, IsolatedFromAbove, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "a part of a buffer the host allocates: its element type, count and meaning";
+  let description = [{
+    Declares memory outside the window that kernels and the host (or a
+    framework layer above it) both read or write, such as the route map a
+    dispatch records into. Parts of the same `buffer` are laid out in
+    declaration order, each at the next multiple of its `align` (bytes;
+    default: its element size); the buffer is one allocation. The body
+    computes the part's element count from template parameters and named
+    constants, as a window region's does; a count of 0 leaves the part empty.
+    `meaning` says what the part holds, for the interface record's readers.
+
+    A kernel addresses a part through `ep.buffer_offset`, so the record, the
+    runtime and every layer above it follow a change to the layout here.
+
+    ```mlir
+    ep.buffer_part @route_received in "route" : i32 attributes {meaning = "tokens received"} {
+      %c1 = arith.constant 1 : index
+      ep.yield %c1 : index
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, StrAttr:$buffer, TypeAttr:$element,
+                       OptionalAttr<I64Attr>:$align, OptionalAttr<StrAttr>:$meaning);
+  let regions = (region SizedRegion<1>:$count);
+  let assemblyFormat = "$sym_name `in` $buffer `:` $element attr-dict-with-keyword $count";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    // The folded count, once the body is a constant (after ep-specialize).
+    std::optional<int64_t> getConstantCount();
+    // The byte alignment of the part's start: `align`, else its element size.
+    int64_t getAlignment();
+  }];
+}
+
+def Ep_BufferOffsetOp : Ep_Op<"buffer_offset", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "where a buffer part starts in its buffer, in elements of the part";
+  let description = [{
+    ep-specialize replaces it with a constant once every part's count is
+    known. A kernel receives the buffer's base pointer and adds this offset.
+
+    ```mlir
+    %at = ep.buffer_offset @route_received : index
+    %received = ep.load %route[%at] : !ep.ptr<i32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$part);
+  let results = (outs Index:$result);
+  let assemblyFormat = "$part attr-dict `:` type($result)";
+}
+
+def Ep_YieldOp : Ep_Op<"yield", [Pure, Terminator, ReturnLike,
+    ParentOneOf<["WindowRegionOp", "BufferPartOp"]>]> {
+  let summary = "the element count of a window region or a buffer part";
   let arguments = (ins Index:$count);
   let assemblyFormat = "$count attr-dict `:` type($count)";
 }
