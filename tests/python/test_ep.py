@@ -713,3 +713,26 @@ def test_fp8_goes_in_and_comes_out_as_the_targets_ml_dtypes_type(target, fp8):
     op.combine(np.zeros((op.capacity, HIDDEN), dtype=ml_dtypes.bfloat16))
     op.close()
     comm.destroy()
+
+
+def test_the_route_map_is_laid_out_as_the_record_says():
+    """buffer_parts("route") is the kernels' interface record's layout of a route
+    map: route_map() spans it, and the received count stands at route_received
+    (what a layer above reads instead of knowing the layout)."""
+    comm, op = single_rank_op(max_tokens=7)
+    with op:
+        parts = op.buffer_parts("route")
+        assert list(parts) == ["route_entries", "route_received", "route_sent", "route_forward"]
+        assert parts["route_entries"][:2] == (0, 7 * TOPK)
+        assert parts["route_received"][:2] == (7 * TOPK, 1) and "received" in parts["route_received"][2]
+        assert parts["route_forward"] == (7 * TOPK + 2, 0, parts["route_forward"][2])  # intranode: no forward route
+        x, w, idx = make_inputs(0, 1, 5, "bf16", seed=31)
+        routing = identity_round_trip(op, x, w, idx, return_routing=True)[-1]
+        route = np.array(op.route_map(routing), copy=True)
+        assert route.shape == (parts["route_forward"][0],)
+        received = int(route[parts["route_received"][0]])
+        assert received == len({0} & set((idx[idx >= 0] // EPR).tolist())) * 5  # world 1: every token here once
+        assert (route[: 5 * TOPK].reshape(5, TOPK)[:, 1:] == -1).all()  # one destination rank per token
+        with pytest.raises(epjit.Error, match="one of its buffers: route, kept, outputs, std_moe"):
+            op.buffer_parts("window")
+    comm.destroy()
