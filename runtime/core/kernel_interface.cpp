@@ -1,5 +1,7 @@
 #include "epjit/kernel_interface.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "epjit/error.h"
@@ -142,16 +144,24 @@ BufferInfo parse_buffer(const Reader& read, const json& entry, const std::string
   return buffer;
 }
 
+// The entry of `entries` named `name`, or null with every name in `names`
+// (", "-separated), for a message that says what exists.
+template <class Entry>
+const Entry* find_named(const std::vector<Entry>& entries, std::string_view name, std::string& names) {
+  for (const Entry& entry : entries) {
+    if (entry.name == name) return &entry;
+    names += (names.empty() ? "" : ", ") + entry.name;
+  }
+  if (names.empty()) names = "(none)";
+  return nullptr;
+}
+
 }  // namespace
 
 const BufferPartInfo& BufferInfo::part(std::string_view wanted) const {
   std::string names;
-  for (const BufferPartInfo& entry : parts) {
-    if (entry.name == wanted) return entry;
-    names += (names.empty() ? "" : ", ") + entry.name;
-  }
-  throw Error("buffer '" + name + "' has no part '" + std::string(wanted) + "'",
-              "one of its parts: " + (names.empty() ? std::string("(none)") : names),
+  if (const BufferPartInfo* found = find_named(parts, wanted, names)) return *found;
+  throw Error("buffer '" + name + "' has no part '" + std::string(wanted) + "'", "one of its parts: " + names,
               "use a part the template declares with ep.buffer_part in \"" + name + "\"");
 }
 
@@ -244,29 +254,21 @@ ModuleInterface ModuleInterface::parse(std::string_view json_text, const std::st
 
 const KernelSignature& ModuleInterface::kernel(std::string_view name) const {
   std::string names;
-  for (const KernelSignature& kernel : kernels) {
-    if (kernel.name == name) return kernel;
-    names += (names.empty() ? "" : ", ") + kernel.name;
-  }
+  if (const KernelSignature* found = find_named(kernels, name, names)) return *found;
   throw Error("template " + template_name + " has no kernel '" + std::string(name) + "'",
-              "one of its kernels: " + (names.empty() ? std::string("(none)") : names),
+              "one of its kernels: " + names,
               "bind a kernel the template defines (epjit-compile --emit interface lists them)");
 }
 
 bool ModuleInterface::has_kernel(std::string_view name) const {
-  for (const KernelSignature& kernel : kernels)
-    if (kernel.name == name) return true;
-  return false;
+  return std::any_of(kernels.begin(), kernels.end(), [&](const KernelSignature& kernel) { return kernel.name == name; });
 }
 
 const BufferInfo& ModuleInterface::buffer(std::string_view name) const {
   std::string names;
-  for (const BufferInfo& entry : buffers) {
-    if (entry.name == name) return entry;
-    names += (names.empty() ? "" : ", ") + entry.name;
-  }
+  if (const BufferInfo* found = find_named(buffers, name, names)) return *found;
   throw Error("template " + template_name + " has no buffer '" + std::string(name) + "'",
-              "one of its buffers: " + (names.empty() ? std::string("(none)") : names),
+              "one of its buffers: " + names,
               "declare its parts in the template with ep.buffer_part, or use a buffer it declares");
 }
 
@@ -281,12 +283,10 @@ int64_t ModuleInterface::constant(std::string_view name) const {
 
 size_t ModuleInterface::region_index(std::string_view name) const {
   std::string names;
-  for (size_t r = 0; r < window_regions.size(); ++r) {
-    if (window_regions[r].name == name) return r;
-    names += (names.empty() ? "" : ", ") + window_regions[r].name;
-  }
+  if (const WindowRegionInfo* found = find_named(window_regions, name, names))
+    return size_t(found - window_regions.data());
   throw Error("template " + template_name + " has no window region '" + std::string(name) + "'",
-              "one of its regions: " + (names.empty() ? std::string("(none)") : names),
+              "one of its regions: " + names,
               "use a region the template declares with ep.window_region");
 }
 

@@ -270,12 +270,17 @@ LogicalResult WindowRegionOp::verify() {
   return success();
 }
 
-std::optional<int64_t> WindowRegionOp::getConstantCount() {
-  auto yield = cast<YieldOp>(getCount().front().getTerminator());
+namespace {
+// The count a window region's or buffer part's body yields, once folded to a constant.
+std::optional<int64_t> yieldedConstant(Region& count) {
+  auto yield = cast<YieldOp>(count.front().getTerminator());
   auto constant = yield.getCount().getDefiningOp<arith::ConstantIndexOp>();
   if (!constant) return std::nullopt;
   return constant.value();
 }
+}  // namespace
+
+std::optional<int64_t> WindowRegionOp::getConstantCount() { return yieldedConstant(getCount()); }
 
 LogicalResult BufferPartOp::verify() {
   if (getCount().front().empty() || !isa<YieldOp>(getCount().front().back()))
@@ -294,12 +299,7 @@ LogicalResult BufferPartOp::verify() {
   return success();
 }
 
-std::optional<int64_t> BufferPartOp::getConstantCount() {
-  auto yield = cast<YieldOp>(getCount().front().getTerminator());
-  auto constant = yield.getCount().getDefiningOp<arith::ConstantIndexOp>();
-  if (!constant) return std::nullopt;
-  return constant.value();
-}
+std::optional<int64_t> BufferPartOp::getConstantCount() { return yieldedConstant(getCount()); }
 
 int64_t BufferPartOp::getAlignment() {
   return getAlign() ? int64_t(*getAlign()) : elementBytes(getElement());
