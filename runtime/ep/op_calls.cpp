@@ -1,0 +1,257 @@
+// dispatch(), dispatch_replay(), combine(): checks, launches, results.
+#include "op_impl.h"
+
+namespace epjit::ep {
+
+void EpDispatchCombineOp::Impl::check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
+                                                     const std::optional<TensorRef>& scales,
+                                                     const TensorRef& indices, bool counts_slots) {
+  require_open(call);
+  require_working_transport(call);
+  if (counts_slots && dispatched_tokens >= 0 && pending_counted_slots)
+    throw Error(std::string(call) + " while the previous dispatch awaits its combine",
+                "a combine between two dispatches that take slots (a replay may follow a dispatch directly)",
+                "call combine() first, replay a recorded routing, or reset() to abandon the previous dispatch");
+  if (input.shape.size() != 2)
+    throw Error(std::string(call) + ": input has shape " + shape_text(input.shape), "[tokens, hidden_dim]",
+                "pass a 2-D token tensor");
+  const int64_t n = input.shape[0];
+  if (n < 0 || n > config.max_num_inp_token_per_rank)
+    throw Error(std::string(call) + ": " + std::to_string(n) + " tokens on rank " + std::to_string(config.rank),
+                "at most max_num_inp_token_per_rank = " + std::to_string(config.max_num_inp_token_per_rank),
+                "split the batch or build the op with a larger max_num_inp_token_per_rank");
+  const int64_t k = config.num_experts_per_token;
+  expect_tensor(call, "input", input, tensor_type_of(config.dispatch_type(), config.target_info()),
+                {n, config.hidden_dim});
+  expect_tensor(call, "weights", weights, DType::F32, {n, k});
+  expect_tensor(call, "indices", indices, DType::I32, {n, k});
+  if (config.scale_dim > 0) {
+    if (!scales)
+      throw Error(std::string(call) + ": no scales", "[tokens, scale_dim = " + std::to_string(config.scale_dim) + "]",
+                  "pass the per-token scales, or build the op with scale_dim = 0");
+    if (bits_of(scales->dtype) != 8 * config.scale_type_size)
+      throw Error(std::string(call) + ": scales are " + name_of(scales->dtype), 
+                  "elements of scale_type_size = " + std::to_string(config.scale_type_size) + " bytes",
+                  "pass scales of the configured element size");
+    expect_tensor(call, "scales", *scales, scales->dtype, {n, config.scale_dim});
+  } else if (scales && scales->data) {
+    throw Error(std::string(call) + ": scales given to an op built with scale_dim = 0", "no scales",
+                "drop the scales, or build the op with scale_dim and scale_type_size");
+  }
+  // Before anything is launched: a misaligned vector access would fault the device.
+  const Kernel& dispatch_kernel = *kernels.dispatch;
+  require_pointer_alignment(dispatch_kernel, "input", input.data, call, "input");
+  require_pointer_alignment(dispatch_kernel, "weights", weights.data, call, "weights");
+  if (scales) require_pointer_alignment(dispatch_kernel, "scales", scales->data, call, "scales");
+  require_pointer_alignment(dispatch_kernel, "indices", indices.data, call, "indices");
+  // Memory the host addresses can be read now; GPU kernels flag bad experts (check()).
+  if (device.host_addressable()) {
+    const auto* experts = static_cast<const int32_t*>(indices.data);
+    for (int64_t i = 0; i < n * k; ++i) {
+      if (experts[i] != kNoExpert && (experts[i] < 0 || experts[i] >= config.num_experts()))
+        throw Error(std::string(call) + ": indices[" + std::to_string(i / k) + ", " + std::to_string(i % k) +
+                        "] = " + std::to_string(experts[i]) + " on rank " + std::to_string(config.rank),
+                    "an expert in [0, " + std::to_string(config.num_experts()) + "), or -1 for none",
+                    "fix the router's indices");
+    }
+  }
+}
+
+// Whether a call of n tokens (this rank's) runs internode v2: by the
+// largest count of any rank when the caller gives it, else by n.
+bool EpDispatchCombineOp::Impl::call_runs_internode_v2(const char* call, int64_t n,
+                                                      const DispatchOptions& options) const {
+  if (const std::optional<int64_t> largest = options.max_tokens_across_ranks) {
+    if (*largest < n || *largest > config.max_num_inp_token_per_rank)
+      throw Error(std::string(call) + ": max_tokens_across_ranks = " + std::to_string(*largest) + " with " +
+                      std::to_string(n) + " tokens on rank " + std::to_string(config.rank),
+                  "the largest token count of any rank in this call, in [" + std::to_string(n) +
+                      ", max_num_inp_token_per_rank = " + std::to_string(config.max_num_inp_token_per_rank) + "]",
+                  "pass the maximum of every rank's token count for this call (the same on every rank), or leave "
+                  "it unset");
+    return config.runs_internode_v2(*largest);
+  }
+  return config.runs_internode_v2(n);
+}
+
+DispatchResult EpDispatchCombineOp::Impl::launch_dispatch(const TensorRef& input, const TensorRef& weights,
+                                                          const std::optional<TensorRef>& scales,
+                                                          const TensorRef& indices, void* route_map, bool replay,
+                                                          bool v2, void* kept_indices, void* kept_origins) {
+  const int64_t n = input.shape[0];
+  const ScheduleEntry& geometry = geometry_for(n);
+  const Kernel& kernel = *kernels.dispatch;
+  device.launch(kernel, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
+                LaunchArgs(kernel)
+                    .set("input", input.data)
+                    .set("weights", weights.data)
+                    .set("scales", scales ? scales->data : nullptr)
+                    .set("indices", indices.data)
+                    .set("route", route_map)
+                    .set("tokens", n)
+                    .set("rank", config.rank)
+                    .set("replay", replay)
+                    .set("forward", v2)
+                    .set("kept_from", kept_indices ? indices.data : nullptr)
+                    .set("kept_indices", kept_indices)
+                    .set("keep", kept_indices != nullptr)
+                    .set("kept_origins", kept_origins)
+                    .set("keep_origins", kept_origins != nullptr)
+                    .set("w", window_table)
+                    .build(),
+                *stream);
+  if (internode)
+    internode->after_dispatch(kernels, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
+                              window_table, route_map, forward_route(route_map), replay, v2, *stream);
+  dispatched_tokens = n;
+  pending_counted_slots = !replay;
+  pending_v2 = v2;
+
+  const int64_t cap = capacity(), k = config.num_experts_per_token;
+  DispatchResult result;
+  result.tokens = {local(window.recv_tokens), tensor_type_of(config.dispatch_type(), config.target_info()),
+                   {cap, config.hidden_dim}};
+  result.weights = {local(window.recv_weights), DType::F32, {cap, k}};
+  if (config.scale_dim > 0)
+    result.scales = {local(window.recv_scales), scales->dtype, {cap, config.scale_dim}};
+  result.indices = {local(window.recv_indices), DType::I32, {cap, k}};
+  result.origins = {local(window.recv_origin), DType::I32, {cap, 2}};
+  result.total_recv = total_recv_tensor();
+  return result;
+}
+
+// expert_out (std-MoE, !unpacks_apart()): the combine kernel unpacks the
+// standard-MoE layout itself; gather's `input` is then its staged rows.
+CombineResult EpDispatchCombineOp::Impl::launch_combine(const char* call, const TensorRef& input,
+                                                        const std::optional<TensorRef>& weights,
+                                                        const void* expert_out) {
+  require_open(call);
+  require_working_transport(call);
+  if (dispatched_tokens < 0)
+    throw Error(std::string(call) + " without a dispatch before it", "dispatch, then combine",
+                "call dispatch() first");
+  const int64_t cap = capacity(), k = config.num_experts_per_token;
+  const DType row_type = tensor_type_of(config.combine_type(), config.target_info());
+  expect_tensor(call, "input", input, row_type, {cap, config.hidden_dim}, /*at_least_rows=*/true);
+  const bool weighted = weights.has_value() && weights->data != nullptr;
+  if (weighted) expect_tensor(call, "weights", *weights, DType::F32, {cap, k}, true);
+  // Every kernel the caller's rows and weights may go to, before any is
+  // launched: a misaligned vector access would fault the device.
+  for (const Kernel* reader : {combine_kernel(), kernels.internode_return_pack, kernels.internode_partials}) {
+    if (!reader) continue;
+    require_pointer_alignment(*reader, "input", input.data, call, "input");
+    if (weighted) require_pointer_alignment(*reader, "in_weights", weights->data, call, "weights");
+  }
+  const int64_t n = dispatched_tokens;
+  const ScheduleEntry& geometry = geometry_for(n);
+  const LaunchGeometry grid{uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)};
+  const bool staged = input.data == local(window.combine_rows);  // written in place: combine_input()
+  if (pending_v2) {
+    internode->combine_v2(kernels, grid, window_table,
+                          {input.data, weighted ? weights->data : nullptr, staged, route_in_use,
+                           forward_route(route_in_use), n, out_tokens, out_weights},
+                          *stream);
+  } else {
+    if (internode)
+      internode->before_combine(kernels, grid, window_table, input.data, weighted ? weights->data : nullptr,
+                                weighted, route_in_use, *stream);
+    const bool scatter = config.combine_mode == CombineMode::Scatter;
+    const bool low_latency = kernels.combine_low_latency != nullptr;
+    const Kernel& kernel = *combine_kernel();
+    LaunchArgs args(kernel);
+    args.set("input", input.data)
+        .set("in_weights", weighted ? weights->data : nullptr)
+        .set("output", out_tokens)
+        .set("out_weights", out_weights)
+        .set("route", route_in_use)
+        .set("tokens", n)
+        .set("rank", config.rank)
+        .set("has_weights", weighted)
+        .set("w", window_table);
+    if (!low_latency) {
+      args.set("expert_out", expert_out).set("unpacks", expert_out != nullptr);
+      if (!scatter) args.set("staged", staged);
+    }
+    device.launch(kernel, grid, args.build(), *stream);
+  }
+  dispatched_tokens = -1;
+  CombineResult result;
+  result.tokens = {out_tokens, row_type, {n, config.hidden_dim}};
+  if (weighted) result.weights = {out_weights, DType::F32, {n, k}};
+  return result;
+}
+
+DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const TensorRef& weights,
+                                             const std::optional<TensorRef>& scales, const TensorRef& indices,
+                                             Routing* record, const DispatchOptions& options) {
+  const OneCallAtATime one_call = impl_->one_call("dispatch");
+  Impl& op = *impl_;
+  op.check_dispatch_inputs("dispatch", input, weights, scales, indices, /*counts_slots=*/true);
+  if (record && record->op_id_ != op.id)
+    throw Error("dispatch: the routing to record into belongs to another op", "a Routing from this op's make_routing()",
+                "record with this op's make_routing()");
+  if (options.keep_call && !record)
+    throw Error("dispatch: keep_call without a routing to record into", "keep_call together with a record",
+                "pass a make_routing() as the record, or leave keep_call unset");
+  const bool v2 = op.call_runs_internode_v2("dispatch", input.shape[0], options);
+  op.route_in_use = record ? record->route_ : op.route;
+  const bool indices_by_kernel = options.keep_call && op.kernel_keeps_indices(indices);
+  const bool origins_by_kernel = options.keep_call && op.kernel_keeps_origins(input.shape[0]);
+  void* kept_indices = indices_by_kernel ? op.kept_indices_of(*record) : nullptr;
+  void* kept_origins = origins_by_kernel ? op.part_of(record->kept_, *op.buffers.kept_origins) : nullptr;
+  DispatchResult result =
+      op.launch_dispatch(input, weights, scales, indices, op.route_in_use, false, v2, kept_indices, kept_origins);
+  if (record) {
+    record->tokens_ = input.shape[0];
+    record->forward_route_ = true;
+    record->internode_v2_ = v2;
+    record->kept_call_ = options.keep_call;
+    if (options.keep_call) {
+      if (!origins_by_kernel) op.keep_origins(*record, result);
+      if (!indices_by_kernel) op.keep_indices_by_copy(*record, indices);
+    }
+  }
+  return result;
+}
+
+DispatchResult EpDispatchCombineOp::dispatch_replay(const TensorRef& input, const TensorRef& weights,
+                                                    const std::optional<TensorRef>& scales, const TensorRef& indices,
+                                                    const Routing& routing) {
+  const OneCallAtATime one_call = impl_->one_call("dispatch_replay");
+  Impl& op = *impl_;
+  op.check_dispatch_inputs("dispatch_replay", input, weights, scales, indices, /*counts_slots=*/false);
+  if (routing.op_id_ != op.id || !routing.recorded())
+    throw Error("dispatch_replay: the routing was not recorded by this op", "a Routing a dispatch of this op recorded",
+                "pass record= to an earlier dispatch of this op, then replay that routing");
+  if (routing.tokens_ != input.shape[0])
+    throw Error("dispatch_replay: " + std::to_string(input.shape[0]) + " tokens, but the routing was recorded with " +
+                    std::to_string(routing.tokens_),
+                "the recorded token count (and the same indices)", "replay with the batch the routing was recorded for");
+  if (routing.internode_v2_ && !routing.forward_route_)
+    throw Error("dispatch_replay: the recorded call of " + std::to_string(routing.tokens_) +
+                    " tokens ran internode v2, whose replay needs the forwarding slots this rank recorded, but the "
+                    "routing was loaded from a map without them",
+                "a routing recorded by a dispatch, or loaded from a whole route_map() (" +
+                    std::to_string(op.buffers.route_words()) + " words)",
+                "replay the recorded routing itself, load the whole route_map(), or build the op with "
+                "internode_kernel v2_ll");
+  op.route_in_use = routing.route_;
+  return op.launch_dispatch(input, weights, scales, indices, routing.route_, true, routing.internode_v2_);
+}
+
+CombineResult EpDispatchCombineOp::combine(const TensorRef& input, const std::optional<TensorRef>& weights) {
+  const OneCallAtATime one_call = impl_->one_call("combine");
+  return impl_->launch_combine("combine", input, weights);
+}
+
+TensorRef EpDispatchCombineOp::combine_input() {
+  Impl& op = *impl_;
+  op.require_open("combine_input");
+  if (op.config.combine_mode != CombineMode::Gather)
+    throw Error("combine_input() on a scatter-combine op", "combine_mode = gather",
+                "pass any [capacity, hidden] buffer to combine(): scatter reads its input in place");
+  return {op.local(op.window.combine_rows), tensor_type_of(op.config.combine_type(), op.config.target_info()),
+          {op.capacity(), op.config.hidden_dim}};
+}
+
+}  // namespace epjit::ep

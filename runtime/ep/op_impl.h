@@ -1,0 +1,306 @@
+// The EpDispatchCombineOp's private state and the helpers its files share
+// (op.cpp: construction's entry points, kernel_spec, accessors; op_setup.cpp:
+// validation, binding, allocation, release; op_calls.cpp: dispatch and
+// combine; routing.cpp, std_moe.cpp, status.cpp: the calls of those names).
+#pragma once
+
+#include "epjit/ep/op.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <mutex>
+#include <span>
+
+#include "epjit/error.h"
+#include "epjit/kernel_module.h"
+#include "epjit/logging.h"
+#include "epjit/window_layout.h"
+#include "collective_start.h"
+#include "internode.h"
+#include "one_call_at_a_time.h"
+#include "op_kernels.h"
+
+namespace epjit::ep {
+
+// The cache of ops built without one of their own.
+KernelCache& process_cache();
+// A process-wide number telling ops apart (routings name the op they belong to).
+uint64_t new_op_id();
+// "[2, 3]", for messages.
+std::string shape_text(std::span<const int64_t> shape);
+// Checks one tensor argument: its dtype, its shape (`expected`; with
+// at_least_rows, any first dimension of at least expected[0]) and that it
+// has data; throws epjit::Error naming the call and the argument.
+void expect_tensor(const char* call, const char* what, const TensorRef& tensor, DType dtype,
+                   std::initializer_list<int64_t> expected, bool at_least_rows = false);
+// A word of the op's memory, read after the op's stream's work (only).
+int32_t read_word(Device& device, Stream& stream, const void* base, size_t byte_offset);
+
+struct EpDispatchCombineOp::Impl {
+  EpDispatchCombineConfig config;
+  Communicator& comm;
+  Device& device;
+  const uint64_t id = new_op_id();
+  std::unique_ptr<Stream> own_stream;
+  Stream* default_stream = nullptr;  // the options' stream, else own_stream
+  Stream* stream = nullptr;          // where calls launch now (set_stream)
+  KernelCache* cache = nullptr;
+  std::vector<ScheduleEntry> schedule;
+  std::unique_ptr<KernelModule> module;
+  EpKernels kernels;
+  // The module's interface record, kept past close() (route_map() and
+  // recorded_call() answer then too); `buffers` points into it.
+  ModuleInterface record;
+  EpBuffers buffers;
+  WindowLayout layout;  // from the module's interface record
+  EpWindowMap window;
+  std::shared_ptr<SymmetricBuffer> arena;
+  std::unique_ptr<InternodeExchange> internode;  // ranks on other nodes (gpu_per_node < world_size)
+  void* nccl_communicator = nullptr;             // OpOptions': the caller's ncclComm_t, or null
+
+  Window window_table{};  // every kernel's window parameter (by value)
+  void* route = nullptr;            // the op's own route map
+  void* outputs_memory = nullptr;   // the "outputs" buffer, and its parts:
+  void* std_moe_memory = nullptr;   // the "std_moe" buffer (with enable_std_moe), and its parts:
+  void* out_tokens = nullptr;
+  void* out_weights = nullptr;
+  void* moe_tokens = nullptr;
+  void* moe_counts = nullptr;
+  void* moe_sources = nullptr;
+  void* moe_combine_in = nullptr;
+  void* expert_counts = nullptr;  // local_expert_counts_device()'s output
+
+  double fetch_seconds = 0;
+  int32_t peer_timeout_ms = 0;  // resolved once (config, else EPJIT_PEER_TIMEOUT_S, else 30 s)
+
+  int64_t dispatched_tokens = -1;  // tokens of the dispatch awaiting combine; -1 none
+  // The dispatch awaiting combine took slots from the receive counters (not a
+  // replay). Another such dispatch must wait for a combine: a peer that has
+  // finished this one could add to a counter this rank's last block has not
+  // read and cleared yet. A replay takes no slots, so it may follow directly.
+  bool pending_counted_slots = false;
+  void* route_in_use = nullptr;    // the route map of the pending dispatch
+  bool pending_v2 = false;         // the pending dispatch ran internode v2 (its combine must too)
+  bool closed = false;    // calls throw
+  bool released = false;  // memory freed (at close(), or at destruction)
+  std::atomic<const char*> running_call{nullptr};  // see OneCallAtATime
+
+  OneCallAtATime one_call(const char* call) { return {running_call, call, config.rank}; }
+
+  Impl(EpDispatchCombineConfig c, Communicator& communicator, OpOptions options);
+
+  ~Impl() { release(); }
+
+  void resolve_and_validate();
+
+  // auto picks per call by the token count, and every rank of a call must
+  // pick alike (their transfers pair up): say so once where a user reads it.
+  void check_internode_kernel() const;
+
+  // Fetches the op's module and binds it: its kernels, and where its
+  // regions, state words and error codes are, all from its interface record.
+  void fetch_kernels();
+
+  // The blocks of every EP kernel wait for each other (the rank's meeting), so
+  // a grid must fit on the device at once or it hangs. Fewer blocks give the
+  // same results (the kernels stride over tokens by the grid): the schedule is
+  // cut to what the device holds, and that is logged once per process.
+  void fit_schedule_to_device();
+
+  // The combine kernel of the op's protocol and mode.
+  const Kernel* combine_kernel() const {
+    if (kernels.combine_low_latency) return kernels.combine_low_latency;
+    return config.combine_mode == CombineMode::Gather ? kernels.combine_gather : kernels.combine_scatter;
+  }
+
+  int fit_blocks(const Kernel& kernel, int blocks, int warps);
+
+  // The op hands out views into regions; each must hold what its view spans.
+  void require_region_bytes(const char* name, size_t needed) const;
+
+  static void* part_of(void* buffer, const BufferPartInfo& part) { return static_cast<char*>(buffer) + part.offset; }
+
+  void* allocate_zeroed(size_t bytes) {
+    void* pointer = device.allocate(std::max<size_t>(bytes, 16));
+    device.fill_zero(pointer, std::max<size_t>(bytes, 16));
+    return pointer;
+  }
+
+  void allocate();
+
+  // The kernels' peer waits read their bound from a state word, so a timeout
+  // setting never changes generated code.
+  void write_peer_timeout() {
+    const int32_t milliseconds = peer_timeout_ms;
+    device.copy_to_device(state_word(window.peer_timeout_word), &milliseconds, 4, *stream);
+  }
+
+  // An op closed or dropped while a framework captures other work (torch's
+  // global capture mode forbids waits and frees on every thread) must not end
+  // that capture: its own stream is not capturing (close() refuses that), and
+  // its memory is no graph's.
+  void release();
+
+  void require_open(const char* call) const {
+    if (closed)
+      throw Error(std::string(call) + " on a closed EpDispatchCombineOp", "an open op",
+                  "construct a new op (close() freed the arena)");
+  }
+  // A call that waits for the op's stream on the host cannot be part of a
+  // graph: it is refused before it touches the stream, so a capture in
+  // progress (the op's or a framework's) stays valid.
+  void require_not_capturing(const char* call) const {
+    if (stream->capturing())
+      throw Error(std::string(call) + " while the op's stream is capturing a graph (it waits for the stream on the "
+                                      "host, and a capture does not run what it records)",
+                  "check(), local_expert_counts(), load_routing(), reset() and close() between graph launches, "
+                  "outside a capture",
+                  std::string("end the capture, launch the graph, then call ") + call +
+                      "(); local_expert_counts_device() counts inside a graph");
+  }
+
+  // Why the internode transport's transfers failed, once they have; nothing
+  // on one node.
+  std::optional<std::string> transport_failure() const {
+    return internode ? internode->transport_failure() : std::nullopt;
+  }
+
+  // A call after a failed internode transfer would queue behind an aborted
+  // communicator: check() says why, reset() recovers.
+  void require_working_transport(const char* call) const {
+    if (auto why = transport_failure())
+      throw Error(std::string(call) + " after an internode transfer failed (" + *why + ")", "a working transport",
+                  "check() reports it; reset() on every rank recovers");
+  }
+
+  // The schedule variant of a call of n tokens, from the schedule resolved once at construction.
+  const ScheduleEntry& geometry_for(int64_t n) const { return schedule_entry_for(schedule, n); }
+
+  // The local window at a region's byte offset (an EpWindowMap field).
+  char* local(size_t offset) const { return static_cast<char*>(arena->local) + offset; }
+  char* state_word(int64_t word) const { return local(window.state) + 4 * word; }
+  // Where a route map keeps v2's forward route (after its own words).
+  void* forward_route(void* route_map) const { return part_of(route_map, *buffers.route_forward); }
+  // A new map's forward route forwards nothing: rows a dispatch never
+  // forwarded stay -1, so route_map() hands out only entries load_routing accepts.
+  void clear_forward_route(void* route_map, Stream& on) const {
+    const std::vector<int32_t> none(buffers.route_forward->count, -1);
+    if (!none.empty()) device.copy_to_device(forward_route(route_map), none.data(), none.size() * 4, on);
+  }
+  // Where make_routing() fills a new routing's memory, made at its first
+  // call: not the op's stream, which may be capturing a graph (a fill there
+  // would join the graph, and waiting for it is refused), and whose earlier
+  // work a new routing need not wait for.
+  std::unique_ptr<Stream> routing_setup;
+  Stream& routing_setup_stream() {
+    if (!routing_setup) routing_setup = device.create_stream();
+    return *routing_setup;
+  }
+  int64_t capacity() const { return config.total_recv_tokens(); }
+
+  TensorRef total_recv_tensor() const { return {state_word(window.total_recv_word), DType::I32, {1}}; }
+
+  // DispatchOptions::keep_call: a routing's kept origins, then its indices.
+  // The dispatch kernel writes the indices (the caller's, in hand at launch).
+  // The origins are complete only once every peer's rows arrived: the
+  // kernel's last block copies the received rows' origins after its meeting
+  // where kernel_keeps_origins(), else they are copied after the kernel.
+  size_t kept_origins_bytes() const { return buffers.kept_origins->bytes(); }
+  // The last block's warps copy the origins of the rows received once they
+  // are in (the lead warp's meeting over, ep.block_any tells the others).
+  // What MORI's return_routing adds to a plain call (recording, keeping, the
+  // handle), measured on 1 x H200 at capacity 8192 (BENCHMARKS.md, "A kept
+  // call's origins copied by the last block"):
+  //   tokens                1-128   512      1024     2048     8192
+  //   the block             1.8-3.3 0.9-1.1  1.3-1.4  1.5-1.6  1.9-2.4 us
+  //   a copy after it       4.0-7.3 1.7-7.4  2.2-2.5  0.9-1.4  0.7-1.1 us
+  // A small call's GPU waits for the copy's launch; by 2048 tokens the host
+  // is ahead and the copy engine beats one block. So the block keeps a call
+  // of up to 1024 tokens, a copy larger ones. Internode, rows from other
+  // nodes arrive after the dispatch kernel (v2_ll's ingest, v2's forward):
+  // the copy stays.
+  static constexpr int64_t kKernelKeptOriginsMaxTokens = 1024;
+  bool kernel_may_keep_origins() const { return !config.internode(); }
+  bool kernel_keeps_origins(int64_t tokens) const {
+    return kernel_may_keep_origins() && tokens <= kKernelKeptOriginsMaxTokens;
+  }
+  void* kept_indices_of(const Routing& routing) const { return part_of(routing.kept_, *buffers.kept_indices); }
+  void keep_origins(Routing& routing, const DispatchResult& result) {
+    device.copy_async(part_of(routing.kept_, *buffers.kept_origins), result.origins.data, kept_origins_bytes(),
+                      *stream);
+  }
+  // The kernel copies whole 16-byte lines (its kept_from parameter asks
+  // for 16 bytes), so it keeps indices that start on one; others (a view
+  // that starts mid-line, as indices[1:] with top-6 does) are one device
+  // copy after it: the same words, logged once.
+  bool kernel_keeps_indices(const TensorRef& indices) const {
+    if (pointer_aligned_for(*kernels.dispatch, "kept_from", indices.data)) return true;
+    static std::once_flag logged;
+    std::call_once(logged, [] {
+      log().info("dispatch keep_call: the indices do not start on a 16-byte line; they are kept by a device copy "
+                 "after the kernel instead of by the kernel (same result)");
+    });
+    return false;
+  }
+  void keep_indices_by_copy(Routing& routing, const TensorRef& indices) {
+    const size_t bytes = size_t(indices.shape[0]) * size_t(config.num_experts_per_token) * 4;
+    if (bytes) device.copy_async(kept_indices_of(routing), indices.data, bytes, *stream);
+  }
+
+  void check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
+                             const std::optional<TensorRef>& scales, const TensorRef& indices, bool counts_slots);
+
+  // Whether a call of n tokens (this rank's) runs internode v2: by the
+  // largest count of any rank when the caller gives it, else by n.
+  bool call_runs_internode_v2(const char* call, int64_t n, const DispatchOptions& options) const;
+
+  DispatchResult launch_dispatch(const TensorRef& input, const TensorRef& weights,
+                                 const std::optional<TensorRef>& scales, const TensorRef& indices, void* route_map,
+                                 bool replay, bool v2, void* kept_indices = nullptr,
+                                 void* kept_origins = nullptr);
+
+  // Does std_moe_combine launch the unpack kernel before the combine? Only
+  // internode, where the rows leave the node before the combine kernel runs.
+  // Intranode the combine kernel unpacks itself: gather into its staged
+  // rows, scatter without quant straight into the origins' inboxes, scatter
+  // under quant into staging rows its quantizer then reads.
+  bool unpacks_apart() const { return config.internode(); }
+
+  // Does std-MoE scatter sum rows into a buffer before they leave (the unpack
+  // kernel's output, stage 1's staging under quant)?
+  bool scatter_stages_unpacked_rows() const {
+    return config.combine_mode == CombineMode::Scatter &&
+           (config.internode() || config.quant_type != QuantType::None);
+  }
+
+  // expert_out (std-MoE, !unpacks_apart()): the combine kernel unpacks the
+  // standard-MoE layout itself; gather's `input` is then its staged rows.
+  CombineResult launch_combine(const char* call, const TensorRef& input, const std::optional<TensorRef>& weights,
+                               const void* expert_out = nullptr);
+
+
+  // The received rows (tokens, indices, the received count) are this rank's
+  // from its dispatch until its combine; after the combine a peer's next
+  // dispatch may already be writing them, so reading them then would count a
+  // mix of two calls.
+  void require_received_rows(const char* call) const {
+    if (dispatched_tokens < 0)
+      throw Error(std::string(call) + " without a dispatch awaiting combine (the received rows belong to the "
+                      "next dispatch once combine ran: a peer may already be writing them)",
+                  "dispatch, then " + std::string(call) + ", then combine",
+                  std::string("call ") + call + "() after dispatch() and before combine()");
+  }
+
+  void require_std_moe(const char* call) const {
+    if (!config.enable_std_moe)
+      throw Error(std::string(call) + " on an op built without enable_std_moe", "enable_std_moe = true",
+                  "build the op with enable_std_moe = true (bf16)");
+  }
+};
+
+}  // namespace epjit::ep
