@@ -455,10 +455,10 @@ func.func private @publish_received(%w: !ep.window, %rank: index, %route: !ep.pt
   %total_word = ep.constant_value @state_total_recv : index
   %counter_word = ep.constant_value @state_recv_counter : index
   %node_word = ep.constant_value @state_node_recv : index
+  %total_at = ep.buffer_offset @route_received : index
   %capacity = ep.param_value @capacity : index
   %capacity_i32 = arith.index_cast %capacity : index to i32
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
-  %total_at = ep.buffer_offset @route_received : index
   %counted = ep.atomic_load %state[%counter_word] scope(system) order(relaxed) : !ep.ptr<i32>
   %recorded = ep.load %route[%total_at] : !ep.ptr<i32>
   func.call @stop_after_timeout(%w, %rank) : (!ep.window, index) -> ()

@@ -137,7 +137,10 @@ LogicalResult bindBufferOffsets(ModuleOp module, const FrozenRewritePatternSet& 
     for (auto [part, offset] : buffer.parts)
       elementOffsets[part.getSymName()] = offset / ep::elementBytes(part.getElement());
   module.walk([&](ep::BufferOffsetOp read) {
-    OpBuilder builder(read);
+    // Where folding puts a constant (the front of the function): a kernel's
+    // emitted code is then the same as when the template computed the offset.
+    Operation* scope = read->getParentWithTrait<OpTrait::IsIsolatedFromAbove>();
+    OpBuilder builder = OpBuilder::atBlockBegin(&scope->getRegion(0).front());
     auto value = arith::ConstantIndexOp::create(builder, read.getLoc(), elementOffsets.lookup(read.getPart()));
     read.replaceAllUsesWith(value.getResult());
     read.erase();
