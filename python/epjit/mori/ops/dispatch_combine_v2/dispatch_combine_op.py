@@ -132,6 +132,8 @@ class EpDispatchCombineOp:
             gpu_per_node=cfg.gpu_per_node, internode_auto_ll_max_tokens=cfg.internode_auto_ll_max_tokens,
             **legs, **geometry)
         self._op = epjit.EpDispatchCombineOp(self._config, comm._epjit)
+        # The route map's layout (the kernels' interface record), read once: it is the op's for life.
+        self._route_parts = self._op.buffer_parts("route")
         self._fp8_symmetric = data_type == "fp8" and cfg.dispatch_data_type is None
         self._last = None      # the latest dispatch's outputs
         self._latest = None    # the handle (or epjit routing) that dispatch used or recorded
@@ -223,7 +225,7 @@ class EpDispatchCombineOp:
         torch = _torch()
         cfg = self.cfg
         k, m = cfg.num_experts_per_token, cfg.max_num_inp_token_per_rank
-        at, count, _ = self._op.buffer_parts("route")["route_entries"]
+        at, count, _ = self._route_parts["route_entries"]
         route = self._op.route_map(routing)[at : at + count].view(m, k)
         forward = torch.full((m, k), -1, dtype=torch.int32, device=route.device)
         if n:
@@ -237,7 +239,7 @@ class EpDispatchCombineOp:
         """A route map without its forward route, where the op's interface record
         puts each part (route_map()'s layout; load_routing() takes it)."""
         torch = _torch()
-        parts = self._op.buffer_parts("route")
+        parts = self._route_parts
         flat = torch.zeros(parts["route_forward"][0], dtype=torch.int32, device=entries.device)
         for name, words in (("route_entries", entries), ("route_received", total), ("route_sent", sent)):
             at, count, _ = parts[name]
