@@ -6,6 +6,9 @@ namespace epjit {
 namespace {
 
 constexpr int64_t KiB = 1024;
+// AMD's realtime counter (s_memrealtime, __builtin_readsteadycounter): 100 MHz
+// on every CDNA and RDNA part.
+constexpr uint64_t kAmdRealtimeCounterHz = 100'000'000;
 
 // Tuning tables: small batches want few blocks (latency), large ones fill the
 // GPU; wave64 targets carry twice the lanes per warp, so half the warps.
@@ -30,7 +33,7 @@ constexpr ScheduleRow kHostSchedule[] = {{64, 1, 4, 1, 4}, {0, 2, 4, 2, 4}};
 constexpr TargetInfo kGfx942{
     .name = "gfx942",
     .arch = "gfx942",
-    .prelude = "epjit/targets/gfx942/prelude.h",
+    .prelude = "epjit/targets/amdgcn/prelude.h",
     .vendor = Vendor::Amd,
     .lanes = LaneExecution::Simt,
     .wave_size = 64,
@@ -42,13 +45,14 @@ constexpr TargetInfo kGfx942{
     .copy_loads_in_flight = 4,
     .toolchain = DefaultToolchain::HipRtcOrClang,
     .numerics_of = "gfx942",
+    .steady_counter_hz = kAmdRealtimeCounterHz,
     .schedule = kWave64Schedule,
 };
 
 constexpr TargetInfo kGfx950{
     .name = "gfx950",
     .arch = "gfx950",
-    .prelude = "epjit/targets/gfx950/prelude.h",
+    .prelude = "epjit/targets/amdgcn/prelude.h",
     .vendor = Vendor::Amd,
     .lanes = LaneExecution::Simt,
     .wave_size = 64,
@@ -58,13 +62,14 @@ constexpr TargetInfo kGfx950{
     .copy_loads_in_flight = 4,
     .toolchain = DefaultToolchain::HipRtcOrClang,
     .numerics_of = "gfx950",
+    .steady_counter_hz = kAmdRealtimeCounterHz,
     .schedule = kWave64Schedule,
 };
 
 constexpr TargetInfo kGfx1250{
     .name = "gfx1250",
     .arch = "gfx1250",
-    .prelude = "epjit/targets/gfx1250/prelude.h",
+    .prelude = "epjit/targets/amdgcn/prelude.h",
     .vendor = Vendor::Amd,
     .lanes = LaneExecution::Simt,
     .wave_size = 32,
@@ -74,6 +79,7 @@ constexpr TargetInfo kGfx1250{
     .copy_loads_in_flight = 4,
     .toolchain = DefaultToolchain::HipRtcOrClang,
     .numerics_of = "gfx1250",
+    .steady_counter_hz = kAmdRealtimeCounterHz,
     .schedule = kWave32Schedule,
 };
 
@@ -81,7 +87,7 @@ constexpr TargetInfo kGfx1250{
 constexpr TargetInfo kGfx1200{
     .name = "gfx1200",
     .arch = "gfx1200",
-    .prelude = "epjit/targets/gfx1200/prelude.h",
+    .prelude = "epjit/targets/amdgcn/prelude.h",
     .vendor = Vendor::Amd,
     .lanes = LaneExecution::Simt,
     .wave_size = 32,
@@ -91,6 +97,7 @@ constexpr TargetInfo kGfx1200{
     .copy_loads_in_flight = 4,
     .toolchain = DefaultToolchain::HipRtcOrClang,
     .numerics_of = "gfx1200",
+    .steady_counter_hz = kAmdRealtimeCounterHz,
     .schedule = kWave32Schedule,
 };
 
@@ -189,6 +196,14 @@ std::string_view TargetInfo::binary_extension() const {
     case Vendor::Cpu: return ".so";
   }
   return ".bin";
+}
+
+std::vector<PreludeDefine> TargetInfo::prelude_defines() const {
+  std::vector<PreludeDefine> defines{{"EPJIT_WAVE_SIZE", std::to_string(wave_size)}};
+  if (steady_counter_hz) defines.push_back({"EPJIT_STEADY_COUNTER_HZ", std::to_string(steady_counter_hz) + "ull"});
+  if (fp4 == Fp4Support::Pack2) defines.push_back({"EPJIT_FP4_PACK", "2"});
+  if (fp4 == Fp4Support::Pack8) defines.push_back({"EPJIT_FP4_PACK", "8"});
+  return defines;
 }
 
 std::vector<std::string> TargetInfo::kernel_specifiers(int64_t threads) const {

@@ -129,7 +129,10 @@ std::string EpDispatchCombineConfig::low_latency_combine_obstacle() const {
 
 bool EpDispatchCombineConfig::uses_low_latency_combine() const {
   if (low_latency_combine) return *low_latency_combine;
-  return world_size > 1 && max_num_inp_token_per_rank <= kLowLatencyAutoMaxTokens &&
+  // The op resolves an unset target (the device's, or EPJIT_TARGET) before
+  // it asks; a config asked before that answers for TargetInfo's defaults.
+  const Crossovers crossovers = target.empty() ? Crossovers{} : target_info().crossovers;
+  return world_size > 1 && max_num_inp_token_per_rank <= crossovers.low_latency_combine_max_tokens &&
          low_latency_combine_obstacle().empty();
 }
 

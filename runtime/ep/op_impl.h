@@ -213,21 +213,13 @@ struct EpDispatchCombineOp::Impl {
   size_t kept_origins_bytes() const { return buffers.kept_origins->bytes(); }
   // The last block's warps copy the origins of the rows received once they
   // are in (the lead warp's meeting over, ep.block_any tells the others).
-  // What MORI's return_routing adds to a plain call (recording, keeping, the
-  // handle), measured on 1 x H200 at capacity 8192 (BENCHMARKS.md, "A kept
-  // call's origins copied by the last block"):
-  //   tokens                1-128   512      1024     2048     8192
-  //   the block             1.8-3.3 0.9-1.1  1.3-1.4  1.5-1.6  1.9-2.4 us
-  //   a copy after it       4.0-7.3 1.7-7.4  2.2-2.5  0.9-1.4  0.7-1.1 us
-  // A small call's GPU waits for the copy's launch; by 2048 tokens the host
-  // is ahead and the copy engine beats one block. So the block keeps a call
-  // of up to 1024 tokens, a copy larger ones. Internode, rows from other
-  // nodes arrive after the dispatch kernel (v2_ll's ingest, v2's forward):
-  // the copy stays.
-  static constexpr int64_t kKernelKeptOriginsMaxTokens = 1024;
+  // A kept call's origins are copied by the dispatch kernel's last block up
+  // to the target's crossover (TargetInfo::crossovers), by a copy after it
+  // above. Internode, rows from other nodes arrive after the dispatch kernel
+  // (v2_ll's ingest, v2's forward): the copy stays.
   bool kernel_may_keep_origins() const { return !config.internode(); }
   bool kernel_keeps_origins(int64_t tokens) const {
-    return kernel_may_keep_origins() && tokens <= kKernelKeptOriginsMaxTokens;
+    return kernel_may_keep_origins() && tokens <= config.target_info().crossovers.kernel_kept_origins_max_tokens;
   }
   void* kept_indices_of(const Routing& routing) const { return part_of(routing.kept_, *buffers.kept_indices); }
   void keep_origins(Routing& routing, const DispatchResult& result) {

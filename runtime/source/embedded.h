@@ -10,7 +10,7 @@
 namespace epjit {
 
 struct EmbeddedFile {
-  std::string_view name;  // "epjit/targets/gfx950/prelude.h", or a template name
+  std::string_view name;  // "epjit/targets/amdgcn/prelude.h", or a template name
   std::string_view text;
 };
 

@@ -201,7 +201,7 @@ std::vector<EpCase> matrix() {
   add({.name = "internode_auto_ll_rows_at_the_cut_scatter_replay_w4_g2", .world = 4, .hidden = 64, .topk = 8,
        .experts_per_rank = 2, .max_tokens = 600, .mode = scatter, .calls = {40, 600, 40}, .replay = true,
        .gpu_per_node = 2, .internode_auto_ll_max_tokens = 40});
-  // The low-latency combine far past auto's crossover (kLowLatencyAutoMaxTokens):
+  // The low-latency combine far past auto's crossover (TargetInfo::crossovers):
   // calls of more rows than warps, several rows per warp, and a hidden of
   // 1000 whose last piece is partial.
   add({.name = "low_latency_past_auto_w3", .world = 3, .hidden = 1000, .max_tokens = 300, .calls = {300, 1, 0, 257},

@@ -10,11 +10,21 @@
 // RUN: not epjit-opt %s --ep-check-target=target=host --ep-to-emitc 2>&1 | FileCheck %s --check-prefix=ORDER
 
 // ORDER: error: ep-to-emitc needs lane primitives: run ep-lower-warp-ops first
-// GFX942: emitc.include "epjit/targets/gfx942/prelude.h"
-// GFX950: emitc.include "epjit/targets/gfx950/prelude.h"
-// GFX1250: emitc.include "epjit/targets/gfx1250/prelude.h"
-// SM90: emitc.include "epjit/targets/sm90/prelude.h"
-// HOST: emitc.include "epjit/targets/host/prelude.h"
+// GFX942: emitc.verbatim "#define EPJIT_WAVE_SIZE 64"
+// GFX942-NEXT: emitc.verbatim "#define EPJIT_STEADY_COUNTER_HZ 100000000ull"
+// GFX942-NEXT: emitc.include "epjit/targets/amdgcn/prelude.h"
+// GFX950: emitc.verbatim "#define EPJIT_WAVE_SIZE 64"
+// GFX950-NEXT: emitc.verbatim "#define EPJIT_STEADY_COUNTER_HZ 100000000ull"
+// GFX950-NEXT: emitc.verbatim "#define EPJIT_FP4_PACK 2"
+// GFX950-NEXT: emitc.include "epjit/targets/amdgcn/prelude.h"
+// GFX1250: emitc.verbatim "#define EPJIT_WAVE_SIZE 32"
+// GFX1250-NEXT: emitc.verbatim "#define EPJIT_STEADY_COUNTER_HZ 100000000ull"
+// GFX1250-NEXT: emitc.verbatim "#define EPJIT_FP4_PACK 8"
+// GFX1250-NEXT: emitc.include "epjit/targets/amdgcn/prelude.h"
+// SM90: emitc.verbatim "#define EPJIT_WAVE_SIZE 32"
+// SM90-NEXT: emitc.include "epjit/targets/sm90/prelude.h"
+// HOST: emitc.verbatim "#define EPJIT_WAVE_SIZE 32"
+// HOST-NEXT: emitc.include "epjit/targets/host/prelude.h"
 // CHECK-NOT: ep.window_region
 ep.window_region @recv_tokens : i32 {
   %c = arith.constant 64 : index

@@ -42,9 +42,14 @@ TEST(HostCxxToolchain, BuildsASharedObjectAndReportsErrorsWithTheLog) {
 TEST(ClangToolchain, BuildsAmdCodeObjectsForEveryAmdTarget) {
   auto toolchain = make_clang_toolchain();
   EXPECT_NE(toolchain->identity().find("clang version 22"), std::string::npos) << toolchain->identity();
-  for (const char* target : {"gfx942", "gfx950", "gfx1250"}) {
-    const CompiledBinary binary = toolchain->compile(request(
-        target, "k.hip", "#include \"epjit/targets/gfx950/prelude.h\"\nextern \"C\" __global__ void k(int* p) { *p = 1; }\n"));
+  // Each target's prelude as emitted code includes it: behind its defines.
+  for (const char* target : {"gfx942", "gfx950", "gfx1250", "gfx1200"}) {
+    const TargetInfo& info = *find_target(target);
+    std::string source;
+    for (const PreludeDefine& define : info.prelude_defines())
+      source += "#define " + std::string(define.name) + " " + define.value + "\n";
+    source += "#include \"" + std::string(info.prelude) + "\"\nextern \"C\" __global__ void k(int* p) { *p = 1; }\n";
+    const CompiledBinary binary = toolchain->compile(request(target, "k.hip", source));
     EXPECT_TRUE(isElf(binary.bytes)) << target;
   }
   EXPECT_THROW(toolchain->compile(request("gfx950", "broken.hip", kBadSource)), Error);

@@ -225,7 +225,10 @@ struct EpToEmitC : impl::EpToEmitCBase<EpToEmitC> {
         buildHostEntry(builder, func);
       }
     }
+    // The target's facts, from TargetInfo alone, where its prelude reads them.
     builder.setInsertionPointToStart(module.getBody());
+    for (const PreludeDefine& define : target->prelude_defines())
+      emitc::VerbatimOp::create(builder, module.getLoc(), "#define " + std::string(define.name) + " " + define.value);
     emitc::IncludeOp::create(builder, module.getLoc(), builder.getStringAttr(target->prelude));
   }
 };

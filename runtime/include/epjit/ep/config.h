@@ -47,14 +47,6 @@ struct ScheduleEntry {
   int combine_warps = 0;
 };
 
-// Auto's crossover for the low-latency combine: ops of at most this many
-// tokens per rank and call use it. A flagged line carries 8 data bytes in 16,
-// so it trades twice the bytes on the link for the round trip of a pull after
-// a meeting (about 1.5 us on H200 NVLink); at 32 tokens the doubled bytes of
-// DeepSeek-V3's rows cost about as much (1.3 us at 350 GB/s). Its inboxes
-// hold max tokens x top-k flagged rows, twice a row's bytes each.
-inline constexpr int64_t kLowLatencyAutoMaxTokens = 32;
-
 struct EpDispatchCombineConfig {
   // Required.
   int rank = -1;
@@ -89,8 +81,9 @@ struct EpDispatchCombineConfig {
   // arrives; docs/EP.md), false the staged combine of combine_mode. Unset =
   // auto: low latency when the op can run it (intranode, quant_type none,
   // no std-MoE), has peers (world_size > 1: alone, gather reads its rows in
-  // place and copies nothing) and max_num_inp_token_per_rank <=
-  // kLowLatencyAutoMaxTokens. Results are the same bits either way.
+  // place and copies nothing) and max_num_inp_token_per_rank is at most the
+  // target's crossover (TargetInfo::crossovers; a config with no target yet
+  // answers with TargetInfo's default). Results are the same bits either way.
   std::optional<bool> low_latency_combine;
   std::string target;                 // "" = the device's target, or EPJIT_TARGET
   // How long a kernel waits for a peer before it reports error_peer_timeout

@@ -66,6 +66,33 @@ struct ScheduleRow {
   int combine_warps = 0;
 };
 
+// Token counts where the runtime switches between two ways of doing a call
+// that give the same bits. Measured on H200 (sm90); every other target takes
+// the same values until its GPU is measured.
+struct Crossovers {
+  // Auto's low-latency combine serves ops of at most this many tokens per
+  // rank and call. A flagged line carries 8 data bytes in 16, so it trades
+  // twice the bytes on the link for the round trip of a pull after a meeting
+  // (about 1.5 us on H200 NVLink); at 32 tokens the doubled bytes of
+  // DeepSeek-V3's rows cost about as much (1.3 us at 350 GB/s).
+  int64_t low_latency_combine_max_tokens = 32;
+  // A kept call (MORI's return_routing) of at most this many tokens has its
+  // origins copied by the dispatch kernel's last block, a larger one by a
+  // copy after it. What keeping added on 1 x H200 at capacity 8192:
+  //   tokens                1-128   512      1024     2048     8192
+  //   the block             1.8-3.3 0.9-1.1  1.3-1.4  1.5-1.6  1.9-2.4 us
+  //   a copy after it       4.0-7.3 1.7-7.4  2.2-2.5  0.9-1.4  0.7-1.1 us
+  // A small call's GPU waits for the copy's launch; by 2048 tokens the host
+  // is ahead and the copy engine beats one block.
+  int64_t kernel_kept_origins_max_tokens = 1024;
+};
+
+// A macro the emitted code defines before it includes the target's prelude.
+struct PreludeDefine {
+  std::string_view name;
+  std::string value;
+};
+
 struct TargetInfo {
   std::string_view name;         // "gfx950", "host-gfx950"
   std::string_view arch;         // what the toolchain is told: "gfx950", "sm_90", "native"
@@ -95,7 +122,12 @@ struct TargetInfo {
   DefaultToolchain toolchain = DefaultToolchain::HostCxx;
   std::string_view numerics_of;        // the hardware whose numerics this target carries
   int cuda_capability = 0;             // NVIDIA: major * 10 + minor of the GPUs it runs on
+  // Ticks per second of the counter a bounded wait reads (AMD's realtime
+  // counter, 100 MHz on every CDNA and RDNA part); 0 where the prelude reads
+  // nanoseconds directly (NVIDIA's globaltimer, the host's steady_clock).
+  uint64_t steady_counter_hz = 0;
   std::span<const ScheduleRow> schedule;  // geometry by token count, smallest bound first
+  Crossovers crossovers;
 
   // ------------------------------------------------ capability predicates
   constexpr bool is_host() const { return vendor == Vendor::Cpu; }
@@ -118,6 +150,10 @@ struct TargetInfo {
   // How a kernel is declared after extern "C": the GPU qualifier and launch
   // bounds for a block of `threads`; nothing on the host.
   std::vector<std::string> kernel_specifiers(int64_t threads) const;
+  // The target's facts the prelude reads, in the order emitted: EPJIT_WAVE_SIZE
+  // always, EPJIT_STEADY_COUNTER_HZ where the wait clock counts ticks,
+  // EPJIT_FP4_PACK (2 or 8) where FP4 converts in hardware.
+  std::vector<PreludeDefine> prelude_defines() const;
 };
 
 // Every target, in a fixed order (AMD, NVIDIA, host variants).

@@ -1,7 +1,8 @@
 // AMD GPU primitives (SIMT): geometry, cross-lane reductions, warp-uniform
 // atomics, fences, bounded waits and the block barrier, from clang's AMDGPU
 // builtins alone (no HIP headers: code objects build with -nogpuinc).
-// The including prelude defines EPJIT_WAVE_SIZE and EPJIT_STEADY_COUNTER_HZ.
+// The emitted code defines EPJIT_WAVE_SIZE and EPJIT_STEADY_COUNTER_HZ from
+// TargetInfo before it includes the prelude (amdgcn/prelude.h).
 #pragma once
 
 #include "epjit/targets/common/chunks.h"
@@ -16,7 +17,7 @@
 #endif
 
 #if !defined(EPJIT_WAVE_SIZE) || !defined(EPJIT_STEADY_COUNTER_HZ)
-#error "include a target prelude (epjit/targets/<target>/prelude.h), which sets EPJIT_WAVE_SIZE and EPJIT_STEADY_COUNTER_HZ"
+#error "EPJIT_WAVE_SIZE and EPJIT_STEADY_COUNTER_HZ come before this header, from TargetInfo::prelude_defines (emitted code has them)"
 #endif
 
 namespace epjit {

@@ -279,19 +279,19 @@ struct WidenRows {
   }
 };
 
-// fp8 codes (16 a chunk), decoded by `Codec::unpack4` (one dword of four
-// codes -> four floats), times the block's scale for ScaledCodes (a chunk
-// never straddles a block of 128).
-template <typename Codec>
+// fp8 codes (16 a chunk) of format F, decoded by the method's
+// `Codec::unpack4<F>` (one dword of four codes -> four floats), times the
+// block's scale for ScaledCodes (a chunk never straddles a block of 128).
+template <typename Codec, Fp8Format F>
 struct WidenCodes {
   EPJIT_HD static void widen(const Vec16& v, const RowSource<int8_t>&, size_t, float (&x)[16]) {
 #pragma unroll
-    for (int k = 0; k < 4; ++k) Codec::unpack4(v.w[k], x + 4 * k);
+    for (int k = 0; k < 4; ++k) Codec::template unpack4<F>(v.w[k], x + 4 * k);
   }
   EPJIT_HD static void widen(const Vec16& v, const ScaledCodes& source, size_t start, float (&x)[16]) {
     const float scale = source.scales[start / 128];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) Codec::unpack4(v.w[k], x + 4 * k);
+    for (int k = 0; k < 4; ++k) Codec::template unpack4<F>(v.w[k], x + 4 * k);
 #pragma unroll
     for (int i = 0; i < 16; ++i) x[i] = mul_rn(x[i], scale);
   }
@@ -318,129 +318,126 @@ EPJIT_HD void sum_chunks(Dst* dst, size_t count, size_t start, size_t stride, co
 
 // ---------------------------------------------------------------- MX scales
 
-namespace detail {
-
-// One lane's fp8 chunk, for every method: load up to 8 values, divide by
-// *scale when there is one, pack four at a time with the method's `pack4`
-// (four floats -> one dword, element 0 in the low byte), store.
-template <bool Aligned, typename Src, typename Pack4>
-EPJIT_HD void quantize_fp8_chunk_with(const Src* src, int8_t* dst, size_t n, const float* scale, Pack4 pack4) {
-  float x[8];
-  load_chunk8<Aligned>(src, n, x);
-  if (scale) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] = x[i] / *scale;
+// One lane's fp8 chunk functions, written once for every conversion method
+// over the method's codec: `Codec::pack4<F>(x)` packs four values into a
+// dword (saturated, element 0 in the low byte) and `Codec::unpack4<F>(word,
+// x)` decodes one. A method is a struct deriving from Fp8Chunks<its codec>
+// (software below, amdgcn_pk_fp8, ptx_cvt_satfinite), so emitted code calls
+// epjit::prim::<method>::quantize_fp8_chunk<F, Aligned>(...) whatever it is.
+template <typename Codec>
+struct Fp8Chunks {
+  // Load up to 8 values, divide by `scale` when there is one, pack four at a
+  // time, store.
+  template <Fp8Format F, bool Aligned, typename Src>
+  EPJIT_HD static void quantize_fp8_chunk_scaled(const Src* src, int8_t* dst, size_t n, float scale) {
+    quantize_dividing<F, Aligned>(src, dst, n, &scale);
   }
-  store_codes8<Aligned>(dst, n, pack4(x), pack4(x + 4));
-}
 
-// The MX rule every method shares: a NaN scale (0xFF) stores zero codes (the
-// scale carries the NaN); otherwise convert with x / 2^e.
-template <bool Aligned, typename Scaled>
-EPJIT_HD void quantize_fp8_mx(int8_t* dst, size_t n, int8_t scale, Scaled scaled) {
-  if (e8m0_is_nan(scale)) return store_codes8<Aligned>(dst, n, 0u, 0u);
-  scaled(e8m0_as_float(scale));
-}
+  template <Fp8Format F, bool Aligned, typename Src>
+  EPJIT_HD static void quantize_fp8_chunk(const Src* src, int8_t* dst, size_t n) {
+    quantize_dividing<F, Aligned>(src, dst, n, nullptr);
+  }
 
-}  // namespace detail
+  // The MX rule: a NaN scale (0xFF) stores zero codes (the scale carries the
+  // NaN); otherwise convert with x / 2^e.
+  template <Fp8Format F, bool Aligned, typename Src>
+  EPJIT_HD static void quantize_fp8_chunk_mx(const Src* src, int8_t* dst, size_t n, int8_t scale) {
+    if (e8m0_is_nan(scale)) return store_codes8<Aligned>(dst, n, 0u, 0u);
+    quantize_fp8_chunk_scaled<F, Aligned>(src, dst, n, e8m0_as_float(scale));
+  }
+
+  template <Fp8Format F, bool Aligned, typename Dst>
+  EPJIT_HD static void dequantize_fp8_chunk_scaled(const int8_t* src, Dst* dst, size_t n, float scale) {
+    uint32_t lo, hi;
+    load_codes8<Aligned>(src, n, lo, hi);
+    float x[8];
+    Codec::template unpack4<F>(lo, x);
+    Codec::template unpack4<F>(hi, x + 4);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = x[i] * scale;
+    store_chunk8<Aligned>(dst, n, x);
+  }
+
+  template <Fp8Format F, bool Aligned, typename Dst>
+  EPJIT_HD static void dequantize_fp8_chunk(const int8_t* src, Dst* dst, size_t n) {
+    dequantize_fp8_chunk_scaled<F, Aligned>(src, dst, n, 1.0f);
+  }
+
+  template <Fp8Format F, bool Aligned, typename Dst>
+  EPJIT_HD static void dequantize_fp8_chunk_mx(const int8_t* src, Dst* dst, size_t n, int8_t scale) {
+    dequantize_fp8_chunk_scaled<F, Aligned>(src, dst, n, e8m0_as_float(scale));
+  }
+
+  // dst[i] = sum over live sources of their decoded codes at start + i, for i < n <= 16.
+  template <Fp8Format F, int Chunk, bool Aligned, typename Dst, typename Source, typename... More>
+  EPJIT_HD static void sum_fp8_chunk(Dst* dst, size_t n, size_t start, const Source& first, const More&... more) {
+    static_assert(Chunk == 16, "a chunk is 16 bytes of codes");
+    detail::sum_sources<Chunk, Aligned, detail::WidenCodes<Codec, F>>(dst, n, start, first, more...);
+  }
+
+  // The same over Unroll chunks (sum_chunks).
+  template <Fp8Format F, int Chunk, int Unroll, bool Aligned, typename Dst, typename Source, typename... More>
+  EPJIT_HD static void sum_fp8_chunks(Dst* dst, size_t count, size_t start, size_t stride, const Source& first,
+                                      const More&... more) {
+    static_assert(Chunk == 16, "a chunk is 16 bytes of codes");
+    detail::sum_sources_unrolled<Chunk, Unroll, Aligned, detail::WidenCodes<Codec, F>>(dst, count, start, stride,
+                                                                                       first, more...);
+  }
+
+ private:
+  template <Fp8Format F, bool Aligned, typename Src>
+  EPJIT_HD static void quantize_dividing(const Src* src, int8_t* dst, size_t n, const float* scale) {
+    float x[8];
+    load_chunk8<Aligned>(src, n, x);
+    if (scale) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = x[i] / *scale;
+    }
+    store_codes8<Aligned>(dst, n, Codec::template pack4<F>(x), Codec::template pack4<F>(x + 4));
+  }
+};
 
 // ---------------------------------------------------------------- numerics.h codecs
 
-namespace software {
-
-template <Fp8Format F>
-EPJIT_HD uint32_t pack4(const float* x) {
-  uint32_t word = 0;
+// The numerics.h codec: every format, element by element.
+struct SoftwareFp8Codec {
+  template <Fp8Format F>
+  EPJIT_HD static uint32_t pack4(const float* x) {
+    uint32_t word = 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) word |= uint32_t(encode_fp8(x[i], F, Overflow::Saturate)) << (8 * i);
-  return word;
-}
-
-template <Fp8Format F, bool Aligned, typename Src>
-EPJIT_HD void quantize_fp8_chunk_scaled(const Src* src, int8_t* dst, size_t n, float scale) {
-  detail::quantize_fp8_chunk_with<Aligned>(src, dst, n, &scale, [](const float* x) { return pack4<F>(x); });
-}
-
-template <Fp8Format F, bool Aligned, typename Src>
-EPJIT_HD void quantize_fp8_chunk(const Src* src, int8_t* dst, size_t n) {
-  detail::quantize_fp8_chunk_with<Aligned>(src, dst, n, nullptr, [](const float* x) { return pack4<F>(x); });
-}
-
-template <Fp8Format F, bool Aligned, typename Src>
-EPJIT_HD void quantize_fp8_chunk_mx(const Src* src, int8_t* dst, size_t n, int8_t scale) {
-  detail::quantize_fp8_mx<Aligned>(dst, n, scale, [&](float s) { quantize_fp8_chunk_scaled<F, Aligned>(src, dst, n, s); });
-}
-
-template <bool Aligned, typename Src>
-EPJIT_HD void quantize_fp4_chunk_mx(const Src* src, int8_t* dst, size_t n, int8_t scale) {
-  uint32_t packed = 0;
-  if (!e8m0_is_nan(scale)) {
-    float x[8];
-    load_chunk8<Aligned>(src, n, x);
-    const float divisor = e8m0_as_float(scale);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) packed |= uint32_t(encode_fp4_e2m1(x[i] / divisor)) << (4 * i);
+    for (int i = 0; i < 4; ++i) word |= uint32_t(encode_fp8(x[i], F, Overflow::Saturate)) << (8 * i);
+    return word;
   }
-  store_nibbles8<Aligned>(dst, n, packed);
-}
-
-template <Fp8Format F, bool Aligned, typename Dst>
-EPJIT_HD void dequantize_fp8_chunk_scaled(const int8_t* src, Dst* dst, size_t n, float scale) {
-  uint32_t word[2];
-  load_codes8<Aligned>(src, n, word[0], word[1]);
-  float x[8];
+  template <Fp8Format F>
+  EPJIT_HD static void unpack4(uint32_t word, float* x) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) x[i] = decode_fp8(uint8_t(word[i / 4] >> (8 * (i % 4))), F) * scale;
-  store_chunk8<Aligned>(dst, n, x);
-}
-
-template <Fp8Format F, bool Aligned, typename Dst>
-EPJIT_HD void dequantize_fp8_chunk(const int8_t* src, Dst* dst, size_t n) {
-  dequantize_fp8_chunk_scaled<F, Aligned>(src, dst, n, 1.0f);
-}
-
-template <Fp8Format F, bool Aligned, typename Dst>
-EPJIT_HD void dequantize_fp8_chunk_mx(const int8_t* src, Dst* dst, size_t n, int8_t scale) {
-  dequantize_fp8_chunk_scaled<F, Aligned>(src, dst, n, e8m0_as_float(scale));
-}
-
-// Decodes four codes (element 0 in the low byte).
-template <Fp8Format F>
-EPJIT_HD void unpack4(uint32_t word, float* x) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) x[i] = decode_fp8(uint8_t(word >> (8 * i)), F);
-}
-
-template <Fp8Format F>
-struct Codec {
-  EPJIT_HD static void unpack4(uint32_t word, float* x) { software::unpack4<F>(word, x); }
+    for (int i = 0; i < 4; ++i) x[i] = decode_fp8(uint8_t(word >> (8 * i)), F);
+  }
 };
 
-// dst[i] = sum over live sources of their decoded codes at start + i, for i < n <= 16.
-template <Fp8Format F, int Chunk, bool Aligned, typename Dst, typename Source, typename... More>
-EPJIT_HD void sum_fp8_chunk(Dst* dst, size_t n, size_t start, const Source& first, const More&... more) {
-  static_assert(Chunk == 16, "a chunk is 16 bytes of codes");
-  detail::sum_sources<Chunk, Aligned, detail::WidenCodes<Codec<F>>>(dst, n, start, first, more...);
-}
-
-// The same over Unroll chunks (sum_chunks).
-template <Fp8Format F, int Chunk, int Unroll, bool Aligned, typename Dst, typename Source, typename... More>
-EPJIT_HD void sum_fp8_chunks(Dst* dst, size_t count, size_t start, size_t stride, const Source& first,
-                             const More&... more) {
-  static_assert(Chunk == 16, "a chunk is 16 bytes of codes");
-  detail::sum_sources_unrolled<Chunk, Unroll, Aligned, detail::WidenCodes<Codec<F>>>(dst, count, start, stride,
-                                                                                     first, more...);
-}
-
-template <bool Aligned, typename Dst>
-EPJIT_HD void dequantize_fp4_chunk_mx(const int8_t* src, Dst* dst, size_t n, int8_t scale) {
-  const uint32_t packed = load_nibbles8<Aligned>(src, n);
-  const float factor = e8m0_as_float(scale);
-  float x[8];
+// ConversionMethod::software: fp8 and FP4 through numerics.h.
+struct software : Fp8Chunks<SoftwareFp8Codec> {
+  template <bool Aligned, typename Src>
+  EPJIT_HD static void quantize_fp4_chunk_mx(const Src* src, int8_t* dst, size_t n, int8_t scale) {
+    uint32_t packed = 0;
+    if (!e8m0_is_nan(scale)) {
+      float x[8];
+      load_chunk8<Aligned>(src, n, x);
+      const float divisor = e8m0_as_float(scale);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) x[i] = decode_fp4_e2m1(uint8_t(packed >> (4 * i))) * factor;
-  store_chunk8<Aligned>(dst, n, x);
-}
+      for (int i = 0; i < 8; ++i) packed |= uint32_t(encode_fp4_e2m1(x[i] / divisor)) << (4 * i);
+    }
+    store_nibbles8<Aligned>(dst, n, packed);
+  }
 
-}  // namespace software
+  template <bool Aligned, typename Dst>
+  EPJIT_HD static void dequantize_fp4_chunk_mx(const int8_t* src, Dst* dst, size_t n, int8_t scale) {
+    const uint32_t packed = load_nibbles8<Aligned>(src, n);
+    const float factor = e8m0_as_float(scale);
+    float x[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = decode_fp4_e2m1(uint8_t(packed >> (4 * i))) * factor;
+    store_chunk8<Aligned>(dst, n, x);
+  }
+};
 }  // namespace epjit::prim

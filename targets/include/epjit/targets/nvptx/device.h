@@ -8,6 +8,12 @@
 
 #include "epjit/targets/common/chunks.h"
 
+// A warp is 32 lanes on every NVIDIA GPU; the emitted code states its
+// target's wave size (TargetInfo::prelude_defines), which must agree.
+#if defined(EPJIT_WAVE_SIZE) && EPJIT_WAVE_SIZE != 32
+#error "EPJIT_WAVE_SIZE is 32 on NVIDIA targets: fix the target's TargetInfo row"
+#endif
+
 namespace epjit {
 
 inline constexpr int kWaveSize = 32;
