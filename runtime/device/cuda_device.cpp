@@ -7,6 +7,7 @@
 #include "epjit/error.h"
 #include "driver_error_advice.h"
 #include "gpu_drivers.h"
+#include "gpu_objects.h"
 #include "relaxed_capture_mode.h"
 
 namespace epjit {
@@ -32,96 +33,46 @@ bool dependent_launch_enabled() {
   return environment_switch("EPJIT_DEPENDENT_LAUNCH", true, "launch every kernel only after the one before it ends");
 }
 
-class CudaStream final : public Stream {
- public:
-  explicit CudaStream(CUcontext context) : context_(context) {
-    cuda_driver().cuCtxSetCurrent(context_);
-    check(cuda_driver().cuStreamCreate(&stream_, 1 /*non-blocking*/), "stream creation");
+// The CUDA driver's calls as gpu_objects.h names them.
+struct CudaApi {
+  using Context = CUcontext;
+  using Stream = CUstream;
+  using Event = CUevent;
+  using Module = CUmodule;
+  using Function = CUfunction;
+  using Graph = CUgraph;
+  using GraphExec = CUgraphExec;
+  static constexpr const char* kName = "CUDA";
+  static constexpr const char* kModuleLoad = "cuModuleLoadData";
+  static void check(CUresult status, const std::string& what) { epjit::check(status, what); }
+  static void make_current(Context context) { cuda_driver().cuCtxSetCurrent(context); }
+  static CUresult create_stream(Stream* stream) { return cuda_driver().cuStreamCreate(stream, 1 /*non-blocking*/); }
+  static CUresult destroy_stream(Stream stream) { return cuda_driver().cuStreamDestroy_v2(stream); }
+  static CUresult synchronize_stream(Stream stream) { return cuda_driver().cuStreamSynchronize(stream); }
+  static CUresult stream_capture_status(Stream stream, int* status) {
+    return cuda_driver().cuStreamIsCapturing(stream, status);
   }
-  CudaStream(CUcontext context, CUstream foreign) : context_(context), stream_(foreign), owned_(false) {}
-  ~CudaStream() override {
-    if (owned_) cuda_driver().cuStreamDestroy_v2(stream_);
+  static CUresult create_event(Event* event, unsigned flags) { return cuda_driver().cuEventCreate(event, flags); }
+  static CUresult destroy_event(Event event) { return cuda_driver().cuEventDestroy_v2(event); }
+  static CUresult record_event(Event event, Stream stream) { return cuda_driver().cuEventRecord(event, stream); }
+  static CUresult synchronize_event(Event event) { return cuda_driver().cuEventSynchronize(event); }
+  static CUresult query_event(Event event) { return cuda_driver().cuEventQuery(event); }
+  static CUresult elapsed_ms(float* ms, Event start, Event end) {
+    return cuda_driver().cuEventElapsedTime(ms, start, end);
   }
-  void synchronize() override { check(cuda_driver().cuStreamSynchronize(stream_), "stream synchronize"); }
-  CUstream handle() const { return stream_; }
-  void* native_handle() const override { return stream_; }
-  bool capturing() const override {
-    int status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
-    check(cuda_driver().cuStreamIsCapturing(stream_, &status), "stream capture query");
-    return status != 0;
+  static CUresult load_module(Module* module, const void* image) { return cuda_driver().cuModuleLoadData(module, image); }
+  static CUresult unload_module(Module module) { return cuda_driver().cuModuleUnload(module); }
+  static CUresult module_function(Function* function, Module module, const char* name) {
+    return cuda_driver().cuModuleGetFunction(function, module, name);
   }
-
- private:
-  CUcontext context_;
-  CUstream stream_ = nullptr;
-  bool owned_ = true;
+  static CUresult destroy_graph_exec(GraphExec exec) { return cuda_driver().cuGraphExecDestroy(exec); }
+  static CUresult destroy_graph(Graph graph) { return cuda_driver().cuGraphDestroy(graph); }
+  static CUresult launch_graph(GraphExec exec, Stream stream) { return cuda_driver().cuGraphLaunch(exec, stream); }
 };
-
-class CudaEvent final : public Event {
- public:
-  CudaEvent(CUcontext context, EventUse use) : Event(use), context_(context) {
-    constexpr unsigned kDisableTiming = 0x2;  // CU_EVENT_DISABLE_TIMING
-    check(cuda_driver().cuEventCreate(&event_, use == EventUse::timing ? 0u : kDisableTiming), "event creation");
-  }
-  ~CudaEvent() override { cuda_driver().cuEventDestroy_v2(event_); }
-  void record(Stream& stream) override {
-    check(cuda_driver().cuEventRecord(event_, static_cast<CudaStream&>(stream).handle()), "event record");
-  }
-  void synchronize() override { check(cuda_driver().cuEventSynchronize(event_), "event synchronize"); }
-  bool completed() override {
-    constexpr CUresult kNotReady = 600;  // CUDA_ERROR_NOT_READY
-    cuda_driver().cuCtxSetCurrent(context_);  // may be asked from another thread (the internode watcher)
-    const CUresult result = cuda_driver().cuEventQuery(event_);
-    if (result == kNotReady) return false;
-    check(result, "event query");
-    return true;
-  }
-  float measured_ms(const Event& start) const override {
-    float ms = 0;
-    check(cuda_driver().cuEventElapsedTime(&ms, static_cast<const CudaEvent&>(start).event_, event_), "elapsed time");
-    return ms;
-  }
-
- private:
-  CUcontext context_;
-  CUevent event_ = nullptr;
-};
-
-class CudaModule final : public Module {
- public:
-  explicit CudaModule(const std::vector<uint8_t>& binary) {
-    check(cuda_driver().cuModuleLoadData(&module_, binary.data()), "module load (cuModuleLoadData)");
-  }
-  ~CudaModule() override { cuda_driver().cuModuleUnload(module_); }
-  Kernel kernel(std::string_view name) override {
-    CUfunction function = nullptr;
-    const std::string symbol(name);
-    if (cuda_driver().cuModuleGetFunction(&function, module_, symbol.c_str()) != 0) {
-      throw Error("kernel '" + symbol + "' is not in the CUDA module", "a kernel the template defines",
-                  "check the kernel name (epjit-compile --template list)");
-    }
-    return {function, symbol};
-  }
-
- private:
-  CUmodule module_ = nullptr;
-};
-
-class CudaGraph final : public Graph {
- public:
-  CudaGraph(CUgraph graph, CUgraphExec exec) : graph_(graph), exec_(exec) {}
-  ~CudaGraph() override {
-    cuda_driver().cuGraphExecDestroy(exec_);
-    cuda_driver().cuGraphDestroy(graph_);
-  }
-  void launch(Stream& stream) override {
-    check(cuda_driver().cuGraphLaunch(exec_, static_cast<CudaStream&>(stream).handle()), "graph launch");
-  }
-
- private:
-  CUgraph graph_;
-  CUgraphExec exec_;
-};
+using CudaStream = GpuStream<CudaApi>;
+using CudaEvent = GpuEvent<CudaApi>;
+using CudaModule = GpuModule<CudaApi>;
+using CudaGraph = GpuGraph<CudaApi>;
 
 class CudaDevice final : public Device {
  public:
@@ -191,7 +142,7 @@ class CudaDevice final : public Device {
   void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) override {
     current();
     check(cuda_driver().cuMemcpyDtoDAsync_v2(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src),
-                                             bytes, static_cast<CudaStream&>(stream).handle()),
+                                             bytes, native_stream<CudaApi>(stream)),
           "device copy");
   }
   void fill_zero(void* device, size_t bytes) override {
@@ -203,21 +154,21 @@ class CudaDevice final : public Device {
   // copy has landed, and no other stream is waited for.
   void copy_to_device(void* device, const void* host, size_t bytes, Stream& stream) override {
     current();
-    const CUstream handle = static_cast<CudaStream&>(stream).handle();
+    const CUstream handle = native_stream<CudaApi>(stream);
     check(cuda_driver().cuMemcpyHtoDAsync_v2(reinterpret_cast<CUdeviceptr>(device), host, bytes, handle),
           "copy to device");
     check(cuda_driver().cuStreamSynchronize(handle), "copy to device (completion)");
   }
   void copy_to_host(void* host, const void* device, size_t bytes, Stream& stream) override {
     current();
-    const CUstream handle = static_cast<CudaStream&>(stream).handle();
+    const CUstream handle = native_stream<CudaApi>(stream);
     check(cuda_driver().cuMemcpyDtoHAsync_v2(host, reinterpret_cast<CUdeviceptr>(device), bytes, handle),
           "copy to host");
     check(cuda_driver().cuStreamSynchronize(handle), "copy to host (completion)");
   }
   void fill_bytes(void* device, uint8_t value, size_t bytes, Stream& stream) override {
     current();
-    const CUstream handle = static_cast<CudaStream&>(stream).handle();
+    const CUstream handle = native_stream<CudaApi>(stream);
     check(cuda_driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(device), value, bytes, handle), "memset");
     check(cuda_driver().cuStreamSynchronize(handle), "memset (completion)");
   }
@@ -261,7 +212,7 @@ class CudaDevice final : public Device {
                                 .block_y = 1,
                                 .block_z = 1,
                                 .shared_bytes = 0,
-                                .stream = static_cast<CudaStream&>(stream).handle(),
+                                .stream = native_stream<CudaApi>(stream),
                                 .attributes = overlap ? &dependent : nullptr,
                                 .attribute_count = overlap ? 1u : 0u};
     const CUresult launched =
@@ -277,13 +228,13 @@ class CudaDevice final : public Device {
   bool supports_graphs() const override { return true; }
   void begin_capture(Stream& stream) override {
     current();
-    check(cuda_driver().cuStreamBeginCapture_v2(static_cast<CudaStream&>(stream).handle(), kRelaxedCaptureMode),
+    check(cuda_driver().cuStreamBeginCapture_v2(native_stream<CudaApi>(stream), kRelaxedCaptureMode),
           "stream capture begin");
   }
   std::unique_ptr<Graph> end_capture(Stream& stream) override {
     current();
     CUgraph graph = nullptr;
-    check(cuda_driver().cuStreamEndCapture(static_cast<CudaStream&>(stream).handle(), &graph), "stream capture end");
+    check(cuda_driver().cuStreamEndCapture(native_stream<CudaApi>(stream), &graph), "stream capture end");
     CUgraphExec exec = nullptr;
     check(cuda_driver().cuGraphInstantiateWithFlags(&exec, graph, 0), "graph instantiation");
     return std::make_unique<CudaGraph>(graph, exec);

@@ -7,6 +7,7 @@
 #include "epjit/error.h"
 #include "driver_error_advice.h"
 #include "gpu_drivers.h"
+#include "gpu_objects.h"
 #include "relaxed_capture_mode.h"
 #include "hip_properties.h"
 
@@ -28,91 +29,51 @@ void check(hipError_t status, const std::string& what) {
               advice.expected, advice.fix);
 }
 
-class HipStream final : public Stream {
- public:
-  HipStream() { check(hip_driver().hipStreamCreate(&stream_), "stream creation"); }
-  explicit HipStream(hipStream_t foreign) : stream_(foreign), owned_(false) {}
-  ~HipStream() override {
-    if (owned_) hip_driver().hipStreamDestroy(stream_);
+// The HIP runtime's calls as gpu_objects.h names them. HIP keeps the
+// current device per thread and needs no context made current.
+struct HipApi {
+  struct Context {};
+  using Stream = hipStream_t;
+  using Event = hipEvent_t;
+  using Module = hipModule_t;
+  using Function = hipFunction_t;
+  using Graph = hipGraph_t;
+  using GraphExec = hipGraphExec_t;
+  static constexpr const char* kName = "HIP";
+  static constexpr const char* kModuleLoad = "hipModuleLoadData";
+  static void check(hipError_t status, const std::string& what) { epjit::check(status, what); }
+  static void make_current(Context) {}
+  static hipError_t create_stream(Stream* stream) { return hip_driver().hipStreamCreate(stream); }
+  static hipError_t destroy_stream(Stream stream) { return hip_driver().hipStreamDestroy(stream); }
+  static hipError_t synchronize_stream(Stream stream) { return hip_driver().hipStreamSynchronize(stream); }
+  static hipError_t stream_capture_status(Stream stream, int* status) {
+    return hip_driver().hipStreamIsCapturing(stream, status);
   }
-  void synchronize() override { check(hip_driver().hipStreamSynchronize(stream_), "stream synchronize"); }
-  hipStream_t handle() const { return stream_; }
-  void* native_handle() const override { return stream_; }
-  bool capturing() const override {
-    int status = 0;  // hipStreamCaptureStatusNone
-    check(hip_driver().hipStreamIsCapturing(stream_, &status), "stream capture query");
-    return status != 0;
+  static hipError_t create_event(Event* event, unsigned flags) {
+    return hip_driver().hipEventCreateWithFlags(event, flags);
   }
-
- private:
-  hipStream_t stream_ = nullptr;
-  bool owned_ = true;
+  static hipError_t destroy_event(Event event) { return hip_driver().hipEventDestroy(event); }
+  static hipError_t record_event(Event event, Stream stream) { return hip_driver().hipEventRecord(event, stream); }
+  static hipError_t synchronize_event(Event event) { return hip_driver().hipEventSynchronize(event); }
+  static hipError_t query_event(Event event) { return hip_driver().hipEventQuery(event); }
+  static hipError_t elapsed_ms(float* ms, Event start, Event end) {
+    return hip_driver().hipEventElapsedTime(ms, start, end);
+  }
+  static hipError_t load_module(Module* module, const void* image) {
+    return hip_driver().hipModuleLoadData(module, image);
+  }
+  static hipError_t unload_module(Module module) { return hip_driver().hipModuleUnload(module); }
+  static hipError_t module_function(Function* function, Module module, const char* name) {
+    return hip_driver().hipModuleGetFunction(function, module, name);
+  }
+  static hipError_t destroy_graph_exec(GraphExec exec) { return hip_driver().hipGraphExecDestroy(exec); }
+  static hipError_t destroy_graph(Graph graph) { return hip_driver().hipGraphDestroy(graph); }
+  static hipError_t launch_graph(GraphExec exec, Stream stream) { return hip_driver().hipGraphLaunch(exec, stream); }
 };
-
-class HipEvent final : public Event {
- public:
-  explicit HipEvent(EventUse use) : Event(use) {
-    constexpr unsigned kDisableTiming = 0x2;  // hipEventDisableTiming
-    check(hip_driver().hipEventCreateWithFlags(&event_, use == EventUse::timing ? 0u : kDisableTiming),
-          "event creation");
-  }
-  ~HipEvent() override { hip_driver().hipEventDestroy(event_); }
-  void record(Stream& stream) override {
-    check(hip_driver().hipEventRecord(event_, static_cast<HipStream&>(stream).handle()), "event record");
-  }
-  void synchronize() override { check(hip_driver().hipEventSynchronize(event_), "event synchronize"); }
-  bool completed() override {
-    constexpr hipError_t kNotReady = hipError_t(600);  // hipErrorNotReady
-    const hipError_t result = hip_driver().hipEventQuery(event_);
-    if (result == kNotReady) return false;
-    check(result, "event query");
-    return true;
-  }
-  float measured_ms(const Event& start) const override {
-    float ms = 0;
-    check(hip_driver().hipEventElapsedTime(&ms, static_cast<const HipEvent&>(start).event_, event_), "elapsed time");
-    return ms;
-  }
-
- private:
-  hipEvent_t event_ = nullptr;
-};
-
-class HipModule final : public Module {
- public:
-  explicit HipModule(const std::vector<uint8_t>& binary) {
-    check(hip_driver().hipModuleLoadData(&module_, binary.data()), "module load (hipModuleLoadData)");
-  }
-  ~HipModule() override { hip_driver().hipModuleUnload(module_); }
-  Kernel kernel(std::string_view name) override {
-    hipFunction_t function = nullptr;
-    const std::string symbol(name);
-    if (hip_driver().hipModuleGetFunction(&function, module_, symbol.c_str()) != 0) {
-      throw Error("kernel '" + symbol + "' is not in the HIP module", "a kernel the template defines",
-                  "check the kernel name (epjit-compile --template list)");
-    }
-    return {function, symbol};
-  }
-
- private:
-  hipModule_t module_ = nullptr;
-};
-
-class HipGraph final : public Graph {
- public:
-  HipGraph(hipGraph_t graph, hipGraphExec_t exec) : graph_(graph), exec_(exec) {}
-  ~HipGraph() override {
-    hip_driver().hipGraphExecDestroy(exec_);
-    hip_driver().hipGraphDestroy(graph_);
-  }
-  void launch(Stream& stream) override {
-    check(hip_driver().hipGraphLaunch(exec_, static_cast<HipStream&>(stream).handle()), "graph launch");
-  }
-
- private:
-  hipGraph_t graph_;
-  hipGraphExec_t exec_;
-};
+using HipStream = GpuStream<HipApi>;
+using HipEvent = GpuEvent<HipApi>;
+using HipModule = GpuModule<HipApi>;
+using HipGraph = GpuGraph<HipApi>;
 
 // The device's gcnArchName and warp size, read through whichever properties
 // layout the loaded HIP exports. A name that is not "gfx..." or a warp size
@@ -198,7 +159,7 @@ class HipDevice final : public Device {
     check(hip_driver().hipMemcpy(host, device, bytes, kHipMemcpyDeviceToHost), "copy to host");
   }
   void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) override {
-    check(hip_driver().hipMemcpyAsync(dst, src, bytes, kHipMemcpyDeviceToDevice, static_cast<HipStream&>(stream).handle()),
+    check(hip_driver().hipMemcpyAsync(dst, src, bytes, kHipMemcpyDeviceToDevice, native_stream<HipApi>(stream)),
           "device copy");
   }
   void fill_zero(void* device, size_t bytes) override {
@@ -207,28 +168,30 @@ class HipDevice final : public Device {
   }
   // On the stream, then that stream's synchronize (see the CUDA device).
   void copy_to_device(void* device, const void* host, size_t bytes, Stream& stream) override {
-    const hipStream_t handle = static_cast<HipStream&>(stream).handle();
+    const hipStream_t handle = native_stream<HipApi>(stream);
     check(hip_driver().hipMemcpyAsync(device, host, bytes, kHipMemcpyHostToDevice, handle), "copy to device");
     check(hip_driver().hipStreamSynchronize(handle), "copy to device (completion)");
   }
   void copy_to_host(void* host, const void* device, size_t bytes, Stream& stream) override {
-    const hipStream_t handle = static_cast<HipStream&>(stream).handle();
+    const hipStream_t handle = native_stream<HipApi>(stream);
     check(hip_driver().hipMemcpyAsync(host, device, bytes, kHipMemcpyDeviceToHost, handle), "copy to host");
     check(hip_driver().hipStreamSynchronize(handle), "copy to host (completion)");
   }
   void fill_bytes(void* device, uint8_t value, size_t bytes, Stream& stream) override {
-    const hipStream_t handle = static_cast<HipStream&>(stream).handle();
+    const hipStream_t handle = native_stream<HipApi>(stream);
     check(hip_driver().hipMemsetAsync(device, value, bytes, handle), "memset");
     check(hip_driver().hipStreamSynchronize(handle), "memset (completion)");
   }
   std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {
     return std::make_unique<HipModule>(binary);
   }
-  std::unique_ptr<Stream> create_stream() override { return std::make_unique<HipStream>(); }
+  std::unique_ptr<Stream> create_stream() override { return std::make_unique<HipStream>(HipApi::Context{}); }
   std::unique_ptr<Stream> wrap_stream(void* native) override {
-    return std::make_unique<HipStream>(static_cast<hipStream_t>(native));
+    return std::make_unique<HipStream>(HipApi::Context{}, static_cast<hipStream_t>(native));
   }
-  std::unique_ptr<Event> create_event(EventUse use) override { return std::make_unique<HipEvent>(use); }
+  std::unique_ptr<Event> create_event(EventUse use) override {
+    return std::make_unique<HipEvent>(HipApi::Context{}, use);
+  }
   uint32_t resident_blocks(const Kernel& kernel, uint32_t warps_per_block) override {
     int per_compute_unit = 0;
     const int threads = int(block_threads(kernel, {1, warps_per_block}, wave_size()));
@@ -242,19 +205,19 @@ class HipDevice final : public Device {
     std::vector<void*> values = args.pointers();
     check(hip_driver().hipModuleLaunchKernel(static_cast<hipFunction_t>(kernel.handle), geometry.blocks, 1, 1,
                                              block_threads(kernel, geometry, wave_size()), 1, 1, 0,
-                                             static_cast<HipStream&>(stream).handle(), values.data(), nullptr),
+                                             native_stream<HipApi>(stream), values.data(), nullptr),
           "kernel launch");
   }
   void synchronize() override { check(hip_driver().hipDeviceSynchronize(), "device synchronize"); }
 
   bool supports_graphs() const override { return true; }
   void begin_capture(Stream& stream) override {
-    check(hip_driver().hipStreamBeginCapture(static_cast<HipStream&>(stream).handle(), kRelaxedCaptureMode),
+    check(hip_driver().hipStreamBeginCapture(native_stream<HipApi>(stream), kRelaxedCaptureMode),
           "stream capture begin");
   }
   std::unique_ptr<Graph> end_capture(Stream& stream) override {
     hipGraph_t graph = nullptr;
-    check(hip_driver().hipStreamEndCapture(static_cast<HipStream&>(stream).handle(), &graph), "stream capture end");
+    check(hip_driver().hipStreamEndCapture(native_stream<HipApi>(stream), &graph), "stream capture end");
     hipGraphExec_t exec = nullptr;
     check(hip_driver().hipGraphInstantiate(&exec, graph, nullptr, nullptr, 0), "graph instantiation");
     return std::make_unique<HipGraph>(graph, exec);

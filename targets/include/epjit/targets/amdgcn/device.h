@@ -159,15 +159,6 @@ struct WaitClock {
 };
 }  // namespace amdgcn
 
-// Lane 0 waits (common/base.h's lane_wait_until); the outcome is broadcast.
-// On timeout the error word is written at system scope so the host reads it.
-template <Until U, Scope S, typename T>
-EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code, int32_t timeout_ms) {
-  int ok = 0;
-  if (lane_id() == 0) ok = lane_wait_until<amdgcn::WaitClock, U, S>(flag, value, error, code, timeout_ms);
-  return amdgcn::broadcast_first_lane(ok) != 0;
-}
-
 EPJIT_DEVICE void block_barrier() {
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
   __builtin_amdgcn_s_barrier();
@@ -216,8 +207,11 @@ EPJIT_DEVICE void store_line(Vec16* line, const Vec16& v) {
   __hip_atomic_store(half + 1, uint64_t(v.w[2]) | (uint64_t(v.w[3]) << 32), __ATOMIC_RELAXED,
                      __HIP_MEMORY_SCOPE_SYSTEM);
 }
-using LineClock = amdgcn::WaitClock;
+// What common/simt.h and common/flagged.h build on.
+using WaitClock = amdgcn::WaitClock;
+using amdgcn::broadcast_first_lane;
 
 }  // namespace epjit
 
 #include "epjit/targets/common/flagged.h"
+#include "epjit/targets/common/simt.h"

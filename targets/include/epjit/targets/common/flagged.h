@@ -9,7 +9,7 @@
 // The including target prelude defines, in namespace epjit, before this
 // header: `Vec16 load_line(const Vec16*)` and `void store_line(Vec16*, const
 // Vec16&)` (each 8-byte half single-copy atomic and coherent with peers at
-// system scope), and `LineClock`, its lane_wait_until clock.
+// system scope), and `WaitClock`, its lane_wait_until clock.
 #pragma once
 
 #include "epjit/targets/common/chunks.h"
@@ -80,15 +80,15 @@ inline constexpr unsigned kLinePollsBeforePause = 8;
 
 EPJIT_HD_COLD Vec16 poll_line(const Vec16* line, Vec16 seen, const LineWait& wait) {
   const uint64_t limit_ns = uint64_t(wait.timeout_ms < 1 ? 1 : wait.timeout_ms) * 1000000ull;
-  const uint64_t start_ns = LineClock::now_ns();
+  const uint64_t start_ns = WaitClock::now_ns();
   for (unsigned poll = 1;; ++poll) {
     seen = load_line(line);
     if (line_carries(seen, wait.flag)) return seen;
-    if (poll > kLinePollsBeforePause) LineClock::pause(poll);
+    if (poll > kLinePollsBeforePause) WaitClock::pause(poll);
     if (poll % kWaitPollsPerCheck != 0) continue;
-    if (LineClock::load_error(wait.error) == wait.code) return seen;
-    if (LineClock::now_ns() - start_ns >= limit_ns) {
-      LineClock::store_error(wait.error, wait.code);
+    if (WaitClock::load_error(wait.error) == wait.code) return seen;
+    if (WaitClock::now_ns() - start_ns >= limit_ns) {
+      WaitClock::store_error(wait.error, wait.code);
       return seen;
     }
   }

@@ -172,7 +172,7 @@ inline void store_line(Vec16* line, const Vec16& v) {
   std::atomic_ref<uint64_t>(half[0]).store(uint64_t(v.w[0]) | (uint64_t(v.w[1]) << 32), std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(half[1]).store(uint64_t(v.w[2]) | (uint64_t(v.w[3]) << 32), std::memory_order_relaxed);
 }
-using LineClock = host::WaitClock;
+using WaitClock = host::WaitClock;  // what common/flagged.h builds on
 
 }  // namespace epjit
 

@@ -246,14 +246,6 @@ struct WaitClock {
 };
 }  // namespace nvptx
 
-// Lane 0 waits (common/base.h's lane_wait_until); the outcome is broadcast.
-template <Until U, Scope S, typename T>
-EPJIT_DEVICE bool warp_wait_until(T* flag, T value, int32_t* error, int32_t code, int32_t timeout_ms) {
-  int ok = 0;
-  if (lane_id() == 0) ok = lane_wait_until<nvptx::WaitClock, U, S>(flag, value, error, code, timeout_ms);
-  return __shfl_sync(kFullMask, ok, 0) != 0;
-}
-
 EPJIT_DEVICE void block_barrier() { __syncthreads(); }
 // ep.block_any: the barrier's own vote (bar.red.or), no shared memory.
 EPJIT_DEVICE bool block_any(bool predicate) { return __syncthreads_or(predicate) != 0; }
@@ -281,8 +273,14 @@ EPJIT_DEVICE void store_line(Vec16* line, const Vec16& v) {
                "r"(v.w[0]), "r"(v.w[1]), "r"(v.w[2]), "r"(v.w[3])
                : "memory");
 }
-using LineClock = nvptx::WaitClock;
+// What common/simt.h and common/flagged.h build on.
+using WaitClock = nvptx::WaitClock;
+template <typename T>
+EPJIT_DEVICE T broadcast_first_lane(T value) {
+  return __shfl_sync(kFullMask, value, 0);
+}
 
 }  // namespace epjit
 
 #include "epjit/targets/common/flagged.h"
+#include "epjit/targets/common/simt.h"
