@@ -1,6 +1,6 @@
 // Kernel cache and toolchain latencies (Google Benchmark): in-memory hit,
 // disk hit with module load on the host device, source generation, and a
-// cold compile per toolchain and target. Results go to docs/BENCHMARKS.md.
+// cold compile per toolchain and target. Results go to docs/PERFORMANCE.md.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>

@@ -18,7 +18,7 @@ received token, then over ranks, in f32, rounded once each).
                                                       # CUDA GPUs: checks, then times both forwards
 
 The numpy path is what make test runs (tests/python/test_moe_layer.py); the
-torch path needs torch with CUDA and NCCL (it ran on 2 x H200, docs/BENCHMARKS.md).
+torch path needs torch with CUDA and NCCL (it ran on 2 x H200, docs/PERFORMANCE.md).
 """
 import argparse
 import json

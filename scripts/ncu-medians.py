@@ -9,7 +9,7 @@ of each EP kernel in µs.
 The bench launches the same kernels the same number of times at every token
 count, so the launches split evenly over the counts, in order.
 
---table prints, per case, a markdown table for docs/BENCHMARKS.md instead: a
+--table prints, per case, a markdown table for docs/PERFORMANCE.md instead: a
 row per kernel, a column per token count, each cell the before side's
 medians (one per pass, "/" between) -> the after side's.
 """

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Per template and target: registers, scratch, code size (from epjit-compile
 # --emit asm) and the wall time of `epjit-compile --emit bin`. Prints a
-# Markdown table; docs/BENCHMARKS.md records its output.
+# Markdown table; docs/PERFORMANCE.md records its output.
 #   scripts/template-report.sh [BUILD_DIR]
 set -euo pipefail
 build=${1:-build}

@@ -14,7 +14,7 @@ constexpr uint64_t kAmdRealtimeCounterHz = 100'000'000;
 // GPU; wave64 targets carry twice the lanes per warp, so half the warps.
 constexpr ScheduleRow kWave64Schedule[] = {{128, 32, 8, 32, 8}, {1024, 64, 8, 64, 8}, {0, 128, 8, 128, 8}};
 constexpr ScheduleRow kWave32Schedule[] = {{128, 32, 16, 32, 16}, {1024, 64, 16, 64, 16}, {0, 128, 16, 128, 16}};
-// sm90, from a sweep on 2 x H200 (EP2, hidden 7168, top-8; docs/BENCHMARKS.md):
+// sm90, from a sweep on 2 x H200 (EP2, hidden 7168, top-8; docs/PERFORMANCE.md):
 // a block per SM at every size (fewer blocks were slower from 128 tokens on,
 // by up to 3.6x at 8192 with 16 blocks); 8-warp dispatch blocks for small
 // calls (18.0 vs 18.6 us at 128 tokens), 16 warps otherwise. A one-token call

@@ -18,7 +18,7 @@
 // (peer access over NVLink): dispatch's remote writes. Every copy is checked
 // byte for byte before it is timed. Build and run on the GPU host:
 //   nvcc -O3 -arch=sm_90 -o bulk_copy_probe bulk_copy_probe.cu && ./bulk_copy_probe
-// Results and their record: docs/BENCHMARKS.md.
+// Results and their record: docs/PERFORMANCE.md.
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"

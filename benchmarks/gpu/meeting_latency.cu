@@ -6,7 +6,7 @@
 // the grid). Also the single steps those are made of, each timed in a
 // dependent chain with %globaltimer. Build and run on the GPU host:
 //   nvcc -O3 -arch=sm_90 -o meeting_latency meeting_latency.cu && ./meeting_latency
-// Results and their record: docs/BENCHMARKS.md.
+// Results and their record: docs/PERFORMANCE.md.
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"

@@ -1,5 +1,5 @@
 """MORI's tuning_configs.lookup, answered from epjit's own measured schedule
-tables (TargetInfo's, per target; docs/BENCHMARKS.md records the measurements)."""
+tables (TargetInfo's, per target; docs/PERFORMANCE.md records the measurements)."""
 import epjit
 
 
