@@ -52,6 +52,23 @@ std::vector<float> grouped_sum(const std::vector<std::vector<int>>& groups, size
 
 }  // namespace
 
+float dispatched_element(const EpDispatchCombineConfig& config, const uint8_t* row, size_t i) {
+  switch (config.dispatch_type()) {
+    case DataType::BF16:
+    case DataType::F32: return load(config.dispatch_type(), row, i);
+    case DataType::FP8: return decode_fp8(row[i], config.target_info().fp8_e4m3);
+    case DataType::FP4: return decode_fp4_e2m1(uint8_t((row[i / 2] >> (4 * (i % 2))) & 0xF));
+  }
+  return 0;
+}
+
+std::vector<uint8_t> scaled_expert_output(const EpDispatchCombineConfig& config, const uint8_t* row, float factor) {
+  const size_t hidden = size_t(config.hidden_dim);
+  std::vector<uint8_t> out(config.combine_token_bytes());
+  for (size_t i = 0; i < hidden; ++i) store(config.combine_type(), out.data(), i, dispatched_element(config, row, i) * factor);
+  return out;
+}
+
 std::vector<float> through_quantization(const EpDispatchCombineConfig& config, std::vector<float> row) {
   const Fp8Format format = config.target_info().fp8_e4m3;
   if (config.quant_type == QuantType::Fp8DirectCast) {

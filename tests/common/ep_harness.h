@@ -204,31 +204,7 @@ inline reference::RankInput makeInput(const EpCase& c, const EpDispatchCombineCo
 // different ranks differ and a misrouted sum shows.
 inline std::vector<uint8_t> expertOutput(const EpDispatchCombineConfig& config, int rank,
                                          const std::vector<uint8_t>& payload) {
-  const size_t hidden = size_t(config.hidden_dim);
-  const float factor = 1.0f + 0.25f * float(rank);
-  std::vector<uint8_t> row(config.combine_token_bytes());
-  for (size_t i = 0; i < hidden; ++i) {
-    float v = 0;
-    switch (config.dispatch_type()) {
-      case DataType::BF16: {
-        uint16_t bits;
-        std::memcpy(&bits, &payload[2 * i], 2);
-        v = decode_bf16(bits);
-        break;
-      }
-      case DataType::F32: std::memcpy(&v, &payload[4 * i], 4); break;
-      case DataType::FP8: v = decode_fp8(payload[i], config.target_info().fp8_e4m3); break;
-      case DataType::FP4: v = decode_fp4_e2m1(uint8_t(i % 2 ? payload[i / 2] >> 4 : payload[i / 2] & 0xF)); break;
-    }
-    v *= factor;
-    if (config.combine_type() == DataType::F32) {
-      std::memcpy(&row[4 * i], &v, 4);
-    } else {
-      const uint16_t bits = encode_bf16(v);
-      std::memcpy(&row[2 * i], &bits, 2);
-    }
-  }
-  return row;
+  return reference::scaled_expert_output(config, payload.data(), 1.0f + 0.25f * float(rank));
 }
 
 inline TensorRef tensor(void* data, DType type, std::vector<int64_t> shape) { return {data, type, std::move(shape)}; }

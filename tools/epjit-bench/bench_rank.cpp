@@ -89,41 +89,7 @@ Inputs make_inputs(const Options& o, const EpDispatchCombineConfig& config, int 
   return in;
 }
 
-float decode_element(const EpDispatchCombineConfig& config, const uint8_t* row, size_t i) {
-  switch (config.dispatch_type()) {
-    case DataType::BF16: {
-      uint16_t bits;
-      std::memcpy(&bits, row + 2 * i, 2);
-      return decode_bf16(bits);
-    }
-    case DataType::F32: {
-      float v;
-      std::memcpy(&v, row + 4 * i, 4);
-      return v;
-    }
-    case DataType::FP8: return decode_fp8(row[i], config.target_info().fp8_e4m3);
-    case DataType::FP4: return decode_fp4_e2m1(uint8_t((row[i / 2] >> (4 * (i % 2))) & 0xF));
-  }
-  return 0;
-}
-
 float round_to(DataType type, float v) { return type == DataType::F32 ? v : decode_bf16(encode_bf16(v)); }
-
-// The identity expert: a received row decoded, in the combine leg's type.
-std::vector<uint8_t> identity_expert(const EpDispatchCombineConfig& config, const uint8_t* row) {
-  const size_t hidden = size_t(config.hidden_dim);
-  std::vector<uint8_t> out(config.combine_token_bytes());
-  for (size_t i = 0; i < hidden; ++i) {
-    const float v = decode_element(config, row, i);
-    if (config.combine_type() == DataType::F32) {
-      std::memcpy(&out[4 * i], &v, 4);
-    } else {
-      const uint16_t bits = encode_bf16(v);
-      std::memcpy(&out[2 * i], &bits, 2);
-    }
-  }
-  return out;
-}
 
 // The identity check of one point: "" or what differed.
 std::string identity_check(const Options& o, const EpDispatchCombineConfig& config, const Inputs& in, int64_t n,
@@ -149,7 +115,7 @@ std::string identity_check(const Options& o, const EpDispatchCombineConfig& conf
           std::find_if(dests.begin(), dests.end(), [&](const auto& p) { return p.first == dest; })->second;
       std::vector<float> row(hidden);
       for (size_t i = 0; i < hidden; ++i) {
-        const float c = round_to(type, decode_element(config, x, i));
+        const float c = round_to(type, reference::dispatched_element(config, x, i));
         float s = c;  // std-MoE: the rank's experts' outputs summed, rounded once
         if (o.std_moe)
           for (int e = 1; e < local_experts; ++e) s += c;
@@ -326,7 +292,7 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
       std::vector<uint8_t> rows(size_t(total) * token_bytes), expert(size_t(total) * row_bytes);
       if (total) device.copy_to_host(rows.data(), dispatched.tokens.data, rows.size());
       for (int32_t i = 0; i < total; ++i) {
-        const std::vector<uint8_t> row = identity_expert(config, &rows[size_t(i) * token_bytes]);
+        const std::vector<uint8_t> row = reference::scaled_expert_output(config, &rows[size_t(i) * token_bytes], 1.0f);
         std::copy(row.begin(), row.end(), expert.begin() + long(size_t(i) * row_bytes));
       }
       if (total) device.copy_to_device(expert_in.data, expert.data(), expert.size());

@@ -36,6 +36,15 @@ struct ReceivedToken {
   std::vector<int32_t> indices;
 };
 
+// Element i of a dispatched row (config.dispatch_type(): bf16, f32, the
+// target's fp8 e4m3, or FP4 two to a byte, low nibble first) as f32.
+float dispatched_element(const EpDispatchCombineConfig& config, const uint8_t* row, size_t i);
+
+// What a test's expert returns for a received row: each element decoded,
+// times `factor`, stored in the combine leg's type (bf16 rounded to nearest
+// even, or f32). A factor of 1 is the identity expert.
+std::vector<uint8_t> scaled_expert_output(const EpDispatchCombineConfig& config, const uint8_t* row, float factor);
+
 // What the combine leg's transport does to one contribution row under
 // config.quant_type: the target's fp8, direct cast or blockwise 128 (identity for none).
 std::vector<float> through_quantization(const EpDispatchCombineConfig& config, std::vector<float> row);
