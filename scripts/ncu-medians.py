@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Per-kernel medians of ncu's gpu__time_duration from the AB=1 logs of
-.gpu/run.sh (ncu-cCASE-SIDE-PASS.txt: one case per AB_FLAGS set, sides before
+"""Per-kernel medians of ncu's gpu__time_duration from the ab check's logs of
+.gpu/run ab (ncu-cCASE-SIDE-PASS.txt: one case per AB_FLAGS set, sides before
 and after): one line per log, per token count of the run, the median duration
 of each EP kernel in µs.
 
@@ -51,7 +51,7 @@ def medians_by_count(path, tokens):
 
 
 def print_tables(paths, tokens):
-    """One markdown table per case of the AB=1 logs (ncu-cCASE-SIDE-PASS.txt)."""
+    """One markdown table per case of the ab check's logs (ncu-cCASE-SIDE-PASS.txt)."""
     logs = {}
     for path in paths:
         named = re.match(r"ncu-c(\d+)-(before|after)-(\d+)\.txt$", os.path.basename(path))
@@ -63,7 +63,7 @@ def print_tables(paths, tokens):
         case, side, run = int(named.group(1)), named.group(2), int(named.group(3))
         logs.setdefault(case, {}).setdefault(side, {})[run] = table
     if not logs:
-        sys.exit("no ncu-cCASE-SIDE-PASS.txt logs (AB=1 in .gpu/run.sh writes them)")
+        sys.exit("no ncu-cCASE-SIDE-PASS.txt logs (.gpu/run ab writes them)")
     for case in sorted(logs):
         sides = logs[case]
         kernels = sorted({k for side in sides.values() for table in side.values() for per in table.values() for k in per})

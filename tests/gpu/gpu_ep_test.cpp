@@ -6,7 +6,7 @@
 // counts, and a peer that never arrives turning into the timeout error.
 // Skipped, with the reason, where no GPU is present. With
 // EPJIT_GPU_WARM_ONLY=DIR it instead builds every kernel these tests use into
-// the cache at DIR (NVRTC needs no GPU), for scripts/gpu-check.sh to ship.
+// the cache at DIR (NVRTC needs no GPU), for scripts/gpu/prepare.sh to ship.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>

@@ -116,12 +116,12 @@ INSTANTIATE_TEST_SUITE_P(Sm90, GpuTemplate, ::testing::ValuesIn(kCases), [](cons
 // smaller blocks.
 // ep.block_any on sm90 (__syncthreads_or): the test kernel of
 // tests/unit/templates/inputs/block_vote.mlir, compiled where the compiler
-// is (scripts/gpu-check.sh puts block_vote.cubin beside this test).
+// is (scripts/gpu/prepare.sh puts block_vote.cubin beside this test).
 TEST(GpuBlockVote, EveryWarpOfABlockGetsTheBlocksAnswer) {
   if (!gpu().device) GTEST_SKIP() << "no CUDA device: " << gpu().why_not;
   const std::filesystem::path cubin = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "block_vote.cubin";
   std::ifstream file(cubin, std::ios::binary);
-  ASSERT_TRUE(file) << cubin << " is missing: scripts/gpu-check.sh compiles it beside this test";
+  ASSERT_TRUE(file) << cubin << " is missing: scripts/gpu/prepare.sh compiles it beside this test";
   const std::vector<uint8_t> binary{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
   Device& device = *gpu().device;
   auto module = device.load_module(binary);
