@@ -239,6 +239,7 @@ bool describeParameters(llvm::StringRef sourceText, llvm::StringRef sourceName, 
       notes.push_back("default " + text);
     }
     if (auto min = param.getMin()) notes.push_back("min " + std::to_string(*min));
+    if (auto fact = param.getAtMost()) notes.push_back("at_most the target's " + fact->str());
     if (auto multiple = param.getMultipleOf()) notes.push_back("multiple_of " + std::to_string(*multiple));
     if (auto names = param.getNames())
       notes.push_back("names " + llvm::join(names->getAsValueRange<StringAttr>(), "|"));

@@ -8,7 +8,7 @@ ep.param @scale_bytes : index                       // opaque per-token scales (
 ep.param @hidden : index {min = 1 : i64}
 ep.param @topk : index {min = 1 : i64}
 ep.param @experts_per_rank : index {min = 1 : i64}
-ep.param @world : index {min = 1 : i64}
+ep.param @world : index {min = 1 : i64, at_most = "wave_size"}  // a combine warp indexes every rank with a lane
 ep.param @gpu_per_node : index {min = 1 : i64}    // ranks whose windows map each other (world: intranode)
 ep.param @max_tokens : index {min = 1 : i64}        // per rank and call
 ep.param @capacity : index {min = 1 : i64}          // tokens one rank can receive

@@ -674,6 +674,22 @@ def test_the_peer_timeout_is_a_config_field_with_a_range():
     comm.destroy()
 
 
+def test_a_world_beyond_the_targets_wave_size_is_refused_by_the_template():
+    # The bound is the template's (ep.param @world at_most "wave_size"): the
+    # config is valid on its own, and building its kernels names the bound.
+    config = epjit.EpDispatchCombineConfig(rank=0, world_size=33, hidden_dim=HIDDEN, max_num_inp_token_per_rank=4,
+                                           num_experts_per_rank=EPR, num_experts_per_token=TOPK,
+                                           target="host-gfx1250")
+    config.validate()
+    with pytest.raises(epjit.Error, match=r"parameter 'world' = 33 exceeds its bound at_most = \"wave_size\": "
+                                          r"the wave size of host-gfx1250 is 32"):
+        epjit.cache.warm_op(config)
+    # At the bound, the same shape builds.
+    fits = epjit.EpDispatchCombineConfig(rank=0, world_size=32, hidden_dim=HIDDEN, max_num_inp_token_per_rank=4,
+                                         num_experts_per_rank=EPR, num_experts_per_token=TOPK, target="host-gfx1250")
+    assert epjit.cache.warm_op(fits)
+
+
 def test_the_combine_protocol_is_a_config_field():
     fields = dict(rank=0, world_size=2, hidden_dim=HIDDEN, num_experts_per_rank=EPR, num_experts_per_token=TOPK)
     small = epjit.EpDispatchCombineConfig(max_num_inp_token_per_rank=8, **fields)

@@ -46,6 +46,24 @@ LogicalResult checkConversion(OpT op, const TargetInfo& target) {
   return checkFp8(op, target, cast<ep::Fp8KindAttr>(op.getFormat()).getValue(), fallback);
 }
 
+// A parameter bounded by a target fact (ep.param's at_most) holds a binding
+// no larger than the fact on this target.
+LogicalResult checkTargetBounds(ModuleOp module, const TargetInfo& target) {
+  auto bounds = module->getAttrOfType<DictionaryAttr>(ep::EpDialect::kTargetBoundsAttrName);
+  if (!bounds) return success();
+  auto bindings = module->getAttrOfType<DictionaryAttr>(ep::EpDialect::kSpecializationAttrName);
+  for (NamedAttribute bound : bounds) {
+    auto value = bindings ? dyn_cast_or_null<IntegerAttr>(bindings.get(bound.getName())) : IntegerAttr();
+    if (!value) continue;
+    const int64_t limit = target.wave_size;  // the one fact a bound names (ParamOp's verifier)
+    if (const int64_t bound_value = value.getValue().getSExtValue(); bound_value > limit)
+      return module.emitError() << "parameter '" << bound.getName().strref() << "' = " << bound_value
+                                << " exceeds its bound at_most = " << cast<StringAttr>(bound.getValue()) << ": the "
+                                << "wave size of " << target.name << " is " << limit;
+  }
+  return success();
+}
+
 struct EpCheckTarget : impl::EpCheckTargetBase<EpCheckTarget> {
   using Base::Base;
 
@@ -57,6 +75,7 @@ struct EpCheckTarget : impl::EpCheckTargetBase<EpCheckTarget> {
       return signalPassFailure();
     }
     module->setAttr(ep::EpDialect::kTargetAttrName, StringAttr::get(&getContext(), info->name));
+    if (mlir::failed(checkTargetBounds(module, *info))) return signalPassFailure();
     bool failed = false;
     module.walk([&](Operation* op) {
       LogicalResult result = success();

@@ -239,8 +239,9 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
 
     bindConstants(module);
 
-    SmallVector<NamedAttribute> record;
+    SmallVector<NamedAttribute> record, targetBounds;
     for (auto param : llvm::make_early_inc_range(module.getOps<ep::ParamOp>())) {
+      if (auto fact = param.getAtMostAttr()) targetBounds.emplace_back(param.getSymNameAttr(), fact);
       if (auto type = types.find(param.getSymName()); type != types.end())
         record.emplace_back(param.getSymNameAttr(), TypeAttr::get(type->second));
       else
@@ -249,6 +250,8 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
     }
     substituteTypeParameters(module, types);
     module->setAttr(ep::EpDialect::kSpecializationAttrName, DictionaryAttr::get(&getContext(), record));
+    if (!targetBounds.empty())
+      module->setAttr(ep::EpDialect::kTargetBoundsAttrName, DictionaryAttr::get(&getContext(), targetBounds));
     const FrozenRewritePatternSet patterns = foldingPatterns(&getContext());
     if (failed(bindBufferOffsets(module, patterns))) return signalPassFailure();
     (void)applyPatternsGreedily(module, patterns);

@@ -36,7 +36,7 @@ LogicalResult EpDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
       return op->emitError() << "'" << name << "' must be a string attribute on a module";
     return success();
   }
-  if (name == kSpecializationAttrName || name == kConstantsAttrName) {
+  if (name == kSpecializationAttrName || name == kConstantsAttrName || name == kTargetBoundsAttrName) {
     if (!isa<ModuleOp>(op) || !isa<DictionaryAttr>(attribute.getValue()))
       return op->emitError() << "'" << name << "' must be a dictionary attribute on a module";
     return success();

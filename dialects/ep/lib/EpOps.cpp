@@ -51,8 +51,8 @@ LogicalResult ParamOp::verify() {
     if (row.getName() != getSymName())
       return emitOpError() << "type parameter @" << getSymName() << " must be declared as !ep.row_elem<\""
                            << getSymName() << "\">, not " << type;
-    if (getDefaultValueAttr() || getMultipleOf() || getMin())
-      return emitOpError() << "type parameter @" << getSymName() << " takes no default, multiple_of or min";
+    if (getDefaultValueAttr() || getMultipleOf() || getMin() || getAtMost())
+      return emitOpError() << "type parameter @" << getSymName() << " takes no default, multiple_of, min or at_most";
     return success();
   }
   if (!isa<IndexType>(type) && !type.isInteger(32) && !type.isInteger(64) && !type.isInteger(1))
@@ -65,6 +65,12 @@ LogicalResult ParamOp::verify() {
   }
   if (getMultipleOf() && *getMultipleOf() < 1)
     return emitOpError() << "multiple_of must be >= 1";
+  if (auto fact = getAtMost()) {
+    if (*fact != EpDialect::kWaveSizeFact)
+      return emitOpError() << "at_most names a target fact: \"" << EpDialect::kWaveSizeFact << "\", not \"" << *fact
+                           << "\"";
+    if (type.isInteger(1)) return emitOpError() << "at_most bounds an integer parameter; @" << getSymName() << " is i1";
+  }
   if (auto names = getNames()) {
     if (!isa<IndexType>(type) && !type.isInteger(32) && !type.isInteger(64))
       return emitOpError() << "names go with an integer parameter; @" << getSymName() << " is " << type;

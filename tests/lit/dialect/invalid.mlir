@@ -277,8 +277,18 @@ ep.param @row : !ep.row_elem<"other">
 
 // -----
 
-// expected-error @+1 {{type parameter @row takes no default, multiple_of or min}}
+// expected-error @+1 {{type parameter @row takes no default, multiple_of, min or at_most}}
 ep.param @row : !ep.row_elem<"row"> {min = 1 : i64}
+
+// -----
+
+// expected-error @+1 {{at_most names a target fact: "wave_size", not "lanes"}}
+ep.param @ranks : index {at_most = "lanes"}
+
+// -----
+
+// expected-error @+1 {{at_most bounds an integer parameter; @flag is i1}}
+ep.param @flag : i1 {at_most = "wave_size"}
 
 // -----
 

@@ -103,13 +103,6 @@ const Rule kRules[] = {
        c.data_type = DataType::F32;
      },
      {"enable_std_moe = true", "bf16 only"}},
-    {"world_bounded_by_combine_warp",
-     [](auto& c) {
-       c.target = "gfx1250";
-       c.world_size = 33;
-       c.rank = 0;
-     },
-     {"world_size = 33", "wave size of gfx1250 (32)"}},
     {"gpu_per_node_divides_world", [](auto& c) { c.gpu_per_node = 3; }, {"gpu_per_node = 3", "divide world_size"}},
     {"scales_together", [](auto& c) { c.scale_dim = 56; }, {"scale_dim = 56", "both"}},
     {"schedule_last_entry_unbounded",

@@ -52,7 +52,8 @@ def EpCheckTarget : Pass<"ep-check-target", "::mlir::ModuleOp"> {
   let summary = "Reject what the target cannot do, naming the targets that can";
   let description = [{
     Looks `target` up in TargetInfo, records it as the module's `ep.target`,
-    and rejects conversions the target cannot perform (FP4 on gfx942; FP4 on
+    rejects a binding above its parameter's `at_most` target fact, and
+    rejects conversions the target cannot perform (FP4 on gfx942; FP4 on
     sm90 unless the template asks for the software codec; an fp8 format the
     target's hardware does not convert) with a diagnostic that names the
     target, the feature, and the targets that have it.

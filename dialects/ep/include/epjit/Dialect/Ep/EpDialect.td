@@ -42,6 +42,11 @@ def Ep_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kTargetAttrName = "ep.target";
     // The module attribute recording the parameter bindings (set by ep-specialize).
     static constexpr ::llvm::StringLiteral kSpecializationAttrName = "ep.specialization";
+    // The parameters bounded by a target fact (ep.param's at_most), as
+    // {param = "fact"} (set by ep-specialize, checked by ep-check-target).
+    static constexpr ::llvm::StringLiteral kTargetBoundsAttrName = "ep.target_bounds";
+    // The target facts a parameter may be bounded by.
+    static constexpr ::llvm::StringLiteral kWaveSizeFact = "wave_size";
     // A kept kernel's when(...) as written (set by ep-specialize, which drops
     // the clauses), for the interface record.
     static constexpr ::llvm::StringLiteral kWhenAttrName = "ep.when";

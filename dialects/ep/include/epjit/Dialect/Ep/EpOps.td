@@ -40,18 +40,23 @@ def Ep_ParamOp : Ep_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     values a binding may take, and ep-specialize rejects others by name.
     `names` lets a binding use a word for each value of an enumeration: with
     `names = ["none", "fp8_direct_cast"]`, `quant=fp8_direct_cast` binds 1.
+    `at_most` bounds the value by a fact of the target the module is built
+    for (`"wave_size"`: a lane per value, as a warp that indexes every rank
+    needs); ep-check-target rejects a binding above it, naming the target.
 
     ```mlir
     ep.param @hidden : index {min = 1, multiple_of = 2}
     ep.param @warps : index {default_value = 4 : index}
     ep.param @quant : index {names = ["none", "fp8_direct_cast", "fp8_blockwise"]}
+    ep.param @world : index {min = 1, at_most = "wave_size"}
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$type,
                        OptionalAttr<TypedAttrInterface>:$default_value,
                        OptionalAttr<I64Attr>:$multiple_of,
                        OptionalAttr<I64Attr>:$min,
-                       OptionalAttr<StrArrayAttr>:$names);
+                       OptionalAttr<StrArrayAttr>:$names,
+                       OptionalAttr<StrAttr>:$at_most);
   let assemblyFormat = "$sym_name `:` $type attr-dict";
   let hasVerifier = 1;
 }
