@@ -34,13 +34,15 @@ try:
 except ImportError:  # pragma: no cover
     _np = None
 
-_DTYPE_NAMES = {
-    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
-    "f32": "f32", "fp32": "f32", "float32": "f32", "torch.float32": "f32", "float": "f32",
-    "fp8": "fp8", "float8_e4m3fn": "fp8", "float8_e4m3fnuz": "fp8", "torch.float8_e4m3fn": "fp8",
-    "torch.float8_e4m3fnuz": "fp8",
-    "fp4": "fp4", "float4_e2m1fn_x2": "fp4", "torch.float4_e2m1fn_x2": "fp4",
-}
+# The native element-type table (ep::element_types), read once: what each
+# spelling of a payload type (config strings, numpy/ml_dtypes and torch
+# dtypes) names, and which fp8 format each fp8 dtype is.
+_ELEMENT_TYPES = _epjit.element_types()
+_DTYPE_NAMES = dict(_epjit.data_type_spellings())
+for _row in _ELEMENT_TYPES:
+    if _row["payload"] is not None:
+        for _spelling in (_row["name"], _row["framework_name"], "torch." + _row["framework_name"]):
+            _DTYPE_NAMES[_spelling] = _row["payload"]
 
 
 def _dtype_name(value, field):
@@ -206,7 +208,8 @@ def _is_torch(value):
     return type(value).__module__.startswith("torch")
 
 
-_NUMPY_FP8 = {"float8_e4m3fn": "e4m3fn", "float8_e4m3fnuz": "e4m3fnuz"}  # ml_dtypes' and torch's names
+# ml_dtypes' and torch's fp8 dtype names, with their formats.
+_NUMPY_FP8 = {row["framework_name"]: row["fp8"] for row in _ELEMENT_TYPES if row["fp8"] is not None}
 
 
 def _target_fp8(target):

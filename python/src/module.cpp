@@ -402,6 +402,26 @@ NB_MODULE(_epjit, m) {
       },
       "template"_a, "params"_a, "target"_a);
   m.def("cache_dir", [] { return module_cache().options().dir; });
+  m.def("element_types", [] {
+    // The element-type table (ep::element_types), for the Python layers.
+    nb::list rows;
+    for (const ep::ElementType& type : ep::element_types()) {
+      nb::dict row;
+      row["name"] = type.name;
+      row["framework_name"] = type.framework_name;
+      row["bits"] = type.bits;
+      row["payload"] = type.payload ? nb::object(nb::str(ep::name_of(*type.payload))) : nb::none();
+      row["fp8"] = type.fp8 ? nb::object(nb::str(fp8_format_name(*type.fp8))) : nb::none();
+      rows.append(row);
+    }
+    return rows;
+  });
+  m.def("data_type_spellings", [] {
+    nb::list spellings;
+    for (const auto& [spelling, type] : ep::data_type_spellings())
+      spellings.append(nb::make_tuple(spelling, ep::name_of(type)));
+    return spellings;
+  });
   m.def("targets", [] {
     // TargetInfo's table: what Python needs to choose a device for a target.
     std::vector<std::map<std::string, std::string>> rows;

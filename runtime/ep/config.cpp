@@ -33,6 +33,7 @@ Enum parse_enum(const std::string& value, const std::pair<const char*, Enum> (&n
 
 constexpr std::pair<const char*, DataType> kDataTypes[] = {{"bf16", DataType::BF16},   {"f32", DataType::F32},
                                                            {"fp32", DataType::F32},   {"float32", DataType::F32},
+                                                           {"float", DataType::F32},
                                                            {"fp8", DataType::FP8},    {"fp4", DataType::FP4}};
 constexpr std::pair<const char*, CombineMode> kCombineModes[] = {{"gather", CombineMode::Gather},
                                                                  {"scatter", CombineMode::Scatter}};
@@ -70,6 +71,7 @@ void validate_geometry(const std::string& field, const std::optional<int>& value
 }  // namespace
 
 DataType parse_data_type(const std::string& value, const char* field) { return parse_enum(value, kDataTypes, field); }
+std::span<const std::pair<const char*, DataType>> data_type_spellings() { return kDataTypes; }
 CombineMode parse_combine_mode(const std::string& value) { return parse_enum(value, kCombineModes, "combine_mode"); }
 QuantType parse_quant_type(const std::string& value) { return parse_enum(value, kQuantTypes, "quant_type"); }
 InternodeKernel parse_internode_kernel(const std::string& value) {

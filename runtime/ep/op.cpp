@@ -82,31 +82,27 @@ KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
   return spec;
 }
 
-const char* name_of(DType type) {
-  switch (type) {
-    case DType::BF16: return "bf16";
-    case DType::F32: return "f32";
-    case DType::I32: return "i32";
-    case DType::U8: return "u8";
-    case DType::FP8_E4M3FN: return "float8_e4m3fn";
-    case DType::FP8_E4M3FNUZ: return "float8_e4m3fnuz";
-    case DType::FP4_E2M1: return "float4_e2m1";
-  }
-  return "?";
-}
+namespace {
+constexpr ElementType kElementTypes[] = {
+    {DType::BF16, "bf16", "bfloat16", 16, DataType::BF16, std::nullopt},
+    {DType::F32, "f32", "float32", 32, DataType::F32, std::nullopt},
+    {DType::I32, "i32", "int32", 32, std::nullopt, std::nullopt},
+    {DType::U8, "u8", "uint8", 8, std::nullopt, std::nullopt},
+    {DType::FP8_E4M3FN, "float8_e4m3fn", "float8_e4m3fn", 8, DataType::FP8, Fp8Format::E4M3FN},
+    {DType::FP8_E4M3FNUZ, "float8_e4m3fnuz", "float8_e4m3fnuz", 8, DataType::FP8, Fp8Format::E4M3FNUZ},
+    {DType::FP4_E2M1, "float4_e2m1", "float4_e2m1fn_x2", 4, DataType::FP4, std::nullopt},
+};
+}  // namespace
 
-int bits_of(DType type) {
-  switch (type) {
-    case DType::BF16: return 16;
-    case DType::F32:
-    case DType::I32: return 32;
-    case DType::U8:
-    case DType::FP8_E4M3FN:
-    case DType::FP8_E4M3FNUZ: return 8;
-    case DType::FP4_E2M1: return 4;
-  }
-  return 8;
+constexpr bool rows_in_enum_order() {
+  for (size_t i = 0; i < std::size(kElementTypes); ++i)
+    if (size_t(kElementTypes[i].dtype) != i) return false;
+  return std::size(kElementTypes) == size_t(DType::FP4_E2M1) + 1;
 }
+static_assert(rows_in_enum_order(), "kElementTypes has one row per DType, in enum order");
+
+std::span<const ElementType> element_types() { return kElementTypes; }
+const ElementType& element_type(DType type) { return kElementTypes[size_t(type)]; }
 
 Routing::Routing(Device& device, Stream& stream, size_t route_bytes, uint64_t op_id)
     : device_(device), op_id_(op_id) {

@@ -91,10 +91,10 @@ EpWindowMap EpWindowMap::of(const ModuleInterface& record, const WindowLayout& l
   map.state_bytes = bytes("state");
   map.signals_bytes = bytes("signals");
   map.moe_counts_bytes = bytes("moe_counts");
-  map.flagged_rows = offset("ll_rows");
-  map.flagged_rows_bytes = bytes("ll_rows");
-  map.flagged_weights = offset("ll_weights");
-  map.flagged_weights_bytes = bytes("ll_weights");
+  map.flagged_rows = offset("flagged_rows");
+  map.flagged_rows_bytes = bytes("flagged_rows");
+  map.flagged_weights = offset("flagged_weights");
+  map.flagged_weights_bytes = bytes("flagged_weights");
   map.total_recv_word = record.constant("state_total_recv");
   map.error_word = record.constant("state_error");
   map.peer_timeout_word = record.constant("state_peer_timeout_ms");

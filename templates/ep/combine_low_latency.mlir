@@ -1,7 +1,7 @@
 // ep/combine_low_latency: the combine of an op built for small calls
 // (@low_latency, intranode, no quant, no std-MoE). Each expert output of a
 // token from another rank goes straight from `input` into its origin's
-// flagged inbox (@ll_rows: a flagged row per (token, destination ordinal),
+// flagged inbox (@flagged_rows: a flagged row per (token, destination ordinal),
 // its data and the dispatch's epoch in every 16-byte line), and each origin
 // sums its tokens as their lines arrive, reading its own experts' outputs
 // where they lie: no staging copy, no meeting before the sums, no read across
@@ -26,8 +26,8 @@ ep.include "ep/combine"
 // Line positions in the inboxes, computed where they are used (a
 // function's result would hide from ep-lower-warp-ops that a flagged row
 // starts on a 16-byte line): element c of the flagged row of `box` is at
-// (box * hidden + c) * 2 in @ll_rows; the flagged weights of `box` at
-// box * weights_stride in @ll_weights, top-k f32 padded to a
+// (box * hidden + c) * 2 in @flagged_rows; the flagged weights of `box` at
+// box * weights_stride in @flagged_weights, top-k f32 padded to a
 // multiple of 4 (a constant of the specialization).
 
 // Sends each received slot's piece of another rank's token (and, with its
@@ -73,7 +73,7 @@ func.func private @push_flagged(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %
       %b_row = arith.muli %b, %hidden : index
       %b_at = arith.addi %b_row, %c : index
       %lines_at = arith.muli %b_at, %c2 : index
-      %lines = ep.peer_ptr %w[%o] @ll_rows[%lines_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+      %lines = ep.peer_ptr %w[%o] @flagged_rows[%lines_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
       // A contribution of this rank's own experts stays where it lies: the
       // sum reads it from `input`.
       %remote = arith.cmpi ne, %o, %rank : index
@@ -84,7 +84,7 @@ func.func private @push_flagged(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %
     scf.if %weights_here {
       %weights_at = arith.muli %i, %topk : index
       %box_weights_at = arith.muli %box, %weights_stride : index
-      %box_weights = ep.peer_ptr %w[%origin] @ll_weights[%box_weights_at] : !ep.ptr<f32>
+      %box_weights = ep.peer_ptr %w[%origin] @flagged_weights[%box_weights_at] : !ep.ptr<f32>
       ep.warp.copy_row %in_weights[%weights_at], %box_weights[%c0], %topk flagged(%epoch) : !ep.ptr<f32> -> !ep.ptr<f32>
     }
   }
@@ -196,7 +196,7 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
         %box_row = arith.muli %box, %hidden : index
         %box_at = arith.addi %box_row, %c : index
         %lines_at = arith.muli %box_at, %c2 : index
-        %lines = ep.peer_ptr %w[%rank] @ll_rows[%lines_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
+        %lines = ep.peer_ptr %w[%rank] @flagged_rows[%lines_at] : !ep.ptr<!ep.row_elem<"combine_elem">>
         // This rank's own contribution (route entry rank * capacity + slot):
         // its expert output in `input`, never pushed.
         %dest = func.call @entry_rank(%entry) : (i32) -> index
@@ -225,7 +225,7 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
         %entry = ep.load %route[%box] : !ep.ptr<i32>
         %valid = arith.cmpi sge, %entry, %c0_i32 : i32
         %lines_at = arith.muli %box, %weights_stride : index
-        %lines = ep.peer_ptr %w[%rank] @ll_weights[%lines_at] : !ep.ptr<f32>
+        %lines = ep.peer_ptr %w[%rank] @flagged_weights[%lines_at] : !ep.ptr<f32>
         func.call @arrive_after_last_source(%w, %rank, %epoch, %first_item, %j, %contributions)
             : (!ep.window, index, i32, i1, index, index) -> ()
         ep.source %valid, %lines : !ep.ptr<f32>

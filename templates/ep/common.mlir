@@ -421,7 +421,7 @@ ep.window_region @moe_slots : i32 {
 // Low-latency combine: each origin's flagged inbox (ep/combine_low_latency),
 // a flagged row per (token, destination ordinal), twice the row's bytes, and
 // its flagged weights (top-k padded to a multiple of 4, twice).
-ep.window_region @ll_rows : !ep.row_elem<"combine_elem"> {
+ep.window_region @flagged_rows : !ep.row_elem<"combine_elem"> {
   %c0 = arith.constant 0 : index
   %c2 = arith.constant 2 : index
   %low_latency = ep.param_value @low_latency : i1
@@ -434,7 +434,7 @@ ep.window_region @ll_rows : !ep.row_elem<"combine_elem"> {
   %count = arith.select %low_latency, %lines, %c0 : index
   ep.yield %count : index
 }
-ep.window_region @ll_weights : f32 {
+ep.window_region @flagged_weights : f32 {
   %c0 = arith.constant 0 : index
   %c2 = arith.constant 2 : index
   %c3 = arith.constant 3 : index

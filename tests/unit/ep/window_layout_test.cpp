@@ -33,7 +33,7 @@ TEST(WindowLayout, TheTemplatesRecordSizesEveryRegionForTheConfig) {
   const std::vector<std::string> order = {
       "state",       "signals",      "recv_tokens",  "recv_weights",   "recv_scales",     "recv_indices",
       "recv_origin", "combine_rows", "combine_weights", "scatter_rows", "scatter_codes", "scatter_scales",
-      "scatter_weights", "moe_counts", "moe_slots", "ll_rows", "ll_weights"};
+      "scatter_weights", "moe_counts", "moe_slots", "flagged_rows", "flagged_weights"};
   ASSERT_EQ(record.window_regions.size(), order.size());
   for (size_t r = 0; r < order.size(); ++r) EXPECT_EQ(record.window_regions[r].name, order[r]) << "region " << r;
   const uint64_t capacity = 8 * 37;
@@ -44,8 +44,8 @@ TEST(WindowLayout, TheTemplatesRecordSizesEveryRegionForTheConfig) {
   EXPECT_EQ(countOf(record, "scatter_rows"), 0u);                         // plain rows only without quant
   EXPECT_EQ(countOf(record, "combine_rows"), 0u);                         // gather only
   EXPECT_EQ(countOf(record, "moe_counts"), 0u);                           // std-MoE off
-  EXPECT_EQ(countOf(record, "ll_rows"), 0u);                              // the staged combine under quant
-  EXPECT_EQ(countOf(record, "ll_weights"), 0u);
+  EXPECT_EQ(countOf(record, "flagged_rows"), 0u);                              // the staged combine under quant
+  EXPECT_EQ(countOf(record, "flagged_weights"), 0u);
   EXPECT_EQ(record.constant("state_words"), int64_t(countOf(record, "state")));
   EXPECT_EQ(record.target.wave_size, 32);
 }
@@ -61,11 +61,11 @@ TEST(WindowLayout, TheLowLatencyCombineHasItsFlaggedInboxes) {
   config.max_num_inp_token_per_rank = 19;
   config.low_latency_combine = true;
   const ModuleInterface& record = *cache.get(kernel_spec(config))->interface;
-  EXPECT_EQ(countOf(record, "ll_rows"), 19u * 6 * 7168 * 2);
-  EXPECT_EQ(record.region("ll_rows").element, "bf16");
-  EXPECT_EQ(countOf(record, "ll_weights"), 19u * 6 * 8 * 2);
+  EXPECT_EQ(countOf(record, "flagged_rows"), 19u * 6 * 7168 * 2);
+  EXPECT_EQ(record.region("flagged_rows").element, "bf16");
+  EXPECT_EQ(countOf(record, "flagged_weights"), 19u * 6 * 8 * 2);
   config.low_latency_combine = false;
-  EXPECT_EQ(countOf(*cache.get(kernel_spec(config))->interface, "ll_rows"), 0u);
+  EXPECT_EQ(countOf(*cache.get(kernel_spec(config))->interface, "flagged_rows"), 0u);
 }
 
 TEST(WindowLayout, RegionsAreDisjointAlignedAndInTheRecordsOrder) {

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "epjit/targets/TargetInfo.h"
@@ -27,6 +29,8 @@ enum class InternodeKernel : uint8_t { Auto, V2, V2LowLatency };
 
 // "bf16", "f32"/"fp32"/"float32", "fp8", "fp4"; throws epjit::Error naming `field`.
 DataType parse_data_type(const std::string& text, const char* field = "data_type");
+// Every spelling parse_data_type takes, with the type it names.
+std::span<const std::pair<const char*, DataType>> data_type_spellings();
 CombineMode parse_combine_mode(const std::string& text);
 QuantType parse_quant_type(const std::string& text);
 InternodeKernel parse_internode_kernel(const std::string& text);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,9 +23,23 @@ namespace epjit::ep {
 // Element types of the tensors the op takes and returns. FP8 is named by its
 // format, so a tensor of the wrong fp8 flavor for the target is refused.
 enum class DType : uint8_t { BF16, F32, I32, U8, FP8_E4M3FN, FP8_E4M3FNUZ, FP4_E2M1 };
-const char* name_of(DType type);
-// Bits per element (FP4: 4, packed two per byte, element 2i in the low nibble).
-int bits_of(DType type);
+
+// Every element type's facts, in one table: what errors call it, what torch
+// and ml_dtypes call it, its bits, and the payload type (DataType: fp8 as
+// "the target's fp8") it carries, if any. The Python layers read this table
+// instead of keeping their own.
+struct ElementType {
+  DType dtype;
+  const char* name;            // "bf16", "float8_e4m3fnuz", ...
+  const char* framework_name;  // torch's and ml_dtypes': "bfloat16", "float4_e2m1fn_x2", ...
+  int bits;                    // FP4: 4, packed two per byte, element 2i in the low nibble
+  std::optional<DataType> payload;
+  std::optional<Fp8Format> fp8;  // the fp8 format of an fp8 dtype
+};
+std::span<const ElementType> element_types();
+const ElementType& element_type(DType type);
+inline const char* name_of(DType type) { return element_type(type).name; }
+inline int bits_of(DType type) { return element_type(type).bits; }
 // The tensor dtype of a payload type on a target (fp8: the target's flavor).
 DType tensor_type_of(DataType type, const TargetInfo& target);
 

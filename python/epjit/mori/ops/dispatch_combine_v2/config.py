@@ -1,5 +1,6 @@
 """MORI EPv2's EpDispatchCombineConfig: the same fields, defaults, validation and
 derived properties, plus kernel_backend "epjit"."""
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Optional
@@ -23,12 +24,25 @@ def _default_data_type():
     return torch.bfloat16
 
 
+@functools.lru_cache(maxsize=None)
+def _element_bytes():
+    """Bytes per element by every name of a payload type, from epjit's element
+    table (ep::element_types): fp4 answers 0.5. float16, which MORI sizes its
+    buffers for and epjit moves none of, is 2."""
+    import epjit
+
+    bits = {row["payload"]: row["bits"] for row in epjit._ELEMENT_TYPES if row["payload"] is not None}
+    sizes = {name: bits[payload] // 8 if bits[payload] % 8 == 0 else bits[payload] / 8
+             for name, payload in epjit._DTYPE_NAMES.items() if not name.startswith("torch.")}
+    sizes["float16"] = 2
+    return sizes
+
+
 def _dtype_bytes(dtype):
     """Bytes per element of a token dtype (torch dtype or name); fp4 counts as one
     byte per two elements, so it answers 0.5."""
     name = str(dtype).replace("torch.", "")
-    sizes = {"bfloat16": 2, "bf16": 2, "float16": 2, "float32": 4, "f32": 4, "float": 4,
-             "float8_e4m3fn": 1, "float8_e4m3fnuz": 1, "fp8": 1, "float4_e2m1fn_x2": 0.5, "fp4": 0.5}
+    sizes = _element_bytes()
     if name not in sizes:
         raise ValueError(f"data type {dtype!r} is not one MORI's op moves (bf16, f32, fp8 or fp4)")
     return sizes[name]
