@@ -7,8 +7,7 @@
 #include "epjit/error.h"
 #include "driver_error_advice.h"
 #include "gpu_drivers.h"
-#include "gpu_objects.h"
-#include "relaxed_capture_mode.h"
+#include "gpu_device.h"
 
 namespace epjit {
 namespace {
@@ -68,13 +67,55 @@ struct CudaApi {
   static CUresult destroy_graph_exec(GraphExec exec) { return cuda_driver().cuGraphExecDestroy(exec); }
   static CUresult destroy_graph(Graph graph) { return cuda_driver().cuGraphDestroy(graph); }
   static CUresult launch_graph(GraphExec exec, Stream stream) { return cuda_driver().cuGraphLaunch(exec, stream); }
-};
-using CudaStream = GpuStream<CudaApi>;
-using CudaEvent = GpuEvent<CudaApi>;
-using CudaModule = GpuModule<CudaApi>;
-using CudaGraph = GpuGraph<CudaApi>;
+  static CUresult begin_capture(Stream stream, int mode) { return cuda_driver().cuStreamBeginCapture_v2(stream, mode); }
+  static CUresult end_capture(Stream stream, Graph* graph) { return cuda_driver().cuStreamEndCapture(stream, graph); }
+  static CUresult instantiate_graph(GraphExec* exec, Graph graph) {
+    return cuda_driver().cuGraphInstantiateWithFlags(exec, graph, 0);
+  }
+  static RelaxedCaptureMode::Exchange capture_mode_exchange() {
+    return cuda_driver().cuThreadExchangeStreamCaptureMode;
+  }
 
-class CudaDevice final : public Device {
+  static CUdeviceptr address(const void* pointer) { return reinterpret_cast<CUdeviceptr>(pointer); }
+  static CUresult allocate(void** pointer, size_t bytes) {
+    return cuda_driver().cuMemAlloc_v2(reinterpret_cast<CUdeviceptr*>(pointer), bytes);
+  }
+  static CUresult free(void* pointer) { return cuda_driver().cuMemFree_v2(address(pointer)); }
+  static CUresult synchronize_device() { return cuda_driver().cuCtxSynchronize(); }
+  static CUresult copy_to_device(void* device, const void* host, size_t bytes) {
+    return cuda_driver().cuMemcpyHtoD_v2(address(device), host, bytes);
+  }
+  static CUresult copy_to_host(void* host, const void* device, size_t bytes) {
+    return cuda_driver().cuMemcpyDtoH_v2(host, address(device), bytes);
+  }
+  static CUresult fill(void* device, uint8_t value, size_t bytes) {
+    return cuda_driver().cuMemsetD8_v2(address(device), value, bytes);
+  }
+  static CUresult copy_on_device_async(void* dst, const void* src, size_t bytes, Stream stream) {
+    return cuda_driver().cuMemcpyDtoDAsync_v2(address(dst), address(src), bytes, stream);
+  }
+  static CUresult copy_to_device_async(void* device, const void* host, size_t bytes, Stream stream) {
+    return cuda_driver().cuMemcpyHtoDAsync_v2(address(device), host, bytes, stream);
+  }
+  static CUresult copy_to_host_async(void* host, const void* device, size_t bytes, Stream stream) {
+    return cuda_driver().cuMemcpyDtoHAsync_v2(host, address(device), bytes, stream);
+  }
+  static CUresult fill_async(void* device, uint8_t value, size_t bytes, Stream stream) {
+    return cuda_driver().cuMemsetD8Async(address(device), value, bytes, stream);
+  }
+
+  using IpcHandle = CUipcMemHandle;
+  static CUresult export_ipc(IpcHandle* handle, void* pointer) {
+    return cuda_driver().cuIpcGetMemHandle(handle, address(pointer));
+  }
+  static CUresult import_ipc(void** pointer, const IpcHandle& handle) {
+    return cuda_driver().cuIpcOpenMemHandle_v2(reinterpret_cast<CUdeviceptr*>(pointer), handle,
+                                               1 /*lazy peer access*/);
+  }
+  static CUresult close_ipc(void* pointer) { return cuda_driver().cuIpcCloseMemHandle(address(pointer)); }
+};
+
+class CudaDevice final : public GpuDevice<CudaApi> {
  public:
   explicit CudaDevice(int ordinal) {
     const CudaDriver& cu = cuda_driver();
@@ -106,84 +147,6 @@ class CudaDevice final : public Device {
                 "run on such a GPU (CUDA_VISIBLE_DEVICES selects one), or use the host device");
   }
   int wave_size() const override { return warp_size_; }
-  bool host_addressable() const override { return false; }
-  SharingMethod sharing() const override { return SharingMethod::IpcHandle; }
-
-  void* allocate(size_t bytes) override {
-    current();
-    CUdeviceptr pointer = 0;
-    check(cuda_driver().cuMemAlloc_v2(&pointer, bytes), "allocation");
-    return reinterpret_cast<void*>(pointer);
-  }
-  // Frees, like allocations, never belong to a graph. Under a framework's
-  // capture in global mode (torch.cuda.graph's default) a free from any
-  // thread would fail and end that capture: a Routing dropped, or an op
-  // closed, while a graph is captured.
-  void release(void* pointer) override {
-    if (!pointer) return;
-    current();
-    const RelaxedCaptureMode exemption(cuda_driver().cuThreadExchangeStreamCaptureMode);
-    cuda_driver().cuMemFree_v2(reinterpret_cast<CUdeviceptr>(pointer));
-  }
-  // Copies are complete when they return. cuMemcpyHtoD from pageable memory
-  // may return before its DMA lands, and our streams are non-blocking (they
-  // do not wait for the legacy stream the copy ran on): without the
-  // synchronize a kernel launched next could read stale input.
-  void copy_to_device(void* device, const void* host, size_t bytes) override {
-    current();
-    check(cuda_driver().cuMemcpyHtoD_v2(reinterpret_cast<CUdeviceptr>(device), host, bytes), "copy to device");
-    check(cuda_driver().cuCtxSynchronize(), "copy to device (completion)");
-  }
-  void copy_to_host(void* host, const void* device, size_t bytes) override {
-    current();
-    check(cuda_driver().cuCtxSynchronize(), "copy to host (pending work)");
-    check(cuda_driver().cuMemcpyDtoH_v2(host, reinterpret_cast<CUdeviceptr>(device), bytes), "copy to host");
-  }
-  void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) override {
-    current();
-    check(cuda_driver().cuMemcpyDtoDAsync_v2(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src),
-                                             bytes, native_stream<CudaApi>(stream)),
-          "device copy");
-  }
-  void fill_zero(void* device, size_t bytes) override {
-    current();
-    check(cuda_driver().cuMemsetD8_v2(reinterpret_cast<CUdeviceptr>(device), 0, bytes), "memset");
-    check(cuda_driver().cuCtxSynchronize(), "memset (completion)");
-  }
-  // On the stream, then that stream's synchronize: the DMA of a pageable
-  // copy has landed, and no other stream is waited for.
-  void copy_to_device(void* device, const void* host, size_t bytes, Stream& stream) override {
-    current();
-    const CUstream handle = native_stream<CudaApi>(stream);
-    check(cuda_driver().cuMemcpyHtoDAsync_v2(reinterpret_cast<CUdeviceptr>(device), host, bytes, handle),
-          "copy to device");
-    check(cuda_driver().cuStreamSynchronize(handle), "copy to device (completion)");
-  }
-  void copy_to_host(void* host, const void* device, size_t bytes, Stream& stream) override {
-    current();
-    const CUstream handle = native_stream<CudaApi>(stream);
-    check(cuda_driver().cuMemcpyDtoHAsync_v2(host, reinterpret_cast<CUdeviceptr>(device), bytes, handle),
-          "copy to host");
-    check(cuda_driver().cuStreamSynchronize(handle), "copy to host (completion)");
-  }
-  void fill_bytes(void* device, uint8_t value, size_t bytes, Stream& stream) override {
-    current();
-    const CUstream handle = native_stream<CudaApi>(stream);
-    check(cuda_driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(device), value, bytes, handle), "memset");
-    check(cuda_driver().cuStreamSynchronize(handle), "memset (completion)");
-  }
-  std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {
-    current();
-    return std::make_unique<CudaModule>(binary);
-  }
-  std::unique_ptr<Stream> create_stream() override { return std::make_unique<CudaStream>(context_); }
-  std::unique_ptr<Stream> wrap_stream(void* native) override {
-    return std::make_unique<CudaStream>(context_, static_cast<CUstream>(native));
-  }
-  std::unique_ptr<Event> create_event(EventUse use) override {
-    current();
-    return std::make_unique<CudaEvent>(context_, use);
-  }
   uint32_t resident_blocks(const Kernel& kernel, uint32_t warps_per_block) override {
     current();
     int per_multiprocessor = 0;
@@ -220,62 +183,9 @@ class CudaDevice final : public Device {
     // The message is built only on failure: a small call waits for this path.
     if (launched != 0) check(launched, "kernel launch of " + kernel.name);
   }
-  void synchronize() override {
-    current();
-    check(cuda_driver().cuCtxSynchronize(), "device synchronize");
-  }
-
-  bool supports_graphs() const override { return true; }
-  void begin_capture(Stream& stream) override {
-    current();
-    check(cuda_driver().cuStreamBeginCapture_v2(native_stream<CudaApi>(stream), kRelaxedCaptureMode),
-          "stream capture begin");
-  }
-  std::unique_ptr<Graph> end_capture(Stream& stream) override {
-    current();
-    CUgraph graph = nullptr;
-    check(cuda_driver().cuStreamEndCapture(native_stream<CudaApi>(stream), &graph), "stream capture end");
-    CUgraphExec exec = nullptr;
-    check(cuda_driver().cuGraphInstantiateWithFlags(&exec, graph, 0), "graph instantiation");
-    return std::make_unique<CudaGraph>(graph, exec);
-  }
-  std::unique_ptr<CaptureExemption> exempt_from_capture() override {
-    current();
-    return std::make_unique<RelaxedCaptureMode>(cuda_driver().cuThreadExchangeStreamCaptureMode, check);
-  }
-
-  ShareableMemory allocate_shareable(size_t bytes) override {
-    ShareableMemory memory;
-    memory.bytes = bytes;
-    memory.pointer = allocate(bytes);
-    fill_zero(memory.pointer, bytes);
-    CUipcMemHandle handle;
-    check(cuda_driver().cuIpcGetMemHandle(&handle, reinterpret_cast<CUdeviceptr>(memory.pointer)), "IPC handle export");
-    memory.ipc_handle.assign(reinterpret_cast<uint8_t*>(&handle), reinterpret_cast<uint8_t*>(&handle) + sizeof handle);
-    return memory;
-  }
-  void* open_shareable(const ShareableMemory& exported) override {
-    current();
-    CUipcMemHandle handle;
-    if (exported.ipc_handle.size() != sizeof handle)
-      throw Error("a CUDA IPC handle has " + std::to_string(exported.ipc_handle.size()) + " bytes", "64 bytes",
-                  "pass the handle exported by allocate_shareable unchanged");
-    std::memcpy(&handle, exported.ipc_handle.data(), sizeof handle);
-    CUdeviceptr pointer = 0;
-    check(cuda_driver().cuIpcOpenMemHandle_v2(&pointer, handle, 1 /*lazy peer access*/), "IPC handle import");
-    return reinterpret_cast<void*>(pointer);
-  }
-  void close_shareable(void* pointer, size_t) override {
-    current();
-    const RelaxedCaptureMode exemption(cuda_driver().cuThreadExchangeStreamCaptureMode);  // as release()
-    cuda_driver().cuIpcCloseMemHandle(reinterpret_cast<CUdeviceptr>(pointer));
-  }
-  void free_shareable(void* pointer, size_t) override { release(pointer); }
 
  private:
-  void current() const { cuda_driver().cuCtxSetCurrent(context_); }
   CUdevice device_ = 0;
-  CUcontext context_ = nullptr;
   int major_ = 0, minor_ = 0, warp_size_ = 32, multiprocessors_ = 0;
   bool dependent_launch_ = true;
 };

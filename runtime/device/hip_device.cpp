@@ -7,8 +7,7 @@
 #include "epjit/error.h"
 #include "driver_error_advice.h"
 #include "gpu_drivers.h"
-#include "gpu_objects.h"
-#include "relaxed_capture_mode.h"
+#include "gpu_device.h"
 #include "hip_properties.h"
 
 namespace epjit {
@@ -69,11 +68,49 @@ struct HipApi {
   static hipError_t destroy_graph_exec(GraphExec exec) { return hip_driver().hipGraphExecDestroy(exec); }
   static hipError_t destroy_graph(Graph graph) { return hip_driver().hipGraphDestroy(graph); }
   static hipError_t launch_graph(GraphExec exec, Stream stream) { return hip_driver().hipGraphLaunch(exec, stream); }
+  static hipError_t begin_capture(Stream stream, int mode) { return hip_driver().hipStreamBeginCapture(stream, mode); }
+  static hipError_t end_capture(Stream stream, Graph* graph) { return hip_driver().hipStreamEndCapture(stream, graph); }
+  static hipError_t instantiate_graph(GraphExec* exec, Graph graph) {
+    return hip_driver().hipGraphInstantiate(exec, graph, nullptr, nullptr, 0);
+  }
+  static RelaxedCaptureMode::Exchange capture_mode_exchange() {
+    return hip_driver().hipThreadExchangeStreamCaptureMode;
+  }
+
+  static hipError_t allocate(void** pointer, size_t bytes) { return hip_driver().hipMalloc(pointer, bytes); }
+  static hipError_t free(void* pointer) { return hip_driver().hipFree(pointer); }
+  static hipError_t synchronize_device() { return hip_driver().hipDeviceSynchronize(); }
+  static hipError_t copy_to_device(void* device, const void* host, size_t bytes) {
+    return hip_driver().hipMemcpy(device, host, bytes, kHipMemcpyHostToDevice);
+  }
+  static hipError_t copy_to_host(void* host, const void* device, size_t bytes) {
+    return hip_driver().hipMemcpy(host, device, bytes, kHipMemcpyDeviceToHost);
+  }
+  static hipError_t fill(void* device, uint8_t value, size_t bytes) {
+    return hip_driver().hipMemset(device, value, bytes);
+  }
+  static hipError_t copy_on_device_async(void* dst, const void* src, size_t bytes, Stream stream) {
+    return hip_driver().hipMemcpyAsync(dst, src, bytes, kHipMemcpyDeviceToDevice, stream);
+  }
+  static hipError_t copy_to_device_async(void* device, const void* host, size_t bytes, Stream stream) {
+    return hip_driver().hipMemcpyAsync(device, host, bytes, kHipMemcpyHostToDevice, stream);
+  }
+  static hipError_t copy_to_host_async(void* host, const void* device, size_t bytes, Stream stream) {
+    return hip_driver().hipMemcpyAsync(host, device, bytes, kHipMemcpyDeviceToHost, stream);
+  }
+  static hipError_t fill_async(void* device, uint8_t value, size_t bytes, Stream stream) {
+    return hip_driver().hipMemsetAsync(device, value, bytes, stream);
+  }
+
+  using IpcHandle = hipIpcMemHandle_t;
+  static hipError_t export_ipc(IpcHandle* handle, void* pointer) {
+    return hip_driver().hipIpcGetMemHandle(handle, pointer);
+  }
+  static hipError_t import_ipc(void** pointer, const IpcHandle& handle) {
+    return hip_driver().hipIpcOpenMemHandle(pointer, handle, 1 /*lazy peer access*/);
+  }
+  static hipError_t close_ipc(void* pointer) { return hip_driver().hipIpcCloseMemHandle(pointer); }
 };
-using HipStream = GpuStream<HipApi>;
-using HipEvent = GpuEvent<HipApi>;
-using HipModule = GpuModule<HipApi>;
-using HipGraph = GpuGraph<HipApi>;
 
 // The device's gcnArchName and warp size, read through whichever properties
 // layout the loaded HIP exports. A name that is not "gfx..." or a warp size
@@ -109,7 +146,7 @@ HipArchitecture read_architecture(int ordinal) {
   return architecture;
 }
 
-class HipDevice final : public Device {
+class HipDevice final : public GpuDevice<HipApi> {
  public:
   explicit HipDevice(int ordinal) {
     const HipDriver& hip = hip_driver();
@@ -133,65 +170,6 @@ class HipDevice final : public Device {
                 "run on such a GPU (HIP_VISIBLE_DEVICES selects one), or use the host device");
   }
   int wave_size() const override { return architecture_.warp_size; }
-  bool host_addressable() const override { return false; }
-  SharingMethod sharing() const override { return SharingMethod::IpcHandle; }
-
-  void* allocate(size_t bytes) override {
-    void* pointer = nullptr;
-    check(hip_driver().hipMalloc(&pointer, bytes), "allocation");
-    return pointer;
-  }
-  // Frees never belong to a graph: exempt from a framework's global capture
-  // (see the CUDA device).
-  void release(void* pointer) override {
-    if (!pointer) return;
-    const RelaxedCaptureMode exemption(hip_driver().hipThreadExchangeStreamCaptureMode);
-    hip_driver().hipFree(pointer);
-  }
-  // Copies are complete when they return (see the CUDA device: pageable
-  // copies may return before their DMA lands).
-  void copy_to_device(void* device, const void* host, size_t bytes) override {
-    check(hip_driver().hipMemcpy(device, host, bytes, kHipMemcpyHostToDevice), "copy to device");
-    check(hip_driver().hipDeviceSynchronize(), "copy to device (completion)");
-  }
-  void copy_to_host(void* host, const void* device, size_t bytes) override {
-    check(hip_driver().hipDeviceSynchronize(), "copy to host (pending work)");
-    check(hip_driver().hipMemcpy(host, device, bytes, kHipMemcpyDeviceToHost), "copy to host");
-  }
-  void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) override {
-    check(hip_driver().hipMemcpyAsync(dst, src, bytes, kHipMemcpyDeviceToDevice, native_stream<HipApi>(stream)),
-          "device copy");
-  }
-  void fill_zero(void* device, size_t bytes) override {
-    check(hip_driver().hipMemset(device, 0, bytes), "memset");
-    check(hip_driver().hipDeviceSynchronize(), "memset (completion)");
-  }
-  // On the stream, then that stream's synchronize (see the CUDA device).
-  void copy_to_device(void* device, const void* host, size_t bytes, Stream& stream) override {
-    const hipStream_t handle = native_stream<HipApi>(stream);
-    check(hip_driver().hipMemcpyAsync(device, host, bytes, kHipMemcpyHostToDevice, handle), "copy to device");
-    check(hip_driver().hipStreamSynchronize(handle), "copy to device (completion)");
-  }
-  void copy_to_host(void* host, const void* device, size_t bytes, Stream& stream) override {
-    const hipStream_t handle = native_stream<HipApi>(stream);
-    check(hip_driver().hipMemcpyAsync(host, device, bytes, kHipMemcpyDeviceToHost, handle), "copy to host");
-    check(hip_driver().hipStreamSynchronize(handle), "copy to host (completion)");
-  }
-  void fill_bytes(void* device, uint8_t value, size_t bytes, Stream& stream) override {
-    const hipStream_t handle = native_stream<HipApi>(stream);
-    check(hip_driver().hipMemsetAsync(device, value, bytes, handle), "memset");
-    check(hip_driver().hipStreamSynchronize(handle), "memset (completion)");
-  }
-  std::unique_ptr<Module> load_module(const std::vector<uint8_t>& binary) override {
-    return std::make_unique<HipModule>(binary);
-  }
-  std::unique_ptr<Stream> create_stream() override { return std::make_unique<HipStream>(HipApi::Context{}); }
-  std::unique_ptr<Stream> wrap_stream(void* native) override {
-    return std::make_unique<HipStream>(HipApi::Context{}, static_cast<hipStream_t>(native));
-  }
-  std::unique_ptr<Event> create_event(EventUse use) override {
-    return std::make_unique<HipEvent>(HipApi::Context{}, use);
-  }
   uint32_t resident_blocks(const Kernel& kernel, uint32_t warps_per_block) override {
     int per_compute_unit = 0;
     const int threads = int(block_threads(kernel, {1, warps_per_block}, wave_size()));
@@ -208,49 +186,6 @@ class HipDevice final : public Device {
                                              native_stream<HipApi>(stream), values.data(), nullptr),
           "kernel launch");
   }
-  void synchronize() override { check(hip_driver().hipDeviceSynchronize(), "device synchronize"); }
-
-  bool supports_graphs() const override { return true; }
-  void begin_capture(Stream& stream) override {
-    check(hip_driver().hipStreamBeginCapture(native_stream<HipApi>(stream), kRelaxedCaptureMode),
-          "stream capture begin");
-  }
-  std::unique_ptr<Graph> end_capture(Stream& stream) override {
-    hipGraph_t graph = nullptr;
-    check(hip_driver().hipStreamEndCapture(native_stream<HipApi>(stream), &graph), "stream capture end");
-    hipGraphExec_t exec = nullptr;
-    check(hip_driver().hipGraphInstantiate(&exec, graph, nullptr, nullptr, 0), "graph instantiation");
-    return std::make_unique<HipGraph>(graph, exec);
-  }
-  std::unique_ptr<CaptureExemption> exempt_from_capture() override {
-    return std::make_unique<RelaxedCaptureMode>(hip_driver().hipThreadExchangeStreamCaptureMode, check);
-  }
-
-  ShareableMemory allocate_shareable(size_t bytes) override {
-    ShareableMemory memory;
-    memory.bytes = bytes;
-    memory.pointer = allocate(bytes);
-    fill_zero(memory.pointer, bytes);
-    hipIpcMemHandle_t handle;
-    check(hip_driver().hipIpcGetMemHandle(&handle, memory.pointer), "IPC handle export");
-    memory.ipc_handle.assign(reinterpret_cast<uint8_t*>(&handle), reinterpret_cast<uint8_t*>(&handle) + sizeof handle);
-    return memory;
-  }
-  void* open_shareable(const ShareableMemory& exported) override {
-    hipIpcMemHandle_t handle;
-    if (exported.ipc_handle.size() != sizeof handle)
-      throw Error("a HIP IPC handle has " + std::to_string(exported.ipc_handle.size()) + " bytes", "64 bytes",
-                  "pass the handle exported by allocate_shareable unchanged");
-    std::memcpy(&handle, exported.ipc_handle.data(), sizeof handle);
-    void* pointer = nullptr;
-    check(hip_driver().hipIpcOpenMemHandle(&pointer, handle, 1), "IPC handle import");
-    return pointer;
-  }
-  void close_shareable(void* pointer, size_t) override {
-    const RelaxedCaptureMode exemption(hip_driver().hipThreadExchangeStreamCaptureMode);  // as release()
-    hip_driver().hipIpcCloseMemHandle(pointer);
-  }
-  void free_shareable(void* pointer, size_t) override { release(pointer); }
 
  private:
   HipArchitecture architecture_{};

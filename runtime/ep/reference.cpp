@@ -62,6 +62,19 @@ float dispatched_element(const EpDispatchCombineConfig& config, const uint8_t* r
   return 0;
 }
 
+void store_dispatched_element(const EpDispatchCombineConfig& config, uint8_t* row, size_t i, float value) {
+  switch (config.dispatch_type()) {
+    case DataType::BF16:
+    case DataType::F32: return store(config.dispatch_type(), row, i, value);
+    case DataType::FP8: row[i] = encode_fp8(value, config.target_info().fp8_e4m3, Overflow::Saturate); return;
+    case DataType::FP4: {
+      const unsigned shift = 4 * (i % 2);
+      row[i / 2] = uint8_t((row[i / 2] & ~(0xF << shift)) | (encode_fp4_e2m1(value) << shift));
+      return;
+    }
+  }
+}
+
 std::vector<uint8_t> scaled_expert_output(const EpDispatchCombineConfig& config, const uint8_t* row, float factor) {
   const size_t hidden = size_t(config.hidden_dim);
   std::vector<uint8_t> out(config.combine_token_bytes());

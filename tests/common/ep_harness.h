@@ -156,25 +156,8 @@ inline reference::RankInput makeInput(const EpCase& c, const EpDispatchCombineCo
   reference::RankInput in;
   in.tokens = int(tokens);
   const size_t elements = size_t(tokens) * size_t(c.hidden);
-  const DataType type = config.dispatch_type();
   in.payload.resize(size_t(tokens) * config.dispatch_token_bytes());
-  for (size_t i = 0; i < elements; ++i) {
-    const float v = normal(rng);
-    switch (type) {
-      case DataType::BF16: {
-        const uint16_t bits = encode_bf16(v);
-        std::memcpy(&in.payload[2 * i], &bits, 2);
-        break;
-      }
-      case DataType::F32: std::memcpy(&in.payload[4 * i], &v, 4); break;
-      case DataType::FP8: in.payload[i] = encode_fp8(v, config.target_info().fp8_e4m3, Overflow::Saturate); break;
-      case DataType::FP4: {
-        const uint8_t nibble = encode_fp4_e2m1(v);
-        in.payload[i / 2] = uint8_t(i % 2 ? (in.payload[i / 2] & 0x0F) | (nibble << 4) : nibble);
-        break;
-      }
-    }
-  }
+  for (size_t i = 0; i < elements; ++i) reference::store_dispatched_element(config, in.payload.data(), i, normal(rng));
   const int k = c.topk, epr = c.experts_per_rank, experts = c.world * epr;
   in.weights.resize(size_t(tokens) * size_t(k));
   for (float& w : in.weights) w = std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
@@ -210,14 +193,7 @@ inline std::vector<uint8_t> expertOutput(const EpDispatchCombineConfig& config, 
 inline TensorRef tensor(void* data, DType type, std::vector<int64_t> shape) { return {data, type, std::move(shape)}; }
 
 inline DType payloadDType(const EpDispatchCombineConfig& config) {
-  switch (config.dispatch_type()) {
-    case DataType::BF16: return DType::BF16;
-    case DataType::F32: return DType::F32;
-    case DataType::FP8:
-      return config.target_info().fp8_e4m3 == Fp8Format::E4M3FNUZ ? DType::FP8_E4M3FNUZ : DType::FP8_E4M3FN;
-    case DataType::FP4: return DType::FP4_E2M1;
-  }
-  return DType::BF16;
+  return tensor_type_of(config.dispatch_type(), config.target_info());
 }
 
 // Collects the first few failures of one rank.

@@ -59,19 +59,7 @@ Inputs make_inputs(const Options& o, const EpDispatchCombineConfig& config, int 
   Inputs in;
   const size_t elements = size_t(n) * size_t(o.hidden);
   in.payload.assign(size_t(n) * config.dispatch_token_bytes(), 0);
-  for (size_t i = 0; i < elements; ++i) {
-    const float v = normal(rng);
-    switch (config.dispatch_type()) {
-      case DataType::BF16: {
-        const uint16_t bits = encode_bf16(v);
-        std::memcpy(&in.payload[2 * i], &bits, 2);
-        break;
-      }
-      case DataType::F32: std::memcpy(&in.payload[4 * i], &v, 4); break;
-      case DataType::FP8: in.payload[i] = encode_fp8(v, config.target_info().fp8_e4m3, Overflow::Saturate); break;
-      case DataType::FP4: in.payload[i / 2] |= uint8_t(encode_fp4_e2m1(v) << (4 * (i % 2))); break;
-    }
-  }
+  for (size_t i = 0; i < elements; ++i) reference::store_dispatched_element(config, in.payload.data(), i, normal(rng));
   in.weights.resize(size_t(n) * size_t(o.topk));
   for (float& w : in.weights) w = std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
   const int epr = o.experts_per_rank, experts = o.world * epr;
@@ -159,17 +147,6 @@ std::string identity_check(const Options& o, const EpDispatchCombineConfig& conf
     }
   }
   return "";
-}
-
-DType payload_dtype(const EpDispatchCombineConfig& config) {
-  switch (config.dispatch_type()) {
-    case DataType::BF16: return DType::BF16;
-    case DataType::F32: return DType::F32;
-    case DataType::FP8:
-      return config.target_info().fp8_e4m3 == Fp8Format::E4M3FNUZ ? DType::FP8_E4M3FNUZ : DType::FP8_E4M3FN;
-    case DataType::FP4: return DType::FP4_E2M1;
-  }
-  return DType::BF16;
 }
 
 // Captures one dispatch and one combine as two graphs, then times their
@@ -271,7 +248,7 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
       device.copy_to_device(d_weights, in.weights.data(), in.weights.size() * 4);
       device.copy_to_device(d_indices, in.indices.data(), in.indices.size() * 4);
     }
-    const TensorRef input{d_payload, payload_dtype(config), {n, o.hidden}};
+    const TensorRef input{d_payload, tensor_type_of(config.dispatch_type(), config.target_info()), {n, o.hidden}};
     const TensorRef weights{d_weights, DType::F32, {n, k}}, indices{d_indices, DType::I32, {n, k}};
     auto dispatch = [&](bool replay) {
       return replay ? op.dispatch_replay(input, weights, std::nullopt, indices, *routing)

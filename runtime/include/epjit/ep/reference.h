@@ -39,6 +39,9 @@ struct ReceivedToken {
 // Element i of a dispatched row (config.dispatch_type(): bf16, f32, the
 // target's fp8 e4m3, or FP4 two to a byte, low nibble first) as f32.
 float dispatched_element(const EpDispatchCombineConfig& config, const uint8_t* row, size_t i);
+// Stores `value` as element i of a dispatched row, in that type (bf16
+// rounded to nearest even, fp8 and FP4 saturated; FP4's other nibble kept).
+void store_dispatched_element(const EpDispatchCombineConfig& config, uint8_t* row, size_t i, float value);
 
 // What a test's expert returns for a received row: each element decoded,
 // times `factor`, stored in the combine leg's type (bf16 rounded to nearest
