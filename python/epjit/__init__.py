@@ -317,6 +317,7 @@ class EpDispatchCombineOp:
         self._bf16_numpy = False
         self._torch = False
         self._stream = None  # the stream handle calls launch on (None: the op's own)
+        self._streamless = True  # the last call's caller had no stream: outputs final on return
         # Routings dispatch(return_routing=True) recorded into, by the stream of
         # their last use: one nobody else holds is recorded into again instead of a
         # new one, since dropping a routing frees device memory, and on a GPU a
@@ -391,7 +392,10 @@ class EpDispatchCombineOp:
 
     def _follow_stream(self, tensor, stream):
         """GPU calls run on the caller's stream: `stream` (a CUDA stream pointer or a
-        torch stream), else torch's current stream for torch CUDA tensors."""
+        torch stream), else torch's current stream for torch CUDA tensors. A
+        caller with neither (numpy arrays or torch CPU tensors on host ranks)
+        has no stream to order by: its calls' outputs are final on return."""
+        self._streamless = stream is None and not (self._torch and getattr(tensor, "is_cuda", False))
         if stream is not None:
             handle = int(getattr(stream, "cuda_stream", stream))
         elif self._torch and getattr(tensor, "is_cuda", False):
@@ -401,6 +405,13 @@ class EpDispatchCombineOp:
         if handle != self._stream:
             self._op.use_stream(handle)
             self._stream = handle
+
+    def _final_on_return(self, result):
+        """`result`, after the op's stream has finished with it when the caller has
+        no stream to order by (_follow_stream)."""
+        if self._streamless:
+            self._op.synchronize()
+        return result
 
     def _routing_to_record(self):
         """A routing for return_routing=True without record=: one handed out before
@@ -480,14 +491,14 @@ class EpDispatchCombineOp:
         view = self._view
         result = (view(ids[0], self._dispatch_type), view(ids[1]), view(ids[2]), view(ids[3]), view(ids[4]))
         self._origins_id = ids[5]
-        return result + (record,) if return_routing else result
+        return self._final_on_return(result + (record,) if return_routing else result)
 
     def combine(self, input, weights=None, indices=None, *, routing=None, stream=None):
         """Returns (out [tokens, hidden], out_weights or None). `indices` and `routing`
         are accepted for MORI compatibility: combine always answers the last dispatch."""
         self._follow_stream(input, stream)
         ids = self._op.combine(_to_native(input, self._target, self._fp8), weights)
-        return self._view(ids[0], self._combine_type), self._view(ids[1])
+        return self._final_on_return((self._view(ids[0], self._combine_type), self._view(ids[1])))
 
     def received_origins(self):
         """[capacity, 2] int32 for the last dispatch: per received row, its source
@@ -503,14 +514,14 @@ class EpDispatchCombineOp:
         max_tokens] int32): each received token once per local expert it names, packed
         per expert in arrival order, with its receive row. Needs enable_std_moe."""
         ids = self._op.std_moe_pack()
-        return self._view(ids[0], "bf16"), self._view(ids[1]), self._view(ids[2])
+        return self._final_on_return((self._view(ids[0], "bf16"), self._view(ids[1]), self._view(ids[2])))
 
     def std_moe_combine(self, expert_out, weights=None):
         """Standard MoE, back: expert_out in std_moe_pack's layout (bf16) is summed per
         received token (its local experts in top-k order, in f32, rounded once), then
         combined as combine() would; returns (out, out_weights or None)."""
         ids = self._op.std_moe_combine(_to_native(expert_out, self._target, self._fp8), weights)
-        return self._view(ids[0], self._combine_type), self._view(ids[1])
+        return self._final_on_return((self._view(ids[0], self._combine_type), self._view(ids[1])))
 
     def combine_input(self):
         """Gather combine: write expert outputs here to skip combine's staging copy."""
@@ -528,7 +539,7 @@ class EpDispatchCombineOp:
         array (a torch tensor after torch inputs) filled on the op's stream without
         synchronizing, valid until the next such call."""
         if on_device:
-            return self._view(self._op.local_expert_counts_device(every_entry))
+            return self._final_on_return(self._view(self._op.local_expert_counts_device(every_entry)))
         return self._op.local_expert_counts(every_entry)
 
     def route_map(self, routing):

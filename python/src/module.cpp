@@ -23,6 +23,7 @@
 #include "epjit/error.h"
 #include "epjit/version.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 
@@ -147,6 +148,18 @@ struct PyOp {
 
 NB_MODULE(_epjit, m) {
   m.doc() = "epjit: JIT-generated expert-parallel dispatch/combine kernels";
+  // At interpreter exit nanobind reports this module's objects still alive as
+  // leaks. What a framework still holds then (a torch.compile'd function's
+  // guards keep an op and its bound methods) the exiting process abandons on
+  // purpose: its memory, devices and shared segments go with the process, and
+  // an op's close() is collective, so no rank can run it alone at exit. The
+  // report is for finding reference bugs: EPJIT_PYTHON_LEAK_WARNINGS=1 keeps it.
+  const char* leak_warnings = std::getenv("EPJIT_PYTHON_LEAK_WARNINGS");
+  const std::string leak_value = leak_warnings ? leak_warnings : "";
+  if (leak_value != "" && leak_value != "0" && leak_value != "1")
+    throw Error("EPJIT_PYTHON_LEAK_WARNINGS = '" + leak_value + "'",
+                "1 (report objects alive at interpreter exit) or 0 / unset (do not)", "set it to 0 or 1, or unset it");
+  nb::set_leak_warnings(leak_value == "1");
   m.attr("__version__") = std::string(version());
   m.def("git_revision", [] { return std::string(git_revision()); });
 

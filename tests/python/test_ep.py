@@ -2,6 +2,8 @@
 identity-expert check across dtypes and modes, bad inputs, the cache."""
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 
 import ml_dtypes
@@ -752,3 +754,60 @@ def test_the_route_map_is_laid_out_as_the_record_says():
         with pytest.raises(epjit.Error, match="one of its buffers: route, kept, outputs, std_moe"):
             op.buffer_parts("window")
     comm.destroy()
+
+
+def test_numpy_outputs_are_final_when_a_call_returns():
+    # A numpy caller has no stream to order by: what a call returns is final
+    # at once, call after call (different counts, so a stale read shows).
+    comm, op = single_rank_op(max_tokens=8)
+    rng = np.random.default_rng(5)
+    for tokens in (8, 3, 0, 7):
+        x = rng.standard_normal((tokens, HIDDEN)).astype(ml_dtypes.bfloat16)
+        w = rng.random((tokens, TOPK), dtype=np.float32)
+        idx = np.array([rng.permutation(EPR)[:TOPK] for _ in range(tokens)], dtype=np.int32).reshape(tokens, TOPK)
+        out, out_w, _, out_idx, total = op.dispatch(x, w, None, idx)
+        assert np.array(total).tolist() == [tokens]
+        received = np.asarray(out)[:tokens].astype(np.float32)
+        assert sorted(map(bytes, received)) == sorted(map(bytes, x.astype(np.float32)))
+        counts = op.local_expert_counts(on_device=True)
+        assert int(np.asarray(counts).sum()) == tokens * TOPK
+        combined, combined_w = op.combine(out, out_w)
+        # One rank: each token has one destination, so combine returns the row
+        # it received (the expert output passed back) and its weights.
+        assert np.array_equal(np.asarray(combined)[:tokens].view(np.uint16), x.view(np.uint16))
+        assert np.array_equal(np.asarray(combined_w)[:tokens], w)
+    op.close()
+    comm.destroy()
+
+
+LEAK_SCRIPT = """
+import ctypes, sys
+import numpy as np, epjit
+comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target="host")
+config = epjit.EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim=64, max_num_inp_token_per_rank=4,
+                                       num_experts_per_rank=4, num_experts_per_token=2)
+op = epjit.EpDispatchCombineOp(config, comm)
+# As a torch.compile'd function's guards do: a reference nobody drops, to an op never closed.
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(op._op))
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(op._op.dispatch))
+print("exiting")
+"""
+
+
+@pytest.mark.parametrize("setting, warned", [(None, False), ("0", False), ("1", True)])
+def test_objects_abandoned_at_exit_are_not_reported_as_leaks_unless_asked(setting, warned):
+    env = dict(os.environ)
+    env.pop("EPJIT_PYTHON_LEAK_WARNINGS", None)
+    if setting is not None:
+        env["EPJIT_PYTHON_LEAK_WARNINGS"] = setting
+    done = subprocess.run([sys.executable, "-c", LEAK_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "exiting" in done.stdout
+    assert ("nanobind: leaked" in done.stderr) == warned, done.stderr
+
+
+def test_a_bad_leak_warning_setting_fails_the_import():
+    env = dict(os.environ, EPJIT_PYTHON_LEAK_WARNINGS="yes")
+    done = subprocess.run([sys.executable, "-c", "import epjit"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "EPJIT_PYTHON_LEAK_WARNINGS = 'yes'" in done.stderr and "set it to 0 or 1" in done.stderr
