@@ -29,30 +29,8 @@ from . import _epjit  # noqa: E402
 from ._epjit import Error, git_revision, __version__  # noqa: E402,F401
 from . import cache  # noqa: E402,F401
 
-try:
-    import numpy as _np
-except ImportError:  # pragma: no cover
-    _np = None
-
-# The native element-type table (ep::element_types), read once: what each
-# spelling of a payload type (config strings, numpy/ml_dtypes and torch
-# dtypes) names, and which fp8 format each fp8 dtype is.
-_ELEMENT_TYPES = _epjit.element_types()
-_DTYPE_NAMES = dict(_epjit.data_type_spellings())
-for _row in _ELEMENT_TYPES:
-    if _row["payload"] is not None:
-        for _spelling in (_row["name"], _row["framework_name"], "torch." + _row["framework_name"]):
-            _DTYPE_NAMES[_spelling] = _row["payload"]
-
-
-def _dtype_name(value, field):
-    if value is None:
-        return None
-    name = _DTYPE_NAMES.get(str(value)) or _DTYPE_NAMES.get(getattr(value, "name", ""))
-    if name is None:
-        raise ValueError(f"{field}={value!r} is not a dtype epjit knows: bf16, f32, fp8 or fp4 "
-                         "(as strings, numpy/ml_dtypes or torch dtypes)")
-    return name
+from ._arrays import (_np, _ELEMENT_TYPES, _DTYPE_NAMES, _NUMPY_FP8, _dtype_name,  # noqa: E402,F401
+                      _current_stream_handle, _is_torch, _target_fp8, _to_native)
 
 
 def targets():
@@ -188,65 +166,6 @@ class EpDispatchCombineConfig:
 
 
 _MAX_WRAPPED_VIEWS = 1024
-_raw_stream_query = None
-
-
-def _current_stream_handle(tensor):
-    """torch's current stream on the tensor's GPU, as a handle: torch's raw query
-    (what Triton's launcher calls; torch.cuda.current_stream() builds a Stream
-    object each call), else the Stream object's handle."""
-    global _raw_stream_query
-    if _raw_stream_query is None:
-        import torch
-        query = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        _raw_stream_query = ((lambda t: query(t.get_device())) if query is not None
-                             else (lambda t: torch.cuda.current_stream(t.device).cuda_stream))
-    return _raw_stream_query(tensor)
-
-
-def _is_torch(value):
-    return type(value).__module__.startswith("torch")
-
-
-# ml_dtypes' and torch's fp8 dtype names, with their formats.
-_NUMPY_FP8 = {row["framework_name"]: row["fp8"] for row in _ELEMENT_TYPES if row["fp8"] is not None}
-
-
-def _target_fp8(target):
-    """The target's fp8 flavor: "e4m3fn" (OCP) or "e4m3fnuz" (gfx942)."""
-    for row in _epjit.targets():
-        if row["name"] == target:
-            return row["fp8"]
-    return "e4m3fn"
-
-
-def _to_native(value, target=None, fp8="e4m3fn"):
-    """numpy arrays whose dtypes DLPack cannot carry go as their bits: bf16
-    (ml_dtypes) as uint16, fp8 (ml_dtypes, the target's flavor `fp8`) as
-    uint8; everything else as is (DLPack)."""
-    if _is_torch(value):
-        dtype = value.dtype
-        name = str(dtype).replace("torch.", "") if dtype.itemsize == 1 and dtype.is_floating_point else None
-        if name in _NUMPY_FP8:  # the flavor checked here, then its bytes (DLPack fp8 support varies)
-            _require_fp8_flavor(name, target, fp8, "torch.")
-            import torch
-            return value.view(torch.uint8)
-        return value
-    if _np is None or not isinstance(value, _np.ndarray):
-        return value
-    name = value.dtype.name
-    if name == "bfloat16":
-        return value.view(_np.uint16)
-    if name in _NUMPY_FP8:
-        _require_fp8_flavor(name, target, fp8, "ml_dtypes.")
-        return value.view(_np.uint8)
-    return value
-
-
-def _require_fp8_flavor(name, target, wanted, module):
-    if _NUMPY_FP8[name] != wanted:
-        raise Error(f"input is {module}{name} (expected {module}float8_{wanted}, the fp8 of target {target}); "
-                    f"fix: convert the input to {module}float8_{wanted}")
 
 
 class Routing:
@@ -402,8 +321,13 @@ class EpDispatchCombineOp:
             handle = _current_stream_handle(tensor)
         else:
             return
+        if handle == self._op.own_stream_handle:
+            handle = None  # stream=op.comm_stream: the op's own
         if handle != self._stream:
-            self._op.use_stream(handle)
+            if handle is None:
+                self._op.use_own_stream()
+            else:
+                self._op.use_stream(handle)
             self._stream = handle
 
     def _final_on_return(self, result):
@@ -569,6 +493,27 @@ class EpDispatchCombineOp:
         the op's device) for `tokens` tokens; checked first (synchronizes).
         max_tokens_across_ranks as the recorded dispatch had it."""
         self._op.load_routing(_native_routing(routing, "routing"), map, int(tokens), max_tokens_across_ranks)
+
+    def record_event(self):
+        """An epjit.Event marking what the op's stream has enqueued so far (DeepEP's
+        async_finish): another stream may wait for it (wait_event, or torch's
+        stream.wait_event for a torch.cuda.Event you record on comm_stream)."""
+        return self._op.record_event()
+
+    def wait_event(self, event):
+        """Later calls on the op's stream start after `event` (an epjit.Event, or a
+        torch.cuda.Event: DeepEP's previous_event), without the host waiting."""
+        if isinstance(event, _epjit.Event):
+            return self._op.wait_event(event)
+        if type(event).__module__.startswith("torch") and hasattr(event, "record"):
+            import torch
+            torch.cuda.ExternalStream(self._stream or self._op.own_stream_handle).wait_event(event)
+            return None
+        raise TypeError(f"wait_event({type(event).__name__}): expected an epjit.Event (op.record_event()) or a "
+                        "torch.cuda.Event")
+
+    comm_stream = property(lambda self: self._op.own_stream_handle, doc="""The op's own stream (a CUDA or
+        HIP stream handle; 0 on the host): pass stream=op.comm_stream to run calls there.""")
 
     def make_routing(self):
         """A Routing of your own to record into (record=) and replay (routing=)."""

@@ -144,6 +144,11 @@ struct PyOp {
   }
 };
 
+// An event of the op's device (EventUse::completion), for ordering streams.
+struct PyEvent {
+  std::unique_ptr<Event> event;
+};
+
 }  // namespace
 
 NB_MODULE(_epjit, m) {
@@ -258,6 +263,10 @@ NB_MODULE(_epjit, m) {
       .def_prop_ro("tokens", &Routing::tokens)
       .def_prop_ro("runs_internode_v2", [](const Routing& r) { return r.runs_internode_v2(); });
 
+  nb::class_<PyEvent>(m, "Event")
+      .def("synchronize", [](PyEvent& self) { self.event->synchronize(); }, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("completed", [](PyEvent& self) { return self.event->completed(); });
+
   nb::class_<PyOp>(m, "_Op")
       .def("__init__",
            [](PyOp* self, const EpDispatchCombineConfig& config, PyCommunicator& comm) {
@@ -349,6 +358,18 @@ NB_MODULE(_epjit, m) {
            },
            "handle"_a)
       .def("use_own_stream", [](PyOp& self) { self.op->set_stream(nullptr); })
+      .def_prop_ro("own_stream_handle",
+                   [](PyOp& self) { return uintptr_t(self.op->default_stream().native_handle()); })
+      // The event keeps the op (and so its device) alive.
+      .def(
+          "record_event",
+          [](PyOp& self) {
+            PyEvent recorded{self.comm->device->create_event(EventUse::completion)};
+            self.op->record(*recorded.event);
+            return recorded;
+          },
+          nb::keep_alive<0, 1>())
+      .def("wait_event", [](PyOp& self, PyEvent& event) { self.op->wait_for(*event.event); }, "event"_a)
       .def("capturing", [](PyOp& self) { return self.op->stream().capturing(); })
       // A Routing frees its map through the op's device: it keeps the op (and so
       // the communicator that owns the device) alive.

@@ -55,6 +55,9 @@ struct CudaApi {
   static CUresult destroy_event(Event event) { return cuda_driver().cuEventDestroy_v2(event); }
   static CUresult record_event(Event event, Stream stream) { return cuda_driver().cuEventRecord(event, stream); }
   static CUresult synchronize_event(Event event) { return cuda_driver().cuEventSynchronize(event); }
+  static CUresult stream_wait_event(Stream stream, Event event) {
+    return cuda_driver().cuStreamWaitEvent(stream, event, 0);
+  }
   static CUresult query_event(Event event) { return cuda_driver().cuEventQuery(event); }
   static CUresult elapsed_ms(float* ms, Event start, Event end) {
     return cuda_driver().cuEventElapsedTime(ms, start, end);

@@ -72,6 +72,7 @@ static_assert(sizeof(CUlaunchConfig) == 56);
   X(cuStreamCreate, CUresult, CUstream*, unsigned)                                                            \
   X(cuStreamDestroy_v2, CUresult, CUstream)                                                                   \
   X(cuStreamSynchronize, CUresult, CUstream)                                                                  \
+  X(cuStreamWaitEvent, CUresult, CUstream, CUevent, unsigned)                                                 \
   X(cuEventCreate, CUresult, CUevent*, unsigned)                                                              \
   X(cuEventRecord, CUresult, CUevent, CUstream)                                                               \
   X(cuEventSynchronize, CUresult, CUevent)                                                                    \
@@ -123,6 +124,7 @@ struct hipIpcMemHandle_t {
   X(hipStreamCreate, hipError_t, hipStream_t*)                                                                \
   X(hipStreamDestroy, hipError_t, hipStream_t)                                                                \
   X(hipStreamSynchronize, hipError_t, hipStream_t)                                                            \
+  X(hipStreamWaitEvent, hipError_t, hipStream_t, hipEvent_t, unsigned)                                        \
   X(hipEventCreateWithFlags, hipError_t, hipEvent_t*, unsigned)                                               \
   X(hipEventRecord, hipError_t, hipEvent_t, hipStream_t)                                                      \
   X(hipEventSynchronize, hipError_t, hipEvent_t)                                                              \

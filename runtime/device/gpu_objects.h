@@ -59,6 +59,9 @@ class GpuEvent final : public Event {
   void record(Stream& stream) override {
     Api::check(Api::record_event(event_, native_stream<Api>(stream)), "event record");
   }
+  void enqueue_wait(Stream& stream) override {
+    Api::check(Api::stream_wait_event(native_stream<Api>(stream), event_), "stream wait for an event");
+  }
   void synchronize() override { Api::check(Api::synchronize_event(event_), "event synchronize"); }
   bool completed() override {
     constexpr int kNotReady = 600;  // CUDA_ERROR_NOT_READY, hipErrorNotReady

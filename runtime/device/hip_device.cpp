@@ -54,6 +54,9 @@ struct HipApi {
   static hipError_t destroy_event(Event event) { return hip_driver().hipEventDestroy(event); }
   static hipError_t record_event(Event event, Stream stream) { return hip_driver().hipEventRecord(event, stream); }
   static hipError_t synchronize_event(Event event) { return hip_driver().hipEventSynchronize(event); }
+  static hipError_t stream_wait_event(Stream stream, Event event) {
+    return hip_driver().hipStreamWaitEvent(stream, event, 0);
+  }
   static hipError_t query_event(Event event) { return hip_driver().hipEventQuery(event); }
   static hipError_t elapsed_ms(float* ms, Event start, Event end) {
     return hip_driver().hipEventElapsedTime(ms, start, end);

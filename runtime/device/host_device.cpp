@@ -2,6 +2,7 @@
 // shared object, launched as one CPU thread per warp (the kernel's lane work
 // is already loops), blocks of warps sharing a barrier, and streams as
 // ordered queues served by one thread each.
+#include <algorithm>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -162,28 +163,43 @@ class HostStream final : public Stream {
   std::thread worker_;
 };
 
+// Records are numbered: a wait or synchronize is for the record last made
+// when it was called (as on GPUs), not for a later one.
 class HostEvent final : public Event {
  public:
   explicit HostEvent(EventUse use) : Event(use) {}
   void record(Stream& stream) override {
+    uint64_t record;
     {
       std::lock_guard lock(state_->mutex);
-      state_->done = false;
+      record = ++state_->recorded;
     }
-    static_cast<HostStream&>(stream).enqueue([state = state_] {
+    static_cast<HostStream&>(stream).enqueue([state = state_, record] {
       std::lock_guard lock(state->mutex);
       state->time = std::chrono::steady_clock::now();
-      state->done = true;
+      state->passed = std::max(state->passed, record);
       state->cv.notify_all();
     });
   }
+  void enqueue_wait(Stream& stream) override {
+    uint64_t record;
+    {
+      std::lock_guard lock(state_->mutex);
+      record = state_->recorded;
+    }
+    static_cast<HostStream&>(stream).enqueue([state = state_, record] { state->wait_for(record); });
+  }
   void synchronize() override {
-    std::unique_lock lock(state_->mutex);
-    state_->cv.wait(lock, [&] { return state_->done; });
+    uint64_t record;
+    {
+      std::lock_guard lock(state_->mutex);
+      record = state_->recorded;
+    }
+    state_->wait_for(record);
   }
   bool completed() override {
     std::lock_guard lock(state_->mutex);
-    return state_->done;
+    return state_->passed >= state_->recorded;
   }
   float measured_ms(const Event& start) const override {
     const auto& other = static_cast<const HostEvent&>(start);
@@ -194,8 +210,12 @@ class HostEvent final : public Event {
   struct State {
     std::mutex mutex;
     std::condition_variable cv;
-    bool done = true;
+    uint64_t recorded = 0, passed = 0;  // records made, and the last one its stream passed
     std::chrono::steady_clock::time_point time = std::chrono::steady_clock::now();
+    void wait_for(uint64_t record) {
+      std::unique_lock lock(mutex);
+      cv.wait(lock, [&] { return passed >= record; });
+    }
   };
   std::shared_ptr<State> state_ = std::make_shared<State>();
 };

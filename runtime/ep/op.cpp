@@ -125,6 +125,17 @@ void EpDispatchCombineOp::set_stream(Stream* stream) {
   const OneCallAtATime one_call = impl_->one_call("set_stream");
   impl_->stream = stream ? stream : impl_->default_stream;
 }
+Stream& EpDispatchCombineOp::default_stream() { return *impl_->default_stream; }
+void EpDispatchCombineOp::wait_for(Event& event) {
+  const OneCallAtATime one_call = impl_->one_call("wait_for");
+  impl_->require_open("wait_for");
+  event.enqueue_wait(*impl_->stream);
+}
+void EpDispatchCombineOp::record(Event& event) {
+  const OneCallAtATime one_call = impl_->one_call("record");
+  impl_->require_open("record");
+  event.record(*impl_->stream);
+}
 int64_t EpDispatchCombineOp::capacity() const { return impl_->capacity(); }
 double EpDispatchCombineOp::kernel_fetch_seconds() const { return impl_->fetch_seconds; }
 const ModuleInterface& EpDispatchCombineOp::interface() const { return impl_->record; }

@@ -811,3 +811,34 @@ def test_a_bad_leak_warning_setting_fails_the_import():
     done = subprocess.run([sys.executable, "-c", "import epjit"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "EPJIT_PYTHON_LEAK_WARNINGS = 'yes'" in done.stderr and "set it to 0 or 1" in done.stderr
+
+
+def test_events_order_the_ops_stream_with_other_work():
+    # Two ops of one rank, each on its own stream: the second waits for an
+    # event the first recorded after its call, then runs its own; each
+    # answers as alone. An event is complete once its stream passed it.
+    comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target="host")
+    config = epjit.EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim=HIDDEN, max_num_inp_token_per_rank=8,
+                                           num_experts_per_rank=EPR, num_experts_per_token=TOPK)
+    first, second = epjit.EpDispatchCombineOp(config, comm), epjit.EpDispatchCombineOp(config, comm)
+    assert first.comm_stream == 0 and second.comm_stream == 0  # host streams have no native handle
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((5, HIDDEN)).astype(ml_dtypes.bfloat16)
+    w = rng.random((5, TOPK), dtype=np.float32)
+    idx = np.array([rng.permutation(EPR)[:TOPK] for _ in range(5)], dtype=np.int32)
+    first.dispatch(x, w, None, idx)
+    done = first.record_event()
+    assert isinstance(done, epjit._epjit.Event)
+    second.wait_event(done)
+    out = second.dispatch(x, w, None, idx, stream=second.comm_stream)  # a stream: asynchronous
+    finished = second.record_event()
+    finished.synchronize()
+    assert finished.completed and done.completed
+    assert np.array(out[4]).tolist() == [5]
+    with pytest.raises(TypeError, match="expected an epjit.Event"):
+        second.wait_event(object())
+    first.close()
+    second.close()
+    with pytest.raises(epjit.Error, match="record on a closed EpDispatchCombineOp"):
+        first.record_event()
+    comm.destroy()

@@ -43,6 +43,10 @@ class Event {
   virtual ~Event() = default;
   EventUse use() const { return use_; }
   virtual void record(Stream& stream) = 0;
+  // Work enqueued on `stream` after this call starts once the stream this
+  // event was last recorded on has passed that record (cuStreamWaitEvent);
+  // the host does not wait. An event never recorded makes it wait for nothing.
+  virtual void enqueue_wait(Stream& stream) = 0;
   virtual void synchronize() = 0;
   // True once the stream has passed the recorded point (never blocks).
   virtual bool completed() = 0;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -113,6 +114,35 @@ TEST(HostDevice, CompletionEventsCompleteButHaveNoTime) {
 // the codes 900-908: torch.cuda.graph's global mode forbids a wait on any
 // stream, for one) says so and how to get out of it, not "check the GPU";
 // the codes around them still point at the GPU.
+// A stream that waits for an event starts its later work once the event's
+// stream has passed the record: a copy on stream B of what stream A writes
+// after a long copy of its own reads all of it (without the wait B's copy
+// runs while A is still on its first copy, and reads zeros). An event never
+// recorded orders nothing.
+TEST(HostDevice, AStreamWaitsForAnEventRecordedOnAnother) {
+  auto device = make_host_device();
+  auto a = device->create_stream(), b = device->create_stream();
+  constexpr size_t kBytes = size_t(64) << 20;
+  std::vector<uint8_t> source(kBytes), scratch(kBytes), middle(kBytes, 0), last(kBytes, 0);
+  for (size_t i = 0; i < kBytes; ++i) source[i] = uint8_t(i * 2654435761u >> 24);
+  auto never = device->create_event(EventUse::completion);
+  never->enqueue_wait(*b);
+  b->synchronize();  // returns: nothing to wait for
+  for (int round = 0; round < 3; ++round) {
+    std::fill(middle.begin(), middle.end(), uint8_t(0));
+    std::fill(last.begin(), last.end(), uint8_t(0));
+    auto written = device->create_event(EventUse::completion);
+    device->copy_async(scratch.data(), source.data(), kBytes, *a);
+    device->copy_async(middle.data(), source.data(), kBytes, *a);
+    written->record(*a);
+    written->enqueue_wait(*b);
+    device->copy_async(last.data(), middle.data(), kBytes, *b);
+    b->synchronize();
+    EXPECT_TRUE(written->completed());
+    EXPECT_EQ(std::memcmp(last.data(), source.data(), kBytes), 0) << "round " << round;
+  }
+}
+
 TEST(DriverErrors, CaptureErrorsPointAtTheCaptureNotTheGpu) {
   for (int status = 900; status <= 908; ++status) {
     const DriverErrorAdvice advice = driver_error_advice(status, "CUDA device", "nvidia-smi", "CUDA_VISIBLE_DEVICES");

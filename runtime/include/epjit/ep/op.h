@@ -246,6 +246,18 @@ class EpDispatchCombineOp {
   // Later calls launch on `stream` (a framework's, to capture or order with
   // its work); null: the op's own. Not owned; it must outlive its use.
   void set_stream(Stream* stream);
+  // The op's communication stream: OpOptions::stream, else the one it made.
+  // Calls run there after set_stream(nullptr); the caller orders its own
+  // stream after them with an event (record, then Event::enqueue_wait).
+  Stream& default_stream();
+  // Orders the op's calls with other streams' work, without the host waiting:
+  // wait_for makes later calls on the op's stream start after `event`'s last
+  // record (DeepEP's previous_event); record marks what the op's stream has
+  // enqueued so far (DeepEP's async_finish event), for another stream to
+  // wait for. Both are stream order only: memory stays the op's (docs/EP.md,
+  // "Streams and events").
+  void wait_for(Event& event);
+  void record(Event& event);
   // Tokens the arena can receive per rank (max_total_recv_tokens resolved).
   int64_t capacity() const;
   // Seconds construction spent fetching and loading the kernels (a compile on a cache miss).
