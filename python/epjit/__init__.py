@@ -222,6 +222,7 @@ class EpDispatchCombineOp:
         if not native_config.target and comm.target:
             native_config.target = comm.target
         self._op = _epjit._Op(native_config, comm._native)
+        self._own_stream = self._op.own_stream_handle  # read once: calls compare with it
         self._target = self._op.target
         self._fp8 = _target_fp8(self._target)  # the target's fp8 flavor, looked up once
         self._config = native_config
@@ -321,7 +322,7 @@ class EpDispatchCombineOp:
             handle = _current_stream_handle(tensor)
         else:
             return
-        if handle == self._op.own_stream_handle:
+        if handle == self._own_stream:
             handle = None  # stream=op.comm_stream: the op's own
         if handle != self._stream:
             if handle is None:
@@ -507,12 +508,12 @@ class EpDispatchCombineOp:
             return self._op.wait_event(event)
         if type(event).__module__.startswith("torch") and hasattr(event, "record"):
             import torch
-            torch.cuda.ExternalStream(self._stream or self._op.own_stream_handle).wait_event(event)
+            torch.cuda.ExternalStream(self._stream or self._own_stream).wait_event(event)
             return None
         raise TypeError(f"wait_event({type(event).__name__}): expected an epjit.Event (op.record_event()) or a "
                         "torch.cuda.Event")
 
-    comm_stream = property(lambda self: self._op.own_stream_handle, doc="""The op's own stream (a CUDA or
+    comm_stream = property(lambda self: self._own_stream, doc="""The op's own stream (a CUDA or
         HIP stream handle; 0 on the host): pass stream=op.comm_stream to run calls there.""")
 
     def make_routing(self):
