@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <thread>
 
 #include "../common/ep_harness.h"
 #include "../common/errors.h"
@@ -734,6 +735,64 @@ TEST(GpuEpStreams, ReadBacksWaitForTheOpsStreamOnly) {
         std::vector<std::vector<std::vector<uint8_t>>> outputs(1);
         for (const auto& token : received[0]) outputs[0].push_back(token.payload);
         if (got != reference::combine(config, received, outputs, inputs)[0]) f.add("combine(dispatch(x)) differs");
+        op.close();
+        for (void* p : {x, w, idx, word}) device.release(p);
+        return f.text();
+      },
+      std::nullopt, cudaRanks());
+  EXPECT_EQ(failures, "");
+}
+
+// DeepEP's previous_event and async_finish on the native op: a call made
+// after wait_for(event) does not start until the event's stream passes the
+// record (here a stream held by the gate), and the host is not blocked
+// meanwhile; record() marks the call's end for another stream to wait for.
+TEST(GpuEpStreams, ACallWaitsOnTheDeviceForAnEventOfAnotherStream) {
+  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
+  const EpCase c{.name = "events", .target = "sm90", .world = 1, .hidden = 256, .topk = 4, .experts_per_rank = 4,
+                 .max_tokens = 64};
+  const std::string failures = runRanks(
+      1, Ranks::Processes, gpuCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) {
+        Failures f(rank);
+        const StreamGate gate;
+        if (!gate.ok()) return std::string("cuStreamWaitValue32_v2 / cuStreamWriteValue32_v2 not in libcuda.so.1\n");
+        EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
+        const EpDispatchCombineConfig& config = op.config();
+        Device& device = comm.device();
+        const int64_t n = 29, k = c.topk, hidden = c.hidden;
+        const std::vector<reference::RankInput> inputs{makeInput(c, config, 9, rank, n)};
+        const reference::RankInput& mine = inputs[0];
+        void* x = device.allocate(mine.payload.size());
+        void* w = device.allocate(mine.weights.size() * 4);
+        void* idx = device.allocate(mine.indices.size() * 4);
+        device.copy_to_device(x, mine.payload.data(), mine.payload.size());
+        device.copy_to_device(w, mine.weights.data(), mine.weights.size() * 4);
+        device.copy_to_device(idx, mine.indices.data(), mine.indices.size() * 4);
+        void* word = device.allocate(4);
+        device.fill_zero(word, 4);
+        std::unique_ptr<Stream> held = device.create_stream(), opener = device.create_stream();
+        std::unique_ptr<Event> before = device.create_event(EventUse::completion);
+        std::unique_ptr<Event> after = device.create_event(EventUse::completion);
+        if (const int status = gate.hold(*held, word, 1); status != 0)
+          return "cuStreamWaitValue32_v2 failed with CUresult " + std::to_string(status) + "\n";
+        before->record(*held);
+        op.wait_for(*before);
+        const DispatchResult d = op.dispatch({x, DType::BF16, {n, hidden}}, {w, DType::F32, {n, k}}, std::nullopt,
+                                             {idx, DType::I32, {n, k}});
+        op.record(*after);  // the host got here: nothing above waited for the held stream
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        if (after->completed()) f.add("the dispatch ran before the event it waits for");
+        if (const int status = gate.open(*opener, word, 1); status != 0)
+          f.add("cuStreamWriteValue32_v2 failed with CUresult ", status);
+        after->synchronize();
+        if (!before->completed()) f.add("the op's event completed before the one it waited for");
+        int32_t total = -1;
+        device.copy_to_host(&total, d.total_recv.data, 4, op.stream());
+        if (total != int32_t(reference::dispatch(config, inputs)[0].size()))
+          f.add("total_recv is ", total, " after the wait");
+        op.check();
+        held->synchronize();
         op.close();
         for (void* p : {x, w, idx, word}) device.release(p);
         return f.text();
