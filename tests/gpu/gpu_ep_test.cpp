@@ -658,6 +658,41 @@ class StreamGate {
   Op wait_ = nullptr, write_ = nullptr;
 };
 
+// One world-1 rank of `c` whose streams a StreamGate holds: its dispatch
+// inputs (call `call`, n tokens) in device memory, a zeroed gate word, and a
+// stream held at it until open() (on a stream of its own) lets it go.
+struct GatedRank {
+  GatedRank(Device& device, const EpCase& c, const EpDispatchCombineConfig& config, int call, int rank, int64_t n)
+      : device(device), n(n), k(c.topk), hidden(c.hidden), inputs{makeInput(c, config, call, rank, n)} {
+    const reference::RankInput& mine = inputs[0];
+    x = device.allocate(mine.payload.size());
+    w = device.allocate(mine.weights.size() * 4);
+    idx = device.allocate(mine.indices.size() * 4);
+    device.copy_to_device(x, mine.payload.data(), mine.payload.size());
+    device.copy_to_device(w, mine.weights.data(), mine.weights.size() * 4);
+    device.copy_to_device(idx, mine.indices.data(), mine.indices.size() * 4);
+    word = device.allocate(4);
+    device.fill_zero(word, 4);
+    held = device.create_stream();
+    opener = device.create_stream();
+  }
+  ~GatedRank() {
+    for (void* p : {x, w, idx, word}) device.release(p);
+  }
+  int hold(const StreamGate& gate) { return gate.hold(*held, word, 1); }
+  int open(const StreamGate& gate) { return gate.open(*opener, word, 1); }
+  DispatchResult dispatch(EpDispatchCombineOp& op, Routing* record = nullptr) {
+    return op.dispatch({x, DType::BF16, {n, hidden}}, {w, DType::F32, {n, k}}, std::nullopt, {idx, DType::I32, {n, k}},
+                       record);
+  }
+
+  Device& device;
+  const int64_t n, k, hidden;
+  const std::vector<reference::RankInput> inputs;
+  void *x = nullptr, *w = nullptr, *idx = nullptr, *word = nullptr;
+  std::unique_ptr<Stream> held, opener;
+};
+
 // What the op reads back or clears between its calls (the host expert
 // counts, check(), make_routing(), load_routing(), reset()) waits for the
 // op's stream only. Another stream of the device, held at a stream wait the
@@ -675,19 +710,11 @@ TEST(GpuEpStreams, ReadBacksWaitForTheOpsStreamOnly) {
         EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
         const EpDispatchCombineConfig& config = op.config();
         Device& device = comm.device();
-        const int64_t n = 37, k = c.topk, hidden = c.hidden;
-        const std::vector<reference::RankInput> inputs{makeInput(c, config, 5, rank, n)};
+        GatedRank gated(device, c, config, 5, rank, 37);
+        const int64_t n = gated.n, k = gated.k, hidden = gated.hidden;
+        const std::vector<reference::RankInput>& inputs = gated.inputs;
         const reference::RankInput& mine = inputs[0];
-        void* x = device.allocate(mine.payload.size());
-        void* w = device.allocate(mine.weights.size() * 4);
-        void* idx = device.allocate(mine.indices.size() * 4);
-        device.copy_to_device(x, mine.payload.data(), mine.payload.size());
-        device.copy_to_device(w, mine.weights.data(), mine.weights.size() * 4);
-        device.copy_to_device(idx, mine.indices.data(), mine.indices.size() * 4);
-        void* word = device.allocate(4);
-        device.fill_zero(word, 4);
-        std::unique_ptr<Stream> held = device.create_stream(), opener = device.create_stream();
-        if (const int status = gate.hold(*held, word, 1); status != 0)
+        if (const int status = gated.hold(gate); status != 0)
           return "cuStreamWaitValue32_v2 failed with CUresult " + std::to_string(status) + "\n";
 
         std::atomic<const char*> step{"make_routing"};
@@ -698,8 +725,7 @@ TEST(GpuEpStreams, ReadBacksWaitForTheOpsStreamOnly) {
         auto calls = std::async(std::launch::async, [&] {
           routing = op.make_routing();
           step = "dispatch";
-          const DispatchResult d = op.dispatch({x, DType::BF16, {n, hidden}}, {w, DType::F32, {n, k}}, std::nullopt,
-                                               {idx, DType::I32, {n, k}}, routing.get());
+          const DispatchResult d = gated.dispatch(op, routing.get());
           step = "dispatch's kernels";
           op.stream().synchronize();
           step = "local_expert_counts";
@@ -717,9 +743,9 @@ TEST(GpuEpStreams, ReadBacksWaitForTheOpsStreamOnly) {
         });
         if (calls.wait_for(std::chrono::seconds(30)) != std::future_status::ready)
           f.add("the op's ", step.load(), " waited for another stream (30 s) while that stream was held");
-        if (const int status = gate.open(*opener, word, 1); status != 0)
+        if (const int status = gated.open(gate); status != 0)
           f.add("cuStreamWriteValue32_v2 failed with CUresult ", status);
-        held->synchronize();
+        gated.held->synchronize();
         calls.get();
         // The calls were right, too: the expert counts and combine(dispatch(x)).
         int64_t counted = 0;
@@ -736,7 +762,6 @@ TEST(GpuEpStreams, ReadBacksWaitForTheOpsStreamOnly) {
         for (const auto& token : received[0]) outputs[0].push_back(token.payload);
         if (got != reference::combine(config, received, outputs, inputs)[0]) f.add("combine(dispatch(x)) differs");
         op.close();
-        for (void* p : {x, w, idx, word}) device.release(p);
         return f.text();
       },
       std::nullopt, cudaRanks());
@@ -760,41 +785,28 @@ TEST(GpuEpStreams, ACallWaitsOnTheDeviceForAnEventOfAnotherStream) {
         EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
         const EpDispatchCombineConfig& config = op.config();
         Device& device = comm.device();
-        const int64_t n = 29, k = c.topk, hidden = c.hidden;
-        const std::vector<reference::RankInput> inputs{makeInput(c, config, 9, rank, n)};
-        const reference::RankInput& mine = inputs[0];
-        void* x = device.allocate(mine.payload.size());
-        void* w = device.allocate(mine.weights.size() * 4);
-        void* idx = device.allocate(mine.indices.size() * 4);
-        device.copy_to_device(x, mine.payload.data(), mine.payload.size());
-        device.copy_to_device(w, mine.weights.data(), mine.weights.size() * 4);
-        device.copy_to_device(idx, mine.indices.data(), mine.indices.size() * 4);
-        void* word = device.allocate(4);
-        device.fill_zero(word, 4);
-        std::unique_ptr<Stream> held = device.create_stream(), opener = device.create_stream();
+        GatedRank gated(device, c, config, 9, rank, 29);
         std::unique_ptr<Event> before = device.create_event(EventUse::completion);
         std::unique_ptr<Event> after = device.create_event(EventUse::completion);
-        if (const int status = gate.hold(*held, word, 1); status != 0)
+        if (const int status = gated.hold(gate); status != 0)
           return "cuStreamWaitValue32_v2 failed with CUresult " + std::to_string(status) + "\n";
-        before->record(*held);
+        before->record(*gated.held);
         op.wait_for(*before);
-        const DispatchResult d = op.dispatch({x, DType::BF16, {n, hidden}}, {w, DType::F32, {n, k}}, std::nullopt,
-                                             {idx, DType::I32, {n, k}});
+        const DispatchResult d = gated.dispatch(op);
         op.record(*after);  // the host got here: nothing above waited for the held stream
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         if (after->completed()) f.add("the dispatch ran before the event it waits for");
-        if (const int status = gate.open(*opener, word, 1); status != 0)
+        if (const int status = gated.open(gate); status != 0)
           f.add("cuStreamWriteValue32_v2 failed with CUresult ", status);
         after->synchronize();
         if (!before->completed()) f.add("the op's event completed before the one it waited for");
         int32_t total = -1;
         device.copy_to_host(&total, d.total_recv.data, 4, op.stream());
-        if (total != int32_t(reference::dispatch(config, inputs)[0].size()))
+        if (total != int32_t(reference::dispatch(config, gated.inputs)[0].size()))
           f.add("total_recv is ", total, " after the wait");
         op.check();
-        held->synchronize();
+        gated.held->synchronize();
         op.close();
-        for (void* p : {x, w, idx, word}) device.release(p);
         return f.text();
       },
       std::nullopt, cudaRanks());
