@@ -15,7 +15,7 @@ using namespace epjit;
 // ep_dispatch's signature as its interface record states it at top-8,
 // each pointer with the alignment it needs (checked as it is set).
 KernelSignature dispatchSignature() {
-  KernelSignature signature{"ep_dispatch", 16, {}};
+  KernelSignature signature{"ep_dispatch", 17, {}};
   auto pointer = [&](const char* name, const char* type, size_t alignment) {
     signature.params.push_back({name, type, ParamKind::Pointer, 8, alignment});
   };
@@ -34,6 +34,7 @@ KernelSignature dispatchSignature() {
   index("keep");
   pointer("kept_origins", "ptr<i32>", 16);
   index("keep_origins");
+  index("phases");
   signature.params.push_back({"w", "window", ParamKind::Window, sizeof(Window)});
   return signature;
 }
@@ -61,6 +62,7 @@ void BM_DispatchArguments(benchmark::State& state) {
                           .set("keep", false)
                           .set("kept_origins", nullptr)
                           .set("keep_origins", false)
+                          .set("phases", 3)
                           .set("w", window)
                           .build();
     check_launch(kernel, {128, 16}, args);

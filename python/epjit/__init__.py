@@ -127,7 +127,8 @@ class EpDispatchCombineConfig:
               "num_experts_per_token", "scale_dim", "scale_type_size", "enable_std_moe", "max_total_recv_tokens",
               "kernel_backend", "gpu_per_node", "internode_auto_ll_max_tokens", "low_latency_combine",
               "peer_timeout_s", "target",
-              "dispatch_block_num", "combine_block_num", "warp_num_per_block", "combine_warp_num_per_block")
+              "dispatch_block_num", "combine_block_num", "warp_num_per_block", "combine_warp_num_per_block",
+              "send_block_num", "recv_block_num")
 
     def __init__(self, *, rank, world_size, hidden_dim, max_num_inp_token_per_rank, num_experts_per_rank,
                  num_experts_per_token, data_type="bf16", dispatch_data_type=None, combine_data_type=None,
@@ -392,6 +393,29 @@ class EpDispatchCombineOp:
         v2 or v2_ll by it, so every rank picks alike (docs/EP.md "Internode").
         keep_call (with return_routing): the routing also keeps this call's received
         origins and indices, for recorded_call() after later dispatches."""
+        result = self._dispatch(input, weights, scales, indices, routing, return_routing, stream, record,
+                                max_tokens_across_ranks, keep_call, send_only=False)
+        return self._final_on_return(result)
+
+    def dispatch_send(self, input, weights, scales, indices, *, return_routing=False, stream=None, record=None,
+                      max_tokens_across_ranks=None, keep_call=False):
+        """A split dispatch's send half: dispatch()'s transfers and this rank's arrival,
+        on at most config.send_block_num blocks; returns what dispatch() returns, valid
+        once dispatch_recv() has run (after it, for callers without a stream). Until
+        then the op takes no other call but dispatch_recv() (streams, events, check(),
+        reset() and close() aside), and the inputs must stay as they are. docs/EP.md
+        "Split calls"."""
+        return self._dispatch(input, weights, scales, indices, None, return_routing, stream, record,
+                              max_tokens_across_ranks, keep_call, send_only=True)
+
+    def dispatch_recv(self):
+        """A split dispatch's receive half: waits (on the device, one block) for every
+        rank's rows and finishes the call dispatch_send() began."""
+        self._op.dispatch_recv()
+        self._final_on_return(None)
+
+    def _dispatch(self, input, weights, scales, indices, routing, return_routing, stream, record,
+                  max_tokens_across_ranks, keep_call, send_only):
         if keep_call and not return_routing:
             raise Error("dispatch(keep_call=True) without return_routing (expected return_routing=True: the call "
                         "is kept in the routing it records); fix: pass return_routing=True, or leave keep_call unset")
@@ -405,7 +429,7 @@ class EpDispatchCombineOp:
         natives = (_native_routing(record, "record", optional=True), _native_routing(routing, "routing", optional=True))
         ids = self._op.dispatch(_to_native(input, self._target, self._fp8), weights,
                                 _to_native(scales, self._target, self._fp8), indices,
-                                *natives, max_tokens_across_ranks, keep_call)
+                                *natives, max_tokens_across_ranks, keep_call, send_only)
         # Only routings in the lists (not the caller's own make_routing(), nor a
         # graph's) move, so only for them is the stream asked.
         listed = [used for used in natives if used is not None and id(used) in self._listed]
@@ -416,13 +440,28 @@ class EpDispatchCombineOp:
         view = self._view
         result = (view(ids[0], self._dispatch_type), view(ids[1]), view(ids[2]), view(ids[3]), view(ids[4]))
         self._origins_id = ids[5]
-        return self._final_on_return(result + (record,) if return_routing else result)
+        return result + (record,) if return_routing else result
 
     def combine(self, input, weights=None, indices=None, *, routing=None, stream=None):
         """Returns (out [tokens, hidden], out_weights or None). `indices` and `routing`
         are accepted for MORI compatibility: combine always answers the last dispatch."""
         self._follow_stream(input, stream)
         ids = self._op.combine(_to_native(input, self._target, self._fp8), weights)
+        return self._final_on_return((self._view(ids[0], self._combine_type), self._view(ids[1])))
+
+    def combine_send(self, input, weights=None, indices=None, *, routing=None, stream=None):
+        """A split combine's send half (combine()'s arguments): the rows leave and this
+        rank arrives, on at most config.send_block_num blocks; combine_recv() returns
+        the result. `input` and `weights` must stay as they are until combine_recv()
+        has run (it reads this rank's own rows in place)."""
+        self._follow_stream(input, stream)
+        self._op.combine(_to_native(input, self._target, self._fp8), weights, True)
+
+    def combine_recv(self):
+        """A split combine's receive half (of combine_send() or std_moe_combine_send()):
+        the sums, on at most config.recv_block_num blocks; returns (out, out_weights or
+        None) as combine() does."""
+        ids = self._op.combine_recv()
         return self._final_on_return((self._view(ids[0], self._combine_type), self._view(ids[1])))
 
     def received_origins(self):
@@ -447,6 +486,10 @@ class EpDispatchCombineOp:
         combined as combine() would; returns (out, out_weights or None)."""
         ids = self._op.std_moe_combine(_to_native(expert_out, self._target, self._fp8), weights)
         return self._final_on_return((self._view(ids[0], self._combine_type), self._view(ids[1])))
+
+    def std_moe_combine_send(self, expert_out, weights=None):
+        """std_moe_combine()'s send half; combine_recv() returns its result."""
+        self._op.std_moe_combine(_to_native(expert_out, self._target, self._fp8), weights, True)
 
     def combine_input(self):
         """Gather combine: write expert outputs here to skip combine's staging copy."""

@@ -94,6 +94,9 @@ struct PyOp {
   PyCommunicator* comm;
   std::map<uintptr_t, std::unique_ptr<Stream>> foreign_streams;  // wrapped framework streams
   std::deque<HeldInputs> held;
+  // A split call's inputs between its halves: held from its receive half on
+  // (its receive reads them too: combine_recv a rank's own rows in place).
+  std::vector<ArgumentArray> split_inputs;
   IssuedViews views;
   std::unique_ptr<EpDispatchCombineOp> op;
 
@@ -114,8 +117,10 @@ struct PyOp {
   // A combine-like call: `input` (as `name`, of `dtype`) and optional f32
   // weights in, run without the GIL, held until the stream has read them;
   // returns the view numbers of (tokens, weights).
+  // A split call's send half (send_only) keeps them for its receive half.
   template <typename Call>
-  nb::tuple combine_call(nb::handle input, const char* name, DType dtype, nb::handle weights, Call&& call) {
+  nb::tuple combine_call(nb::handle input, const char* name, DType dtype, nb::handle weights, bool send_only,
+                         Call&& call) {
     std::vector<ArgumentArray> inputs{import(input, name, dtype)};
     std::optional<TensorRef> w;
     if (!weights.is_none()) w = inputs.emplace_back(import(weights, "weights", DType::F32)).ref;
@@ -126,8 +131,19 @@ struct PyOp {
       nb::gil_scoped_release release;
       r = call(in, w);
     }
-    hold(std::move(inputs));
+    if (send_only) split_inputs = std::move(inputs);
+    else hold(std::move(inputs));
     return nb::make_tuple(views.id_of(r.tokens), views.id_of(r.weights));
+  }
+  // A split call's receive half, then its inputs held until the stream passes it.
+  template <typename Call>
+  void receive_half(Call&& call) {
+    {
+      nb::gil_scoped_release release;
+      call();
+    }
+    hold(std::move(split_inputs));
+    split_inputs.clear();
   }
   // Runs a call that synchronizes the stream without the GIL, then drops
   // every held input (the stream has passed them, whether or not it throws).
@@ -228,6 +244,8 @@ NB_MODULE(_epjit, m) {
       .def_rw("combine_block_num", &EpDispatchCombineConfig::combine_block_num)
       .def_rw("warp_num_per_block", &EpDispatchCombineConfig::warp_num_per_block)
       .def_rw("combine_warp_num_per_block", &EpDispatchCombineConfig::combine_warp_num_per_block)
+      .def_rw("send_block_num", &EpDispatchCombineConfig::send_block_num)
+      .def_rw("recv_block_num", &EpDispatchCombineConfig::recv_block_num)
       .def("set_data_type", [](EpDispatchCombineConfig& c, const std::string& v) { c.data_type = parse_data_type(v); })
       .def("set_leg_types",
            [](EpDispatchCombineConfig& c, const std::string& dispatch, const std::string& combine) {
@@ -278,7 +296,8 @@ NB_MODULE(_epjit, m) {
       .def(
           "dispatch",
           [](PyOp& self, nb::handle input, nb::handle weights, nb::handle scales, nb::handle indices,
-             Routing* record, const Routing* replay, std::optional<int64_t> max_tokens_across_ranks, bool keep_call) {
+             Routing* record, const Routing* replay, std::optional<int64_t> max_tokens_across_ranks, bool keep_call,
+             bool send_only) {
             const EpDispatchCombineConfig& config = self.op->config();
             std::vector<ArgumentArray> inputs;
             inputs.reserve(4);
@@ -293,27 +312,40 @@ NB_MODULE(_epjit, m) {
             self.drop_passed();
             {
               nb::gil_scoped_release release;
-              r = replay ? self.op->dispatch_replay(in, w, s, idx, *replay)
-                         : self.op->dispatch(in, w, s, idx, record,
-                                             {.max_tokens_across_ranks = max_tokens_across_ranks, .keep_call = keep_call});
+              const DispatchOptions options{.max_tokens_across_ranks = max_tokens_across_ranks,
+                                            .keep_call = keep_call};
+              if (replay) r = self.op->dispatch_replay(in, w, s, idx, *replay);
+              else if (send_only) r = self.op->dispatch_send(in, w, s, idx, record, options);
+              else r = self.op->dispatch(in, w, s, idx, record, options);
             }
-            self.hold(std::move(inputs));
+            if (send_only) self.split_inputs = std::move(inputs);
+            else self.hold(std::move(inputs));
             return nb::make_tuple(self.views.id_of(r.tokens), self.views.id_of(r.weights),
                                   self.views.id_of(r.scales), self.views.id_of(r.indices),
                                   self.views.id_of(r.total_recv), self.views.id_of(r.origins));
           },
           "input"_a.none(), "weights"_a.none(), "scales"_a.none(), "indices"_a.none(), "record"_a.none() = nb::none(),
-          "replay"_a.none() = nb::none(), "max_tokens_across_ranks"_a.none() = nb::none(), "keep_call"_a = false)
+          "replay"_a.none() = nb::none(), "max_tokens_across_ranks"_a.none() = nb::none(), "keep_call"_a = false,
+          "send_only"_a = false)
+      .def("dispatch_recv", [](PyOp& self) { self.receive_half([&] { self.op->dispatch_recv(); }); })
       .def(
           "combine",
-          [](PyOp& self, nb::handle input, nb::handle weights) {
+          [](PyOp& self, nb::handle input, nb::handle weights, bool send_only) {
             const EpDispatchCombineConfig& config = self.op->config();
             return self.combine_call(input, "input", tensor_type_of(config.combine_type(), config.target_info()),
-                                     weights, [&](const TensorRef& in, const std::optional<TensorRef>& w) {
-                                       return self.op->combine(in, w);
+                                     weights, send_only, [&](const TensorRef& in, const std::optional<TensorRef>& w) {
+                                       if (!send_only) return self.op->combine(in, w);
+                                       self.op->combine_send(in, w);
+                                       return CombineResult{};
                                      });
           },
-          "input"_a.none(), "weights"_a.none() = nb::none())
+          "input"_a.none(), "weights"_a.none() = nb::none(), "send_only"_a = false)
+      .def("combine_recv",
+           [](PyOp& self) {
+             CombineResult r;
+             self.receive_half([&] { r = self.op->combine_recv(); });
+             return nb::make_tuple(self.views.id_of(r.tokens), self.views.id_of(r.weights));
+           })
       .def("std_moe_pack",
            [](PyOp& self) {
              StdMoeResult r;
@@ -326,13 +358,15 @@ NB_MODULE(_epjit, m) {
            })
       .def(
           "std_moe_combine",
-          [](PyOp& self, nb::handle expert_out, nb::handle weights) {
-            return self.combine_call(expert_out, "expert_out", DType::BF16, weights,
+          [](PyOp& self, nb::handle expert_out, nb::handle weights, bool send_only) {
+            return self.combine_call(expert_out, "expert_out", DType::BF16, weights, send_only,
                                      [&](const TensorRef& out, const std::optional<TensorRef>& w) {
-                                       return self.op->std_moe_combine(out, w);
+                                       if (!send_only) return self.op->std_moe_combine(out, w);
+                                       self.op->std_moe_combine_send(out, w);
+                                       return CombineResult{};
                                      });
           },
-          "expert_out"_a.none(), "weights"_a.none() = nb::none())
+          "expert_out"_a.none(), "weights"_a.none() = nb::none(), "send_only"_a = false)
       .def(
           "local_expert_counts_device",
           [](PyOp& self, bool every_entry) {

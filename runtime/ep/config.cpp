@@ -296,6 +296,8 @@ void EpDispatchCombineConfig::validate() const {
   validate_geometry("combine_block_num", combine_block_num);
   validate_geometry("warp_num_per_block", warp_num_per_block);
   validate_geometry("combine_warp_num_per_block", combine_warp_num_per_block);
+  validate_geometry("send_block_num", send_block_num);
+  validate_geometry("recv_block_num", recv_block_num);
   for (size_t i = 0; i < schedule.size(); ++i) {
     const ScheduleEntry& entry = schedule[i];
     const std::string field = "schedule[" + std::to_string(i) + "]";

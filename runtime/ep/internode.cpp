@@ -274,7 +274,31 @@ void InternodeExchange::before_combine(const EpKernels& kernels, LaunchGeometry 
 }
 
 void InternodeExchange::combine_v2(const EpKernels& kernels, LaunchGeometry geometry, const Window& table,
-                                   const V2Combine& call, Stream& stream) {
+                                   const V2Combine& call, bool partials, bool sum, Stream& stream) {
+  const bool weighted = call.weights != nullptr;
+  if (partials) send_partials_v2(kernels, geometry, table, call, stream);
+  if (!sum) return;
+  const Kernel& sum_kernel = *kernels.internode_sum;
+  device_.launch(sum_kernel, geometry,
+                 LaunchArgs(sum_kernel)
+                     .set("output", call.output)
+                     .set("out_weights", call.out_weights)
+                     .set("has_weights", weighted)
+                     .set("route", call.route)
+                     .set("tokens", call.tokens)
+                     .set("own_partials", own_partials_)
+                     .set("own_weights", own_weights_)
+                     .set("partials_in", partials_in_)
+                     .set("partial_weights_in", partial_weights_in_)
+                     .set("per_source", rows_per_peer_)
+                     .set("rank", rank_)
+                     .set("w", table)
+                     .build(),
+                 stream);
+}
+
+void InternodeExchange::send_partials_v2(const EpKernels& kernels, LaunchGeometry geometry, const Window& table,
+                                         const V2Combine& call, Stream& stream) {
   const bool weighted = call.weights != nullptr;
   const Kernel& partials = *kernels.internode_partials;
   device_.launch(partials, geometry,
@@ -312,23 +336,6 @@ void InternodeExchange::combine_v2(const EpKernels& kernels, LaunchGeometry geom
     receives.push_back({peer, peer_rows(partial_weights_in_, node, k * 4), rows * k * 4});
   }
   transport_->exchange(sends, receives, stream);
-  const Kernel& sum = *kernels.internode_sum;
-  device_.launch(sum, geometry,
-                 LaunchArgs(sum)
-                     .set("output", call.output)
-                     .set("out_weights", call.out_weights)
-                     .set("has_weights", weighted)
-                     .set("route", call.route)
-                     .set("tokens", call.tokens)
-                     .set("own_partials", own_partials_)
-                     .set("own_weights", own_weights_)
-                     .set("partials_in", partials_in_)
-                     .set("partial_weights_in", partial_weights_in_)
-                     .set("per_source", rows_per_peer_)
-                     .set("rank", rank_)
-                     .set("w", table)
-                     .build(),
-                 stream);
 }
 
 void InternodeExchange::clear_outbox_state(Stream& stream) {

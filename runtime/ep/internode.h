@@ -65,8 +65,8 @@ class InternodeExchange {
   // v2_ll, before the combine kernel: each off-node source's expert outputs go back.
   void before_combine(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, const void* input,
                       const void* weights, bool weighted, const void* route, Stream& stream);
-  // v2's whole combine: node partials, the transfer back, the origin's sum
-  // into output / out_weights.
+  // v2's combine: node partials and the transfer back (a split call's send
+  // half), then the origin's sum into output / out_weights (its receive half).
   struct V2Combine {
     const void* input;
     const void* weights;  // null: unweighted
@@ -78,7 +78,7 @@ class InternodeExchange {
     void* out_weights;
   };
   void combine_v2(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, const V2Combine& call,
-                  Stream& stream);
+                  bool partials, bool sum, Stream& stream);
   // reset(): the outboxes' counters and counts, ordered on the op's stream.
   void clear_outbox_state(Stream& stream);
   // Why the transport's transfers failed, once they have (check()).
@@ -87,6 +87,9 @@ class InternodeExchange {
   void recover_transport(Communicator& comm) { transport_->recover(comm); }
 
  private:
+  // combine_v2's first half: the partials kernel, then their transfer to the origins' nodes.
+  void send_partials_v2(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, const V2Combine& call,
+                        Stream& stream);
   bool off_node(int peer) const { return peer / per_node_ != rank_ / per_node_; }
   // The peers a transfer pairs this rank with: every off-node rank (v2_ll),
   // or its rail peers, one per other node (v2).

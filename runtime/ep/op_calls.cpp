@@ -1,4 +1,5 @@
-// dispatch(), dispatch_replay(), combine(): checks, launches, results.
+// dispatch(), dispatch_replay(), combine() and the split calls' halves
+// (dispatch_send/recv, combine_send/recv): checks, launches, results.
 #include "op_impl.h"
 
 namespace epjit::ep {
@@ -8,6 +9,7 @@ void EpDispatchCombineOp::Impl::check_dispatch_inputs(const char* call, const Te
                                                      const TensorRef& indices, bool counts_slots) {
   require_open(call);
   require_working_transport(call);
+  require_no_split_call_open(call);
   if (counts_slots && dispatched_tokens >= 0 && pending_counted_slots)
     throw Error(std::string(call) + " while the previous dispatch awaits its combine",
                 "a combine between two dispatches that take slots (a replay may follow a dispatch directly)",
@@ -74,41 +76,24 @@ bool EpDispatchCombineOp::Impl::call_runs_internode_v2(const char* call, int64_t
   return config.runs_internode_v2(n);
 }
 
-DispatchResult EpDispatchCombineOp::Impl::launch_dispatch(const TensorRef& input, const TensorRef& weights,
+DispatchLaunch EpDispatchCombineOp::Impl::launch_dispatch(const TensorRef& input, const TensorRef& weights,
                                                           const std::optional<TensorRef>& scales,
                                                           const TensorRef& indices, void* route_map, bool replay,
-                                                          bool v2, void* kept_indices, void* kept_origins) {
-  const int64_t n = input.shape[0];
-  const ScheduleEntry& geometry = geometry_for(n);
-  const Kernel& kernel = *kernels.dispatch;
-  device.launch(kernel, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
-                LaunchArgs(kernel)
-                    .set("input", input.data)
-                    .set("weights", weights.data)
-                    .set("scales", scales ? scales->data : nullptr)
-                    .set("indices", indices.data)
-                    .set("route", route_map)
-                    .set("tokens", n)
-                    .set("rank", config.rank)
-                    .set("replay", replay)
-                    .set("forward", v2)
-                    .set("kept_from", kept_indices ? indices.data : nullptr)
-                    .set("kept_indices", kept_indices)
-                    .set("keep", kept_indices != nullptr)
-                    .set("kept_origins", kept_origins)
-                    .set("keep_origins", kept_origins != nullptr)
-                    .set("w", window_table)
-                    .build(),
-                *stream);
-  if (internode)
-    internode->after_dispatch(kernels, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
-                              window_table, route_map, forward_route(route_map), replay, v2, *stream);
-  dispatched_tokens = n;
-  pending_counted_slots = !replay;
-  pending_v2 = v2;
-
+                                                          bool v2, Halves halves, void* kept_indices,
+                                                          void* kept_origins, Routing* copy_origins_into) {
+  DispatchLaunch call{.input = input.data,
+                      .weights = weights.data,
+                      .scales = scales ? scales->data : nullptr,
+                      .indices = indices.data,
+                      .route = route_map,
+                      .tokens = input.shape[0],
+                      .replay = replay,
+                      .v2 = v2,
+                      .kept_indices = kept_indices,
+                      .kept_origins = kept_origins,
+                      .copy_origins_into = copy_origins_into};
   const int64_t cap = capacity(), k = config.num_experts_per_token;
-  DispatchResult result;
+  DispatchResult& result = call.result;
   result.tokens = {local(window.recv_tokens), tensor_type_of(config.dispatch_type(), config.target_info()),
                    {cap, config.hidden_dim}};
   result.weights = {local(window.recv_weights), DType::F32, {cap, k}};
@@ -117,16 +102,86 @@ DispatchResult EpDispatchCombineOp::Impl::launch_dispatch(const TensorRef& input
   result.indices = {local(window.recv_indices), DType::I32, {cap, k}};
   result.origins = {local(window.recv_origin), DType::I32, {cap, 2}};
   result.total_recv = total_recv_tensor();
-  return result;
+
+  enqueue_dispatch(call, halves);
+  dispatched_tokens = call.tokens;
+  pending_counted_slots = !replay;
+  pending_v2 = v2;
+  return call;
+}
+
+void EpDispatchCombineOp::Impl::enqueue_dispatch(const DispatchLaunch& call, Halves halves) {
+  const ScheduleEntry& geometry = geometry_for(call.tokens);
+  const LaunchGeometry grid{uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)};
+  const Kernel& kernel = *kernels.dispatch;
+  device.launch(kernel, split_grid(grid, halves, /*dispatch=*/true),
+                LaunchArgs(kernel)
+                    .set("input", call.input)
+                    .set("weights", call.weights)
+                    .set("scales", call.scales)
+                    .set("indices", call.indices)
+                    .set("route", call.route)
+                    .set("tokens", call.tokens)
+                    .set("rank", config.rank)
+                    .set("replay", call.replay)
+                    .set("forward", call.v2)
+                    .set("kept_from", call.kept_indices ? call.indices : nullptr)
+                    .set("kept_indices", call.kept_indices)
+                    .set("keep", call.kept_indices != nullptr)
+                    .set("kept_origins", call.kept_origins)
+                    .set("keep_origins", call.kept_origins != nullptr)
+                    .set("phases", phase_bits(halves))
+                    .set("w", window_table)
+                    .build(),
+                *stream);
+  if (halves == Halves::Send) return;
+  // Rows from other nodes cross once this rank's meeting is over: the receive half's.
+  if (internode)
+    internode->after_dispatch(kernels, grid, window_table, call.route, forward_route(call.route), call.replay,
+                              call.v2, *stream);
+  if (call.copy_origins_into) keep_origins(*call.copy_origins_into, call.result);
+}
+
+DispatchLaunch EpDispatchCombineOp::Impl::dispatch_call(const char* name, const TensorRef& input,
+                                                        const TensorRef& weights,
+                                                        const std::optional<TensorRef>& scales,
+                                                        const TensorRef& indices, Routing* record,
+                                                        const DispatchOptions& options, Halves halves) {
+  check_dispatch_inputs(name, input, weights, scales, indices, /*counts_slots=*/true);
+  if (record && record->op_id_ != id)
+    throw Error(std::string(name) + ": the routing to record into belongs to another op",
+                "a Routing from this op's make_routing()", "record with this op's make_routing()");
+  if (options.keep_call && !record)
+    throw Error(std::string(name) + ": keep_call without a routing to record into",
+                "keep_call together with a record", "pass a make_routing() as the record, or leave keep_call unset");
+  const bool v2 = call_runs_internode_v2(name, input.shape[0], options);
+  route_in_use = record ? record->route_ : route;
+  const bool indices_by_kernel = options.keep_call && kernel_keeps_indices(indices);
+  const bool origins_by_kernel = options.keep_call && kernel_keeps_origins(input.shape[0]);
+  void* kept_indices = indices_by_kernel ? kept_indices_of(*record) : nullptr;
+  void* kept_origins = origins_by_kernel ? part_of(record->kept_, *buffers.kept_origins) : nullptr;
+  // The origins are complete once the receive half is queued: copied after it.
+  Routing* copy_origins_into = options.keep_call && !origins_by_kernel ? record : nullptr;
+  DispatchLaunch call = launch_dispatch(input, weights, scales, indices, route_in_use, false, v2, halves,
+                                        kept_indices, kept_origins, copy_origins_into);
+  if (record) {
+    record->tokens_ = input.shape[0];
+    record->forward_route_ = true;
+    record->internode_v2_ = v2;
+    record->kept_call_ = options.keep_call;
+    if (options.keep_call && !indices_by_kernel) keep_indices_by_copy(*record, indices);
+  }
+  return call;
 }
 
 // expert_out (std-MoE, !unpacks_apart()): the combine kernel unpacks the
 // standard-MoE layout itself; gather's `input` is then its staged rows.
 CombineResult EpDispatchCombineOp::Impl::launch_combine(const char* call, const TensorRef& input,
-                                                        const std::optional<TensorRef>& weights,
+                                                        const std::optional<TensorRef>& weights, Halves halves,
                                                         const void* expert_out) {
   require_open(call);
   require_working_transport(call);
+  require_no_split_call_open(call);
   if (dispatched_tokens < 0)
     throw Error(std::string(call) + " without a dispatch before it", "dispatch, then combine",
                 "call dispatch() first");
@@ -143,75 +198,86 @@ CombineResult EpDispatchCombineOp::Impl::launch_combine(const char* call, const 
     if (weighted) require_pointer_alignment(*reader, "in_weights", weights->data, call, "weights");
   }
   const int64_t n = dispatched_tokens;
-  const ScheduleEntry& geometry = geometry_for(n);
-  const LaunchGeometry grid{uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)};
-  const bool staged = input.data == local(window.combine_rows);  // written in place: combine_input()
-  if (pending_v2) {
-    internode->combine_v2(kernels, grid, window_table,
-                          {input.data, weighted ? weights->data : nullptr, staged, route_in_use,
-                           forward_route(route_in_use), n, out_tokens, out_weights},
-                          *stream);
+  CombineLaunch launch{.input = input.data,
+                       .weights = weighted ? weights->data : nullptr,
+                       .expert_out = expert_out,
+                       .staged = input.data == local(window.combine_rows),  // written in place: combine_input()
+                       .tokens = n};
+  launch.result.tokens = {out_tokens, row_type, {n, config.hidden_dim}};
+  if (weighted) launch.result.weights = {out_weights, DType::F32, {n, k}};
+  enqueue_combine(launch, halves);
+  if (halves == Halves::Send) {
+    awaiting_combine_recv = launch;
   } else {
-    if (internode)
-      internode->before_combine(kernels, grid, window_table, input.data, weighted ? weights->data : nullptr,
-                                weighted, route_in_use, *stream);
-    const bool scatter = config.combine_mode == CombineMode::Scatter;
-    const bool low_latency = kernels.combine_low_latency != nullptr;
-    const Kernel& kernel = *combine_kernel();
-    LaunchArgs args(kernel);
-    args.set("input", input.data)
-        .set("in_weights", weighted ? weights->data : nullptr)
-        .set("output", out_tokens)
-        .set("out_weights", out_weights)
-        .set("route", route_in_use)
-        .set("tokens", n)
-        .set("rank", config.rank)
-        .set("has_weights", weighted)
-        .set("w", window_table);
-    if (!low_latency) {
-      args.set("expert_out", expert_out).set("unpacks", expert_out != nullptr);
-      if (!scatter) args.set("staged", staged);
-    }
-    device.launch(kernel, grid, args.build(), *stream);
+    dispatched_tokens = -1;
   }
-  dispatched_tokens = -1;
-  CombineResult result;
-  result.tokens = {out_tokens, row_type, {n, config.hidden_dim}};
-  if (weighted) result.weights = {out_weights, DType::F32, {n, k}};
-  return result;
+  return launch.result;
+}
+
+void EpDispatchCombineOp::Impl::enqueue_combine(const CombineLaunch& call, Halves halves) {
+  const ScheduleEntry& geometry = geometry_for(call.tokens);
+  const LaunchGeometry schedule_grid{uint32_t(geometry.combine_blocks), uint32_t(geometry.combine_warps)};
+  const LaunchGeometry grid = split_grid(schedule_grid, halves, /*dispatch=*/false);
+  const bool weighted = call.weights != nullptr;
+  if (pending_v2) {
+    // v2's halves: the partials and their transfer, then the sum.
+    internode->combine_v2(kernels, grid, window_table,
+                          {call.input, call.weights, call.staged, route_in_use, forward_route(route_in_use),
+                           call.tokens, out_tokens, out_weights},
+                          halves != Halves::Receive, halves != Halves::Send, *stream);
+    return;
+  }
+  // The rows for other nodes leave before this rank's combine kernel runs: the send half's.
+  if (internode && halves != Halves::Receive)
+    internode->before_combine(kernels, grid, window_table, call.input, call.weights, weighted, route_in_use, *stream);
+  const bool scatter = config.combine_mode == CombineMode::Scatter;
+  const bool low_latency = kernels.combine_low_latency != nullptr;
+  const Kernel& kernel = *combine_kernel();
+  LaunchArgs args(kernel);
+  args.set("input", call.input)
+      .set("in_weights", call.weights)
+      .set("output", out_tokens)
+      .set("out_weights", out_weights)
+      .set("route", route_in_use)
+      .set("tokens", call.tokens)
+      .set("rank", config.rank)
+      .set("has_weights", weighted)
+      .set("phases", phase_bits(halves))
+      .set("w", window_table);
+  if (!low_latency) {
+    args.set("expert_out", call.expert_out).set("unpacks", call.expert_out != nullptr);
+    if (!scatter) args.set("staged", call.staged);
+  }
+  device.launch(kernel, grid, args.build(), *stream);
 }
 
 DispatchResult EpDispatchCombineOp::dispatch(const TensorRef& input, const TensorRef& weights,
                                              const std::optional<TensorRef>& scales, const TensorRef& indices,
                                              Routing* record, const DispatchOptions& options) {
   const OneCallAtATime one_call = impl_->one_call("dispatch");
+  return impl_->dispatch_call("dispatch", input, weights, scales, indices, record, options, Halves::Both).result;
+}
+
+DispatchResult EpDispatchCombineOp::dispatch_send(const TensorRef& input, const TensorRef& weights,
+                                                  const std::optional<TensorRef>& scales, const TensorRef& indices,
+                                                  Routing* record, const DispatchOptions& options) {
+  const OneCallAtATime one_call = impl_->one_call("dispatch_send");
   Impl& op = *impl_;
-  op.check_dispatch_inputs("dispatch", input, weights, scales, indices, /*counts_slots=*/true);
-  if (record && record->op_id_ != op.id)
-    throw Error("dispatch: the routing to record into belongs to another op", "a Routing from this op's make_routing()",
-                "record with this op's make_routing()");
-  if (options.keep_call && !record)
-    throw Error("dispatch: keep_call without a routing to record into", "keep_call together with a record",
-                "pass a make_routing() as the record, or leave keep_call unset");
-  const bool v2 = op.call_runs_internode_v2("dispatch", input.shape[0], options);
-  op.route_in_use = record ? record->route_ : op.route;
-  const bool indices_by_kernel = options.keep_call && op.kernel_keeps_indices(indices);
-  const bool origins_by_kernel = options.keep_call && op.kernel_keeps_origins(input.shape[0]);
-  void* kept_indices = indices_by_kernel ? op.kept_indices_of(*record) : nullptr;
-  void* kept_origins = origins_by_kernel ? op.part_of(record->kept_, *op.buffers.kept_origins) : nullptr;
-  DispatchResult result =
-      op.launch_dispatch(input, weights, scales, indices, op.route_in_use, false, v2, kept_indices, kept_origins);
-  if (record) {
-    record->tokens_ = input.shape[0];
-    record->forward_route_ = true;
-    record->internode_v2_ = v2;
-    record->kept_call_ = options.keep_call;
-    if (options.keep_call) {
-      if (!origins_by_kernel) op.keep_origins(*record, result);
-      if (!indices_by_kernel) op.keep_indices_by_copy(*record, indices);
-    }
-  }
-  return result;
+  op.awaiting_dispatch_recv =
+      op.dispatch_call("dispatch_send", input, weights, scales, indices, record, options, Halves::Send);
+  return op.awaiting_dispatch_recv->result;
+}
+
+void EpDispatchCombineOp::dispatch_recv() {
+  const OneCallAtATime one_call = impl_->one_call("dispatch_recv");
+  Impl& op = *impl_;
+  op.require_open("dispatch_recv");
+  if (!op.awaiting_dispatch_recv)
+    throw Error("dispatch_recv without a dispatch_send before it", "dispatch_send(), then dispatch_recv()",
+                "call dispatch_send() first (dispatch() is the one-phase call)");
+  const DispatchLaunch call = *op.awaiting_dispatch_recv;
+  op.awaiting_dispatch_recv.reset();
+  op.enqueue_dispatch(call, Halves::Receive);
 }
 
 DispatchResult EpDispatchCombineOp::dispatch_replay(const TensorRef& input, const TensorRef& weights,
@@ -236,12 +302,33 @@ DispatchResult EpDispatchCombineOp::dispatch_replay(const TensorRef& input, cons
                 "replay the recorded routing itself, load the whole route_map(), or build the op with "
                 "internode_kernel v2_ll");
   op.route_in_use = routing.route_;
-  return op.launch_dispatch(input, weights, scales, indices, routing.route_, true, routing.internode_v2_);
+  return op.launch_dispatch(input, weights, scales, indices, routing.route_, true, routing.internode_v2_, Halves::Both)
+      .result;
 }
 
 CombineResult EpDispatchCombineOp::combine(const TensorRef& input, const std::optional<TensorRef>& weights) {
   const OneCallAtATime one_call = impl_->one_call("combine");
-  return impl_->launch_combine("combine", input, weights);
+  return impl_->launch_combine("combine", input, weights, Halves::Both);
+}
+
+void EpDispatchCombineOp::combine_send(const TensorRef& input, const std::optional<TensorRef>& weights) {
+  const OneCallAtATime one_call = impl_->one_call("combine_send");
+  impl_->launch_combine("combine_send", input, weights, Halves::Send);
+}
+
+CombineResult EpDispatchCombineOp::combine_recv() {
+  const OneCallAtATime one_call = impl_->one_call("combine_recv");
+  Impl& op = *impl_;
+  op.require_open("combine_recv");
+  if (!op.awaiting_combine_recv)
+    throw Error("combine_recv without a combine_send before it",
+                "combine_send() (or std_moe_combine_send()), then combine_recv()",
+                "call combine_send() first (combine() is the one-phase call)");
+  const CombineLaunch call = *op.awaiting_combine_recv;
+  op.awaiting_combine_recv.reset();
+  op.enqueue_combine(call, Halves::Receive);
+  op.dispatched_tokens = -1;
+  return call.result;
 }
 
 TensorRef EpDispatchCombineOp::combine_input() {

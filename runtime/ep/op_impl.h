@@ -41,6 +41,31 @@ void expect_tensor(const char* call, const char* what, const TensorRef& tensor, 
 // A word of the op's memory, read after the op's stream's work (only).
 int32_t read_word(Device& device, Stream& stream, const void* base, size_t byte_offset);
 
+// Which halves of a dispatch or combine one launch runs: a one-phase call
+// both; a split call its send half, then (dispatch_recv, combine_recv) its
+// receive half.
+enum class Halves { Send, Receive, Both };
+
+// A dispatch's kernel arguments, kept from its send half for its receive half.
+struct DispatchLaunch {
+  const void *input = nullptr, *weights = nullptr, *scales = nullptr, *indices = nullptr;
+  void* route = nullptr;
+  int64_t tokens = 0;
+  bool replay = false, v2 = false;
+  void *kept_indices = nullptr, *kept_origins = nullptr;
+  // keep_call where the kernel does not keep the origins: copied once the receive half is queued.
+  Routing* copy_origins_into = nullptr;
+  DispatchResult result;
+};
+
+// A combine's arguments, the same way.
+struct CombineLaunch {
+  const void *input = nullptr, *weights = nullptr, *expert_out = nullptr;
+  bool staged = false;
+  int64_t tokens = 0;
+  CombineResult result;
+};
+
 struct EpDispatchCombineOp::Impl {
   EpDispatchCombineConfig config;
   Communicator& comm;
@@ -86,6 +111,10 @@ struct EpDispatchCombineOp::Impl {
   bool pending_counted_slots = false;
   void* route_in_use = nullptr;    // the route map of the pending dispatch
   bool pending_v2 = false;         // the pending dispatch ran internode v2 (its combine must too)
+  // A split call between its halves (dispatch_send .. dispatch_recv,
+  // combine_send .. combine_recv): what its receive half launches.
+  std::optional<DispatchLaunch> awaiting_dispatch_recv;
+  std::optional<CombineLaunch> awaiting_combine_recv;
   bool closed = false;    // calls throw
   bool released = false;  // memory freed (at close(), or at destruction)
   std::atomic<const char*> running_call{nullptr};  // see OneCallAtATime
@@ -251,10 +280,18 @@ struct EpDispatchCombineOp::Impl {
   // largest count of any rank when the caller gives it, else by n.
   bool call_runs_internode_v2(const char* call, int64_t n, const DispatchOptions& options) const;
 
-  DispatchResult launch_dispatch(const TensorRef& input, const TensorRef& weights,
+  // A dispatch's launch: the state its combine reads, its result, and its
+  // first (or only) launch; a split call's receive half is queued later by
+  // enqueue_dispatch(..., Halves::Receive).
+  DispatchLaunch launch_dispatch(const TensorRef& input, const TensorRef& weights,
                                  const std::optional<TensorRef>& scales, const TensorRef& indices, void* route_map,
-                                 bool replay, bool v2, void* kept_indices = nullptr,
-                                 void* kept_origins = nullptr);
+                                 bool replay, bool v2, Halves halves, void* kept_indices = nullptr,
+                                 void* kept_origins = nullptr, Routing* copy_origins_into = nullptr);
+  void enqueue_dispatch(const DispatchLaunch& call, Halves halves);
+  // dispatch() and dispatch_send(): checks, the routing to record, the launch.
+  DispatchLaunch dispatch_call(const char* call, const TensorRef& input, const TensorRef& weights,
+                               const std::optional<TensorRef>& scales, const TensorRef& indices, Routing* record,
+                               const DispatchOptions& options, Halves halves);
 
   // Does std_moe_combine launch the unpack kernel before the combine? Only
   // internode, where the rows leave the node before the combine kernel runs.
@@ -273,7 +310,43 @@ struct EpDispatchCombineOp::Impl {
   // expert_out (std-MoE, !unpacks_apart()): the combine kernel unpacks the
   // standard-MoE layout itself; gather's `input` is then its staged rows.
   CombineResult launch_combine(const char* call, const TensorRef& input, const std::optional<TensorRef>& weights,
-                               const void* expert_out = nullptr);
+                               Halves halves, const void* expert_out = nullptr);
+  void enqueue_combine(const CombineLaunch& call, Halves halves);
+  CombineResult std_moe_combine_call(const char* call, const TensorRef& expert_out,
+                                     const std::optional<TensorRef>& weights, Halves halves);
+
+  // The kernels' `phases` argument for `halves` (the template's bits).
+  int64_t phase_bits(Halves halves) const {
+    switch (halves) {
+      case Halves::Send: return window.phase_send;
+      case Halves::Receive: return window.phase_receive;
+      case Halves::Both: return window.phase_send | window.phase_receive;
+    }
+    return 0;
+  }
+  // A launch's grid for `halves` of a call on the schedule's `grid`: a send
+  // half within send_block_num, a combine's receive half within
+  // recv_block_num; a dispatch's receive half is one block (its lead warp
+  // waits and publishes; keep_origins copies on that block's warps).
+  LaunchGeometry split_grid(LaunchGeometry grid, Halves halves, bool dispatch) const {
+    if (halves == Halves::Send && config.send_block_num)
+      grid.blocks = std::min(grid.blocks, uint32_t(*config.send_block_num));
+    if (halves == Halves::Receive) {
+      if (dispatch) grid.blocks = 1;
+      else if (config.recv_block_num) grid.blocks = std::min(grid.blocks, uint32_t(*config.recv_block_num));
+    }
+    return grid;
+  }
+  // Between a split call's halves only its receive (and calls that launch
+  // nothing of the op's: streams, events, check(), reset(), close()) may come.
+  void require_no_split_call_open(const char* call) const {
+    const char* open = awaiting_dispatch_recv ? "dispatch_send" : awaiting_combine_recv ? "combine_send" : nullptr;
+    if (!open) return;
+    const std::string receive = awaiting_dispatch_recv ? "dispatch_recv" : "combine_recv";
+    throw Error(std::string(call) + " between " + open + "() and its " + receive + "()",
+                receive + "() next: a split call's halves enclose no other call of the op",
+                "call " + receive + "() first (or reset() on every rank to abandon the call)");
+  }
 
 
   // The received rows (tokens, indices, the received count) are this rank's

@@ -98,6 +98,12 @@ EpWindowMap EpWindowMap::of(const ModuleInterface& record, const WindowLayout& l
   map.total_recv_word = record.constant("state_total_recv");
   map.error_word = record.constant("state_error");
   map.peer_timeout_word = record.constant("state_peer_timeout_ms");
+  map.phase_send = record.constant("phase_send");
+  map.phase_receive = record.constant("phase_receive");
+  if (map.phase_send <= 0 || map.phase_receive <= 0 || (map.phase_send & map.phase_receive) != 0)
+    throw Error(record.template_name + " names phases " + std::to_string(map.phase_send) + " and " +
+                    std::to_string(map.phase_receive),
+                "two distinct bits (@phase_send, @phase_receive)", "fix the template's phase constants");
   map.error_peer_timeout = int32_t(record.constant("error_peer_timeout"));
   map.error_capacity_exceeded = int32_t(record.constant("error_capacity_exceeded"));
   map.error_expert_out_of_range = int32_t(record.constant("error_expert_out_of_range"));

@@ -43,6 +43,8 @@ struct EpWindowMap {
   // clears them, or a line of an earlier epoch would pass for a new one.
   size_t flagged_rows = 0, flagged_rows_bytes = 0, flagged_weights = 0, flagged_weights_bytes = 0;
   int64_t total_recv_word = 0, error_word = 0, peer_timeout_word = 0;
+  // The bits of a dispatch's or combine's `phases` argument (ep/common).
+  int64_t phase_send = 0, phase_receive = 0;
   int32_t error_peer_timeout = 0, error_capacity_exceeded = 0, error_expert_out_of_range = 0,
           error_internode_count = 0;
 

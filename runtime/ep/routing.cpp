@@ -53,6 +53,7 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
   const OneCallAtATime one_call = impl_->one_call("load_routing");
   Impl& op = *impl_;
   op.require_open("load_routing");
+  op.require_no_split_call_open("load_routing");
   op.require_not_capturing("load_routing");
   if (routing.op_id_ != op.id)
     throw Error("load_routing: the routing belongs to another op", "a Routing from this op's make_routing()",

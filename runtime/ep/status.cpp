@@ -74,6 +74,8 @@ void EpDispatchCombineOp::reset() {
   if (op.internode) op.internode->clear_outbox_state(*op.stream);
   op.write_peer_timeout();
   op.dispatched_tokens = -1;
+  op.awaiting_dispatch_recv.reset();  // a split call's receive half is abandoned with its call
+  op.awaiting_combine_recv.reset();
   op.comm.barrier();
 }
 

@@ -7,6 +7,7 @@ StdMoeResult EpDispatchCombineOp::std_moe_pack() {
   const OneCallAtATime one_call = impl_->one_call("std_moe_pack");
   Impl& op = *impl_;
   op.require_open("std_moe_pack");
+  op.require_no_split_call_open("std_moe_pack");
   op.require_std_moe("std_moe_pack");
   op.require_received_rows("std_moe_pack");
   const ScheduleEntry geometry = op.geometry_for(op.dispatched_tokens);
@@ -29,17 +30,28 @@ StdMoeResult EpDispatchCombineOp::std_moe_pack() {
 
 CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, const std::optional<TensorRef>& weights) {
   const OneCallAtATime one_call = impl_->one_call("std_moe_combine");
-  Impl& op = *impl_;
-  op.require_open("std_moe_combine");
-  op.require_std_moe("std_moe_combine");
+  return impl_->std_moe_combine_call("std_moe_combine", expert_out, weights, Halves::Both);
+}
+
+void EpDispatchCombineOp::std_moe_combine_send(const TensorRef& expert_out, const std::optional<TensorRef>& weights) {
+  const OneCallAtATime one_call = impl_->one_call("std_moe_combine_send");
+  impl_->std_moe_combine_call("std_moe_combine_send", expert_out, weights, Halves::Send);
+}
+
+CombineResult EpDispatchCombineOp::Impl::std_moe_combine_call(const char* call, const TensorRef& expert_out,
+                                                              const std::optional<TensorRef>& weights, Halves halves) {
+  Impl& op = *this;
+  op.require_open(call);
+  op.require_std_moe(call);
+  op.require_no_split_call_open(call);
   const int64_t experts = op.config.num_experts_per_rank;
   const int64_t rows = int64_t(op.config.world_size) * op.config.max_num_inp_token_per_rank;
-  expect_tensor("std_moe_combine", "expert_out", expert_out, DType::BF16, {experts, rows, op.config.hidden_dim});
+  expect_tensor(call, "expert_out", expert_out, DType::BF16, {experts, rows, op.config.hidden_dim});
   if (op.dispatched_tokens < 0)
-    throw Error("std_moe_combine without a dispatch before it", "dispatch, std_moe_pack, std_moe_combine",
+    throw Error(std::string(call) + " without a dispatch before it", "dispatch, std_moe_pack, std_moe_combine",
                 "call dispatch() and std_moe_pack() first");
   for (const Kernel* reader : {op.combine_kernel(), op.kernels.std_moe_unpack})
-    if (reader) require_pointer_alignment(*reader, "expert_out", expert_out.data, "std_moe_combine", "expert_out");
+    if (reader) require_pointer_alignment(*reader, "expert_out", expert_out.data, call, "expert_out");
   // Gather's staged rows (combine_input()); scatter's buffer of its own
   // where it stages them (under quant, and internode).
   void* unpacked = op.moe_combine_in ? op.moe_combine_in : op.local(op.window.combine_rows);
@@ -52,17 +64,17 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
       const TensorRef input = op.moe_combine_in ? combine_in
                                                 : TensorRef{expert_out.data, DType::BF16,
                                                             {op.capacity(), op.config.hidden_dim}};
-      return op.launch_combine("std_moe_combine", input, weights, expert_out.data);
+      return op.launch_combine(call, input, weights, halves, expert_out.data);
     }
     const auto* out_begin = static_cast<const std::byte*>(expert_out.data);
     const auto* rows_begin = static_cast<const std::byte*>(unpacked);
     const size_t out_bytes = size_t(experts) * size_t(rows) * size_t(op.config.hidden_dim) * 2;
     const size_t rows_bytes = size_t(op.capacity()) * size_t(op.config.hidden_dim) * 2;
     if (out_begin < rows_begin + rows_bytes && rows_begin < out_begin + out_bytes)
-      throw Error("std_moe_combine: expert_out overlaps combine_input(), the rows it unpacks into (they would be "
+      throw Error(std::string(call) + ": expert_out overlaps combine_input(), the rows it unpacks into (they would be "
                   "overwritten while read)",
                   "expert outputs in a buffer of their own", "write the experts' outputs to another tensor");
-    return op.launch_combine("std_moe_combine", combine_in, weights, expert_out.data);
+    return op.launch_combine(call, combine_in, weights, halves, expert_out.data);
   }
   const ScheduleEntry geometry = op.geometry_for(op.dispatched_tokens);
   const Kernel& kernel = *op.kernels.std_moe_unpack;
@@ -74,13 +86,14 @@ CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, 
                        .set("w", op.window_table)
                        .build(),
                    *op.stream);
-  return op.launch_combine("std_moe_combine", combine_in, weights);
+  return op.launch_combine(call, combine_in, weights, halves);
 }
 
 std::vector<int> EpDispatchCombineOp::local_expert_counts(ExpertCountRule rule) {
   const OneCallAtATime one_call = impl_->one_call("local_expert_counts");
   Impl& op = *impl_;
   op.require_open("local_expert_counts");
+  op.require_no_split_call_open("local_expert_counts");
   op.require_not_capturing("local_expert_counts");
   op.require_received_rows("local_expert_counts");
   // Read on the op's stream: after its dispatch, and a failed kernel throws here.
@@ -105,6 +118,7 @@ TensorRef EpDispatchCombineOp::local_expert_counts_device(ExpertCountRule rule) 
   const OneCallAtATime one_call = impl_->one_call("local_expert_counts_device");
   Impl& op = *impl_;
   op.require_open("local_expert_counts_device");
+  op.require_no_split_call_open("local_expert_counts_device");
   op.require_received_rows("local_expert_counts_device");
   // One block: the kernel clears the counts, then counts, with a block barrier between.
   const Kernel& kernel = *op.kernels.count_experts;

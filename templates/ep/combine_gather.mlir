@@ -12,10 +12,13 @@ ep.include "ep/std_moe"
 // standard-MoE layout's `expert_out` into @combine_rows (@unpack_received),
 // and staged is set. One kernel instead of an unpack kernel and this one: a
 // launch less per std-MoE combine.
+// phases (@phase_send, @phase_receive): the send half stages and arrives;
+// the receive half sums (its warps wait for every rank's arrival).
 ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,
                              %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                              %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
-                             %staged: index, %expert_out: !ep.ptr<bf16>, %unpacks: index, %w: !ep.window)
+                             %staged: index, %expert_out: !ep.ptr<bf16>, %unpacks: index, %phases: index,
+                             %w: !ep.window)
     warps_per_block(4) when(@combine_mode eq "gather" and @low_latency eq 0) {
   // The epoch and the received count are read before the stopped check, all three loads in flight at once.
   %c0 = arith.constant 0 : index
@@ -25,6 +28,8 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
   %epoch = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
   %total_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
+  %send_phase = ep.constant_value @phase_send : index
+  %sending = func.call @runs_phase(%phases, %send_phase) : (index, index) -> i1
   // The weights row this warp stages first, on its way while the state words
   // come back (the caller's input, which has at least capacity rows).
   %topk = ep.param_value @topk : index
@@ -34,7 +39,8 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
   %first_slot = func.call @block_major_warp_index() : () -> index
   %weighted = arith.cmpi ne, %has_weights, %c0 : index
   %row_exists = arith.cmpi ult, %first_slot, %capacity : index
-  %prefetches = arith.andi %weighted, %row_exists : i1
+  %weighted_row = arith.andi %weighted, %row_exists : i1
+  %prefetches = arith.andi %weighted_row, %sending : i1
   scf.if %prefetches {
     %first_row = arith.muli %first_slot, %topk : index
     ep.prefetch %in_weights[%first_row] : !ep.ptr<f32>
@@ -49,13 +55,16 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
     %total = arith.index_cast %total_i32 : i32 to index
     %stride = ep.global_warp_count : index
 
-    scf.if %unpacking {
+    // A receive half stages nothing (its send half did) and does not arrive.
+    %unpacks_here = arith.andi %unpacking, %sending : i1
+    scf.if %unpacks_here {
       %received = ep.peer_ptr %w[%rank] @combine_rows[%c0] : !ep.ptr<!ep.row_elem<"combine_elem">>
       func.call @unpack_received(%expert_out, %received, %w, %rank, %total)
           : (!ep.ptr<bf16>, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.window, index, index) -> ()
     }
     %copy_rows = arith.cmpi eq, %staged, %c0 : index
-    scf.for %i = %first_slot to %total step %stride {
+    %staged_end = arith.select %sending, %total, %c0 : index
+    scf.for %i = %first_slot to %staged_end step %stride {
       %at = arith.muli %i, %hidden : index
       scf.if %copy_rows {
         %rows = ep.peer_ptr %w[%rank] @combine_rows[%at] : !ep.ptr<!ep.row_elem<"combine_elem">>
@@ -68,11 +77,17 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
         ep.warp.copy_row %in_weights[%weights_at], %staged_weights[%c0], %topk : !ep.ptr<f32> -> !ep.ptr<f32>
       }
     }
-    %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %combine_meeting)
-        : (!ep.window, index, i32, index, index) -> i1
-    func.call @sum_contributions(%w, %rank, %route, %tokens, %output, %out_weights, %weighted, %epoch,
-                                 %combine_meeting)
-        : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, i32,
-           index) -> ()
+    scf.if %sending {
+      %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %combine_meeting)
+          : (!ep.window, index, i32, index, index) -> i1
+    }
+    %receive_phase = ep.constant_value @phase_receive : index
+    %receiving = func.call @runs_phase(%phases, %receive_phase) : (index, index) -> i1
+    scf.if %receiving {
+      func.call @sum_contributions(%w, %rank, %route, %tokens, %output, %out_weights, %weighted, %epoch,
+                                   %combine_meeting)
+          : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, i32,
+             index) -> ()
+    }
   }
 }

@@ -244,10 +244,13 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
   return
 }
 
+// phases (@phase_send, @phase_receive): the send half pushes; the receive
+// half sums as the lines arrive, and arrives at the combine meeting on the
+// way (after the send half's reads of the received slots, by stream order).
 ep.kernel @ep_combine_low_latency(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,
                                   %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                                   %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
-                                  %w: !ep.window) warps_per_block(4) when(@low_latency) {
+                                  %phases: index, %w: !ep.window) warps_per_block(4) when(@low_latency) {
   // The epoch and the received count are read before the stopped check, all three loads in flight at once.
   %c0 = arith.constant 0 : index
   %epoch_word = ep.constant_value @state_epoch : index
@@ -259,10 +262,18 @@ ep.kernel @ep_combine_low_latency(%input: !ep.ptr<!ep.row_elem<"combine_elem">>,
   scf.if %answered {
     %weighted = arith.cmpi ne, %has_weights, %c0 : index
     %total = arith.index_cast %total_i32 : i32 to index
-    func.call @push_flagged(%input, %in_weights, %weighted, %total, %epoch, %rank, %w)
-        : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, index, i32, index, !ep.window) -> ()
-    func.call @sum_flagged(%w, %rank, %route, %tokens, %input, %output, %out_weights, %weighted, %epoch)
-        : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>,
-           !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, i32) -> ()
+    %send_phase = ep.constant_value @phase_send : index
+    %receive_phase = ep.constant_value @phase_receive : index
+    %sending = func.call @runs_phase(%phases, %send_phase) : (index, index) -> i1
+    %receiving = func.call @runs_phase(%phases, %receive_phase) : (index, index) -> i1
+    scf.if %sending {
+      func.call @push_flagged(%input, %in_weights, %weighted, %total, %epoch, %rank, %w)
+          : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, index, i32, index, !ep.window) -> ()
+    }
+    scf.if %receiving {
+      func.call @sum_flagged(%w, %rank, %route, %tokens, %input, %output, %out_weights, %weighted, %epoch)
+          : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>,
+             !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, i32) -> ()
+    }
   }
 }

@@ -53,6 +53,22 @@ ep.constant @meeting_combine = 1 : index
 ep.constant @meeting_forward = 2 : index           // internode v2: every rank of the node has forwarded
 ep.constant @meetings = 3 : index
 
+// A call's halves, the bits of a dispatch's or combine's `phases` argument:
+// a one-phase call runs both in one launch; a split call (dispatch_send,
+// then dispatch_recv) launches each alone, with other work between them.
+ep.constant @phase_send = 1 : index      // the transfers, up to this rank's arrival at the meeting
+ep.constant @phase_receive = 2 : index   // the wait for every rank, and all that follows it
+
+// Does `phases` include `phase`?
+func.func private @runs_phase(%phases: index, %phase: index) -> i1 {
+  %zero = arith.constant 0 : i64
+  %phases_bits = arith.index_cast %phases : index to i64
+  %phase_bit = arith.index_cast %phase : index to i64
+  %bit = arith.andi %phases_bits, %phase_bit : i64
+  %runs = arith.cmpi ne, %bit, %zero : i64
+  return %runs : i1
+}
+
 // ceil(a / b), b > 0.
 func.func private @ceil_div(%a: index, %b: index) -> index {
   %c1 = arith.constant 1 : index

@@ -518,10 +518,14 @@ func.func private @copy_words_in_runs(%from: !ep.ptr<i32>, %to: !ep.ptr<i32>, %c
 // one node, a call of up to 1024 tokens): once every peer's rows are in and
 // the last block's lead warp has published their count, that block's warps
 // (told by ep.block_any) copy the received rows' origins to kept_origins.
+// phases (@phase_send, @phase_receive): the send half sends and arrives; the
+// receive half, launched alone on one block, waits for every rank on its
+// lead warp and does what the last block of a one-phase call does after its
+// arrival. Both read the same epoch: only the receive half stores it.
 ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                        %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index, %rank: index,
                        %replay: index, %forward: index, %kept_from: !ep.ptr<i32>, %kept_indices: !ep.ptr<i32>,
-                       %keep: index, %kept_origins: !ep.ptr<i32>, %keep_origins: index,
+                       %keep: index, %kept_origins: !ep.ptr<i32>, %keep_origins: index, %phases: index,
                        %w: !ep.window) warps_per_block(4) {
   // The epoch is read before the stopped check so both loads are in flight at once.
   %c0 = arith.constant 0 : index
@@ -530,6 +534,10 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
   %previous = ep.atomic_load %state[%epoch_word] scope(agent) order(relaxed) : !ep.ptr<i32>
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
+  %send_phase = ep.constant_value @phase_send : index
+  %receive_phase = ep.constant_value @phase_receive : index
+  %sending = func.call @runs_phase(%phases, %send_phase) : (index, index) -> i1
+  %receiving = func.call @runs_phase(%phases, %receive_phase) : (index, index) -> i1
   // A tiny call (no more top-k entries than blocks) gives each entry a whole
   // block: one warp takes the slot, then every warp copies its share of the
   // row, so the row crosses in one round of loads. The block's expert is
@@ -542,7 +550,8 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   %by_block = arith.cmpi ule, %entries, %blocks : index
   %block = ep.block_index : index
   %has_entry = arith.cmpi ult, %block, %entries : index
-  %reads_entry = arith.andi %by_block, %has_entry : i1
+  %sends_by_block = arith.andi %by_block, %sending : i1
+  %reads_entry = arith.andi %sends_by_block, %has_entry : i1
   %early_expert = scf.if %reads_entry -> (i32) {
     %expert = ep.load %indices[%block] : !ep.ptr<i32>
     scf.yield %expert : i32
@@ -550,7 +559,8 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
     %none = ep.constant_value @expert_none : i32
     scf.yield %none : i32
   }
-  %keeping = arith.cmpi ne, %keep, %c0 : index
+  %keep_asked = arith.cmpi ne, %keep, %c0 : index
+  %keeping = arith.andi %keep_asked, %sending : i1
   scf.if %keeping {
     %warp = ep.global_warp_index : index
     %warps = ep.global_warp_count : index
@@ -565,36 +575,47 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
     %forwarding = arith.cmpi ne, %forward, %c0 : index
     %epoch = arith.addi %previous, %one : i32
 
-    scf.if %by_block {
-      func.call @send_entries_by_block(%input, %weights, %scales, %indices, %route, %has_entry, %rank, %replaying,
-                                       %forwarding, %early_expert, %w)
-          : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, i1, index, i1, i1, i32, !ep.window) -> ()
-    } else {
-      // At most two top-k entries per warp: one entry per work item, so a
-      // small call's copies to different ranks run on different warps and
-      // its latency is one slot reservation and one row copy. More: whole
-      // tokens per warp, with the warp's slots on each destination reserved
-      // at once.
-      %first = ep.global_warp_index : index
-      %stride = ep.global_warp_count : index
-      %two_per_warp = arith.muli %stride, %c2 : index
-      %split = arith.cmpi ule, %entries, %two_per_warp : index
-      scf.if %split {
-        scf.for %entry = %first to %entries step %stride {
-          func.call @send_entry(%input, %weights, %scales, %indices, %route, %entry, %rank, %replaying, %forwarding, %w)
+    // The last block to finish tells every rank this one is done (its lead
+    // warp gets true); a receive half alone is led by its block's warp 0.
+    %last = scf.if %sending -> (i1) {
+      scf.if %by_block {
+        func.call @send_entries_by_block(%input, %weights, %scales, %indices, %route, %has_entry, %rank, %replaying,
+                                         %forwarding, %early_expert, %w)
+            : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, i1, index, i1, i1, i32, !ep.window) -> ()
+      } else {
+        // At most two top-k entries per warp: one entry per work item, so a
+        // small call's copies to different ranks run on different warps and
+        // its latency is one slot reservation and one row copy. More: whole
+        // tokens per warp, with the warp's slots on each destination reserved
+        // at once.
+        %first = ep.global_warp_index : index
+        %stride = ep.global_warp_count : index
+        %two_per_warp = arith.muli %stride, %c2 : index
+        %split = arith.cmpi ule, %entries, %two_per_warp : index
+        scf.if %split {
+          scf.for %entry = %first to %entries step %stride {
+            func.call @send_entry(%input, %weights, %scales, %indices, %route, %entry, %rank, %replaying, %forwarding, %w)
+                : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, i1, !ep.window) -> ()
+          }
+        } else {
+          func.call @send_tokens_reserved(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying, %forwarding, %w)
               : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, i1, !ep.window) -> ()
         }
-      } else {
-        func.call @send_tokens_reserved(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying, %forwarding, %w)
-            : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, i1, !ep.window) -> ()
       }
+      %arrived_last = func.call @arrive(%w, %rank, %epoch, %arrivals, %dispatch_meeting) : (!ep.window, index, i32, index, index) -> i1
+      scf.yield %arrived_last : i1
+    } else {
+      %warp = ep.warp_index : index
+      %lead_warp = arith.cmpi eq, %warp, %c0 : index
+      %first_block = arith.cmpi eq, %block, %c0 : index
+      %leads = arith.andi %lead_warp, %first_block : i1
+      scf.yield %leads : i1
     }
 
-    // The last block to finish tells every rank this one is done; its lead
-    // warp waits for all of them, then publishes what arrived and clears the
-    // receive counter (forwarding: ep_internode_forward does, later).
-    %last = func.call @arrive(%w, %rank, %epoch, %arrivals, %dispatch_meeting) : (!ep.window, index, i32, index, index) -> i1
-    scf.if %last {
+    // That warp waits for all of them, then publishes what arrived and
+    // clears the receive counter (forwarding: ep_internode_forward does, later).
+    %finishes = arith.andi %last, %receiving : i1
+    scf.if %finishes {
       func.call @poll_all(%w, %rank, %epoch, %dispatch_meeting) : (!ep.window, index, i32, index) -> ()
       scf.if %forwarding {
         func.call @stop_after_timeout(%w, %rank) : (!ep.window, index) -> ()
@@ -607,9 +628,10 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
     }
     // Every warp of the last block, once its lead warp has published what
     // arrived, copies a run of the received rows' origins (two words a row).
-    %keeping_origins = arith.cmpi ne, %keep_origins, %c0 : index
+    %keep_origins_asked = arith.cmpi ne, %keep_origins, %c0 : index
+    %keeping_origins = arith.andi %keep_origins_asked, %receiving : i1
     scf.if %keeping_origins {
-      %last_block = ep.block_any %last
+      %last_block = ep.block_any %finishes
       scf.if %last_block {
         %total_word = ep.constant_value @state_total_recv : index
         %kept = ep.load %state[%total_word] : !ep.ptr<i32>
@@ -625,4 +647,3 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
     }
   }
 }
-

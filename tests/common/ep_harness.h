@@ -70,6 +70,9 @@ struct EpCase {
   bool replay_through_map = false;
   bool weights = true;  // combine weights
   bool zero_copy = false;  // gather: experts write into op.combine_input()
+  // Dispatches (not replays) and combines run as split calls: the send
+  // half, other work on the op's stream, then the receive half.
+  bool split_phase = false;
   uint32_t seed = 1;
   double peer_timeout_s = 0;  // 0: the default
   // Internode: nodes of gpu_per_node consecutive ranks (the communicator's
@@ -278,6 +281,12 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
   void* d_expert_weights = allocate(size_t(cap * k) * 4);
   const int64_t moe_rows = int64_t(c.world) * max_tokens;
   void* d_moe_out = c.std_moe ? allocate(size_t(c.experts_per_rank * moe_rows * hidden) * 2) : nullptr;
+  // Work queued between a split call's halves: a copy on the op's stream
+  // that no half reads or writes.
+  constexpr size_t kBetweenBytes = 1 << 16;
+  void* d_between_from = c.split_phase ? allocate(kBetweenBytes) : nullptr;
+  void* d_between_to = c.split_phase ? allocate(kBetweenBytes) : nullptr;
+  auto workBetweenHalves = [&] { device.copy_async(d_between_to, d_between_from, kBetweenBytes, op.stream()); };
 
   DispatchResult last_dispatch{};
   CombineResult last_combine{};
@@ -327,10 +336,18 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
     }
     if (c.before_dispatch) c.before_dispatch(call, rank, comm);
     if (routing && !replay) std::swap(routing, routing_before);
-    DispatchResult result = replay ? op.dispatch_replay(input, weights, scales, indices, *routing)
-                                   : op.dispatch(input, weights, scales, indices, routing.get(),
-                                                 {.max_tokens_across_ranks = mine.max_tokens_across_ranks,
-                                                  .keep_call = routing != nullptr});
+    const DispatchOptions options{.max_tokens_across_ranks = mine.max_tokens_across_ranks,
+                                  .keep_call = routing != nullptr};
+    DispatchResult result;
+    if (replay) {
+      result = op.dispatch_replay(input, weights, scales, indices, *routing);
+    } else if (c.split_phase) {
+      result = op.dispatch_send(input, weights, scales, indices, routing.get(), options);
+      workBetweenHalves();
+      op.dispatch_recv();
+    } else {
+      result = op.dispatch(input, weights, scales, indices, routing.get(), options);
+    }
     op.check();
     if (routing && !replay) {
       if (kept_before) {
@@ -520,9 +537,16 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
       }
       const auto moe_combined = reference::combine(config, received, outputs, inputs);
       device.copy_to_device(d_expert_weights, recv_weights.data(), recv_weights.size() * 4);
-      result = op.std_moe_combine(tensor(d_moe_out, DType::BF16, {c.experts_per_rank, moe_rows, hidden}),
-                                  c.weights ? std::optional(tensor(d_expert_weights, DType::F32, {cap, k}))
-                                            : std::nullopt);
+      const TensorRef expert_out = tensor(d_moe_out, DType::BF16, {c.experts_per_rank, moe_rows, hidden});
+      const std::optional<TensorRef> expert_weights =
+          c.weights ? std::optional(tensor(d_expert_weights, DType::F32, {cap, k})) : std::nullopt;
+      if (c.split_phase) {
+        op.std_moe_combine_send(expert_out, expert_weights);
+        workBetweenHalves();
+        result = op.combine_recv();
+      } else {
+        result = op.std_moe_combine(expert_out, expert_weights);
+      }
       op.check();
       std::vector<uint8_t> out(size_t(n) * row_bytes);
       if (n) device.copy_to_host(out.data(), result.tokens.data, out.size());
@@ -532,8 +556,15 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
       const TensorRef expert_in = c.zero_copy ? op.combine_input() : tensor(d_expert, row_type, {cap, hidden});
       device.copy_to_device(expert_in.data, mine.data(), mine.size());
       device.copy_to_device(d_expert_weights, recv_weights.data(), recv_weights.size() * 4);
-      result = op.combine(expert_in,
-                          c.weights ? std::optional(tensor(d_expert_weights, DType::F32, {cap, k})) : std::nullopt);
+      const std::optional<TensorRef> expert_weights =
+          c.weights ? std::optional(tensor(d_expert_weights, DType::F32, {cap, k})) : std::nullopt;
+      if (c.split_phase) {
+        op.combine_send(expert_in, expert_weights);
+        workBetweenHalves();
+        result = op.combine_recv();
+      } else {
+        result = op.combine(expert_in, expert_weights);
+      }
       op.check();
       std::vector<uint8_t> out(size_t(max_tokens) * row_bytes);
       device.copy_to_host(out.data(), result.tokens.data, out.size());

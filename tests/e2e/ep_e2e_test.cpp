@@ -1,7 +1,7 @@
 // The op end to end on host ranks against the reference: dtypes and target
 // numerics, gather and scatter, quant, std-MoE, routing replay, odd shapes,
 // skewed routing, threads and processes, worlds 1 to 8, the low-latency
-// combine and the staged one.
+// combine and the staged one, one-phase and split calls.
 #include <gtest/gtest.h>
 
 #include "../common/ep_harness.h"
@@ -215,6 +215,14 @@ std::vector<EpCase> matrix() {
   // picks the staged combine of the mode.
   for (size_t i = 0, n = cases.size(); i < n; ++i)
     for (EpCase& other : otherProtocol(cases[i])) cases.push_back(std::move(other));
+  // Every case again as split calls (dispatch_send/recv, combine_send/recv,
+  // with other work on the stream between the halves): the same bits.
+  for (size_t i = 0, n = cases.size(); i < n; ++i) {
+    EpCase split = cases[i];
+    split.split_phase = true;
+    split.name = "split_" + split.name;
+    cases.push_back(std::move(split));
+  }
 #ifdef EPJIT_E2E_SANITIZER
   // Under a sanitizer everything runs many times slower: a subset that covers
   // every kernel and protocol, processes only where TSan allows forking.
@@ -226,7 +234,9 @@ std::vector<EpCase> matrix() {
                                      "internode_v2_w3_g1_masked_replay", "internode_v2_w4_g2_gather",
                                      "low_latency_bf16_gather_w4", "low_latency_bf16_scatter_w2",
                                      "low_latency_masked_gather_w4", "staged_hidden7168_top8_w4",
-                                     "low_latency_past_auto_w3"};
+                                     "low_latency_past_auto_w3", "split_bf16_gather_w4",
+                                     "split_quant_blockwise_gfx950_w4", "split_internode_v2_w4_g2_gather",
+                                     "split_low_latency_bf16_scatter_w2", "split_std_moe_scatter_w4"};
   if (std::string(EPJIT_E2E_SANITIZER) != "thread")
     subset.insert(subset.end(), {"bf16_scatter_w4_processes", "quant_direct_fp8_dispatch_w4_processes"});
   std::erase_if(cases, [&](const EpCase& c) { return std::find(subset.begin(), subset.end(), c.name) == subset.end(); });

@@ -210,6 +210,50 @@ class CapturingStream final : public Stream {
 // captures, before they touch it (a capture stays valid), naming the call and
 // what counts inside a graph instead; once the stream is the op's own again
 // they run on what the refused calls left as it was.
+// A split call's halves enclose no other call of the op: each call between
+// them is refused with the receive half to call, a receive with no send
+// before it is refused, and reset() abandons a call between its halves.
+TEST(EpOpErrors, SplitCallsTakeTheirHalvesInOrder) {
+  const EpCase c = smallCase();
+  const std::string failures = onOneRank(c, [&](EpDispatchCombineOp& op, Communicator&, Buffers& b) {
+    std::string f;
+    auto [x, w, idx, y, yw, s] = b.pointers;
+    const TensorRef input{x, DType::BF16, {3, 64}}, weights{w, DType::F32, {3, 2}}, indices{idx, DType::I32, {3, 2}};
+    const TensorRef rows{y, DType::BF16, {op.capacity(), 64}};
+    f += expectParts("dispatch_recv first", thrown([&] { op.dispatch_recv(); }),
+                     {"dispatch_recv without a dispatch_send", "call dispatch_send() first"});
+    f += expectParts("combine_recv first", thrown([&] { op.combine_recv(); }),
+                     {"combine_recv without a combine_send", "call combine_send() first"});
+    op.dispatch_send(input, weights, std::nullopt, indices);
+    f += expectParts("dispatch between", thrown([&] { op.dispatch(input, weights, std::nullopt, indices); }),
+                     {"dispatch between dispatch_send() and its dispatch_recv()", "call dispatch_recv() first"});
+    f += expectParts("combine between", thrown([&] { op.combine(rows); }),
+                     {"combine between dispatch_send()", "dispatch_recv"});
+    f += expectParts("counts between", thrown([&] { (void)op.local_expert_counts(); }),
+                     {"local_expert_counts between dispatch_send()"});
+    f += expectParts("combine_recv of a dispatch", thrown([&] { op.combine_recv(); }),
+                     {"combine_recv without a combine_send"});
+    op.dispatch_recv();
+    f += expectParts("a second dispatch_recv", thrown([&] { op.dispatch_recv(); }),
+                     {"dispatch_recv without a dispatch_send"});
+    op.combine_send(rows);
+    f += expectParts("dispatch between combine's halves",
+                     thrown([&] { op.dispatch_send(input, weights, std::nullopt, indices); }),
+                     {"dispatch_send between combine_send() and its combine_recv()", "call combine_recv() first"});
+    const CombineResult combined = op.combine_recv();
+    if (combined.tokens.shape != std::vector<int64_t>{3, 64}) f += "combine_recv's result is not [3, 64]\n";
+    // Abandoned by reset(): the next call starts afresh.
+    op.dispatch_send(input, weights, std::nullopt, indices);
+    op.reset();
+    f += expectParts("receive after reset", thrown([&] { op.dispatch_recv(); }), {"without a dispatch_send"});
+    op.dispatch(input, weights, std::nullopt, indices);
+    op.combine(rows);
+    op.check();
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+}
+
 TEST(EpOpErrors, HostWaitingCallsAreRefusedWhileTheStreamCaptures) {
   const EpCase c = smallCase();
   const std::string failures = onOneRank(c, [&](EpDispatchCombineOp& op, Communicator& comm, Buffers& b) {

@@ -149,6 +149,18 @@ std::vector<EpCase> gpuCases(int world) {
   // auto does not pick for it (otherProtocol).
   for (size_t i = 0, n = cases.size(); i < n; ++i)
     for (EpCase& other : otherProtocol(cases[i])) cases.push_back(std::move(other));
+  // Split calls (send half, other work on the stream, receive half) in every
+  // kernel family: each combine protocol, quant, std-MoE, and a replay.
+  for (size_t i = 0, n = cases.size(); i < n; ++i) {
+    for (const char* family : {"bf16_gather", "low_latency_bf16_gather", "staged_bf16_gather", "bf16_scatter",
+                               "quant_blockwise", "std_moe", "replay", "hidden7168_top8", "alternating_200"}) {
+      if (cases[i].name != family + w) continue;
+      EpCase split = cases[i];
+      split.split_phase = true;
+      split.name = "split_" + split.name;
+      cases.push_back(std::move(split));
+    }
+  }
   return cases;
 }
 
@@ -254,6 +266,9 @@ INSTANTIATE_TEST_SUITE_P(Sm90, GpuEp, ::testing::ValuesIn(allGpuCases()),
 // replays with fresh inputs (payload, weights and routing) copied in; the
 // dispatch records into a routing made during the capture, and a check()
 // between the legs is refused without invalidating it.
+// Split (c.split_phase): dispatch_send alone in one graph, the rest
+// (dispatch_recv, combine_send, combine_recv) in a second, and between their
+// launches another stream's work that the op's stream waits for by events.
 std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache& cache, int replays) {
   Failures failures(rank);
   EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
@@ -297,16 +312,45 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
   // must leave that call's count and indices in it.
   device.begin_capture(op.stream());
   std::unique_ptr<Routing> recorded = op.make_routing();
-  d = op.dispatch(input, weights, std::nullopt, indices, recorded.get(), {.keep_call = true});
+  std::unique_ptr<Graph> send_graph;
+  if (c.split_phase) {
+    d = op.dispatch_send(input, weights, std::nullopt, indices, recorded.get(), {.keep_call = true});
+    send_graph = device.end_capture(op.stream());
+    device.begin_capture(op.stream());
+    op.dispatch_recv();
+  } else {
+    d = op.dispatch(input, weights, std::nullopt, indices, recorded.get(), {.keep_call = true});
+  }
   // A call that waits on the host is refused without ending the capture.
   if (const std::string refused = errorOf([&] { op.check(); });
       refused.find("while the op's stream is capturing a graph") == std::string::npos)
     failures.add("check() in the capture: '", refused, "'");
-  r = op.combine(d.tokens, d.weights);
+  if (c.split_phase) {
+    op.combine_send(d.tokens, d.weights);
+    r = op.combine_recv();
+  } else {
+    r = op.combine(d.tokens, d.weights);
+  }
   std::unique_ptr<Graph> graph = device.end_capture(op.stream());
+  // The work between the halves: a copy on another stream, ordered after the
+  // send half and before the receive half by events.
+  std::unique_ptr<Stream> other = device.create_stream();
+  std::unique_ptr<Event> sent = device.create_event(EventUse::completion);
+  std::unique_ptr<Event> other_done = device.create_event(EventUse::completion);
+  constexpr size_t kOtherBytes = 8 << 20;
+  void* other_from = device.allocate(kOtherBytes);
+  void* other_to = device.allocate(kOtherBytes);
   for (int replay = 1; replay <= replays && !failures.any(); ++replay) {
     inputs = load(replay);
     comm.barrier();  // nobody replays into a peer still reading the previous call
+    if (send_graph) {
+      send_graph->launch(op.stream());
+      sent->record(op.stream());
+      sent->enqueue_wait(*other);
+      device.copy_async(other_to, other_from, kOtherBytes, *other);
+      other_done->record(*other);
+      other_done->enqueue_wait(op.stream());
+    }
     graph->launch(op.stream());
     op.check();
     const auto received = verify(replay, inputs, r);
@@ -322,8 +366,10 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
       failures.add("replay ", replay, ": the routing made in the capture kept other indices than the replay's");
   }
   graph.reset();
+  send_graph.reset();
+  other->synchronize();
   op.close();
-  for (void* p : {x, w, idx}) device.release(p);
+  for (void* p : {x, w, idx, other_from, other_to}) device.release(p);
   return failures.text();
 }
 
@@ -453,6 +499,19 @@ TEST_P(GpuEpGraphReplay, CapturedDispatchCombineReplaysWithFreshInputs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Protocols, GpuEpGraphReplay, ::testing::Bool(), protocolName);
+
+// The same with split calls: dispatch_send in one graph, dispatch_recv and
+// the split combine in another, another stream's copy between them.
+TEST_P(GpuEpGraphReplay, SplitCallsReplayFromTwoGraphsWithOtherWorkBetweenTheHalves) {
+  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
+  EpCase c{.name = "split_graph", .target = "sm90", .world = std::min(rankSlots(), 4), .hidden = 7168, .topk = 8,
+           .experts_per_rank = 16, .max_tokens = 96, .split_phase = true, .low_latency_combine = GetParam()};
+  const std::string failures = runRanks(
+      c.world, Ranks::Processes, gpuCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) { return graphRank(c, rank, comm, cache, 50); },
+      std::nullopt, cudaRanks());
+  EXPECT_EQ(failures, "");
+}
 
 // 10,000 dispatch/combine pairs with random token counts, no reset: every
 // call's identity combine checked against the reference.

@@ -53,7 +53,7 @@ def identity_expected(x, indices, quant, target_fp8):
 
 
 def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results, masked=False, gpu_per_node=None,
-             internode_kernel="auto", auto_ll_max_tokens=512, pass_largest=False):
+             internode_kernel="auto", auto_ll_max_tokens=512, pass_largest=False, split=False):
     try:
         comm = epjit.Communicator.init(world, rank, uid, target=target, gpu_per_node=gpu_per_node)
         config = epjit.EpDispatchCombineConfig(
@@ -66,7 +66,12 @@ def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results, maske
                 n = max(0, tokens - rank % 2)
                 x, w, idx = make_inputs(rank, world, n, dtype, seed=call, masked=masked)
                 largest = dict(max_tokens_across_ranks=tokens) if pass_largest else {}
-                tokens_out, w_out, _, idx_out, total = op.dispatch(x, w, None, idx, **largest)
+                if split:  # the halves, with work of the caller's between them
+                    tokens_out, w_out, _, idx_out, total = op.dispatch_send(x, w, None, idx, **largest)
+                    np.linalg.norm(x.astype(np.float32))
+                    op.dispatch_recv()
+                else:
+                    tokens_out, w_out, _, idx_out, total = op.dispatch(x, w, None, idx, **largest)
                 op.synchronize()
                 received = int(total[0])
                 # Per local expert, the received tokens naming it (once each), host and device.
@@ -81,7 +86,12 @@ def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results, maske
                 assert on_device.dtype == np.int32 and on_device.tolist() == want_counts
                 expert = op.combine_input() if mode == "gather" else np.zeros_like(tokens_out)
                 expert[:received] = tokens_out[:received]  # identity experts
-                out, out_w = op.combine(expert, w_out)
+                if split:
+                    op.combine_send(expert, w_out)
+                    np.linalg.norm(x.astype(np.float32))
+                    out, out_w = op.combine_recv()
+                else:
+                    out, out_w = op.combine(expert, w_out)
                 op.check()
                 # After combine the received rows are the next dispatch's (a peer may be writing them).
                 try:
@@ -120,6 +130,23 @@ def run_threads(world, **kwargs):
 ])
 def test_identity_experts_on_python_threads(world, dtype, mode, quant, target):
     run_threads(world, dtype=dtype, mode=mode, quant=quant, target=target, calls=[19, 0, 5])
+
+@pytest.mark.parametrize("world", [1, 3])
+@pytest.mark.parametrize("mode,quant,target", [
+    ("gather", "none", "host"),
+    ("scatter", "fp8_direct_cast", "host-gfx942"),
+])
+def test_split_calls_from_python(world, mode, quant, target):
+    # dispatch_send/dispatch_recv and combine_send/combine_recv give the
+    # one-phase call's bits (identity_expected); numpy outputs are final once
+    # the receive half returns.
+    run_threads(world, dtype="bf16", mode=mode, quant=quant, target=target, calls=[MAX_TOKENS, 0, 5], split=True)
+
+
+def test_split_calls_across_nodes_from_python():
+    run_threads(4, dtype="bf16", mode="gather", quant="none", target="host", calls=[MAX_TOKENS, 3], gpu_per_node=2,
+                internode_kernel="v2", split=True)
+
 
 
 @pytest.mark.parametrize("kernel", ["v2_ll", "v2"])

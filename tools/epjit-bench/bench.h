@@ -30,6 +30,7 @@ struct Options {
   ep::CombineMode combine_mode = ep::CombineMode::Gather;
   bool std_moe = false;
   bool replay = false;
+  bool split = false;  // dispatch_send + dispatch_recv, combine_send + combine_recv
   // Gather: the experts' outputs come in a buffer of the caller's (as a
   // PyTorch caller passes one), so combine stages them into the window
   // first; otherwise they are written into combine_input() in place.

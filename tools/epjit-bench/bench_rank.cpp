@@ -250,13 +250,23 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
     }
     const TensorRef input{d_payload, tensor_type_of(config.dispatch_type(), config.target_info()), {n, o.hidden}};
     const TensorRef weights{d_weights, DType::F32, {n, k}}, indices{d_indices, DType::I32, {n, k}};
+    // --split: each call as its two halves with nothing between them (what a
+    // split call costs over the one-phase call).
     auto dispatch = [&](bool replay) {
-      return replay ? op.dispatch_replay(input, weights, std::nullopt, indices, *routing)
-                    : op.dispatch(input, weights, std::nullopt, indices, routing.get());
+      if (replay) return op.dispatch_replay(input, weights, std::nullopt, indices, *routing);
+      if (!o.split) return op.dispatch(input, weights, std::nullopt, indices, routing.get());
+      DispatchResult sent = op.dispatch_send(input, weights, std::nullopt, indices, routing.get());
+      op.dispatch_recv();
+      return sent;
     };
     auto combine = [&](const DispatchResult& dispatched) {
-      if (o.std_moe) return op.std_moe_combine(op.std_moe_pack().tokens, dispatched.weights);
-      return op.combine(expert_in, dispatched.weights);
+      if (!o.split) {
+        if (o.std_moe) return op.std_moe_combine(op.std_moe_pack().tokens, dispatched.weights);
+        return op.combine(expert_in, dispatched.weights);
+      }
+      if (o.std_moe) op.std_moe_combine_send(op.std_moe_pack().tokens, dispatched.weights);
+      else op.combine_send(expert_in, dispatched.weights);
+      return op.combine_recv();
     };
 
     // Identity check (twice with replay: the recording dispatch and a replay).

@@ -5,7 +5,7 @@
 //               [--tokens 1,37,128] [--hidden 7168] [--topk 8] [--experts-per-rank 64]
 //               [--dtype bf16|f32|fp8|fp4] [--combine-dtype bf16|f32]
 //               [--quant none|fp8_direct_cast|fp8_blockwise] [--combine-mode gather|scatter]
-//               [--std-moe] [--replay] [--routing uniform|skewed|local] [--seed N]
+//               [--std-moe] [--replay] [--split] [--routing uniform|skewed|local] [--seed N]
 //               [--low-latency-combine auto|on|off]
 //               [--dispatch-blocks N] [--dispatch-warps N] [--combine-blocks N] [--combine-warps N]
 //               [--iters N] [--warmup N] [--check-only] [--json FILE] [--cache-dir DIR]
@@ -201,6 +201,8 @@ int main(int argc, char** argv) {
   app.add_option("--combine-mode", combine_mode, "gather or scatter");
   app.add_flag("--std-moe", o.std_moe, "pack into the standard-MoE layout and back");
   app.add_flag("--replay", o.replay, "time dispatches that replay a recorded routing");
+  app.add_flag("--split", o.split,
+               "time split calls (dispatch_send + dispatch_recv, combine_send + combine_recv, nothing between)");
   app.add_flag("--combine-from-buffer", o.combine_from_buffer,
                "gather: pass combine a buffer of the bench's (combine stages it), not combine_input()");
   app.add_option("--routing", routing, "uniform, skewed (all to rank 0) or local (own rank)");

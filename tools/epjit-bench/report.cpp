@@ -144,10 +144,11 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
   std::printf("epjit-bench %s: target %s on %s, %d ranks (%s), hidden %lld, top-%d, %d experts (%d per rank)\n",
               std::string(git_revision()).c_str(), config.target.c_str(), device_name.c_str(), o.world,
               transport.c_str(), (long long)o.hidden, o.topk, o.world * o.experts_per_rank, o.experts_per_rank);
-  std::printf("dispatch %s, combine %s (%s%s%s), quant %s, routing %s%s%s, graph mode %s\n",
+  std::printf("dispatch %s, combine %s (%s%s%s), quant %s, routing %s%s%s%s, graph mode %s\n",
               ep::name_of(config.dispatch_type()), ep::name_of(config.combine_type()), ep::name_of(o.combine_mode),
               config.uses_low_latency_combine() ? ", low-latency" : "", o.combine_from_buffer ? ", from a buffer" : "", ep::name_of(o.quant), name_of(o.routing),
-              o.std_moe ? ", std-MoE" : "", o.replay ? ", routing replay" : "", o.graph ? "eager and graph" : "eager");
+              o.std_moe ? ", std-MoE" : "", o.replay ? ", routing replay" : "",
+              o.split ? ", split calls (send + receive halves)" : "", o.graph ? "eager and graph" : "eager");
   const bool dependent_launch = ranks.front().dependent_launch;
   std::printf("programmatic dependent launch: %s\n",
               dependent_launch ? "on (kernels may launch before the one before them ends)" : "off");
@@ -335,6 +336,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
                    {"std_moe", o.std_moe},
                    {"combine_from_buffer", o.combine_from_buffer},
                    {"routing_replay", o.replay},
+                   {"split_calls", o.split},
                    {"routing", name_of(o.routing)},
                    {"shape", {{"hidden", o.hidden}, {"topk", o.topk}, {"experts", o.world * o.experts_per_rank},
                               {"experts_per_rank", o.experts_per_rank}}},

@@ -72,6 +72,12 @@ struct EpDispatchCombineConfig {
   std::optional<int> combine_block_num;
   std::optional<int> warp_num_per_block;
   std::optional<int> combine_warp_num_per_block;
+  // The SMs of a split call's halves (dispatch_send/combine_send, and
+  // combine_recv): blocks at most, unset = the schedule's. A send half only
+  // issues its transfers, so a few blocks leave the rest of the GPU to the
+  // work between the halves. dispatch_recv runs on one block.
+  std::optional<int> send_block_num;
+  std::optional<int> recv_block_num;
   std::vector<ScheduleEntry> schedule;  // empty = one entry from the fields above / the table
   bool enable_std_moe = false;
   int64_t max_total_recv_tokens = 0;  // 0 = world_size * max_num_inp_token_per_rank

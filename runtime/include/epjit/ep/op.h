@@ -190,6 +190,27 @@ class EpDispatchCombineOp {
   StdMoeResult std_moe_pack();
   CombineResult std_moe_combine(const TensorRef& expert_out, const std::optional<TensorRef>& weights = std::nullopt);
 
+  // Split calls: a dispatch or combine in two halves on the op's stream,
+  // the same results bit for bit as the one-phase call. The send half issues
+  // the transfers (on at most config.send_block_num blocks) and this rank's
+  // arrival, then the stream is free for other work (the other micro-batch's
+  // attention or experts); the receive half waits for every rank and
+  // finishes the call (dispatch_recv on one block, combine_recv on at most
+  // config.recv_block_num). Between the halves the op takes no other call
+  // but wait_for/record/set_stream, check(), reset() and close(); the
+  // caller's inputs must stay as they are until the receive half has run
+  // (combine_recv reads a rank's own rows in place). The outputs
+  // dispatch_send returns are valid once dispatch_recv's work is done.
+  // Both halves may be captured in CUDA/HIP graphs, in one graph or two.
+  DispatchResult dispatch_send(const TensorRef& input, const TensorRef& weights,
+                               const std::optional<TensorRef>& scales, const TensorRef& indices,
+                               Routing* record = nullptr, const DispatchOptions& options = {});
+  void dispatch_recv();
+  void combine_send(const TensorRef& input, const std::optional<TensorRef>& weights = std::nullopt);
+  void std_moe_combine_send(const TensorRef& expert_out, const std::optional<TensorRef>& weights = std::nullopt);
+  // The receive half of combine_send or std_moe_combine_send.
+  CombineResult combine_recv();
+
   // Tokens each local expert receives in the dispatch awaiting combine,
   // counted on the host from its indices: synchronizes the stream. Refused
   // after combine, when a peer's next dispatch may be writing the rows.
