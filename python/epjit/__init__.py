@@ -383,7 +383,7 @@ class EpDispatchCombineOp:
         listing.stream = self._stream
 
     def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False, stream=None,
-                 record=None, max_tokens_across_ranks=None, keep_call=False):
+                 record=None, max_tokens_across_ranks=None, keep_call=False, token_count=None):
         """Returns (tokens, weights, scales, indices, total_recv[, routing]); total_recv
         is a 1-element device array (read it after synchronizing). With
         return_routing the routing is recorded into `record` (a make_routing() to
@@ -392,13 +392,18 @@ class EpDispatchCombineOp:
         the same on every rank (DP attention); internode_kernel auto then picks
         v2 or v2_ll by it, so every rank picks alike (docs/EP.md "Internode").
         keep_call (with return_routing): the routing also keeps this call's received
-        origins and indices, for recorded_call() after later dispatches."""
+        origins and indices, for recorded_call() after later dispatches.
+        token_count: a one-element int32 array on the op's device, read when the call
+        runs: the call moves the first token_count rows of input (the rest are padding,
+        never sent; combine leaves their rows as they were), so one graph captured at
+        max_num_inp_token_per_rank rows serves every batch size (docs/EP.md "One graph
+        for every batch")."""
         result = self._dispatch(input, weights, scales, indices, routing, return_routing, stream, record,
-                                max_tokens_across_ranks, keep_call, send_only=False)
+                                max_tokens_across_ranks, keep_call, False, token_count)
         return self._final_on_return(result)
 
     def dispatch_send(self, input, weights, scales, indices, *, return_routing=False, stream=None, record=None,
-                      max_tokens_across_ranks=None, keep_call=False):
+                      max_tokens_across_ranks=None, keep_call=False, token_count=None):
         """A split dispatch's send half: dispatch()'s transfers and this rank's arrival,
         on at most config.send_block_num blocks; returns what dispatch() returns, valid
         once dispatch_recv() has run (after it, for callers without a stream). Until
@@ -406,7 +411,7 @@ class EpDispatchCombineOp:
         reset() and close() aside), and the inputs must stay as they are. docs/EP.md
         "Split calls"."""
         return self._dispatch(input, weights, scales, indices, None, return_routing, stream, record,
-                              max_tokens_across_ranks, keep_call, send_only=True)
+                              max_tokens_across_ranks, keep_call, True, token_count)
 
     def dispatch_recv(self):
         """A split dispatch's receive half: waits (on the device, one block) for every
@@ -415,7 +420,7 @@ class EpDispatchCombineOp:
         self._final_on_return(None)
 
     def _dispatch(self, input, weights, scales, indices, routing, return_routing, stream, record,
-                  max_tokens_across_ranks, keep_call, send_only):
+                  max_tokens_across_ranks, keep_call, send_only, token_count):
         if keep_call and not return_routing:
             raise Error("dispatch(keep_call=True) without return_routing (expected return_routing=True: the call "
                         "is kept in the routing it records); fix: pass return_routing=True, or leave keep_call unset")
@@ -429,7 +434,7 @@ class EpDispatchCombineOp:
         natives = (_native_routing(record, "record", optional=True), _native_routing(routing, "routing", optional=True))
         ids = self._op.dispatch(_to_native(input, self._target, self._fp8), weights,
                                 _to_native(scales, self._target, self._fp8), indices,
-                                *natives, max_tokens_across_ranks, keep_call, send_only)
+                                *natives, max_tokens_across_ranks, keep_call, send_only, token_count)
         # Only routings in the lists (not the caller's own make_routing(), nor a
         # graph's) move, so only for them is the stream asked.
         listed = [used for used in natives if used is not None and id(used) in self._listed]

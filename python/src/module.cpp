@@ -97,6 +97,9 @@ struct PyOp {
   // A split call's inputs between its halves: held from its receive half on
   // (its receive reads them too: combine_recv a rank's own rows in place).
   std::vector<ArgumentArray> split_inputs;
+  // A dispatch's token count on the device, read by its combine too: held
+  // with the combine's inputs.
+  std::vector<ArgumentArray> token_count;
   IssuedViews views;
   std::unique_ptr<EpDispatchCombineOp> op;
 
@@ -131,6 +134,8 @@ struct PyOp {
       nb::gil_scoped_release release;
       r = call(in, w);
     }
+    for (ArgumentArray& count : token_count) inputs.push_back(std::move(count));
+    token_count.clear();
     if (send_only) split_inputs = std::move(inputs);
     else hold(std::move(inputs));
     return nb::make_tuple(views.id_of(r.tokens), views.id_of(r.weights));
@@ -297,7 +302,7 @@ NB_MODULE(_epjit, m) {
           "dispatch",
           [](PyOp& self, nb::handle input, nb::handle weights, nb::handle scales, nb::handle indices,
              Routing* record, const Routing* replay, std::optional<int64_t> max_tokens_across_ranks, bool keep_call,
-             bool send_only) {
+             bool send_only, nb::handle token_count) {
             const EpDispatchCombineConfig& config = self.op->config();
             std::vector<ArgumentArray> inputs;
             inputs.reserve(4);
@@ -308,25 +313,41 @@ NB_MODULE(_epjit, m) {
             const TensorRef idx = inputs.emplace_back(self.import(indices, "indices", DType::I32)).ref;
             std::optional<TensorRef> s;
             if (!scales.is_none()) s = inputs.emplace_back(self.import(scales, "scales", DType::U8)).ref;
+            std::vector<ArgumentArray> count;
+            if (!token_count.is_none()) {
+              const TensorRef& c = count.emplace_back(self.import(token_count, "token_count", DType::I32)).ref;
+              int64_t elements = 1;
+              std::string shape;
+              for (int64_t d : c.shape) {
+                elements *= d;
+                shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+              }
+              if (elements != 1)
+                throw Error("dispatch: token_count has shape [" + shape + "]",
+                            "one int32 (a [] or [1] tensor): the rows of input the call moves",
+                            "pass the batch's token count as a one-element int32 tensor on the op's device");
+            }
             DispatchResult r;
             self.drop_passed();
             {
               nb::gil_scoped_release release;
               const DispatchOptions options{.max_tokens_across_ranks = max_tokens_across_ranks,
-                                            .keep_call = keep_call};
+                                            .keep_call = keep_call,
+                                            .token_count = count.empty() ? nullptr : count.front().ref.data};
               if (replay) r = self.op->dispatch_replay(in, w, s, idx, *replay);
               else if (send_only) r = self.op->dispatch_send(in, w, s, idx, record, options);
               else r = self.op->dispatch(in, w, s, idx, record, options);
             }
             if (send_only) self.split_inputs = std::move(inputs);
             else self.hold(std::move(inputs));
+            self.token_count = std::move(count);
             return nb::make_tuple(self.views.id_of(r.tokens), self.views.id_of(r.weights),
                                   self.views.id_of(r.scales), self.views.id_of(r.indices),
                                   self.views.id_of(r.total_recv), self.views.id_of(r.origins));
           },
           "input"_a.none(), "weights"_a.none(), "scales"_a.none(), "indices"_a.none(), "record"_a.none() = nb::none(),
           "replay"_a.none() = nb::none(), "max_tokens_across_ranks"_a.none() = nb::none(), "keep_call"_a = false,
-          "send_only"_a = false)
+          "send_only"_a = false, "token_count"_a.none() = nb::none())
       .def("dispatch_recv", [](PyOp& self) { self.receive_half([&] { self.op->dispatch_recv(); }); })
       .def(
           "combine",

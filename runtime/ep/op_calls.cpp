@@ -6,7 +6,8 @@ namespace epjit::ep {
 
 void EpDispatchCombineOp::Impl::check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
                                                      const std::optional<TensorRef>& scales,
-                                                     const TensorRef& indices, bool counts_slots) {
+                                                     const TensorRef& indices, bool counts_slots,
+                                                     const void* token_count) {
   require_open(call);
   require_working_transport(call);
   require_no_split_call_open(call);
@@ -46,8 +47,10 @@ void EpDispatchCombineOp::Impl::check_dispatch_inputs(const char* call, const Te
   require_pointer_alignment(dispatch_kernel, "weights", weights.data, call, "weights");
   if (scales) require_pointer_alignment(dispatch_kernel, "scales", scales->data, call, "scales");
   require_pointer_alignment(dispatch_kernel, "indices", indices.data, call, "indices");
-  // Memory the host addresses can be read now; GPU kernels flag bad experts (check()).
-  if (device.host_addressable()) {
+  // Memory the host addresses can be read now; GPU kernels flag bad experts
+  // (check()), as every kernel does for a count on the device: which rows
+  // are padding is known only when the call runs.
+  if (device.host_addressable() && !token_count) {
     const auto* experts = static_cast<const int32_t*>(indices.data);
     for (int64_t i = 0; i < n * k; ++i) {
       if (experts[i] != kNoExpert && (experts[i] < 0 || experts[i] >= config.num_experts()))
@@ -57,6 +60,22 @@ void EpDispatchCombineOp::Impl::check_dispatch_inputs(const char* call, const Te
                     "fix the router's indices");
     }
   }
+}
+
+void EpDispatchCombineOp::Impl::check_token_count(const char* call, const void* token_count,
+                                                  const Routing* record) const {
+  if (!token_count) return;
+  if (config.internode())
+    throw Error(std::string(call) + ": a token count on the device for an op with ranks on other nodes (gpu_per_node " +
+                    std::to_string(config.nodes_gpu_count()) + " < world_size " + std::to_string(config.world_size) +
+                    ")",
+                "token_count on one node (the internode legs size their transfers on the host)",
+                "pass the rows to send as the input's row count, or build the op for one node");
+  if (record)
+    throw Error(std::string(call) + ": a token count on the device with a routing to record",
+                "token_count without record (a routing's replay needs its count on the host)",
+                "pass the rows to send as the input's row count to record a routing");
+  require_pointer_alignment(*kernels.dispatch, "token_count", token_count, call, "token_count");
 }
 
 // Whether a call of n tokens (this rank's) runs internode v2: by the
@@ -80,7 +99,8 @@ DispatchLaunch EpDispatchCombineOp::Impl::launch_dispatch(const TensorRef& input
                                                           const std::optional<TensorRef>& scales,
                                                           const TensorRef& indices, void* route_map, bool replay,
                                                           bool v2, Halves halves, void* kept_indices,
-                                                          void* kept_origins, Routing* copy_origins_into) {
+                                                          void* kept_origins, Routing* copy_origins_into,
+                                                          const void* token_count) {
   DispatchLaunch call{.input = input.data,
                       .weights = weights.data,
                       .scales = scales ? scales->data : nullptr,
@@ -91,6 +111,7 @@ DispatchLaunch EpDispatchCombineOp::Impl::launch_dispatch(const TensorRef& input
                       .v2 = v2,
                       .kept_indices = kept_indices,
                       .kept_origins = kept_origins,
+                      .token_count = token_count,
                       .copy_origins_into = copy_origins_into};
   const int64_t cap = capacity(), k = config.num_experts_per_token;
   DispatchResult& result = call.result;
@@ -107,6 +128,7 @@ DispatchLaunch EpDispatchCombineOp::Impl::launch_dispatch(const TensorRef& input
   dispatched_tokens = call.tokens;
   pending_counted_slots = !replay;
   pending_v2 = v2;
+  pending_token_count = token_count;
   return call;
 }
 
@@ -131,6 +153,8 @@ void EpDispatchCombineOp::Impl::enqueue_dispatch(const DispatchLaunch& call, Hal
                     .set("kept_origins", call.kept_origins)
                     .set("keep_origins", call.kept_origins != nullptr)
                     .set("phases", phase_bits(halves))
+                    .set("token_count", call.token_count)
+                    .set("count_on_device", call.token_count != nullptr)
                     .set("w", window_table)
                     .build(),
                 *stream);
@@ -147,7 +171,8 @@ DispatchLaunch EpDispatchCombineOp::Impl::dispatch_call(const char* name, const 
                                                         const std::optional<TensorRef>& scales,
                                                         const TensorRef& indices, Routing* record,
                                                         const DispatchOptions& options, Halves halves) {
-  check_dispatch_inputs(name, input, weights, scales, indices, /*counts_slots=*/true);
+  check_dispatch_inputs(name, input, weights, scales, indices, /*counts_slots=*/true, options.token_count);
+  check_token_count(name, options.token_count, record);
   if (record && record->op_id_ != id)
     throw Error(std::string(name) + ": the routing to record into belongs to another op",
                 "a Routing from this op's make_routing()", "record with this op's make_routing()");
@@ -163,7 +188,7 @@ DispatchLaunch EpDispatchCombineOp::Impl::dispatch_call(const char* name, const 
   // The origins are complete once the receive half is queued: copied after it.
   Routing* copy_origins_into = options.keep_call && !origins_by_kernel ? record : nullptr;
   DispatchLaunch call = launch_dispatch(input, weights, scales, indices, route_in_use, false, v2, halves,
-                                        kept_indices, kept_origins, copy_origins_into);
+                                        kept_indices, kept_origins, copy_origins_into, options.token_count);
   if (record) {
     record->tokens_ = input.shape[0];
     record->forward_route_ = true;
@@ -202,7 +227,8 @@ CombineResult EpDispatchCombineOp::Impl::launch_combine(const char* call, const 
                        .weights = weighted ? weights->data : nullptr,
                        .expert_out = expert_out,
                        .staged = input.data == local(window.combine_rows),  // written in place: combine_input()
-                       .tokens = n};
+                       .tokens = n,
+                       .token_count = pending_token_count};
   launch.result.tokens = {out_tokens, row_type, {n, config.hidden_dim}};
   if (weighted) launch.result.weights = {out_weights, DType::F32, {n, k}};
   enqueue_combine(launch, halves);
@@ -243,6 +269,8 @@ void EpDispatchCombineOp::Impl::enqueue_combine(const CombineLaunch& call, Halve
       .set("rank", config.rank)
       .set("has_weights", weighted)
       .set("phases", phase_bits(halves))
+      .set("token_count", call.token_count)
+      .set("count_on_device", call.token_count != nullptr)
       .set("w", window_table);
   if (!low_latency) {
     args.set("expert_out", call.expert_out).set("unpacks", call.expert_out != nullptr);

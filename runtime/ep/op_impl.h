@@ -53,6 +53,7 @@ struct DispatchLaunch {
   int64_t tokens = 0;
   bool replay = false, v2 = false;
   void *kept_indices = nullptr, *kept_origins = nullptr;
+  const void* token_count = nullptr;  // DispatchOptions::token_count
   // keep_call where the kernel does not keep the origins: copied once the receive half is queued.
   Routing* copy_origins_into = nullptr;
   DispatchResult result;
@@ -63,6 +64,7 @@ struct CombineLaunch {
   const void *input = nullptr, *weights = nullptr, *expert_out = nullptr;
   bool staged = false;
   int64_t tokens = 0;
+  const void* token_count = nullptr;  // the dispatch's (DispatchOptions::token_count)
   CombineResult result;
 };
 
@@ -111,6 +113,7 @@ struct EpDispatchCombineOp::Impl {
   bool pending_counted_slots = false;
   void* route_in_use = nullptr;    // the route map of the pending dispatch
   bool pending_v2 = false;         // the pending dispatch ran internode v2 (its combine must too)
+  const void* pending_token_count = nullptr;  // the pending dispatch's count on the device, or null
   // A split call between its halves (dispatch_send .. dispatch_recv,
   // combine_send .. combine_recv): what its receive half launches.
   std::optional<DispatchLaunch> awaiting_dispatch_recv;
@@ -274,7 +277,10 @@ struct EpDispatchCombineOp::Impl {
   }
 
   void check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
-                             const std::optional<TensorRef>& scales, const TensorRef& indices, bool counts_slots);
+                             const std::optional<TensorRef>& scales, const TensorRef& indices, bool counts_slots,
+                             const void* token_count = nullptr);
+  // DispatchOptions::token_count: what it needs and what it cannot serve.
+  void check_token_count(const char* call, const void* token_count, const Routing* record) const;
 
   // Whether a call of n tokens (this rank's) runs internode v2: by the
   // largest count of any rank when the caller gives it, else by n.
@@ -286,7 +292,8 @@ struct EpDispatchCombineOp::Impl {
   DispatchLaunch launch_dispatch(const TensorRef& input, const TensorRef& weights,
                                  const std::optional<TensorRef>& scales, const TensorRef& indices, void* route_map,
                                  bool replay, bool v2, Halves halves, void* kept_indices = nullptr,
-                                 void* kept_origins = nullptr, Routing* copy_origins_into = nullptr);
+                                 void* kept_origins = nullptr, Routing* copy_origins_into = nullptr,
+                                 const void* token_count = nullptr);
   void enqueue_dispatch(const DispatchLaunch& call, Halves halves);
   // dispatch() and dispatch_send(): checks, the routing to record, the launch.
   DispatchLaunch dispatch_call(const char* call, const TensorRef& input, const TensorRef& weights,

@@ -18,6 +18,7 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
                              %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                              %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
                              %staged: index, %expert_out: !ep.ptr<bf16>, %unpacks: index, %phases: index,
+                             %token_count: !ep.ptr<i32>, %count_on_device: index,
                              %w: !ep.window)
     warps_per_block(4) when(@combine_mode eq "gather" and @low_latency eq 0) {
   // The epoch and the received count are read before the stopped check, all three loads in flight at once.
@@ -83,8 +84,9 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
     }
     %receive_phase = ep.constant_value @phase_receive : index
     %receiving = func.call @runs_phase(%phases, %receive_phase) : (index, index) -> i1
+    %moved = func.call @call_tokens(%tokens, %token_count, %count_on_device) : (index, !ep.ptr<i32>, index) -> index
     scf.if %receiving {
-      func.call @sum_contributions(%w, %rank, %route, %tokens, %output, %out_weights, %weighted, %epoch,
+      func.call @sum_contributions(%w, %rank, %route, %moved, %output, %out_weights, %weighted, %epoch,
                                    %combine_meeting)
           : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, i32,
              index) -> ()

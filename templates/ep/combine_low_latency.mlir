@@ -250,7 +250,8 @@ func.func private @sum_flagged(%w: !ep.window, %rank: index, %route: !ep.ptr<i32
 ep.kernel @ep_combine_low_latency(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,
                                   %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                                   %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
-                                  %phases: index, %w: !ep.window) warps_per_block(4) when(@low_latency) {
+                                  %phases: index, %token_count: !ep.ptr<i32>, %count_on_device: index,
+                                  %w: !ep.window) warps_per_block(4) when(@low_latency) {
   // The epoch and the received count are read before the stopped check, all three loads in flight at once.
   %c0 = arith.constant 0 : index
   %epoch_word = ep.constant_value @state_epoch : index
@@ -271,7 +272,8 @@ ep.kernel @ep_combine_low_latency(%input: !ep.ptr<!ep.row_elem<"combine_elem">>,
           : (!ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, index, i32, index, !ep.window) -> ()
     }
     scf.if %receiving {
-      func.call @sum_flagged(%w, %rank, %route, %tokens, %input, %output, %out_weights, %weighted, %epoch)
+      %moved = func.call @call_tokens(%tokens, %token_count, %count_on_device) : (index, !ep.ptr<i32>, index) -> index
+      func.call @sum_flagged(%w, %rank, %route, %moved, %input, %output, %out_weights, %weighted, %epoch)
           : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>,
              !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, i32) -> ()
     }

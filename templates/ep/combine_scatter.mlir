@@ -81,7 +81,8 @@ func.func private @unpack_items(%expert_out: !ep.ptr<bf16>, %staging: !ep.ptr<!e
 ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,
                               %output: !ep.ptr<!ep.row_elem<"combine_elem">>, %out_weights: !ep.ptr<f32>,
                               %route: !ep.ptr<i32>, %tokens: index, %rank: index, %has_weights: index,
-                              %expert_out: !ep.ptr<bf16>, %unpacks: index, %phases: index, %w: !ep.window)
+                              %expert_out: !ep.ptr<bf16>, %unpacks: index, %phases: index,
+                              %token_count: !ep.ptr<i32>, %count_on_device: index, %w: !ep.window)
     warps_per_block(4)
     when(@combine_mode eq "scatter" and @low_latency eq 0) {
   // The epoch and the received count are read before the stopped check, all three loads in flight at once.
@@ -215,7 +216,8 @@ ep.kernel @ep_combine_scatter(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in
           : (!ep.window, index, i32, index, index) -> i1
     }
     scf.if %receiving {
-      func.call @sum_contributions(%w, %rank, %route, %tokens, %output, %out_weights, %weighted, %epoch,
+      %moved = func.call @call_tokens(%tokens, %token_count, %count_on_device) : (index, !ep.ptr<i32>, index) -> index
+      func.call @sum_contributions(%w, %rank, %route, %moved, %output, %out_weights, %weighted, %epoch,
                                    %combine_meeting)
           : (!ep.window, index, !ep.ptr<i32>, index, !ep.ptr<!ep.row_elem<"combine_elem">>, !ep.ptr<f32>, i1, i32,
              index) -> ()

@@ -59,6 +59,29 @@ ep.constant @meetings = 3 : index
 ep.constant @phase_send = 1 : index      // the transfers, up to this rank's arrival at the meeting
 ep.constant @phase_receive = 2 : index   // the wait for every rank, and all that follows it
 
+// The tokens a call moves: `passed` (the rows the caller passed, known on
+// the host), or, when counted on the device (`counted` != 0: one graph
+// captured at the op's maximum serves every batch size), the int32 at
+// `count`, clamped to [0, passed]. Rows past it are not sent, counted,
+// summed or written.
+func.func private @call_tokens(%passed: index, %count: !ep.ptr<i32>, %counted: index) -> index {
+  %c0 = arith.constant 0 : index
+  %on_device = arith.cmpi ne, %counted, %c0 : index
+  %tokens = scf.if %on_device -> (index) {
+    %zero = arith.constant 0 : i32
+    %word = ep.load %count[%c0] : !ep.ptr<i32>
+    %negative = arith.cmpi slt, %word, %zero : i32
+    %at_least_zero = arith.select %negative, %zero, %word : i32
+    %rows = arith.index_cast %at_least_zero : i32 to index
+    %over = arith.cmpi ugt, %rows, %passed : index
+    %clamped = arith.select %over, %passed, %rows : index
+    scf.yield %clamped : index
+  } else {
+    scf.yield %passed : index
+  }
+  return %tokens : index
+}
+
 // Does `phases` include `phase`?
 func.func private @runs_phase(%phases: index, %phase: index) -> i1 {
   %zero = arith.constant 0 : i64

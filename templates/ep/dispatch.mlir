@@ -522,10 +522,14 @@ func.func private @copy_words_in_runs(%from: !ep.ptr<i32>, %to: !ep.ptr<i32>, %c
 // receive half, launched alone on one block, waits for every rank on its
 // lead warp and does what the last block of a one-phase call does after its
 // arrival. Both read the same epoch: only the receive half stores it.
+// count_on_device != 0: the call moves the first *token_count of its
+// `tokens` rows (@call_tokens), so one graph captured at the op's
+// maximum serves every batch size; the combine kernels read the same count.
 ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !ep.ptr<i8>,
                        %indices: !ep.ptr<i32>, %route: !ep.ptr<i32>, %tokens: index, %rank: index,
                        %replay: index, %forward: index, %kept_from: !ep.ptr<i32>, %kept_indices: !ep.ptr<i32>,
                        %keep: index, %kept_origins: !ep.ptr<i32>, %keep_origins: index, %phases: index,
+                       %token_count: !ep.ptr<i32>, %count_on_device: index,
                        %w: !ep.window) warps_per_block(4) {
   // The epoch is read before the stopped check so both loads are in flight at once.
   %c0 = arith.constant 0 : index
@@ -538,6 +542,7 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   %receive_phase = ep.constant_value @phase_receive : index
   %sending = func.call @runs_phase(%phases, %send_phase) : (index, index) -> i1
   %receiving = func.call @runs_phase(%phases, %receive_phase) : (index, index) -> i1
+  %moved = func.call @call_tokens(%tokens, %token_count, %count_on_device) : (index, !ep.ptr<i32>, index) -> index
   // A tiny call (no more top-k entries than blocks) gives each entry a whole
   // block: one warp takes the slot, then every warp copies its share of the
   // row, so the row crosses in one round of loads. The block's expert is
@@ -545,7 +550,7 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
   // indices, nothing a peer writes); the token's other indices share its
   // line, so the entry's checks then read them from the cache.
   %topk = ep.param_value @topk : index
-  %entries = arith.muli %tokens, %topk : index
+  %entries = arith.muli %moved, %topk : index
   %blocks = ep.block_count : index
   %by_block = arith.cmpi ule, %entries, %blocks : index
   %block = ep.block_index : index
@@ -598,7 +603,7 @@ ep.kernel @ep_dispatch(%input: !ep.ptr<i32>, %weights: !ep.ptr<f32>, %scales: !e
                 : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, i1, !ep.window) -> ()
           }
         } else {
-          func.call @send_tokens_reserved(%input, %weights, %scales, %indices, %route, %tokens, %rank, %replaying, %forwarding, %w)
+          func.call @send_tokens_reserved(%input, %weights, %scales, %indices, %route, %moved, %rank, %replaying, %forwarding, %w)
               : (!ep.ptr<i32>, !ep.ptr<f32>, !ep.ptr<i8>, !ep.ptr<i32>, !ep.ptr<i32>, index, index, i1, i1, !ep.window) -> ()
         }
       }

@@ -73,6 +73,10 @@ struct EpCase {
   // Dispatches (not replays) and combines run as split calls: the send
   // half, other work on the op's stream, then the receive half.
   bool split_phase = false;
+  // Each call passes max_tokens rows, its tokens first and padding after
+  // (payloads and valid experts that must not be sent), with its token count
+  // in device memory (DispatchOptions::token_count).
+  bool device_count = false;
   uint32_t seed = 1;
   double peer_timeout_s = 0;  // 0: the default
   // Internode: nodes of gpu_per_node consecutive ranks (the communicator's
@@ -284,6 +288,7 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
   // Work queued between a split call's halves: a copy on the op's stream
   // that no half reads or writes.
   constexpr size_t kBetweenBytes = 1 << 16;
+  void* d_count = c.device_count ? allocate(16) : nullptr;
   void* d_between_from = c.split_phase ? allocate(kBetweenBytes) : nullptr;
   void* d_between_to = c.split_phase ? allocate(kBetweenBytes) : nullptr;
   auto workBetweenHalves = [&] { device.copy_async(d_between_to, d_between_from, kBetweenBytes, op.stream()); };
@@ -309,6 +314,27 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
     if (!mine.weights.empty()) device.copy_to_device(d_weights, mine.weights.data(), mine.weights.size() * 4);
     if (!mine.scales.empty()) device.copy_to_device(d_scales, mine.scales.data(), mine.scales.size());
     if (!mine.indices.empty()) device.copy_to_device(d_indices, mine.indices.data(), mine.indices.size() * 4);
+    // Padding past the count: rows a call that sent them would deliver
+    // somewhere (valid experts), so a row sent or counted shows.
+    const int64_t rows = c.device_count ? max_tokens : n;
+    if (c.device_count) {
+      const int64_t pad = max_tokens - n;
+      std::vector<uint8_t> pad_payload(size_t(pad) * token_bytes, 0x3c), pad_scales(size_t(pad) * scale_bytes, 0x3c);
+      std::vector<float> pad_weights(size_t(pad * k), 0.5f);
+      std::vector<int32_t> pad_indices(size_t(pad * k));
+      for (size_t i = 0; i < pad_indices.size(); ++i) pad_indices[i] = int32_t(i % size_t(config.num_experts()));
+      if (pad) {
+        device.copy_to_device(static_cast<char*>(d_payload) + size_t(n) * token_bytes, pad_payload.data(),
+                              pad_payload.size());
+        device.copy_to_device(static_cast<float*>(d_weights) + n * k, pad_weights.data(), pad_weights.size() * 4);
+        if (scale_bytes)
+          device.copy_to_device(static_cast<char*>(d_scales) + size_t(n) * scale_bytes, pad_scales.data(),
+                                pad_scales.size());
+        device.copy_to_device(static_cast<int32_t*>(d_indices) + n * k, pad_indices.data(), pad_indices.size() * 4);
+      }
+      const int32_t count = int32_t(n);
+      device.copy_to_device(d_count, &count, 4);
+    }
 
     // Poison what this call must write, once no peer is still using it.
     op.stream().synchronize();
@@ -326,18 +352,19 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
     }
     comm.barrier();
 
-    const TensorRef input = tensor(d_payload, payloadDType(config), {n, hidden});
-    const TensorRef weights = tensor(d_weights, DType::F32, {n, k});
-    const TensorRef indices = tensor(d_indices, DType::I32, {n, k});
+    const TensorRef input = tensor(d_payload, payloadDType(config), {rows, hidden});
+    const TensorRef weights = tensor(d_weights, DType::F32, {rows, k});
+    const TensorRef indices = tensor(d_indices, DType::I32, {rows, k});
     std::optional<TensorRef> scales;
     if (c.scale_dim) {
       const DType scale_type = c.scale_type_size == 4 ? DType::F32 : c.scale_type_size == 2 ? DType::BF16 : DType::U8;
-      scales = tensor(d_scales, scale_type, {n, c.scale_dim});
+      scales = tensor(d_scales, scale_type, {rows, c.scale_dim});
     }
     if (c.before_dispatch) c.before_dispatch(call, rank, comm);
     if (routing && !replay) std::swap(routing, routing_before);
     const DispatchOptions options{.max_tokens_across_ranks = mine.max_tokens_across_ranks,
-                                  .keep_call = routing != nullptr};
+                                  .keep_call = routing != nullptr,
+                                  .token_count = c.device_count ? d_count : nullptr};
     DispatchResult result;
     if (replay) {
       result = op.dispatch_replay(input, weights, scales, indices, *routing);

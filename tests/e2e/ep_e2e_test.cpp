@@ -132,6 +132,18 @@ std::vector<EpCase> matrix() {
   add({.name = "alternating_200_gather_w4", .world = 4, .hidden = 128, .calls = counts});
   add({.name = "alternating_200_scatter_quant_w2", .target = "host-gfx950", .hidden = 128, .mode = scatter,
        .quant = QuantType::Fp8Blockwise, .calls = counts});
+  // The token count on the device (one graph for every batch): max_tokens
+  // rows passed, the count's first sent, padding never sent nor summed.
+  add({.name = "device_count_gather_w3", .world = 3, .calls = {37, 0, 1, 20}, .device_count = true});
+  add({.name = "device_count_scatter_quant_gfx942_w2", .target = "host-gfx942", .mode = scatter,
+       .quant = QuantType::Fp8Blockwise, .calls = {5, 37, 0}, .device_count = true});
+  add({.name = "device_count_std_moe_w2_processes", .ranks = Ranks::Processes, .calls = {13, 0, 37},
+       .std_moe = true, .device_count = true});
+  add({.name = "device_count_tiny_by_block_fp8_scales_w4", .target = "host-gfx950", .world = 4, .data_type = FP8,
+       .scale_dim = 5, .scale_type_size = 4, .calls = tiny, .device_count = true, .dispatch_blocks = 9,
+       .warps_per_block = 3});
+  add({.name = "device_count_hidden7168_top8_w2", .hidden = 7168, .topk = 8, .experts_per_rank = 8, .max_tokens = 9,
+       .calls = {9, 1, 4}, .device_count = true});
   // Internode: nodes of gpu_per_node ranks; ranks on other nodes are reached
   // through the host transport (a stand-in for the network). Each case runs
   // v2_ll ("internode_...") and v2 ("internode_v2_..."): v2 forwards through

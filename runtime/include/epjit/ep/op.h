@@ -136,6 +136,15 @@ struct DispatchOptions {
   // internode ones copy them once on the op's stream after it. Only for
   // callers who read them.
   bool keep_call = false;
+  // The call's token count on the device: an int32 scalar (e.g. a [1] or [] i32
+  // tensor) the call reads when it runs. It moves the first count rows of
+  // `input` (clamped to [0, rows passed]); the rest are padding: not sent, not
+  // counted, and combine leaves their output rows as they were. One graph
+  // captured with input at max_num_inp_token_per_rank rows then serves every
+  // batch size: write the count, replay. The memory must hold the count until
+  // the combine has run (it reads it too). One node only, and not with a
+  // routing to record (a routing's replay needs its count on the host).
+  const void* token_count = nullptr;
 };
 
 // What a dispatch recorded with DispatchOptions::keep_call kept in its
