@@ -254,6 +254,28 @@ TEST(EpOpErrors, SplitCallsTakeTheirHalvesInOrder) {
   EXPECT_EQ(failures, "");
 }
 
+// A count on the device is refused where it cannot serve: with a routing to
+// record (its replay needs the count on the host) and misaligned.
+TEST(EpOpErrors, ATokenCountOnTheDeviceIsRefusedWhereItCannotServe) {
+  const EpCase c = smallCase();
+  const std::string failures = onOneRank(c, [&](EpDispatchCombineOp& op, Communicator&, Buffers& b) {
+    std::string f;
+    auto [x, w, idx, y, yw, s] = b.pointers;
+    const TensorRef input{x, DType::BF16, {8, 64}}, weights{w, DType::F32, {8, 2}}, indices{idx, DType::I32, {8, 2}};
+    std::unique_ptr<Routing> routing = op.make_routing();
+    f += expectParts("with a record",
+                     thrown([&] { op.dispatch(input, weights, std::nullopt, indices, routing.get(), {.token_count = s}); }),
+                     {"token count on the device with a routing to record", "without record"});
+    f += expectParts("misaligned", thrown([&] {
+                       op.dispatch(input, weights, std::nullopt, indices, nullptr,
+                                   {.token_count = static_cast<char*>(s) + 2});
+                     }),
+                     {"token_count"});
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+}
+
 TEST(EpOpErrors, HostWaitingCallsAreRefusedWhileTheStreamCaptures) {
   const EpCase c = smallCase();
   const std::string failures = onOneRank(c, [&](EpDispatchCombineOp& op, Communicator& comm, Buffers& b) {

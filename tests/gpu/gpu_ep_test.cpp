@@ -280,14 +280,29 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
   void* w = device.allocate(size_t(n * k) * 4);
   void* idx = device.allocate(size_t(n * k) * 4);
   const TensorRef input{x, DType::BF16, {n, hidden}}, weights{w, DType::F32, {n, k}}, indices{idx, DType::I32, {n, k}};
+  // c.device_count: n rows passed, call-dependent counts of them moved (the
+  // count in device memory), padding of valid experts after them.
+  void* count_word = device.allocate(16);
+  int64_t moved = n;
   auto load = [&](int call) {
+    moved = c.device_count ? (int64_t(call) * 37 + 5) % (n + 1) : n;
     std::vector<reference::RankInput> inputs;
-    for (int r = 0; r < c.world; ++r) inputs.push_back(makeInput(c, config, call, r, n));
-    device.copy_to_device(x, inputs[size_t(rank)].payload.data(), inputs[size_t(rank)].payload.size());
-    device.copy_to_device(w, inputs[size_t(rank)].weights.data(), inputs[size_t(rank)].weights.size() * 4);
-    device.copy_to_device(idx, inputs[size_t(rank)].indices.data(), inputs[size_t(rank)].indices.size() * 4);
+    for (int r = 0; r < c.world; ++r) inputs.push_back(makeInput(c, config, call, r, moved));
+    if (c.device_count) {
+      std::vector<int32_t> padding(size_t(n * k));
+      for (size_t i = 0; i < padding.size(); ++i) padding[i] = int32_t(i % size_t(config.num_experts()));
+      device.copy_to_device(idx, padding.data(), padding.size() * 4);
+      const int32_t count = int32_t(moved);
+      device.copy_to_device(count_word, &count, 4);
+    }
+    if (moved) {
+      device.copy_to_device(x, inputs[size_t(rank)].payload.data(), inputs[size_t(rank)].payload.size());
+      device.copy_to_device(w, inputs[size_t(rank)].weights.data(), inputs[size_t(rank)].weights.size() * 4);
+      device.copy_to_device(idx, inputs[size_t(rank)].indices.data(), inputs[size_t(rank)].indices.size() * 4);
+    }
     return inputs;
   };
+  const DispatchOptions counted{.token_count = c.device_count ? count_word : nullptr};
   // Checks the combine; returns the reference's dispatch (what each rank received).
   auto verify = [&](int call, const std::vector<reference::RankInput>& inputs, const CombineResult& result) {
     auto received = reference::dispatch(config, inputs);
@@ -295,14 +310,15 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
     for (int d = 0; d < c.world; ++d)
       for (const auto& token : received[size_t(d)]) outputs[size_t(d)].push_back(token.payload);
     const auto want = reference::combine(config, received, outputs, inputs);
-    std::vector<uint8_t> got(size_t(n) * row_bytes);
-    device.copy_to_host(got.data(), result.tokens.data, got.size());
-    if (got != want[size_t(rank)]) failures.add("call ", call, ": combine(dispatch(x)) differs from the reference");
+    std::vector<uint8_t> got(size_t(moved) * row_bytes);
+    if (moved) device.copy_to_host(got.data(), result.tokens.data, got.size());
+    if (got != want[size_t(rank)])
+      failures.add("call ", call, " (", moved, " tokens): combine(dispatch(x)) differs from the reference");
     return received;
   };
   // Eager first.
   auto inputs = load(0);
-  DispatchResult d = op.dispatch(input, weights, std::nullopt, indices);
+  DispatchResult d = op.dispatch(input, weights, std::nullopt, indices, nullptr, counted);
   CombineResult r = op.combine(d.tokens, d.weights);
   op.check();
   verify(0, inputs, r);
@@ -311,15 +327,17 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
   // framework's capture of a dispatch that returns one makes it: each replay
   // must leave that call's count and indices in it.
   device.begin_capture(op.stream());
-  std::unique_ptr<Routing> recorded = op.make_routing();
+  // A routing to record (made in the capture, keeping its call) unless the count is on the device.
+  std::unique_ptr<Routing> recorded = c.device_count ? nullptr : op.make_routing();
+  const DispatchOptions options = c.device_count ? counted : DispatchOptions{.keep_call = true};
   std::unique_ptr<Graph> send_graph;
   if (c.split_phase) {
-    d = op.dispatch_send(input, weights, std::nullopt, indices, recorded.get(), {.keep_call = true});
+    d = op.dispatch_send(input, weights, std::nullopt, indices, recorded.get(), options);
     send_graph = device.end_capture(op.stream());
     device.begin_capture(op.stream());
     op.dispatch_recv();
   } else {
-    d = op.dispatch(input, weights, std::nullopt, indices, recorded.get(), {.keep_call = true});
+    d = op.dispatch(input, weights, std::nullopt, indices, recorded.get(), options);
   }
   // A call that waits on the host is refused without ending the capture.
   if (const std::string refused = errorOf([&] { op.check(); });
@@ -354,6 +372,7 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
     graph->launch(op.stream());
     op.check();
     const auto received = verify(replay, inputs, r);
+    if (!recorded) continue;
     const RecordedCall kept = op.recorded_call(*recorded);
     int32_t kept_total = -1;
     std::vector<int32_t> kept_indices(size_t(n * k));
@@ -369,7 +388,7 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
   send_graph.reset();
   other->synchronize();
   op.close();
-  for (void* p : {x, w, idx, other_from, other_to}) device.release(p);
+  for (void* p : {x, w, idx, other_from, other_to, count_word}) device.release(p);
   return failures.text();
 }
 
@@ -499,6 +518,20 @@ TEST_P(GpuEpGraphReplay, CapturedDispatchCombineReplaysWithFreshInputs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Protocols, GpuEpGraphReplay, ::testing::Bool(), protocolName);
+
+// One graph captured at the op's maximum replayed at 37 token counts from 0
+// to 96, each count written to device memory before its replay
+// (DispatchOptions::token_count): only the count's rows move.
+TEST_P(GpuEpGraphReplay, OneGraphAtTheMaximumServesEveryTokenCount) {
+  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
+  EpCase c{.name = "count_graph", .target = "sm90", .world = std::min(rankSlots(), 4), .hidden = 7168, .topk = 8,
+           .experts_per_rank = 16, .max_tokens = 96, .device_count = true, .low_latency_combine = GetParam()};
+  const std::string failures = runRanks(
+      c.world, Ranks::Processes, gpuCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) { return graphRank(c, rank, comm, cache, 37); },
+      std::nullopt, cudaRanks());
+  EXPECT_EQ(failures, "");
+}
 
 // The same with split calls: dispatch_send in one graph, dispatch_recv and
 // the split combine in another, another stream's copy between them.

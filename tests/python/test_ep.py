@@ -869,3 +869,27 @@ def test_events_order_the_ops_stream_with_other_work():
     with pytest.raises(epjit.Error, match="record on a closed EpDispatchCombineOp"):
         first.record_event()
     comm.destroy()
+
+
+def test_a_token_count_on_the_device_moves_only_its_rows():
+    # max rows passed, the count's first moved: padding (valid experts) is
+    # neither received nor summed, and combine leaves its rows as they were.
+    comm, op = single_rank_op(max_tokens=8)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((8, HIDDEN)).astype(ml_dtypes.bfloat16)
+    w = rng.random((8, TOPK), dtype=np.float32)
+    idx = np.array([rng.permutation(EPR)[:TOPK] for _ in range(8)], dtype=np.int32)
+    for count in (5, 0, 8, 1):
+        out, out_w, _, _, total = op.dispatch(x, w, None, idx, token_count=np.array([count], dtype=np.int32))
+        assert np.array(total).tolist() == [count]
+        received = np.asarray(out)[:count].astype(np.float32)
+        assert sorted(map(bytes, received)) == sorted(map(bytes, x[:count].astype(np.float32)))
+        expert = np.full(np.asarray(out).shape, 7, dtype=ml_dtypes.bfloat16)
+        expert[:count] = np.asarray(out)[:count]
+        combined, _ = op.combine(expert, out_w)
+        assert combined.shape == (8, HIDDEN)
+        assert np.array_equal(np.asarray(combined)[:count].view(np.uint16), x[:count].view(np.uint16))
+    with pytest.raises(epjit.Error, match="one int32"):
+        op.dispatch(x, w, None, idx, token_count=np.array([1, 2], dtype=np.int32))
+    op.close()
+    comm.destroy()
