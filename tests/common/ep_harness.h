@@ -292,6 +292,18 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
   void* d_between_from = c.split_phase ? allocate(kBetweenBytes) : nullptr;
   void* d_between_to = c.split_phase ? allocate(kBetweenBytes) : nullptr;
   auto workBetweenHalves = [&] { device.copy_async(d_between_to, d_between_from, kBetweenBytes, op.stream()); };
+  // A combine as the case runs it: whole, or its send half, that work, and its receive half.
+  auto combineAsCased = [&](auto&& send, auto&& whole) -> CombineResult {
+    if (!c.split_phase) return whole();
+    send();
+    workBetweenHalves();
+    return op.combine_recv();
+  };
+  // The expert weights combine is given (none without c.weights).
+  auto expertWeights = [&]() -> std::optional<TensorRef> {
+    if (!c.weights) return std::nullopt;
+    return tensor(d_expert_weights, DType::F32, {cap, k});
+  };
 
   DispatchResult last_dispatch{};
   CombineResult last_combine{};
@@ -565,15 +577,8 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
       const auto moe_combined = reference::combine(config, received, outputs, inputs);
       device.copy_to_device(d_expert_weights, recv_weights.data(), recv_weights.size() * 4);
       const TensorRef expert_out = tensor(d_moe_out, DType::BF16, {c.experts_per_rank, moe_rows, hidden});
-      const std::optional<TensorRef> expert_weights =
-          c.weights ? std::optional(tensor(d_expert_weights, DType::F32, {cap, k})) : std::nullopt;
-      if (c.split_phase) {
-        op.std_moe_combine_send(expert_out, expert_weights);
-        workBetweenHalves();
-        result = op.combine_recv();
-      } else {
-        result = op.std_moe_combine(expert_out, expert_weights);
-      }
+      result = combineAsCased([&] { op.std_moe_combine_send(expert_out, expertWeights()); },
+                              [&] { return op.std_moe_combine(expert_out, expertWeights()); });
       op.check();
       std::vector<uint8_t> out(size_t(n) * row_bytes);
       if (n) device.copy_to_host(out.data(), result.tokens.data, out.size());
@@ -583,15 +588,8 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
       const TensorRef expert_in = c.zero_copy ? op.combine_input() : tensor(d_expert, row_type, {cap, hidden});
       device.copy_to_device(expert_in.data, mine.data(), mine.size());
       device.copy_to_device(d_expert_weights, recv_weights.data(), recv_weights.size() * 4);
-      const std::optional<TensorRef> expert_weights =
-          c.weights ? std::optional(tensor(d_expert_weights, DType::F32, {cap, k})) : std::nullopt;
-      if (c.split_phase) {
-        op.combine_send(expert_in, expert_weights);
-        workBetweenHalves();
-        result = op.combine_recv();
-      } else {
-        result = op.combine(expert_in, expert_weights);
-      }
+      result = combineAsCased([&] { op.combine_send(expert_in, expertWeights()); },
+                              [&] { return op.combine(expert_in, expertWeights()); });
       op.check();
       std::vector<uint8_t> out(size_t(max_tokens) * row_bytes);
       device.copy_to_host(out.data(), result.tokens.data, out.size());

@@ -506,15 +506,24 @@ std::string protocolName(const ::testing::TestParamInfo<bool>& info) {
   return info.param ? "LowLatency" : "Staged";
 }
 
+// The graph replays' case: 96 tokens of hidden 7168, top-8, on as many rank
+// processes as the host holds (up to 4), with the combine protocol `low_latency`.
+EpCase graphCase(const char* name, bool low_latency) {
+  return {.name = name, .target = "sm90", .world = std::min(rankSlots(), 4), .hidden = 7168, .topk = 8,
+          .experts_per_rank = 16, .max_tokens = 96, .low_latency_combine = low_latency};
+}
+
+// What graphRank reports on every rank of `c`.
+std::string replayGraphs(const EpCase& c, int replays) {
+  return runRanks(
+      c.world, Ranks::Processes, gpuCache(),
+      [&](int rank, Communicator& comm, KernelCache& cache) { return graphRank(c, rank, comm, cache, replays); },
+      std::nullopt, cudaRanks());
+}
+
 TEST_P(GpuEpGraphReplay, CapturedDispatchCombineReplaysWithFreshInputs) {
   if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
-  EpCase c{.name = "graph", .target = "sm90", .world = std::min(rankSlots(), 4), .hidden = 7168, .topk = 8,
-           .experts_per_rank = 16, .max_tokens = 96, .low_latency_combine = GetParam()};
-  const std::string failures = runRanks(
-      c.world, Ranks::Processes, gpuCache(),
-      [&](int rank, Communicator& comm, KernelCache& cache) { return graphRank(c, rank, comm, cache, 50); },
-      std::nullopt, cudaRanks());
-  EXPECT_EQ(failures, "");
+  EXPECT_EQ(replayGraphs(graphCase("graph", GetParam()), 50), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Protocols, GpuEpGraphReplay, ::testing::Bool(), protocolName);
@@ -524,26 +533,18 @@ INSTANTIATE_TEST_SUITE_P(Protocols, GpuEpGraphReplay, ::testing::Bool(), protoco
 // (DispatchOptions::token_count): only the count's rows move.
 TEST_P(GpuEpGraphReplay, OneGraphAtTheMaximumServesEveryTokenCount) {
   if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
-  EpCase c{.name = "count_graph", .target = "sm90", .world = std::min(rankSlots(), 4), .hidden = 7168, .topk = 8,
-           .experts_per_rank = 16, .max_tokens = 96, .device_count = true, .low_latency_combine = GetParam()};
-  const std::string failures = runRanks(
-      c.world, Ranks::Processes, gpuCache(),
-      [&](int rank, Communicator& comm, KernelCache& cache) { return graphRank(c, rank, comm, cache, 37); },
-      std::nullopt, cudaRanks());
-  EXPECT_EQ(failures, "");
+  EpCase c = graphCase("count_graph", GetParam());
+  c.device_count = true;
+  EXPECT_EQ(replayGraphs(c, 37), "");
 }
 
 // The same with split calls: dispatch_send in one graph, dispatch_recv and
 // the split combine in another, another stream's copy between them.
 TEST_P(GpuEpGraphReplay, SplitCallsReplayFromTwoGraphsWithOtherWorkBetweenTheHalves) {
   if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
-  EpCase c{.name = "split_graph", .target = "sm90", .world = std::min(rankSlots(), 4), .hidden = 7168, .topk = 8,
-           .experts_per_rank = 16, .max_tokens = 96, .split_phase = true, .low_latency_combine = GetParam()};
-  const std::string failures = runRanks(
-      c.world, Ranks::Processes, gpuCache(),
-      [&](int rank, Communicator& comm, KernelCache& cache) { return graphRank(c, rank, comm, cache, 50); },
-      std::nullopt, cudaRanks());
-  EXPECT_EQ(failures, "");
+  EpCase c = graphCase("split_graph", GetParam());
+  c.split_phase = true;
+  EXPECT_EQ(replayGraphs(c, 50), "");
 }
 
 // 10,000 dispatch/combine pairs with random token counts, no reset: every
