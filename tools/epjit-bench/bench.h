@@ -31,6 +31,7 @@ struct Options {
   bool std_moe = false;
   bool replay = false;
   bool split = false;  // dispatch_send + dispatch_recv, combine_send + combine_recv
+  bool device_count = false;  // every call passes max rows, its token count in device memory
   // Gather: the experts' outputs come in a buffer of the caller's (as a
   // PyTorch caller passes one), so combine stages them into the window
   // first; otherwise they are written into combine_input() in place.

@@ -217,6 +217,13 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
   void* d_payload = device.allocate(std::max<size_t>(16, size_t(max_n) * token_bytes));
   void* d_weights = device.allocate(std::max<size_t>(16, size_t(max_n * k) * 4));
   void* d_indices = device.allocate(std::max<size_t>(16, size_t(max_n * k) * 4));
+  // --device-count: every call passes max_n rows and its count in this word.
+  void* d_count = o.device_count ? device.allocate(16) : nullptr;
+  if (o.device_count) {
+    // The padding rows route to expert 0: never read, but valid if they were.
+    const std::vector<int32_t> zeros(size_t(max_n * k), 0);
+    device.copy_to_device(d_indices, zeros.data(), zeros.size() * 4);
+  }
   // Gather combine: experts write straight into the op's window (no staging
   // copy) unless --combine-from-buffer; scatter reads its input in place
   // from a buffer of the bench's.
@@ -248,14 +255,20 @@ RankResult run_rank(const Options& o, Communicator& comm, KernelCache& cache) {
       device.copy_to_device(d_weights, in.weights.data(), in.weights.size() * 4);
       device.copy_to_device(d_indices, in.indices.data(), in.indices.size() * 4);
     }
-    const TensorRef input{d_payload, tensor_type_of(config.dispatch_type(), config.target_info()), {n, o.hidden}};
-    const TensorRef weights{d_weights, DType::F32, {n, k}}, indices{d_indices, DType::I32, {n, k}};
+    const int64_t rows = o.device_count ? max_n : n;
+    if (o.device_count) {
+      const int32_t count = int32_t(n);
+      device.copy_to_device(d_count, &count, 4);
+    }
+    const DispatchOptions counted{.token_count = d_count};
+    const TensorRef input{d_payload, tensor_type_of(config.dispatch_type(), config.target_info()), {rows, o.hidden}};
+    const TensorRef weights{d_weights, DType::F32, {rows, k}}, indices{d_indices, DType::I32, {rows, k}};
     // --split: each call as its two halves with nothing between them (what a
     // split call costs over the one-phase call).
     auto dispatch = [&](bool replay) {
       if (replay) return op.dispatch_replay(input, weights, std::nullopt, indices, *routing);
-      if (!o.split) return op.dispatch(input, weights, std::nullopt, indices, routing.get());
-      DispatchResult sent = op.dispatch_send(input, weights, std::nullopt, indices, routing.get());
+      if (!o.split) return op.dispatch(input, weights, std::nullopt, indices, routing.get(), counted);
+      DispatchResult sent = op.dispatch_send(input, weights, std::nullopt, indices, routing.get(), counted);
       op.dispatch_recv();
       return sent;
     };

@@ -5,7 +5,7 @@
 //               [--tokens 1,37,128] [--hidden 7168] [--topk 8] [--experts-per-rank 64]
 //               [--dtype bf16|f32|fp8|fp4] [--combine-dtype bf16|f32]
 //               [--quant none|fp8_direct_cast|fp8_blockwise] [--combine-mode gather|scatter]
-//               [--std-moe] [--replay] [--split] [--routing uniform|skewed|local] [--seed N]
+//               [--std-moe] [--replay] [--split] [--device-count] [--routing uniform|skewed|local] [--seed N]
 //               [--low-latency-combine auto|on|off]
 //               [--dispatch-blocks N] [--dispatch-warps N] [--combine-blocks N] [--combine-warps N]
 //               [--iters N] [--warmup N] [--check-only] [--json FILE] [--cache-dir DIR]
@@ -201,6 +201,9 @@ int main(int argc, char** argv) {
   app.add_option("--combine-mode", combine_mode, "gather or scatter");
   app.add_flag("--std-moe", o.std_moe, "pack into the standard-MoE layout and back");
   app.add_flag("--replay", o.replay, "time dispatches that replay a recorded routing");
+  app.add_flag("--device-count", o.device_count,
+               "every call passes the largest --tokens rows with its own count in device memory (one graph at the "
+               "maximum serves every count)");
   app.add_flag("--split", o.split,
                "time split calls (dispatch_send + dispatch_recv, combine_send + combine_recv, nothing between)");
   app.add_flag("--combine-from-buffer", o.combine_from_buffer,

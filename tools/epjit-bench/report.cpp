@@ -148,7 +148,9 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
               ep::name_of(config.dispatch_type()), ep::name_of(config.combine_type()), ep::name_of(o.combine_mode),
               config.uses_low_latency_combine() ? ", low-latency" : "", o.combine_from_buffer ? ", from a buffer" : "", ep::name_of(o.quant), name_of(o.routing),
               o.std_moe ? ", std-MoE" : "", o.replay ? ", routing replay" : "",
-              o.split ? ", split calls (send + receive halves)" : "", o.graph ? "eager and graph" : "eager");
+              o.split ? (o.device_count ? ", split calls, token count on the device" : ", split calls (send + receive halves)")
+                      : (o.device_count ? ", token count on the device (max rows passed)" : ""),
+              o.graph ? "eager and graph" : "eager");
   const bool dependent_launch = ranks.front().dependent_launch;
   std::printf("programmatic dependent launch: %s\n",
               dependent_launch ? "on (kernels may launch before the one before them ends)" : "off");
@@ -337,6 +339,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
                    {"combine_from_buffer", o.combine_from_buffer},
                    {"routing_replay", o.replay},
                    {"split_calls", o.split},
+                   {"token_count_on_device", o.device_count},
                    {"routing", name_of(o.routing)},
                    {"shape", {{"hidden", o.hidden}, {"topk", o.topk}, {"experts", o.world * o.experts_per_rank},
                               {"experts_per_rank", o.experts_per_rank}}},
