@@ -16,7 +16,7 @@ namespace epjit::bench {
 enum class RoutingKind { Uniform, Skewed, Local };
 
 struct Options {
-  std::string target = "host";
+  std::string target;  // "" until main() resolves it for the device
   std::string device = "host";  // host, cuda or hip (one GPU per rank process)
   int world = 4;
   bool processes = false;

@@ -185,7 +185,9 @@ int main(int argc, char** argv) {
   Options o;
   std::string tokens = "1,37,128", ranks_as = "threads", dtype = "bf16", combine_dtype, quant = "none",
               combine_mode = "gather", routing = "uniform";
-  app.add_option("--target", o.target, "target (" + target_names() + "; default: the device's own)");
+  app.add_option("--target", o.target,
+                 "target (" + target_names() + "; default: host on the host device, else the vendor's one GPU target "
+                 "where it has one)");
   app.add_option("--device", o.device,
                  "host, cuda (NVIDIA) or hip (AMD); one GPU per rank: use --ranks-as processes")
       ->check(CLI::IsMember({"host", "cuda", "hip"}));
@@ -251,6 +253,20 @@ int main(int argc, char** argv) {
     o.internode_kernel = ep::parse_internode_kernel(internode_kernel);
     if (low_latency_combine != "auto") o.low_latency_combine = low_latency_combine == "on";
     const Vendor vendor = o.device == "hip" ? Vendor::Amd : o.device == "cuda" ? Vendor::Nvidia : Vendor::Cpu;
+    if (o.target.empty()) {
+      // The device is not opened here (the rank processes open it): a GPU
+      // vendor with one target needs no --target, one with several does.
+      std::vector<std::string> gpu_targets;
+      for (const TargetInfo& t : all_targets())
+        if (t.vendor == vendor && vendor != Vendor::Cpu) gpu_targets.emplace_back(t.name);
+      if (vendor == Vendor::Cpu) o.target = "host";
+      else if (gpu_targets.size() == 1) o.target = gpu_targets.front();
+      else
+        throw Error("--device " + o.device + " without --target",
+                    "the GPU's target, one of " +
+                        target_names_where([vendor](const TargetInfo& t) { return t.vendor == vendor; }),
+                    "pass --target (e.g. --target " + gpu_targets.front() + ")");
+    }
     if (const TargetInfo* target = find_target(o.target); target && target->vendor != vendor)
       throw Error("--target " + o.target + " on --device " + o.device,
                   "a target the device runs: " +
