@@ -433,6 +433,10 @@ TEST(EpOpErrors, InternodeRefusesWhatItCannotRun) {
         comm.device().copy_to_device(b.pointers[2], experts.data(), experts.size() * 4);
         const TensorRef input{b.pointers[0], DType::BF16, {n, hidden}}, weights{b.pointers[1], DType::F32, {n, k}},
             indices{b.pointers[2], DType::I32, {n, k}};
+        f += expectParts("a token count on the device", thrown([&] {
+                           op.dispatch(input, weights, std::nullopt, indices, nullptr, {.token_count = b.pointers[5]});
+                         }),
+                         {"token count on the device for an op with ranks on other nodes", "one node"});
         std::unique_ptr<Routing> recorded = op.make_routing();
         op.combine(op.dispatch(input, weights, std::nullopt, indices, recorded.get()).tokens);
         op.check();
