@@ -258,15 +258,22 @@ int main(int argc, char** argv) {
       // vendor with one target needs no --target, one with several does.
       std::vector<std::string> gpu_targets;
       for (const TargetInfo& t : all_targets())
-        if (t.vendor == vendor && vendor != Vendor::Cpu) gpu_targets.emplace_back(t.name);
-      if (vendor == Vendor::Cpu) o.target = "host";
-      else if (gpu_targets.size() == 1) o.target = gpu_targets.front();
-      else
+        if (t.vendor == vendor) gpu_targets.emplace_back(t.name);
+      if (vendor == Vendor::Cpu) {
+        o.target = "host";
+      } else if (gpu_targets.size() == 1) {
+        o.target = gpu_targets.front();
+      } else {
         throw Error("--device " + o.device + " without --target",
                     "the GPU's target, one of " +
                         target_names_where([vendor](const TargetInfo& t) { return t.vendor == vendor; }),
-                    "pass --target (e.g. --target " + gpu_targets.front() + ")");
+                    "pass --target with the GPU's target");
+      }
     }
+    if (o.replay && o.device_count)
+      throw Error("--replay with --device-count",
+                  "one of them: a replayed routing is recorded with its token count on the host",
+                  "drop --replay or --device-count");
     if (const TargetInfo* target = find_target(o.target); target && target->vendor != vendor)
       throw Error("--target " + o.target + " on --device " + o.device,
                   "a target the device runs: " +
