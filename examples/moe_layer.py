@@ -9,23 +9,27 @@ the ranks (expert e lives on rank e // experts_per_rank).
 
 epjit's forward: dispatch (each token once per destination rank), the
 standard-MoE layout (std_moe_pack: every received token once per local
-expert, packed per expert), one SwiGLU per local expert over its packed rows,
-each output row scaled by its routing weight, then std_moe_combine (summed per
-received token, then over ranks, in f32, rounded once each).
+expert, packed per expert), the experts over their packed rows, each output
+row scaled by its routing weight, then std_moe_combine (summed per received
+token, then over ranks, in f32, rounded once each).
 
-    python examples/moe_layer.py                      # numpy, 2 host ranks (threads), small shape: checks
-    torchrun --nproc-per-node 2 examples/moe_layer.py --torch [--tokens 128,4096] [--json FILE]
-                                                      # CUDA GPUs: checks, then times both forwards
+    python examples/moe_layer.py        # numpy, 2 host ranks (threads), small shape: checks
+    torchrun --nproc-per-node N examples/moe_layer.py --torch [--tokens 1,128,4096] [--json FILE]
+                                        # CUDA GPUs (EP N): checks, then times both layers
+    torchrun --nproc-per-node 2 examples/moe_layer.py --torch --device cpu --hidden 64 --ffn 96 --experts 8 --topk 3
+                                        # host ranks and gloo: the torch layers' checks, no GPU
 
-The numpy path is what make test runs (tests/python/test_moe_layer.py); the
-torch path needs torch with CUDA and NCCL (it ran on 2 x H200, docs/PERFORMANCE.md).
+With torch the experts are grouped GEMMs, the same in both layers, and epjit's
+layer runs as one CUDA graph, with a two-micro-batch variant that overlaps
+one batch's exchange with the other's experts (moe_torch.py says how). The
+numpy path is what make test runs (tests/python/test_moe_layer.py); the
+results of the torch path are in docs/PERFORMANCE.md.
 """
 import argparse
 import json
 import os
 import sys
 import threading
-import time
 
 import numpy as np
 
@@ -143,153 +147,122 @@ def check_numpy(shape, tokens, seed=1):
 
 # ------------------------------------------------------------------ torch path
 
-def torch_forwards(torch, dist, shape, rank, comm):
-    """The block's two forwards on CUDA tensors, sharing router and experts."""
-    device = torch.device("cuda", torch.cuda.current_device())
-    # Made on the GPU (DeepSeek's experts are gigabytes): the router alike on
-    # every rank, the experts each rank's own.
-    shared = torch.Generator(device=device).manual_seed(0)
-    own = torch.Generator(device=device).manual_seed(1 + rank)
-    scale = shape.hidden ** -0.5
-    router = torch.randn(shape.hidden, shape.experts, generator=shared, device=device) * scale
-    epr = shape.experts_per_rank
-    mine = range(rank * epr, (rank + 1) * epr)
-
-    def weights_of(*dims, std):
-        return (torch.randn(*dims, generator=own, device=device) * std).to(torch.bfloat16)
-
-    gate = weights_of(epr, shape.hidden, shape.ffn, std=scale)
-    up = weights_of(epr, shape.hidden, shape.ffn, std=scale)
-    down = weights_of(epr, shape.ffn, shape.hidden, std=shape.ffn ** -0.5)
-
-    def route_t(x):
-        probs = torch.softmax(x.float() @ router, dim=1)
-        w, idx = torch.topk(probs, shape.topk, dim=1)
-        return idx.to(torch.int32), (w / w.sum(dim=1, keepdim=True)).float()
-
-    def expert(e, rows):
-        h = rows @ gate[e]
-        return (torch.nn.functional.silu(h) * (rows @ up[e])) @ down[e]
-
-    op = epjit.EpDispatchCombineOp(config_for(shape, rank, "sm90"), comm)
-    buffers = {}
-
-    def epjit_forward(x, timings):
-        idx, w = route_t(x)
-        t0 = torch.cuda.Event(enable_timing=True)
-        t1, t2, t3 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        t0.record()
-        recv, recv_w, _, recv_idx, total = op.dispatch(x, w, None, idx)
-        packed, counts, sources = op.std_moe_pack()
-        t1.record()
-        # Experts write their rows in the packed layout; rows past an expert's
-        # count are never read, so one buffer serves every call.
-        if "expert_out" not in buffers:
-            buffers["expert_out"] = torch.empty_like(packed)
-        expert_out = buffers["expert_out"]
-        host_counts = counts.tolist()  # the grouped GEMM of a real model reads counts on the device
-        for e in range(epr):
-            n = host_counts[e]
-            if n:
-                rows = sources[e, :n].long()
-                slot = (recv_idx[rows] == mine[e]).int().argmax(dim=1)
-                expert_out[e, :n] = (expert(e, packed[e, :n]) * recv_w[rows, slot][:, None]).to(torch.bfloat16)
-        t2.record()
-        out, _ = op.std_moe_combine(expert_out)
-        t3.record()
-        timings.append((t0, t1, t2, t3))
-        return out
-
-    def nccl_forward(x, timings):
-        """By hand: sort by destination rank, exchange counts and rows, run the
-        local experts, send the weighted outputs back, sum per token."""
-        idx, w = route_t(x)
-        t0 = torch.cuda.Event(enable_timing=True)
-        t1, t2, t3 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        t0.record()
-        flat_expert = idx.reshape(-1).long()
-        order = torch.argsort(flat_expert // epr, stable=True)
-        send_tokens = x[order // shape.topk]
-        send_meta = torch.stack([flat_expert[order], order], dim=1)
-        send_counts = torch.bincount(flat_expert // epr, minlength=shape.world)
-        recv_counts = torch.empty_like(send_counts)
-        dist.all_to_all_single(recv_counts, send_counts)
-        sc, rc = send_counts.tolist(), recv_counts.tolist()
-        recv_tokens = x.new_empty(sum(rc), shape.hidden)
-        recv_meta = send_meta.new_empty(sum(rc), 2)
-        dist.all_to_all_single(recv_tokens, send_tokens, rc, sc)
-        dist.all_to_all_single(recv_meta, send_meta, rc, sc)
-        t1.record()
-        outputs = torch.empty_like(recv_tokens)
-        local = recv_meta[:, 0] - rank * epr
-        for e in range(epr):
-            hit = (local == e).nonzero().squeeze(1)
-            if hit.numel():
-                outputs[hit] = expert(e, recv_tokens[hit]).to(torch.bfloat16)
-        t2.record()
-        back = torch.empty_like(send_tokens)
-        dist.all_to_all_single(back, outputs, sc, rc)
-        out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-        out.index_add_(0, order // shape.topk, back.float() * w.reshape(-1)[order][:, None])
-        t3.record()
-        timings.append((t0, t1, t2, t3))
-        return out.to(torch.bfloat16)
-
-    return op, epjit_forward, nccl_forward
-
-
 def run_torch(args):
+    """Under torchrun: for each token count, both layers' outputs compared, then
+    (CUDA) each timed: epjit's layer as one CUDA graph, the NCCL layer eagerly
+    (it reads counts on the host), each phase, the grouped GEMM alone on the
+    same rows, and the two-micro-batch layer with and without overlap."""
     import torch
     import torch.distributed as dist
+
+    import moe_torch as mt
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-    dist.init_process_group("nccl")
-    tokens_list = [int(t) for t in args.tokens.split(",")]
-    shape = Shape(world, args.hidden, args.ffn, args.experts, args.topk, max(tokens_list))
-    comm = epjit.Communicator.from_process_group(target="sm90", device_ordinal=torch.cuda.current_device())
-    op, epjit_forward, nccl_forward = torch_forwards(torch, dist, shape, rank, comm)
-    records = []
-    for tokens in tokens_list:
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+    dist.init_process_group(args.dist_backend or ("nccl" if cuda else "gloo"))
+    target = args.target or ("sm90" if cuda else "host")
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    comm = epjit.Communicator.from_process_group(target=target,
+                                                 device_ordinal=torch.cuda.current_device() if cuda else -1)
+    base = Shape(world, args.hidden, args.ffn, args.experts, args.topk, 1)
+    router, experts = mt.Router(torch, base, device), mt.Experts(torch, base, rank, device)
+    barrier = dist.barrier
+    comm_stream = torch.cuda.Stream(priority=-1) if cuda else None
+    records, failures = [], []
+
+    def new_layer(tokens):
+        shape = Shape(world, args.hidden, args.ffn, args.experts, args.topk, tokens)
+        op = epjit.EpDispatchCombineOp(config_for(shape, rank, target), comm)
+        return op, mt.EpjitLayer(torch, shape, rank, op, router, experts, tokens)
+
+    def compare(name, got, want, exact):
+        error = float((got.float() - want.float()).abs().max() / want.float().abs().max().clamp(min=1e-30))
+        if (error != 0.0) if exact else not error < args.tolerance:
+            failures.append(f"{name}: largest relative difference {error:.3e}")
+        return error
+
+    for tokens in [int(t) for t in args.tokens.split(",")]:
         g = torch.Generator(device="cpu").manual_seed(1000 + rank)
-        x = torch.randn(tokens, shape.hidden, generator=g).to("cuda", torch.bfloat16)
-        ours, theirs = epjit_forward(x, []), nccl_forward(x, [])
-        torch.cuda.synchronize()
-        error = float((ours.float() - theirs.float()).abs().max() / theirs.float().abs().max())
-        times = {}
-        for name, forward in (("epjit", epjit_forward), ("nccl", nccl_forward)):
-            timings = []
-            for i in range(args.warmup + args.iters):
-                dist.barrier()
-                forward(x, timings if i >= args.warmup else [])
-            torch.cuda.synchronize()
-            layer = sum(a.elapsed_time(d) for a, _, _, d in timings) / len(timings) * 1000
-            comm_us = sum(a.elapsed_time(b) + c.elapsed_time(d) for a, b, c, d in timings) / len(timings) * 1000
-            times[name] = (layer, comm_us)
-        record = {"tokens_per_rank": tokens, "max_rel_error_vs_nccl": error,
-                  "epjit_layer_us": times["epjit"][0], "epjit_comm_us": times["epjit"][1],
-                  "nccl_layer_us": times["nccl"][0], "nccl_comm_us": times["nccl"][1]}
+        x = torch.randn(tokens, args.hidden, generator=g).to(device, torch.bfloat16)
+        record = {"tokens_per_rank": tokens}
+        op, layer = new_layer(tokens)
+        nccl = mt.NcclLayer(torch, dist, layer.shape, rank, router, experts)
+        ours = layer.forward(x).clone()
+        theirs = nccl.forward(x)
+        record["rel_error_vs_nccl"] = compare(f"{tokens} tokens: epjit vs nccl", ours, theirs, exact=False)
+        if cuda:
+            graph, graph_out = mt.capture(torch, layer.forward, x)
+            graph.replay()
+            record["graph_equals_eager"] = compare(f"{tokens} tokens: graph vs eager", graph_out, ours, exact=True) == 0
+            rows, offs = (t.clone() for t in layer.gemm_inputs)
+            gemm_graph, _ = mt.capture(torch, experts, rows, offs)
+            record["epjit_layer_ms"] = mt.time_ms(torch, graph.replay, args.iters, barrier)
+            record["gemm_alone_ms"] = mt.time_ms(torch, gemm_graph.replay, args.iters)
+            record["nccl_layer_ms"] = mt.time_ms(torch, lambda: nccl.forward(x), args.iters, barrier)
+            record["epjit_phases_ms"] = mt.mean_phases(torch, layer.forward, x, mt.EPJIT_PHASES, args.iters, barrier)
+            record["nccl_phases_ms"] = mt.mean_phases(torch, nccl.forward, x, mt.NCCL_PHASES, args.iters, barrier)
+            del graph, gemm_graph, graph_out, rows, offs
+        op.close()
+        del layer, op
+        if tokens >= 2:
+            half = (tokens + 1) // 2
+            (op0, a), (op1, b) = new_layer(half), new_layer(half)
+            two = mt.TwoBatchLayer(torch, (a, b), comm_stream)
+            sequential = two.sequential(x).clone()
+            overlapped = two.overlapped(x)
+            compare(f"{tokens} tokens: two micro-batches, overlapped vs one after the other", overlapped, sequential,
+                    exact=True)
+            record["two_batch_rel_error_vs_one"] = compare(f"{tokens} tokens: two micro-batches vs one", sequential,
+                                                           ours, exact=False)
+            if cuda:
+                seq_graph, seq_out = mt.capture(torch, two.sequential, x)
+                ovl_graph, ovl_out = mt.capture(torch, two.overlapped, x)
+                seq_graph.replay()
+                ovl_graph.replay()
+                compare(f"{tokens} tokens: two micro-batch graphs", ovl_out, seq_out, exact=True)
+                record["two_batch_sequential_ms"] = mt.time_ms(torch, seq_graph.replay, args.iters, barrier)
+                record["two_batch_overlapped_ms"] = mt.time_ms(torch, ovl_graph.replay, args.iters, barrier)
+                phases = mt.mean_phases(torch, a.forward, x[:half], mt.EPJIT_PHASES, args.iters, barrier)
+                # What the overlap can hide: micro-batch 1's dispatch and micro-batch 0's combine.
+                record["two_batch_overlappable_ms"] = phases["dispatch"] + phases["combine"]
+                record["two_batch_hidden_fraction"] = (
+                    (record["two_batch_sequential_ms"] - record["two_batch_overlapped_ms"])
+                    / record["two_batch_overlappable_ms"])
+                del seq_graph, ovl_graph, seq_out, ovl_out
+            op0.close()
+            op1.close()
+            del a, b, two, op0, op1
+        if cuda:
+            torch.cuda.empty_cache()
         records.append(record)
         if rank == 0:
-            print(json.dumps(record))
-    op.close()
+            print(json.dumps(record), flush=True)
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
-            json.dump({"shape": vars(args), "world": world, "points": records}, f, indent=1)
+            json.dump({"shape": vars(args), "world": world, "revision": epjit.git_revision(),
+                       "gpu": torch.cuda.get_device_name() if cuda else "cpu", "points": records}, f, indent=1)
     comm.destroy()
     dist.destroy_process_group()
-    return 0 if all(r["max_rel_error_vs_nccl"] < args.tolerance for r in records) else 1
+    for failure in failures:
+        print(f"rank {rank}: FAILED {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--torch", action="store_true", help="CUDA GPUs under torchrun, against NCCL")
-    parser.add_argument("--tokens", default="128,4096")
+    parser.add_argument("--torch", action="store_true", help="under torchrun: the torch layers, against NCCL")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: host ranks and gloo, outputs compared, nothing timed")
+    parser.add_argument("--dist-backend", help="torch.distributed's backend (default: nccl on cuda, gloo on cpu; "
+                        "gloo for ranks sharing a GPU, which NCCL refuses)")
+    parser.add_argument("--target", help="epjit's target (default: sm90 on cuda, host on cpu)")
+    parser.add_argument("--tokens", default="1,128,4096", help="tokens per rank, a layer each")
     parser.add_argument("--hidden", type=int, default=7168)
     parser.add_argument("--ffn", type=int, default=2048)
     parser.add_argument("--experts", type=int, default=256)
     parser.add_argument("--topk", type=int, default=8)
-    parser.add_argument("--iters", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--tolerance", type=float, default=0.02, help="largest error relative to the output's range")
     parser.add_argument("--json")
     args = parser.parse_args(argv)

@@ -30,3 +30,23 @@ def test_the_reference_tells_a_wrong_block_apart():
     unweighted = sum(np.concatenate([moe_layer.swiglu(x[t:t + 1], *experts[indices[t, j]]) for t in range(13)])
                      for j in range(shape.topk))
     assert np.abs(unweighted - want).max() / np.abs(want).max() > 0.1
+
+
+def test_torch_layers_on_host_ranks():
+    """The torch path on two host ranks (CPU tensors, gloo, torch._grouped_mm):
+    epjit's layer against the NCCL-style layer, and the two-micro-batch
+    schedule through the split calls against the micro-batches one after the
+    other, bit for bit (the example exits nonzero on any mismatch). Needs torch."""
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+    pytest.importorskip("torch")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "--standalone", str(_path), "--torch", "--device", "cpu", "--hidden", "64",
+                          "--ffn", "96", "--experts", "8", "--topk", "3", "--tokens", "1,13,40"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert run.stdout.count('"rel_error_vs_nccl"') == 3, run.stdout
