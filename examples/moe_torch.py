@@ -135,13 +135,15 @@ class EpjitLayer:
         packed, counts, sources = self.packed
         epr = shape.experts_per_rank
         offs = counts.cumsum(0, dtype=torch.int32)
+        starts = offs - counts
         group = torch.searchsorted(offs, self.positions, right=True)
         valid = group < epr
-        expert = group.clamp(max=epr - 1)
-        within = self.positions - (offs[expert] - counts[expert])
-        src = torch.where(valid, expert * self.per_expert + within, 0).long()
+        expert = group.clamp_(max=epr - 1)
+        within = self.positions - starts[expert]
+        # Positions past the last row read some row in bounds; their results go nowhere.
+        src = torch.add(within, expert, alpha=self.per_expert).clamp_(0, epr * self.per_expert - 1)
         rows = packed.view(-1, shape.hidden).index_select(0, src)
-        received = sources.view(-1).index_select(0, src).long().clamp(0, recv_idx.shape[0] - 1)
+        received = sources.view(-1).index_select(0, src).clamp_(0, recv_idx.shape[0] - 1)
         hit = recv_idx.index_select(0, received) == (expert + self.first_expert)[:, None]
         weight = (recv_w.index_select(0, received) * hit).sum(dim=1)
         marks and marks()
