@@ -257,6 +257,23 @@ def body(world, rank, uid_bytes, seed, checks):
                 checks.expect(torch.equal(out_s[slot].cpu().view(torch.float32), want_s), f"scales of slot {slot}")
             ops.combine(out[: int(total.item())], routing=h)
             sync()
+        # Scales as MORI's test_op.py passes them: 56 one-byte scales per token as
+        # 14 int32 words; they come back in that dtype and shape ([max_recv, 14] int32).
+        cfg = make_cfg(world, rank, scale_dim=56, scale_type_size=1)
+        with EpDispatchCombineOp(cfg, comm) as ops:
+            checks.expect(ops.backend_name == f"epjit ({ops.capabilities['target']})", ops.backend_name)
+            xs, ws, idxs = rank_inputs(world, rank, 9, seed + 6)
+            words = torch.arange(9 * 14, dtype=torch.int32, device=DEVICE).reshape(9, 14) * 7919 + 100000 * rank
+            out, _, out_s, _, total, h = ops.dispatch(xs, ws, words, idxs, return_routing=True)
+            sync()
+            checks.expect(out_s.dtype == torch.int32 and tuple(out_s.shape) == (ops.max_recv, 14),
+                          f"int32 scales came back as {out_s.dtype} {tuple(out_s.shape)}")
+            for slot in range(int(total.item())):
+                r, t = divmod(int(h.disp_tok_id_to_src_tok_id_local[slot]), MAX_TOKENS)
+                want = torch.arange(t * 14, t * 14 + 14, dtype=torch.int32) * 7919 + 100000 * r
+                checks.expect(torch.equal(out_s[slot].cpu(), want), f"int32 scales of slot {slot}")
+            ops.combine(out[: int(total.item())], routing=h)
+            sync()
         # Standard MoE: packed per expert, weighted back, combined.
         with EpDispatchCombineOp(make_cfg(world, rank, enable_std_moe=True), comm) as opm:
             xm, wm, idxm = rank_inputs(world, rank, 29, seed + 5)

@@ -292,6 +292,7 @@ class EpDispatchCombineOp:
             raise ValueError("pass either routing= (replay) or return_routing=True, not both")
         n = int(input.shape[0])
         weights = self._weights_or_zeros(weights, n)
+        caller_scales = scales
         scales = self._scales_of(scales, n)
         replay = (self._handle_routing(routing, indices, n, max_tokens_across_ranks) if routing is not None
                   else None)
@@ -300,6 +301,7 @@ class EpDispatchCombineOp:
         result = self._op.dispatch(input, weights, scales, indices, routing=replay, return_routing=return_routing,
                                    max_tokens_across_ranks=max_tokens_across_ranks, keep_call=return_routing)
         out, out_w, out_s, out_idx, total = result[:5]
+        out_s = self._scales_as_passed(out_s, caller_scales)
         self._settle()
         self._last = dict(n=n, out=out, weights=out_w, indices=out_idx, total=total)
         base = (out, out_w, out_s, out_idx, total)
@@ -314,6 +316,15 @@ class EpDispatchCombineOp:
         self._adopt(handle, recorded)
         self._latest = handle
         return base + (handle,)
+
+    @staticmethod
+    def _scales_as_passed(out_s, passed):
+        """The received scales in the dtype the caller passed them in, that dtype's
+        elements per row (MORI's shape: [max_recv, scale bytes / itemsize]); a view of
+        the same memory, no copy."""
+        if out_s is None or passed is None or out_s.dtype == passed.dtype:
+            return out_s
+        return out_s.view(_torch().uint8).view(passed.dtype).reshape(out_s.shape[0], -1)
 
     def _adopt(self, handle, routing):
         """Ties `routing` to `handle`: the handle replays it, and while the handle
@@ -434,6 +445,12 @@ class EpDispatchCombineOp:
         return out
 
     # -- the rest of MORI's surface -------------------------------------------------
+    @property
+    def backend_name(self):
+        """What runs the kernels: "epjit" and the target, e.g. "epjit (sm90)" (MORI
+        names its own backend here; its scripts print it)."""
+        return f"epjit ({self._op.target})"
+
     @property
     def capabilities(self):
         return dict(kernel_backend="epjit", target=self._op.target, combine_modes=("gather", "scatter"),
