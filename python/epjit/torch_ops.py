@@ -67,10 +67,6 @@ def _dispatched_dtype(op, x):
     return _TORCH_DTYPES.get(name, x.dtype)
 
 
-def _copy(t):
-    return t.clone() if t is not None else None
-
-
 @torch.library.custom_op("epjit::dispatch", mutates_args=("order",))
 def _dispatch(order: torch.Tensor, number: int, x: torch.Tensor, weights: torch.Tensor,
               scales: torch.Tensor | None, indices: torch.Tensor,
