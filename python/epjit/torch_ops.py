@@ -62,9 +62,15 @@ _TORCH_DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32, "fp8_ocp": torch.
                  else torch.uint8}
 
 
-def _dispatched_dtype(op, x):
-    name = str(op._dispatch_type)
-    return _TORCH_DTYPES.get(name, x.dtype)
+def _leg_dtype(leg_type, default):
+    return _TORCH_DTYPES.get(str(leg_type), default)
+
+
+def _check_rows(call, out, num_tokens):
+    """A combine's output rows are the answered dispatch's: num_tokens must say so."""
+    if out.shape[0] != num_tokens:
+        raise Error(f"epjit torch {call}: num_tokens={num_tokens}, but the last dispatch had {out.shape[0]} rows "
+                    "(expected the dispatch's row count, x.shape[0] of its input); fix: pass num_tokens=x.shape[0]")
 
 
 @torch.library.custom_op("epjit::dispatch", mutates_args=("order",))
@@ -84,7 +90,7 @@ def _(order, number, x, weights, scales, indices, token_count):
     op = _op(number)
     capacity, hidden, topk, _, _ = _shapes(op)
     scale_bytes = op._config.scale_dim * op._config.scale_type_size if scales is not None else 0
-    return (x.new_empty(capacity, hidden, dtype=_dispatched_dtype(op, x)),
+    return (x.new_empty(capacity, hidden, dtype=_leg_dtype(op._dispatch_type, x.dtype)),
             x.new_empty(capacity, topk, dtype=torch.float32),
             x.new_empty(capacity if scale_bytes else 0, *((scale_bytes,) if scale_bytes else ()), dtype=torch.uint8),
             x.new_empty(capacity, topk, dtype=torch.int32),
@@ -96,9 +102,7 @@ def _combine(order: torch.Tensor, number: int, x: torch.Tensor, weights: torch.T
              num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
     op = _op(number)
     out, out_w = op.combine(x, weights)
-    if out.shape[0] != num_tokens:
-        raise Error(f"epjit torch combine: num_tokens={num_tokens}, but the last dispatch had {out.shape[0]} rows "
-                    "(expected the dispatch's row count, x.shape[0] of its input); fix: pass num_tokens=x.shape[0]")
+    _check_rows("combine", out, num_tokens)
     if out_w is None:
         out_w = torch.empty(0, dtype=torch.float32, device=x.device)
     return out.clone(), out_w.clone()
@@ -108,7 +112,7 @@ def _combine(order: torch.Tensor, number: int, x: torch.Tensor, weights: torch.T
 def _(order, number, x, weights, num_tokens):
     op = _op(number)
     _, hidden, topk, _, _ = _shapes(op)
-    dtype = _TORCH_DTYPES.get(str(op._combine_type), x.dtype)
+    dtype = _leg_dtype(op._combine_type, x.dtype)
     return (x.new_empty(num_tokens, hidden, dtype=dtype),
             x.new_empty(num_tokens if weights is not None else 0, *((topk,) if weights is not None else ()),
                         dtype=torch.float32))
@@ -131,9 +135,7 @@ def _(order, number):
 def _std_moe_combine(order: torch.Tensor, number: int, expert_out: torch.Tensor,
                      num_tokens: int) -> torch.Tensor:
     out, _ = _op(number).std_moe_combine(expert_out)
-    if out.shape[0] != num_tokens:
-        raise Error(f"epjit torch std_moe_combine: num_tokens={num_tokens}, but the last dispatch had {out.shape[0]} "
-                    "rows (expected the dispatch's row count); fix: pass num_tokens=x.shape[0] of the dispatch")
+    _check_rows("std_moe_combine", out, num_tokens)
     return out.clone()
 
 
@@ -141,7 +143,7 @@ def _std_moe_combine(order: torch.Tensor, number: int, expert_out: torch.Tensor,
 def _(order, number, expert_out, num_tokens):
     op = _op(number)
     _, hidden, _, _, _ = _shapes(op)
-    return expert_out.new_empty(num_tokens, hidden, dtype=_TORCH_DTYPES.get(str(op._combine_type), torch.bfloat16))
+    return expert_out.new_empty(num_tokens, hidden, dtype=_leg_dtype(op._combine_type, torch.bfloat16))
 
 
 def dispatch(op, x, weights, scales, indices, token_count=None):
