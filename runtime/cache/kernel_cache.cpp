@@ -2,6 +2,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <future>
+#include <map>
 #include <mutex>
 #include <shared_mutex>
 #include <tuple>
@@ -175,15 +177,47 @@ class KernelCache::Impl {
         return it->second;
       }
     }
-    const Material m = material(spec);
-    const cache::Expectation expect{m.key, m.toolchain->identity(), build_identity()};
-    std::shared_ptr<const KernelArtifact> artifact = load_from_disk(spec, m, expect);
-    if (!artifact) {
-      misses_++;
-      artifact = writable_ ? compile_single_flight(spec, m, expect) : compile(spec, m);
+    // One fetch per key in this process: the threads that ask while it runs
+    // (ranks as threads building their ops at once) wait for it, rather
+    // than each compiling (the disk tier's lock orders processes, and a
+    // memory-only cache has none).
+    std::promise<std::shared_ptr<const KernelArtifact>> fetched;
+    std::shared_future<std::shared_ptr<const KernelArtifact>> pending;
+    {
+      std::lock_guard lock(flight_mutex_);
+      auto [it, first] = in_flight_.try_emplace(canonical);
+      if (first) it->second = fetched.get_future().share();
+      else pending = it->second;
     }
-    std::unique_lock lock(memory_mutex_);
-    return memory_.try_emplace(canonical, std::move(artifact)).first->second;
+    if (pending.valid()) {
+      std::shared_ptr<const KernelArtifact> artifact = pending.get();  // rethrows the fetch's error
+      memory_hits_.fetch_add(1, std::memory_order_relaxed);
+      return artifact;
+    }
+    struct Land {
+      Impl& impl;
+      const std::string& canonical;
+      ~Land() {
+        std::lock_guard lock(impl.flight_mutex_);
+        impl.in_flight_.erase(canonical);
+      }
+    } land{*this, canonical};
+    try {
+      const Material m = material(spec);
+      const cache::Expectation expect{m.key, m.toolchain->identity(), build_identity()};
+      std::shared_ptr<const KernelArtifact> artifact = load_from_disk(spec, m, expect);
+      if (!artifact) {
+        misses_++;
+        artifact = writable_ ? compile_single_flight(spec, m, expect) : compile(spec, m);
+      }
+      std::unique_lock lock(memory_mutex_);
+      artifact = memory_.try_emplace(canonical, std::move(artifact)).first->second;
+      fetched.set_value(artifact);
+      return artifact;
+    } catch (...) {
+      fetched.set_exception(std::current_exception());
+      throw;
+    }
   }
 
   std::shared_ptr<const KernelArtifact> load_from_disk(const KernelSpec& spec, const Material& m,
@@ -378,6 +412,8 @@ class KernelCache::Impl {
   std::mutex toolchain_mutex_;
   std::map<std::string, std::unique_ptr<Toolchain>> toolchains_;
   std::shared_mutex memory_mutex_;
+  std::mutex flight_mutex_;
+  std::map<std::string, std::shared_future<std::shared_ptr<const KernelArtifact>>> in_flight_;
   std::unordered_map<std::string, std::shared_ptr<const KernelArtifact>> memory_;
   std::atomic<uint64_t> memory_hits_{0}, disk_hits_{0}, readonly_hits_{0}, misses_{0}, compiles_{0},
       sources_generated_{0}, lock_waits_{0}, quarantined_{0}, evictions_{0};
