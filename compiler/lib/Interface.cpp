@@ -84,12 +84,26 @@ LogicalResult buildInterface(ModuleOp module, const TargetInfo& target, llvm::St
   // Fields in the order a reader takes them in: what, for what, then the contract.
   llvm::raw_string_ostream os(text);
   json::OStream out(os, /*IndentSize=*/2);
+  // A count the runtime completes: "count" at zero, plus "count_per"
+  // coefficient times each runtime parameter's value.
+  auto writeCountPer = [&](Operation* op) {
+    auto per = op->getAttrOfType<DictionaryAttr>(ep::EpDialect::kCountPerAttrName);
+    if (!per) return;
+    out.attributeObject("count_per", [&] {
+      for (NamedAttribute entry : per)
+        out.attribute(entry.getName().strref(), cast<IntegerAttr>(entry.getValue()).getInt());
+    });
+  };
   out.object([&] {
     out.attribute("format", schema::kInterfaceFormat);
     out.attribute("template", templateName);
     out.attributeBegin("specialization");
     writeDictionary(out, module, ep::EpDialect::kSpecializationAttrName);
     out.attributeEnd();
+    out.attributeArray("runtime_params", [&] {
+      if (auto names = module->getAttrOfType<ArrayAttr>(ep::EpDialect::kRuntimeParamsAttrName))
+        for (Attribute name : names) out.value(cast<StringAttr>(name).getValue());
+    });
     out.attributeObject("target", [&] {
       out.attribute("name", std::string(target.name));
       out.attribute("vendor", std::string(target.vendor_name()));
@@ -124,20 +138,23 @@ LogicalResult buildInterface(ModuleOp module, const TargetInfo& target, llvm::St
           out.attribute("name", region.getSymName());
           out.attribute("element", elementName(region.getElement()));
           out.attribute("count", *region.getConstantCount());
+          writeCountPer(region);
         });
     });
     out.attributeArray("buffers", [&] {
       for (const ep::BufferPlacement& buffer : *buffers)
         out.object([&] {
+          // The runtime places the parts (schema::place_part), once it knows
+          // the runtime parameters' values.
           out.attribute("name", buffer.name);
-          out.attribute("bytes", buffer.bytes);
           out.attributeArray("parts", [&] {
             for (auto [part, offset] : buffer.parts)
               out.object([&] {
                 out.attribute("name", part.getSymName());
                 out.attribute("element", elementName(part.getElement()));
                 out.attribute("count", *part.getConstantCount());
-                out.attribute("offset", offset);
+                writeCountPer(part);
+                out.attribute("align", part.getAlignment());
                 if (auto meaning = part.getMeaning()) out.attribute("meaning", *meaning);
               });
           });

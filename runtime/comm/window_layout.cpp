@@ -11,7 +11,11 @@ WindowLayout WindowLayout::of(const ModuleInterface& record) {
     throw Error("template " + record.template_name + " declares " + std::to_string(record.window_regions.size()) +
                     " window regions",
                 "at most " + std::to_string(kMaxWindowRegions), "merge regions in the template");
+  if (!record.bound())
+    throw Error("a window for " + record.template_name + " before its runtime parameters are bound",
+                "a record bound to the op's values (ModuleInterface::bind)", "report this as a bug");
   WindowLayout layout;
+  layout.runtime_values = record.runtime_values;
   for (const WindowRegionInfo& region : record.window_regions) {
     layout.offsets.push_back(layout.total);
     layout.bytes.push_back(size_t(region.bytes()));
@@ -27,6 +31,7 @@ Window WindowLayout::table(const std::vector<void*>& peer_bases) const {
   Window window{};
   for (size_t r = 0; r < offsets.size(); ++r) window.region_offset[r] = offsets[r];
   for (size_t p = 0; p < peer_bases.size(); ++p) window.peer_base[p] = static_cast<char*>(peer_bases[p]);
+  for (size_t i = 0; i < runtime_values.size(); ++i) window.runtime_param[i] = runtime_values[i];
   return window;
 }
 

@@ -114,13 +114,27 @@ KernelParam parse_param(const Reader& read, const json& entry, const std::string
   return param;
 }
 
-// A buffer's parts lie in order inside it, each at a multiple of its element size.
-BufferInfo parse_buffer(const Reader& read, const json& entry, const std::string& path) {
+// A count's coefficients per runtime parameter: "count_per": {NAME: N}, each
+// NAME one of the record's runtime_params.
+CountPer parse_count_per(const Reader& read, const json& entry, const std::string& path,
+                         const std::vector<std::string>& runtime_params) {
+  CountPer per;
+  auto it = entry.find("count_per");
+  if (it == entry.end()) return per;
+  if (!it->is_object()) read.fail(path + ".count_per", "is not an object");
+  for (const auto& [name, value] : it->items()) {
+    if (std::find(runtime_params.begin(), runtime_params.end(), name) == runtime_params.end())
+      read.fail(path + ".count_per." + name, "names no runtime parameter of the record");
+    per[name] = uint64_t(read.integer(*it, name.c_str(), path + ".count_per", 0, kMostElements));
+  }
+  return per;
+}
+
+BufferInfo parse_buffer(const Reader& read, const json& entry, const std::string& path,
+                        const std::vector<std::string>& runtime_params) {
   BufferInfo buffer;
   buffer.name = read.string(entry, "name", path);
-  buffer.bytes = uint64_t(read.integer(entry, "bytes", path, 0, kMostElements * 8));
   const json& parts = read.array(entry, "parts", path);
-  uint64_t end = 0;
   for (size_t p = 0; p < parts.size(); ++p) {
     const std::string at = path + ".parts[" + std::to_string(p) + "]";
     BufferPartInfo part;
@@ -131,17 +145,25 @@ BufferInfo parse_buffer(const Reader& read, const json& entry, const std::string
     part.element_bytes = element_bytes(part.element);
     if (part.element_bytes == 0) read.fail(at + ".element", "= '" + part.element + "' is not an element type");
     part.count = uint64_t(read.integer(parts[p], "count", at, 0, kMostElements));
-    part.offset = uint64_t(read.integer(parts[p], "offset", at, 0, kMostElements * 8));
-    if (part.offset < end || part.offset % part.element_bytes != 0 || part.offset + part.bytes() > buffer.bytes)
-      read.fail(at + ".offset", "= " + std::to_string(part.offset) + " does not place " +
-                                    std::to_string(part.bytes()) + " bytes after the part before it (ending at " +
-                                    std::to_string(end) + "), on a multiple of its element size, inside the " +
-                                    std::to_string(buffer.bytes) + " bytes of buffer '" + buffer.name + "'");
+    part.count_per = parse_count_per(read, parts[p], at, runtime_params);
+    part.align = uint64_t(read.integer(parts[p], "align", at, 1, 4096));
+    if ((part.align & (part.align - 1)) != 0 || part.align % part.element_bytes != 0)
+      read.fail(at + ".align", "= " + std::to_string(part.align) +
+                                   " is not a power of two and a multiple of the element size");
     if (parts[p].contains("meaning")) part.meaning = read.string(parts[p], "meaning", at);
-    end = part.offset + part.bytes();
     buffer.parts.push_back(std::move(part));
   }
   return buffer;
+}
+
+// Each part at its place after the one before it; the buffer's size.
+void place_parts(BufferInfo& buffer) {
+  uint64_t end = 0;
+  for (BufferPartInfo& part : buffer.parts) {
+    part.offset = schema::place_part(end, part.align);
+    end = part.offset + part.bytes();
+  }
+  buffer.bytes = end;
 }
 
 // The entry of `entries` named `name`, or null with every name in `names`
@@ -217,6 +239,17 @@ ModuleInterface ModuleInterface::parse(std::string_view json_text, const std::st
     result.kernels.push_back(std::move(kernel));
   }
 
+  static const json kNone = json::array();  // a template without any may leave these out
+  const json& runtime = record.contains("runtime_params") ? read.array(record, "runtime_params", "record") : kNone;
+  for (size_t i = 0; i < runtime.size(); ++i) {
+    if (!runtime[i].is_string() || runtime[i].get_ref<const std::string&>().empty())
+      read.fail("record.runtime_params[" + std::to_string(i) + "]", "is not a non-empty string");
+    result.runtime_params.push_back(runtime[i].get<std::string>());
+  }
+  if (result.runtime_params.size() > size_t(kMaxRuntimeParams))
+    read.fail("record.runtime_params", "names " + std::to_string(result.runtime_params.size()) +
+                                           " parameters; the window table holds " + std::to_string(kMaxRuntimeParams));
+
   const json& regions = read.array(record, "window_regions", "record");
   for (size_t r = 0; r < regions.size(); ++r) {
     const std::string path = "record.window_regions[" + std::to_string(r) + "]";
@@ -226,14 +259,15 @@ ModuleInterface ModuleInterface::parse(std::string_view json_text, const std::st
     region.element_bytes = element_bytes(region.element);
     if (region.element_bytes == 0) read.fail(path + ".element", "= '" + region.element + "' is not an element type");
     region.count = uint64_t(read.integer(regions[r], "count", path, 0, kMostElements));
+    region.count_per = parse_count_per(read, regions[r], path, result.runtime_params);
     result.window_regions.push_back(std::move(region));
   }
 
-  static const json kNoBuffers = json::array();  // a template that declares none may leave them out
-  const json& buffers = record.contains("buffers") ? read.array(record, "buffers", "record") : kNoBuffers;
+  const json& buffers = record.contains("buffers") ? read.array(record, "buffers", "record") : kNone;
   for (size_t b = 0; b < buffers.size(); ++b) {
     const std::string path = "record.buffers[" + std::to_string(b) + "]";
-    BufferInfo buffer = parse_buffer(read, buffers[b], path);
+    BufferInfo buffer = parse_buffer(read, buffers[b], path, result.runtime_params);
+    place_parts(buffer);
     for (const BufferInfo& earlier : result.buffers) {
       if (earlier.name == buffer.name) read.fail(path, "repeats buffer '" + buffer.name + "'");
       for (const BufferPartInfo& part : buffer.parts)
@@ -248,6 +282,50 @@ ModuleInterface ModuleInterface::parse(std::string_view json_text, const std::st
   for (const auto& [name, value] : constants.items()) {
     if (!value.is_number_integer()) read.fail("record.constants." + name, "is not an integer");
     result.constants[name] = value.get<int64_t>();
+  }
+  return result;
+}
+
+ModuleInterface ModuleInterface::bind(const std::map<std::string, uint64_t, std::less<>>& values) const {
+  for (const auto& [name, value] : values)
+    if (std::find(runtime_params.begin(), runtime_params.end(), name) == runtime_params.end()) {
+      std::string names;
+      for (const std::string& known : runtime_params) names += (names.empty() ? "" : ", ") + known;
+      throw Error("a value for '" + name + "', which is not a runtime parameter of " + template_name,
+                  "values for its runtime parameters: " + (names.empty() ? std::string("(none)") : names),
+                  "bind only the parameters the record names in runtime_params");
+    }
+  ModuleInterface result = *this;
+  result.runtime_values.clear();
+  for (const std::string& name : runtime_params) {
+    auto it = values.find(name);
+    if (it == values.end())
+      throw Error(template_name + " reads runtime parameter '" + name + "', and no value was given",
+                  "a value for every runtime parameter of the record", "pass " + name + " to bind()");
+    if (it->second > uint64_t(kMostElements))
+      throw Error(template_name + ": runtime parameter " + name + " = " + std::to_string(it->second),
+                  "at most " + std::to_string(kMostElements), "use a smaller value");
+    result.runtime_values.push_back(it->second);
+  }
+  auto complete = [&](uint64_t base, const CountPer& per, const std::string& what) {
+    // Both factors are below 2^48 and there are at most kMaxRuntimeParams terms:
+    // a count that passes kMostElements is refused before anything overflows.
+    unsigned __int128 count = base;
+    for (const auto& [name, coefficient] : per) count += (unsigned __int128)coefficient * values.find(name)->second;
+    if (count > (unsigned __int128)kMostElements)
+      throw Error(template_name + ": " + what + " would hold more than 2^48 elements for these runtime parameters",
+                  "runtime parameters that size the window and buffers within reason", "use smaller limits");
+    return uint64_t(count);
+  };
+  for (size_t r = 0; r < window_regions.size(); ++r)
+    result.window_regions[r].count =
+        complete(window_regions[r].count, window_regions[r].count_per, "window region " + window_regions[r].name);
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    for (size_t p = 0; p < buffers[b].parts.size(); ++p) {
+      const BufferPartInfo& part = buffers[b].parts[p];
+      result.buffers[b].parts[p].count = complete(part.count, part.count_per, "buffer part " + part.name);
+    }
+    place_parts(result.buffers[b]);
   }
   return result;
 }

@@ -1,5 +1,7 @@
 #include "op_impl.h"
 
+#include "../core/environment.h"
+
 namespace epjit::ep {
 
 KernelCache& process_cache() {
@@ -70,16 +72,30 @@ KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
       .set("experts_per_rank", config.num_experts_per_rank)
       .set("world", config.world_size)
       .set("gpu_per_node", config.nodes_gpu_count())
-      .set("max_tokens", config.max_num_inp_token_per_rank)
-      .set("capacity", config.total_recv_tokens())
-      .set("forward_route_rows", forward_route_rows(config))
       .set("combine_mode", name_of(config.combine_mode))
       .set("quant", name_of(config.quant_type))
       .set("std_moe", config.enable_std_moe)
       .set("low_latency", config.uses_low_latency_combine())
       .set("combine_elem", name_of(config.combine_type()))
       .set("warps_per_block", warps_per_block);
+  // The op's limits are runtime parameters of the template (the kernels read
+  // them from the window table), so ops that differ only in them share one
+  // module. Compiled in instead, each limit is its own module: kept for the
+  // A/B of what constants buy (docs/PERFORMANCE.md).
+  for (const auto& [name, value] : runtime_limits(config))
+    if (specialize_limits()) spec.set(name, int64_t(value));
   return spec;
+}
+
+std::map<std::string, uint64_t, std::less<>> runtime_limits(const EpDispatchCombineConfig& config) {
+  return {{"max_tokens", uint64_t(config.max_num_inp_token_per_rank)},
+          {"capacity", uint64_t(config.total_recv_tokens())},
+          {"forward_route_rows", uint64_t(forward_route_rows(config))}};
+}
+
+bool specialize_limits() {
+  return environment_switch("EPJIT_SPECIALIZE_LIMITS", false,
+                            "read max_tokens and capacity at run time, one module for every limit");
 }
 
 namespace {

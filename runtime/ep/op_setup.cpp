@@ -2,6 +2,8 @@
 // kernels and the interface record, the window and the buffers; and freeing it.
 #include "op_impl.h"
 
+#include <algorithm>
+
 namespace epjit::ep {
 
 EpDispatchCombineOp::Impl::Impl(EpDispatchCombineConfig c, Communicator& communicator, OpOptions options)
@@ -81,11 +83,16 @@ void EpDispatchCombineOp::Impl::fetch_kernels() {
                     ", but target " + config.target + " runs " + std::to_string(config.target_info().wave_size),
                 "a module built for the config's target", "remove the stale cache entry (epjit-cache rm)");
   kernels = EpKernels::bind(*module, config);
-  this->record = record;
+  // The module serves every limit; the op's copy of its record is sized for this op's.
+  std::map<std::string, uint64_t, std::less<>> limits;
+  for (const auto& [name, value] : runtime_limits(config))
+    if (std::find(record.runtime_params.begin(), record.runtime_params.end(), name) != record.runtime_params.end())
+      limits[name] = value;
+  this->record = record.bind(limits);
   buffers = EpBuffers::of(this->record);
   fit_schedule_to_device();
-  layout = WindowLayout::of(record);
-  window = EpWindowMap::of(record, layout);
+  layout = WindowLayout::of(this->record);
+  window = EpWindowMap::of(this->record, layout);
   require_region_bytes("recv_tokens", size_t(capacity()) * config.dispatch_token_bytes());
   require_region_bytes("recv_weights", size_t(capacity()) * size_t(config.num_experts_per_token) * 4);
   require_region_bytes("recv_scales", size_t(capacity()) * config.scale_bytes_per_token());

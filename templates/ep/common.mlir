@@ -10,11 +10,14 @@ ep.param @topk : index {min = 1 : i64}
 ep.param @experts_per_rank : index {min = 1 : i64}
 ep.param @world : index {min = 1 : i64, at_most = "wave_size"}  // a combine warp indexes every rank with a lane
 ep.param @gpu_per_node : index {min = 1 : i64}    // ranks whose windows map each other (world: intranode)
-ep.param @max_tokens : index {min = 1 : i64}        // per rank and call
-ep.param @capacity : index {min = 1 : i64}          // tokens one rank can receive
+// The op's limits are runtime parameters: one module serves every
+// max_tokens and capacity (the window and buffers are sized for the op's
+// values; docs/EP.md, "One module for every limit").
+ep.param @max_tokens : index {min = 1 : i64, runtime}  // per rank and call
+ep.param @capacity : index {min = 1 : i64, runtime}    // tokens one rank can receive
 // Inbox rows whose forwarding internode v2 records (nodes * rows per peer
 // where the op may run v2, else 0): the size of the route's @route_forward.
-ep.param @forward_route_rows : index {default_value = 0 : index}
+ep.param @forward_route_rows : index {runtime}
 ep.param @combine_mode : index {names = ["gather", "scatter"]}
 ep.param @quant : index {names = ["none", "fp8_direct_cast", "fp8_blockwise"]}  // scatter's transport
 ep.param @std_moe : i1 {default_value = false}      // the standard-MoE layout regions

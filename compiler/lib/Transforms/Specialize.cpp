@@ -8,6 +8,8 @@
 
 #include "epjit/Compiler/Passes.h"
 #include "epjit/Dialect/Ep/EpOps.h"
+#include "RuntimeParams.h"
+#include "epjit/targets/common/window.h"
 
 namespace epjit {
 #define GEN_PASS_DEF_EPSPECIALIZE
@@ -125,27 +127,78 @@ FrozenRewritePatternSet foldingPatterns(MLIRContext* context) {
   return FrozenRewritePatternSet(std::move(patterns));
 }
 
-// Each ep.buffer_offset becomes its part's offset in elements, from the one
-// layout of the buffers (placeBuffers). The parts' counts are folded first:
+// A byte offset or size linear in the runtime parameters: constant plus
+// per[i] times runtime parameter i.
+struct LinearBytes {
+  int64_t constant = 0;
+  SmallVector<int64_t> per;
+  bool varies() const { return llvm::any_of(per, [](int64_t c) { return c != 0; }); }
+  bool multipleOf(int64_t n) const {
+    return constant % n == 0 && llvm::all_of(per, [&](int64_t c) { return c % n == 0; });
+  }
+};
+
+// Each ep.buffer_offset becomes its part's offset in elements, by the one
+// placement rule of the buffers (placeBuffers, schema::place_part): a
+// constant, or, after a part sized by runtime parameters, the same linear
+// form the runtime computes, read from those parameters (threaded to the
+// kernels' window table after this). The parts' counts are folded first:
 // they are isolated bodies of parameters and constants.
-LogicalResult bindBufferOffsets(ModuleOp module, const FrozenRewritePatternSet& patterns) {
+LogicalResult bindBufferOffsets(ModuleOp module, const FrozenRewritePatternSet& patterns,
+                                const std::vector<std::string>& runtimeParams) {
   for (auto part : module.getOps<ep::BufferPartOp>()) (void)applyPatternsGreedily(part, patterns);
-  FailureOr<std::vector<ep::BufferPlacement>> buffers = ep::placeBuffers(module);
-  if (failed(buffers)) return failure();
-  llvm::StringMap<int64_t> elementOffsets;
-  for (const ep::BufferPlacement& buffer : *buffers)
-    for (auto [part, offset] : buffer.parts)
-      elementOffsets[part.getSymName()] = offset / ep::elementBytes(part.getElement());
+  if (failed(ep::placeBuffers(module))) return failure();  // its checks of counts and elements
+  llvm::StringMap<LinearBytes> ends;                        // per buffer: where its last part ends
+  llvm::StringMap<LinearBytes> offsets;                     // per part
+  llvm::StringMap<std::string> unplaceable;                 // part -> why its offset is not linear
+  for (auto part : module.getOps<ep::BufferPartOp>()) {
+    LinearBytes& end = ends[part.getBuffer()];
+    end.per.resize(runtimeParams.size(), 0);
+    const int64_t align = part.getAlignment();
+    if (!end.varies()) {
+      end.constant = (end.constant + align - 1) / align * align;
+    } else if (!end.multipleOf(align)) {
+      // The padding before the part would depend on the values.
+      unplaceable[part.getSymName()] = "the parts before it end at a runtime-sized offset that is not always a "
+                                       "multiple of its alignment (" + std::to_string(align) + " bytes)";
+    }
+    offsets[part.getSymName()] = end;
+    const int64_t bytes = ep::elementBytes(part.getElement());
+    end.constant += *part.getConstantCount() * bytes;
+    if (auto per = part->getAttrOfType<DictionaryAttr>(ep::EpDialect::kCountPerAttrName))
+      for (NamedAttribute entry : per)
+        for (size_t i = 0; i < runtimeParams.size(); ++i)
+          if (runtimeParams[i] == entry.getName().strref())
+            end.per[i] += cast<IntegerAttr>(entry.getValue()).getInt() * bytes;
+  }
+  bool failed = false;
   module.walk([&](ep::BufferOffsetOp read) {
+    if (auto why = unplaceable.find(read.getPart()); why != unplaceable.end()) {
+      read.emitError() << "buffer part @" << read.getPart() << " has no offset a kernel can compute: "
+                       << why->second << "; give the runtime-sized parts before it an alignment it divides";
+      failed = true;
+      return;
+    }
+    auto part = SymbolTable::lookupNearestSymbolFrom<ep::BufferPartOp>(read, read.getPartAttr());
+    const int64_t element = ep::elementBytes(part.getElement());
+    const LinearBytes& at = offsets[read.getPart()];
     // Where folding puts a constant (the front of the function): a kernel's
     // emitted code is then the same as when the template computed the offset.
     Operation* scope = read->getParentWithTrait<OpTrait::IsIsolatedFromAbove>();
     OpBuilder builder = OpBuilder::atBlockBegin(&scope->getRegion(0).front());
-    auto value = arith::ConstantIndexOp::create(builder, read.getLoc(), elementOffsets.lookup(read.getPart()));
-    read.replaceAllUsesWith(value.getResult());
+    Value value = arith::ConstantIndexOp::create(builder, read.getLoc(), at.constant / element);
+    for (size_t i = 0; i < runtimeParams.size(); ++i) {
+      if (at.per[i] == 0) continue;
+      Value param = ep::ParamValueOp::create(builder, read.getLoc(), builder.getIndexType(),
+                                             FlatSymbolRefAttr::get(builder.getContext(), runtimeParams[i]));
+      Value scale = arith::ConstantIndexOp::create(builder, read.getLoc(), at.per[i] / element);
+      Value term = arith::MulIOp::create(builder, read.getLoc(), param, scale);
+      value = arith::AddIOp::create(builder, read.getLoc(), value, term);
+    }
+    read.replaceAllUsesWith(value);
     read.erase();
   });
-  return success();
+  return failure(failed);
 }
 
 // A kernel's when(...) as written, for the interface record.
@@ -192,6 +245,7 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
 
     llvm::StringMap<TypedAttr> values;
     llvm::StringMap<Type> types;
+    std::vector<std::string> runtimeParams;  // left unbound: the kernels read them from the window table
     for (auto param : module.getOps<ep::ParamOp>()) {
       if (isa<ep::RowElementParamType>(param.getType())) {
         auto it = requested.find(param.getSymName());
@@ -214,6 +268,9 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
         requested.erase(it);
       } else if (auto fallback = param.getDefaultValueAttr()) {
         value = fallback;
+      } else if (param.getRuntime()) {
+        runtimeParams.push_back(param.getSymName().str());
+        continue;
       } else {
         param.emitError() << "parameter '" << param.getSymName() << "' is not bound: pass "
                           << param.getSymName() << "=VALUE (" << typeName(param.getType()) << ")";
@@ -230,7 +287,13 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
 
     if (failed(keepKernelsTheBindingsAsk(module, values))) return signalPassFailure();
 
+    if (runtimeParams.size() > size_t(kMaxRuntimeParams)) {
+      module.emitError() << runtimeParams.size() << " runtime parameters are left unbound; the window table holds "
+                         << kMaxRuntimeParams << ": bind some";
+      return signalPassFailure();
+    }
     module.walk([&](ep::ParamValueOp read) {
+      if (!values.contains(read.getParam())) return;  // a runtime parameter, bound below
       OpBuilder builder(read);
       auto constant = arith::ConstantOp::create(builder, read.getLoc(), values[read.getParam()]);
       read.replaceAllUsesWith(constant.getResult());
@@ -244,7 +307,7 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
       if (auto fact = param.getAtMostAttr()) targetBounds.emplace_back(param.getSymNameAttr(), fact);
       if (auto type = types.find(param.getSymName()); type != types.end())
         record.emplace_back(param.getSymNameAttr(), TypeAttr::get(type->second));
-      else
+      else if (values.contains(param.getSymName()))
         record.emplace_back(param.getSymNameAttr(), values[param.getSymName()]);
       param.erase();
     }
@@ -253,7 +316,18 @@ struct EpSpecialize : impl::EpSpecializeBase<EpSpecialize> {
     if (!targetBounds.empty())
       module->setAttr(ep::EpDialect::kTargetBoundsAttrName, DictionaryAttr::get(&getContext(), targetBounds));
     const FrozenRewritePatternSet patterns = foldingPatterns(&getContext());
-    if (failed(bindBufferOffsets(module, patterns))) return signalPassFailure();
+    // Counts first (offsets follow from them), then the offsets, which may
+    // read runtime parameters, then every read of one to the window table.
+    if (failed(linearizeCounts(module, runtimeParams, patterns)) ||
+        failed(bindBufferOffsets(module, patterns, runtimeParams)) ||
+        failed(threadRuntimeParams(module, runtimeParams)))
+      return signalPassFailure();
+    if (!runtimeParams.empty()) {
+      Builder builder(&getContext());
+      SmallVector<Attribute> names;
+      for (const std::string& name : runtimeParams) names.push_back(builder.getStringAttr(name));
+      module->setAttr(ep::EpDialect::kRuntimeParamsAttrName, builder.getArrayAttr(names));
+    }
     (void)applyPatternsGreedily(module, patterns);
   }
 

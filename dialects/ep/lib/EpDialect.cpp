@@ -41,6 +41,21 @@ LogicalResult EpDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
       return op->emitError() << "'" << name << "' must be a dictionary attribute on a module";
     return success();
   }
+  if (name == kRuntimeParamsAttrName) {
+    auto names = dyn_cast<ArrayAttr>(attribute.getValue());
+    if (!isa<ModuleOp>(op) || !names || !llvm::all_of(names, [](Attribute a) { return isa<StringAttr>(a); }))
+      return op->emitError() << "'" << name << "' must be an array of names on a module";
+    return success();
+  }
+  if (name == kCountPerAttrName) {
+    auto coefficients = dyn_cast<DictionaryAttr>(attribute.getValue());
+    if (!isa<WindowRegionOp, BufferPartOp>(op) || !coefficients ||
+        !llvm::all_of(coefficients, [](NamedAttribute a) { return isa<IntegerAttr>(a.getValue()); }))
+      return op->emitError() << "'" << name
+                             << "' must be a dictionary of integer coefficients on an ep.window_region or "
+                                "ep.buffer_part";
+    return success();
+  }
   if (name == kWhenAttrName) {
     if (!isa<KernelOp>(op) || !isa<StringAttr>(attribute.getValue()))
       return op->emitError() << "'" << name << "' must be a string attribute on an ep.kernel";

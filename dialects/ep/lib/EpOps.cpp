@@ -65,6 +65,12 @@ LogicalResult ParamOp::verify() {
   }
   if (getMultipleOf() && *getMultipleOf() < 1)
     return emitOpError() << "multiple_of must be >= 1";
+  // Unbound, a runtime parameter is a window-table word the kernels read:
+  // a count, with nothing that only a compile-time value could mean.
+  if (getRuntime() && (!isa<IndexType>(type) || getDefaultValueAttr() || getNames() || getAtMost()))
+    return emitOpError() << "runtime parameter @" << getSymName()
+                         << " must be an index with no default_value, names or at_most (unbound, the runtime "
+                            "passes its value)";
   if (auto fact = getAtMost()) {
     if (*fact != EpDialect::kWaveSizeFact)
       return emitOpError() << "at_most names a target fact: \"" << EpDialect::kWaveSizeFact << "\", not \"" << *fact

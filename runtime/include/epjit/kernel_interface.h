@@ -57,11 +57,17 @@ struct KernelSignature {
   std::string describe() const;
 };
 
+// A count linear in the module's runtime parameters: the record states its
+// value with every runtime parameter at zero and a coefficient per
+// parameter; ModuleInterface::bind completes it for the op's values.
+using CountPer = std::map<std::string, uint64_t, std::less<>>;
+
 struct WindowRegionInfo {
   std::string name;
   std::string element;  // "i8", "i32", "f32", "bf16", ...
   size_t element_bytes = 1;
-  uint64_t count = 0;  // elements, for this specialization
+  uint64_t count = 0;  // elements, for this specialization (once bound)
+  CountPer count_per;  // elements per unit of each runtime parameter
   uint64_t bytes() const { return count * element_bytes; }
 };
 
@@ -71,8 +77,10 @@ struct BufferPartInfo {
   std::string name;
   std::string element;
   size_t element_bytes = 1;
-  uint64_t count = 0;   // elements, for this specialization
-  uint64_t offset = 0;  // bytes from the buffer's start, a multiple of element_bytes
+  uint64_t count = 0;   // elements, for this specialization (once bound)
+  CountPer count_per;   // elements per unit of each runtime parameter
+  uint64_t align = 1;   // bytes: the part starts at a multiple of it
+  uint64_t offset = 0;  // bytes from the buffer's start (schema::place_part)
   std::string meaning;  // what the part holds, as the template says
   uint64_t bytes() const { return count * element_bytes; }
   uint64_t element_offset() const { return offset / element_bytes; }
@@ -107,12 +115,24 @@ struct ModuleInterface {
   std::vector<WindowRegionInfo> window_regions;
   std::vector<BufferInfo> buffers;
   std::map<std::string, int64_t, std::less<>> constants;
+  // The parameters the kernels read from the window table at run time
+  // (Window::runtime_param, in this order), and their values once bound.
+  std::vector<std::string> runtime_params;
+  std::vector<uint64_t> runtime_values;
   std::string text;  // the record as the compiler wrote it (JSON)
 
   // Parses and checks a record; throws epjit::Error naming the first field
   // that is missing, of the wrong type or out of range (a record from another
   // epjit version, or a damaged one). `where` names its origin for messages.
+  // A record without runtime parameters comes back bound.
   static ModuleInterface parse(std::string_view json_text, const std::string& where);
+
+  // This record for the runtime parameters' `values` (one per name of
+  // runtime_params): every count completed, every buffer part placed. Throws
+  // epjit::Error naming a parameter without a value, one the record does not
+  // have, or a count past what a record may hold.
+  ModuleInterface bind(const std::map<std::string, uint64_t, std::less<>>& values) const;
+  bool bound() const { return runtime_values.size() == runtime_params.size(); }
 
   // Each throws epjit::Error naming what was asked for and what exists.
   const KernelSignature& kernel(std::string_view name) const;

@@ -19,12 +19,14 @@ struct WindowLayout {
   std::vector<size_t> offsets;  // per region, in the record's order
   std::vector<size_t> bytes;
   size_t total = 0;
+  std::vector<uint64_t> runtime_values;  // the record's runtime parameters, for the table
 
-  // Throws epjit::Error when the record declares more regions than a window holds.
+  // Throws epjit::Error when the record declares more regions than a window
+  // holds, or is not bound to its runtime parameters' values.
   static WindowLayout of(const ModuleInterface& record);
 
-  // The table kernels address peers' regions through: region offsets and each
-  // rank's base; throws epjit::Error beyond epjit::kMaxWindowPeers ranks.
+  // The table kernels address peers' regions through: region offsets, each
+  // rank's base and the runtime parameters' values; throws epjit::Error beyond epjit::kMaxWindowPeers ranks.
   Window table(const std::vector<void*>& peer_bases) const;
 };
 

@@ -14,8 +14,17 @@
 namespace epjit::schema {
 
 // The record's layout version; a reader refuses every other. 2: buffers
-// (ep.buffer_part) and each kernel's when(...).
-inline constexpr int kInterfaceFormat = 2;
+// (ep.buffer_part) and each kernel's when(...). 3: runtime parameters (a
+// count's "count_per"), and buffer parts placed by the reader from their
+// "align" (place_part) instead of stated offsets.
+inline constexpr int kInterfaceFormat = 3;
+
+// Where a buffer part starts: the first multiple of its alignment at or
+// after `end`, where the part before it ends (the compiler's placement of
+// ep.buffer_part, and the runtime's once it knows the counts).
+constexpr unsigned long long place_part(unsigned long long end, unsigned long long align) {
+  return (end + align - 1) / align * align;
+}
 
 // Element words of the record ("ptr<ELEMENT>", a region's or a buffer
 // part's "element") and their sizes in bytes.

@@ -27,9 +27,14 @@ EpDispatchCombineConfig scatterBlockwiseConfig() {
 
 uint64_t countOf(const ModuleInterface& record, const char* name) { return record.region(name).count; }
 
+// The module's record as an op of `config` holds it: bound to the op's limits.
+ModuleInterface boundRecord(KernelCache& cache, const EpDispatchCombineConfig& config) {
+  return cache.get(kernel_spec(config))->interface->bind(runtime_limits(config));
+}
+
 TEST(WindowLayout, TheTemplatesRecordSizesEveryRegionForTheConfig) {
   KernelCache cache(CacheOptions{});  // memory only
-  const ModuleInterface& record = *cache.get(kernel_spec(scatterBlockwiseConfig()))->interface;
+  const ModuleInterface record = boundRecord(cache, scatterBlockwiseConfig());
   const std::vector<std::string> order = {
       "state",       "signals",      "recv_tokens",  "recv_weights",   "recv_scales",     "recv_indices",
       "recv_origin", "combine_rows", "combine_weights", "scatter_rows", "scatter_codes", "scatter_scales",
@@ -53,26 +58,35 @@ TEST(WindowLayout, TheTemplatesRecordSizesEveryRegionForTheConfig) {
 // The low-latency combine's flagged inboxes: a flagged row (twice the row's
 // elements) per (token, destination ordinal), and per box the top-k weights
 // padded to 4, twice (top-6: 8 f32, 16 elements of lines).
-TEST(WindowLayout, TheLowLatencyCombineHasItsFlaggedInboxes) {
-  KernelCache cache(CacheOptions{});
+EpDispatchCombineConfig scatterBlockwiseConfigLowLatency19() {
   EpDispatchCombineConfig config = scatterBlockwiseConfig();
   config.quant_type = QuantType::None;
   config.num_experts_per_token = 6;
   config.max_num_inp_token_per_rank = 19;
   config.low_latency_combine = true;
-  const ModuleInterface& record = *cache.get(kernel_spec(config))->interface;
+  return config;
+}
+TEST(WindowLayout, TheLowLatencyCombineHasItsFlaggedInboxes) {
+  KernelCache cache(CacheOptions{});
+  EpDispatchCombineConfig config = scatterBlockwiseConfigLowLatency19();
+  const ModuleInterface record = boundRecord(cache, config);
   EXPECT_EQ(countOf(record, "flagged_rows"), 19u * 6 * 7168 * 2);
   EXPECT_EQ(record.region("flagged_rows").element, "bf16");
   EXPECT_EQ(countOf(record, "flagged_weights"), 19u * 6 * 8 * 2);
   config.low_latency_combine = false;
-  EXPECT_EQ(countOf(*cache.get(kernel_spec(config))->interface, "flagged_rows"), 0u);
+  EXPECT_EQ(countOf(boundRecord(cache, config), "flagged_rows"), 0u);
+  // Another limit: the same module, its window sized for that limit.
+  config.low_latency_combine = true;
+  config.max_num_inp_token_per_rank = 5;
+  EXPECT_EQ(cache.key(kernel_spec(config)), cache.key(kernel_spec(scatterBlockwiseConfigLowLatency19())));
+  EXPECT_EQ(countOf(boundRecord(cache, config), "flagged_rows"), 5u * 6 * 7168 * 2);
 }
 
 TEST(WindowLayout, RegionsAreDisjointAlignedAndInTheRecordsOrder) {
   KernelCache cache(CacheOptions{});
   EpDispatchCombineConfig config = scatterBlockwiseConfig();
   config.enable_std_moe = false;
-  const ModuleInterface& record = *cache.get(kernel_spec(config))->interface;
+  const ModuleInterface record = boundRecord(cache, config);
   const WindowLayout layout = WindowLayout::of(record);
   ASSERT_EQ(layout.offsets.size(), record.window_regions.size());
   for (size_t r = 0; r < layout.offsets.size(); ++r) {
@@ -84,6 +98,10 @@ TEST(WindowLayout, RegionsAreDisjointAlignedAndInTheRecordsOrder) {
   int peers[3];
   const Window table = layout.table({&peers[0], &peers[1], &peers[2]});
   EXPECT_EQ(table.peer_base[2], reinterpret_cast<char*>(&peers[2]));
+  // The op's limits, for the kernels: max_tokens, capacity, in the record's order.
+  ASSERT_EQ(record.runtime_params, (std::vector<std::string>{"max_tokens", "capacity", "forward_route_rows"}));
+  EXPECT_EQ(table.runtime_param[0], 37u);
+  EXPECT_EQ(table.runtime_param[1], uint64_t(config.total_recv_tokens()));
   EXPECT_EQ(table.region_offset[4], layout.offsets[4]);
 }
 

@@ -12,6 +12,7 @@
 #include "epjit/device.h"
 #include "epjit/error.h"
 #include "epjit/kernel_module.h"
+#include "epjit/window_layout.h"
 
 namespace epjit {
 namespace {
@@ -43,7 +44,7 @@ KernelCache& cache() {
 const KernelSpec kQuantize{"quantize_fp8_direct", {{"hidden", "64"}}, "host"};
 
 constexpr const char* kRecord = R"({
-  "format": 2, "template": "t", "specialization": {"hidden": 64},
+  "format": 3, "template": "t", "specialization": {"hidden": 64},
   "target": {"name": "host", "vendor": "cpu", "arch": "native", "wave_size": 32},
   "kernels": [{"name": "k", "warps_per_block": 4, "params": [
       {"name": "rows", "type": "ptr<bf16>"}, {"name": "w", "type": "window"}, {"name": "n", "type": "index"},
@@ -82,32 +83,80 @@ TEST(ModuleInterface, LookupsNameWhatExists) {
   EXPECT_NE(errorOf([&] { record.region("signals"); }).find("state, rows"), std::string::npos);
 }
 
-// A buffer's parts are where the record places them, in order, inside it;
-// a record that overlaps two parts or reaches past its buffer is refused.
-TEST(ModuleInterface, BufferPartsAreWhereTheRecordPlacesThem) {
+// A buffer's parts lie in order, each at the next multiple of its "align"
+// (schema::place_part), and the buffer ends with its last part; a record
+// with a bad alignment or a part named twice is refused.
+TEST(ModuleInterface, BufferPartsArePlacedInOrderAtTheirAlignment) {
   const std::string head =
-      R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      R"({"format": 3, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [{"name": "k", "warps_per_block": 1, "when": "@std", "params": []}], "window_regions": [],
-          "constants": {}, "buffers": [{"name": "route", "bytes": 24, "parts": [
-            {"name": "entries", "element": "i32", "count": 3, "offset": 0, "meaning": "per entry"},)";
+          "constants": {}, "buffers": [{"name": "route", "parts": [
+            {"name": "entries", "element": "i32", "count": 3, "align": 4, "meaning": "per entry"},)";
   const std::string tail = R"(]}]})";
   const ModuleInterface record =
-      ModuleInterface::parse(head + R"({"name": "wide", "element": "i64", "count": 1, "offset": 16})" + tail, "a test");
+      ModuleInterface::parse(head + R"({"name": "wide", "element": "i64", "count": 1, "align": 16})" + tail, "a test");
+  EXPECT_TRUE(record.bound());
   EXPECT_EQ(record.kernel("k").when, "@std");
   const BufferInfo& route = record.buffer("route");
   EXPECT_EQ(route.bytes, 24u);
   EXPECT_EQ(route.part("entries").meaning, "per entry");
+  EXPECT_EQ(route.part("wide").offset, 16u);
   EXPECT_EQ(route.part("wide").element_offset(), 2u);
   EXPECT_EQ(route.part("wide").bytes(), 8u);
   EXPECT_NE(errorOf([&] { route.part("sent"); }).find("one of its parts: entries, wide"), std::string::npos);
   EXPECT_NE(errorOf([&] { record.buffer("kept"); }).find("one of its buffers: route"), std::string::npos);
-  for (const char* bad : {R"({"name": "wide", "element": "i64", "count": 1, "offset": 8})",    // overlaps entries
-                          R"({"name": "wide", "element": "i64", "count": 2, "offset": 16})",   // past the buffer
-                          R"({"name": "wide", "element": "i64", "count": 1, "offset": 12})",   // not on an i64
-                          R"({"name": "entries", "element": "i32", "count": 1, "offset": 16})"})  // a name twice
+  for (const char* bad : {R"({"name": "wide", "element": "i64", "count": 1, "align": 4})",     // below its element
+                          R"({"name": "wide", "element": "i64", "count": 1, "align": 24})",    // not a power of two
+                          R"({"name": "wide", "element": "i64", "count": 1})",                 // no align
+                          R"({"name": "entries", "element": "i32", "count": 1, "align": 4})"})  // a name twice
     EXPECT_NE(errorOf([&] { ModuleInterface::parse(head + bad + tail, "a test"); }).find("record.buffers[0]"),
               std::string::npos)
         << bad;
+}
+
+// Counts linear in runtime parameters: the record states each at zero and
+// its coefficients; bind() completes them for given values and places the
+// parts after them, and refuses a missing or unknown value.
+TEST(ModuleInterface, BindCompletesRuntimeCountsAndPlacesThePartsAfterThem) {
+  const std::string text =
+      R"({"format": 3, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+          "runtime_params": ["max_tokens", "capacity"],
+          "kernels": [], "constants": {},
+          "window_regions": [{"name": "state", "element": "i32", "count": 16},
+                             {"name": "inbox", "element": "bf16", "count": 2, "count_per": {"capacity": 7}}],
+          "buffers": [{"name": "route", "parts": [
+            {"name": "entries", "element": "i32", "count": 0, "count_per": {"max_tokens": 3}, "align": 4},
+            {"name": "received", "element": "i32", "count": 1, "align": 4},
+            {"name": "lines", "element": "i32", "count": 0, "count_per": {"max_tokens": 1, "capacity": 2}, "align": 16}]}]})";
+  const ModuleInterface record = ModuleInterface::parse(text, "a test");
+  EXPECT_FALSE(record.bound());
+  EXPECT_NE(errorOf([&] { WindowLayout::of(record); }).find("before its runtime parameters are bound"),
+            std::string::npos);
+  const ModuleInterface bound = record.bind({{"max_tokens", 5}, {"capacity", 11}});
+  EXPECT_TRUE(bound.bound());
+  EXPECT_EQ(bound.runtime_values, (std::vector<uint64_t>{5, 11}));
+  EXPECT_EQ(bound.region("inbox").count, 2u + 7u * 11u);
+  const BufferInfo& route = bound.buffer("route");
+  EXPECT_EQ(route.part("entries").count, 15u);
+  EXPECT_EQ(route.part("received").offset, 60u);
+  EXPECT_EQ(route.part("lines").offset, 64u);  // 64 is the next 16-byte line after 64
+  EXPECT_EQ(route.part("lines").count, 5u + 22u);
+  EXPECT_EQ(route.bytes, 64u + 4u * 27u);
+  const WindowLayout layout = WindowLayout::of(bound);
+  const Window table = layout.table({});
+  EXPECT_EQ(table.runtime_param[0], 5u);
+  EXPECT_EQ(table.runtime_param[1], 11u);
+  // Another op's values from the same record: the module serves both.
+  EXPECT_EQ(record.bind({{"max_tokens", 1}, {"capacity", 2}}).buffer("route").part("received").offset, 12u);
+  EXPECT_NE(errorOf([&] { record.bind({{"max_tokens", 5}}); }).find("'capacity', and no value was given"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { record.bind({{"max_tokens", 5}, {"capacity", 1}, {"hidden", 3}}); })
+                .find("not a runtime parameter"),
+            std::string::npos);
+  std::string unknown = text;
+  unknown.replace(unknown.find(R"({"capacity": 7})"), 15, R"({"rows": 7})");
+  EXPECT_NE(errorOf([&] { ModuleInterface::parse(unknown, "a test"); }).find("names no runtime parameter"),
+            std::string::npos);
 }
 
 // Records of compilers that did not insert the entry wait say nothing, and
@@ -129,7 +178,7 @@ TEST(ModuleInterface, DependentLaunchIsOnlyWhatTheRecordStates) {
 // contract, 16 bytes.
 TEST(ModuleInterface, PointerAlignmentIsWhatTheRecordStates) {
   const std::string head =
-      R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      R"({"format": 3, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [{"name": "k", "warps_per_block": 1, "params": [)";
   const std::string tail = R"(]}], "window_regions": [], "constants": {}})";
   auto parse = [&](const std::string& params) { return ModuleInterface::parse(head + params + tail, "a test"); };
@@ -150,25 +199,25 @@ TEST(ModuleInterface, PointerAlignmentIsWhatTheRecordStates) {
 TEST(ModuleInterface, DamagedOrForeignRecordsAreRefusedNamingTheField) {
   const std::pair<std::string, std::string> cases[] = {
       {"not json", "is not JSON"},
-      {R"({"format": 1})", "record.format = 1 is not this epjit's format 2"},
+      {R"({"format": 1})", "record.format = 1 is not this epjit's format 3"},
       {R"({"template": "t"})", "record.format is missing"},
       {R"({"format": "1"})", "record.format is not an integer"},
-      {R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 0}})",
+      {R"({"format": 3, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 0}})",
        "record.target.wave_size = 0 is outside [1, 1024]"},
-      {R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      {R"({"format": 3, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [{"name": "k", "warps_per_block": 1, "params": [{"name": "a", "type": "tensor"}]}]})",
        "record.kernels[0].params[0].type = 'tensor' is not ptr<T>, window, index, i32, i64 or f32"},
-      {R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      {R"({"format": 3, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [{"name": "k", "warps_per_block": 1, "params": [{"name": "a", "type": "ptr<f64>"}]}]})",
        "points to an unknown element type"},
-      {R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      {R"({"format": 3, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [{"name": "k", "warps_per_block": 1, "params": [{"name": "a", "type": "index"},
                                                                      {"name": "a", "type": "index"}]}]})",
        "names parameter 'a' twice"},
-      {R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      {R"({"format": 3, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [], "window_regions": [{"name": "r", "element": "i32", "count": -1}]})",
        "record.window_regions[0].count = -1 is outside"},
-      {R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      {R"({"format": 3, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [], "window_regions": [], "constants": {"state_error": "3"}})",
        "record.constants.state_error is not an integer"},
   };
@@ -237,7 +286,7 @@ TEST(LaunchArgs, SetsByNameInTheSignaturesOrderAndRefusesWhatDoesNotFit) {
 // what it needs; null stays allowed (an absent optional buffer).
 TEST(LaunchArgs, RefusesAPointerOffTheAlignmentItsParameterNeeds) {
   const ModuleInterface record = ModuleInterface::parse(
-      R"({"format": 2, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
+      R"({"format": 3, "template": "t", "target": {"name": "x", "vendor": "amd", "arch": "x", "wave_size": 64},
           "kernels": [{"name": "k", "warps_per_block": 1, "params": [
               {"name": "rows", "type": "ptr<bf16>", "align": 16}, {"name": "words", "type": "ptr<i32>", "align": 4},
               {"name": "bytes", "type": "ptr<i8>", "align": 1}]}],

@@ -85,6 +85,17 @@ struct PeerPtrPattern : OpConversionPattern<ep::PeerPtrOp> {
   const llvm::StringMap<int64_t>& regions;
 };
 
+struct RuntimeParamPattern : OpConversionPattern<ep::RuntimeParamOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::RuntimeParamOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    rewriter.replaceOp(op, callPrelude(rewriter, op.getLoc(), "epjit::runtime_param",
+                                       getTypeConverter()->convertType(op.getType()), {adaptor.getWindow()},
+                                       {std::to_string(op.getIndex())}));
+    return success();
+  }
+};
+
 struct AtomicRmwPattern : OpConversionPattern<ep::AtomicRmwOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(ep::AtomicRmwOp op, OpAdaptor adaptor, ConversionPatternRewriter& rewriter) const override {
@@ -210,6 +221,7 @@ void populateScalarPatterns(TypeConverter& converter, RewritePatternSet& pattern
   patterns.add<BarrierPattern<ep::WarpBarrierOp>>(converter, context, "epjit::warp_barrier");
   patterns.add<BlockAnyPattern>(converter, context);
   patterns.add<PeerPtrPattern>(converter, context, regionIndex);
+  patterns.add<RuntimeParamPattern>(converter, context);
   patterns.add<IndexUnsignedPattern<arith::DivUIOp, emitc::DivOp>, IndexUnsignedPattern<arith::RemUIOp, emitc::RemOp>>(
       converter, context);
 }

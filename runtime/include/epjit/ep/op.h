@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -82,6 +83,16 @@ class EpDispatchCombineOp;
 // warm ahead of time (epjit-bench --warm-only, or KernelCache::get directly).
 // One binary serves every schedule variant of the config.
 KernelSpec kernel_spec(const EpDispatchCombineConfig& config);
+
+// The values of the template's runtime parameters for this config: its
+// limits (max_tokens, capacity, the internode forward rows). The op binds
+// its module's interface record to them, and the kernels read them from the
+// window table, so the module serves every value.
+std::map<std::string, uint64_t, std::less<>> runtime_limits(const EpDispatchCombineConfig& config);
+
+// EPJIT_SPECIALIZE_LIMITS=1: compile the limits into the kernels instead
+// (one module per limit), for the A/B of what constants buy.
+bool specialize_limits();
 
 // A dispatch's destination map (per source token, the slots it took on each
 // destination) and this rank's received count, kept on the device so a later

@@ -117,6 +117,13 @@ EPJIT_HD size_t uniform_rank(size_t rank) {
 #endif
 }
 
+// ep.runtime_param: the kernel's window table is a by-value parameter, so
+// this reads the constant cache.
+template <int Index>
+EPJIT_HD size_t runtime_param(const Window* window) {
+  return size_t(window->runtime_param[Index]);
+}
+
 template <typename T, int Region>
 EPJIT_HD T* peer_ptr(const Window* window, size_t rank, size_t offset) {
   return reinterpret_cast<T*>(window->peer_base[uniform_rank(rank)] + window->region_offset[Region]) + offset;

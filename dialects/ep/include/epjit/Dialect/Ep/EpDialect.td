@@ -50,6 +50,13 @@ def Ep_Dialect : Dialect {
     // A kept kernel's when(...) as written (set by ep-specialize, which drops
     // the clauses), for the interface record.
     static constexpr ::llvm::StringLiteral kWhenAttrName = "ep.when";
+    // The runtime parameters left unbound, in window-table order, as an
+    // array of names (set by ep-specialize).
+    static constexpr ::llvm::StringLiteral kRuntimeParamsAttrName = "ep.runtime_params";
+    // On a window region or buffer part whose count is linear in runtime
+    // parameters: {param = coefficient}; its body yields the count at zero
+    // (set by ep-specialize).
+    static constexpr ::llvm::StringLiteral kCountPerAttrName = "ep.count_per";
     // Set on a module once ep-lower-warp-ops ran: ep.warp.* ops are gone.
     static constexpr ::llvm::StringLiteral kLoweringAttrName = "ep.lowering";
   }];

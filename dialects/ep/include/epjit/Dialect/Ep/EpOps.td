@@ -44,8 +44,16 @@ def Ep_ParamOp : Ep_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     for (`"wave_size"`: a lane per value, as a warp that indexes every rank
     needs); ep-check-target rejects a binding above it, naming the target.
 
+    A `runtime` parameter (index only) may be left unbound: the kernels then
+    read it from the window table (`ep.runtime_param`), so one module serves
+    every value, and a window region's or buffer part's count may be linear
+    in it (the interface record states the coefficients; the runtime sizes
+    the window and buffers for its values). Bound, it is a constant like any
+    other parameter.
+
     ```mlir
     ep.param @hidden : index {min = 1, multiple_of = 2}
+    ep.param @max_tokens : index {min = 1, runtime}
     ep.param @warps : index {default_value = 4 : index}
     ep.param @quant : index {names = ["none", "fp8_direct_cast", "fp8_blockwise"]}
     ep.param @world : index {min = 1, at_most = "wave_size"}
@@ -56,9 +64,27 @@ def Ep_ParamOp : Ep_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
                        OptionalAttr<I64Attr>:$multiple_of,
                        OptionalAttr<I64Attr>:$min,
                        OptionalAttr<StrArrayAttr>:$names,
-                       OptionalAttr<StrAttr>:$at_most);
+                       OptionalAttr<StrAttr>:$at_most,
+                       UnitAttr:$runtime);
   let assemblyFormat = "$sym_name `:` $type attr-dict";
   let hasVerifier = 1;
+}
+
+def Ep_RuntimeParamOp : Ep_Op<"runtime_param", [Pure]> {
+  let summary = "the value of an unbound runtime parameter, read from the window table";
+  let description = [{
+    ep-specialize writes it where a kernel reads a `runtime` parameter left
+    unbound: `index` is the parameter's place in the interface record's
+    `runtime_params`, which is its place in the table's runtime_param array.
+    The table is a kernel argument, so the read comes from the constant cache.
+
+    ```mlir
+    %max_tokens = ep.runtime_param %window[0] : index
+    ```
+  }];
+  let arguments = (ins Ep_WindowType:$window, I64Attr:$index);
+  let results = (outs Index:$result);
+  let assemblyFormat = "$window `[` $index `]` attr-dict `:` type($result)";
 }
 
 def Ep_ParamValueOp : Ep_Op<"param_value", [Pure,
