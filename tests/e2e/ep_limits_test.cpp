@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <string>
 #include <vector>
 
 #include "../common/ep_harness.h"
@@ -51,13 +50,6 @@ TEST(OneModuleForEveryLimit, SixteenTokenLimitsCompileOnceAndEachMatchesTheRefer
   const uint64_t before = cache.stats().compiles;
   // Odd limits, as a framework's batch buckets are not all powers of two.
   std::vector<int64_t> limits = {1, 2, 3, 5, 8, 13, 21, 34, 37, 55, 89, 100, 128, 200, 333, 512};
-#if defined(EPJIT_E2E_SANITIZER)
-  // ThreadSanitizer reports a race between two threads' accesses to the
-  // window inside a host kernel from limit 89 on (world 2, gather), with the
-  // limits compiled in too, so it is not this feature's: open, see the
-  // closing note of issue 48. The sanitizer runs keep the limits below it.
-  if (std::string(EPJIT_E2E_SANITIZER) == "thread") std::erase_if(limits, [](int64_t l) { return l > 55; });
-#endif
   for (int64_t limit : limits) EXPECT_EQ(runAtLimit(limit, cache), "") << "max_num_inp_token_per_rank " << limit;
   // Two modules: the combine protocol auto picks is a property of the op
   // (the low-latency combine up to 32 tokens, the staged one above), one
