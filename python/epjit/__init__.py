@@ -106,6 +106,9 @@ class Communicator:
 
     rank = property(lambda self: self._native.rank)
     world_size = property(lambda self: self._native.world_size)
+    # Bytes of this rank's symmetric memory alive now (the windows of its ops,
+    # until each op and every view of its results are gone).
+    symmetric_bytes = property(lambda self: self._native.symmetric_bytes)
     device = property(lambda self: self._native.device)
 
     def barrier(self):

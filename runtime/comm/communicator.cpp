@@ -104,6 +104,9 @@ class Communicator::Impl {
   std::string failed;     // a collective failed or timed out: the group is over
   uint64_t sequence = 0;  // collectives this rank has entered
   std::mutex mutex;       // one collective at a time per rank
+  // This rank's own copies held now (allocate_symmetric); shared with the
+  // buffers' deleters, which may run after the communicator is gone.
+  std::shared_ptr<std::atomic<uint64_t>> symmetric_bytes = std::make_shared<std::atomic<uint64_t>>(0);
 
   std::vector<Bytes> collective(comm::Collective kind, const Bytes& mine) {
     if (destroyed) throw Error("the communicator was destroyed", "a live communicator", "do not use it after destroy()");
@@ -320,6 +323,7 @@ const Team& Communicator::world() const { return impl_->world_team; }
 const Team& Communicator::node() const { return impl_->node_team; }
 const std::string& Communicator::hostname_of(int rank) const { return impl_->hostnames.at(size_t(rank)); }
 Device& Communicator::device() const { return *impl_->device; }
+uint64_t Communicator::symmetric_bytes() const { return impl_->symmetric_bytes->load(); }
 
 std::vector<Bytes> Communicator::allgather(const Bytes& mine) {
   std::lock_guard lock(impl_->mutex);
@@ -346,15 +350,20 @@ std::shared_ptr<SymmetricBuffer> Communicator::allocate_symmetric(size_t bytes) 
   std::lock_guard lock(impl_->mutex);
   Device& device = *impl_->device;
   // The deleter unmaps the peers' copies; the device must outlive the buffer.
-  auto buffer = std::shared_ptr<SymmetricBuffer>(new SymmetricBuffer, [device = &device](SymmetricBuffer* b) {
-    for (void* peer : b->peers)
-      if (peer && peer != b->local) device->close_shareable(peer, b->bytes);
-    if (b->local) device->free_shareable(b->local, b->bytes);
-    delete b;
-  });
+  auto buffer = std::shared_ptr<SymmetricBuffer>(
+      new SymmetricBuffer, [device = &device, held = impl_->symmetric_bytes](SymmetricBuffer* b) {
+        for (void* peer : b->peers)
+          if (peer && peer != b->local) device->close_shareable(peer, b->bytes);
+        if (b->local) {
+          device->free_shareable(b->local, b->bytes);
+          held->fetch_sub(b->bytes);
+        }
+        delete b;
+      });
   ShareableMemory mine = device.allocate_shareable(bytes);  // zero-filled
   buffer->local = mine.pointer;
   buffer->bytes = bytes;
+  impl_->symmetric_bytes->fetch_add(bytes);
   buffer->peers.assign(size_t(impl_->world), nullptr);
   buffer->peers[size_t(impl_->rank)] = mine.pointer;
   struct FdGuard {

@@ -326,6 +326,48 @@ def test_a_call_overlapping_another_threads_call_on_the_op_is_refused():
     assert [r for r in results if r] == []
 
 
+def lifecycle_rank(rank, uid, results):
+    """Ops built, used and closed over and over on one communicator (MORI's
+    test_op_lifecycle, shown by epjit's own count): the communicator's symmetric
+    memory comes back to where it was once each op and its result views are gone,
+    and a view kept past close() keeps the window alive until it goes."""
+    import gc
+    try:
+        comm = epjit.Communicator.init(2, rank, uid, target="host")
+        before = comm.symmetric_bytes
+        for round_ in range(5):
+            config = epjit.EpDispatchCombineConfig(
+                rank=rank, world_size=2, hidden_dim=HIDDEN, max_num_inp_token_per_rank=MAX_TOKENS + 3 * round_,
+                num_experts_per_rank=EPR, num_experts_per_token=TOPK,
+                combine_mode="scatter" if round_ % 2 else "gather")
+            op = epjit.EpDispatchCombineOp(config, comm)
+            assert comm.symmetric_bytes > before, "an op's window is not counted"
+            kept = identity_round_trip(op, *make_inputs(rank, 2, MAX_TOKENS - round_, "bf16", seed=40 + round_))[0]
+            op.close()
+            del op
+            gc.collect()
+            assert comm.symmetric_bytes > before, "a result view kept past close() lost its memory"
+            del kept
+            gc.collect()
+            assert comm.symmetric_bytes == before, (f"round {round_}: {comm.symmetric_bytes} symmetric bytes held, "
+                                                    f"{before} before")
+        comm.destroy()
+        results[rank] = None
+    except Exception as error:  # reported by the test
+        results[rank] = f"rank {rank}: {type(error).__name__}: {error}"
+
+
+def test_building_and_closing_ops_leaves_the_communicators_memory_as_it_was():
+    uid = epjit.Communicator.get_unique_id()
+    results = ["never ran"] * 2
+    threads = [threading.Thread(target=lifecycle_rank, args=(r, uid, results)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert [r for r in results if r] == []
+
+
 def test_identity_experts_on_processes():
     context = multiprocessing.get_context("spawn")
     uid = epjit.Communicator.get_unique_id()

@@ -68,6 +68,10 @@ class Communicator {
   std::vector<std::vector<uint8_t>> alltoall(const std::vector<std::vector<uint8_t>>& to_each);
   // Collective: every rank allocates `bytes` (zeroed) and maps its node peers' copies.
   std::shared_ptr<SymmetricBuffer> allocate_symmetric(size_t bytes);
+  // Bytes of this rank's own copies of symmetric allocations alive now (the
+  // windows of the ops built on it, until each op's memory is released):
+  // ops built and closed over and over must leave it where it was.
+  uint64_t symmetric_bytes() const;
   // Collective; also done by the destructor. Further calls throw.
   void destroy();
 
