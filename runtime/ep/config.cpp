@@ -202,13 +202,6 @@ void EpDispatchCombineConfig::validate() const {
            "the combine leg sums in f32 and returns bf16 or f32 rows; it cannot be " +
                std::string(name_of(combine_type())),
            "set combine_data_type to bf16 or f32 (quant_type compresses the combine transport to fp8)");
-  if (dispatch_type() == DataType::FP4 && !info.has_fp4())
-    reject("dispatch_data_type", "fp4",
-           "FP4 needs a target with FP4 conversions (" +
-               target_names_where([](const TargetInfo& t) { return t.has_fp4(); }) + "); " + std::string(info.name) +
-               " has none",
-           "use fp8 on " + std::string(info.name) + ", or run on one of " +
-               target_names_where([](const TargetInfo& t) { return t.converts_fp4_in_hardware(); }));
   if (asymmetric()) {
     if (combine_mode != CombineMode::Gather)
       reject("combine_mode", name_of(combine_mode), "asymmetric dispatch/combine dtypes need gather combine",
