@@ -338,8 +338,7 @@ def lifecycle_rank(rank, uid, results):
         for round_ in range(5):
             config = epjit.EpDispatchCombineConfig(
                 rank=rank, world_size=2, hidden_dim=HIDDEN, max_num_inp_token_per_rank=MAX_TOKENS + 3 * round_,
-                num_experts_per_rank=EPR, num_experts_per_token=TOPK,
-                combine_mode="scatter" if round_ % 2 else "gather")
+                num_experts_per_rank=EPR, num_experts_per_token=TOPK)
             op = epjit.EpDispatchCombineOp(config, comm)
             assert comm.symmetric_bytes > before, "an op's window is not counted"
             kept = identity_round_trip(op, *make_inputs(rank, 2, MAX_TOKENS - round_, "bf16", seed=40 + round_))[0]
