@@ -82,8 +82,8 @@ KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
   // them from the window table), so ops that differ only in them share one
   // module. Compiled in instead, each limit is its own module: kept for the
   // A/B of what constants buy (docs/PERFORMANCE.md).
-  for (const auto& [name, value] : runtime_limits(config))
-    if (specialize_limits()) spec.set(name, int64_t(value));
+  if (specialize_limits())
+    for (const auto& [name, value] : runtime_limits(config)) spec.set(name, int64_t(value));
   return spec;
 }
 
