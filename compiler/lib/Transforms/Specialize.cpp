@@ -9,6 +9,7 @@
 #include "epjit/Compiler/Passes.h"
 #include "epjit/Dialect/Ep/EpOps.h"
 #include "RuntimeParams.h"
+#include "epjit/interface_schema.h"
 #include "epjit/targets/common/window.h"
 
 namespace epjit {
@@ -156,7 +157,7 @@ LogicalResult bindBufferOffsets(ModuleOp module, const FrozenRewritePatternSet& 
     end.per.resize(runtimeParams.size(), 0);
     const int64_t align = part.getAlignment();
     if (!end.varies()) {
-      end.constant = (end.constant + align - 1) / align * align;
+      end.constant = int64_t(schema::place_part(uint64_t(end.constant), uint64_t(align)));
     } else if (!end.multipleOf(align)) {
       // The padding before the part would depend on the values.
       unplaceable[part.getSymName()] = "the parts before it end at a runtime-sized offset that is not always a "
