@@ -117,13 +117,13 @@ KernelParam parse_param(const Reader& read, const json& entry, const std::string
 // A count's coefficients per runtime parameter: "count_per": {NAME: N}, each
 // NAME one of the record's runtime_params.
 CountPer parse_count_per(const Reader& read, const json& entry, const std::string& path,
-                         const std::vector<std::string>& runtime_params) {
+                         const ModuleInterface& record) {
   CountPer per;
   auto it = entry.find("count_per");
   if (it == entry.end()) return per;
   if (!it->is_object()) read.fail(path + ".count_per", "is not an object");
   for (const auto& [name, value] : it->items()) {
-    if (std::find(runtime_params.begin(), runtime_params.end(), name) == runtime_params.end())
+    if (!record.has_runtime_param(name))
       read.fail(path + ".count_per." + name, "names no runtime parameter of the record");
     per[name] = uint64_t(read.integer(*it, name.c_str(), path + ".count_per", 0, kMostElements));
   }
@@ -131,7 +131,7 @@ CountPer parse_count_per(const Reader& read, const json& entry, const std::strin
 }
 
 BufferInfo parse_buffer(const Reader& read, const json& entry, const std::string& path,
-                        const std::vector<std::string>& runtime_params) {
+                        const ModuleInterface& record) {
   BufferInfo buffer;
   buffer.name = read.string(entry, "name", path);
   const json& parts = read.array(entry, "parts", path);
@@ -145,7 +145,7 @@ BufferInfo parse_buffer(const Reader& read, const json& entry, const std::string
     part.element_bytes = element_bytes(part.element);
     if (part.element_bytes == 0) read.fail(at + ".element", "= '" + part.element + "' is not an element type");
     part.count = uint64_t(read.integer(parts[p], "count", at, 0, kMostElements));
-    part.count_per = parse_count_per(read, parts[p], at, runtime_params);
+    part.count_per = parse_count_per(read, parts[p], at, record);
     part.align = uint64_t(read.integer(parts[p], "align", at, 1, 4096));
     if ((part.align & (part.align - 1)) != 0 || part.align % part.element_bytes != 0)
       read.fail(at + ".align", "= " + std::to_string(part.align) +
@@ -259,14 +259,14 @@ ModuleInterface ModuleInterface::parse(std::string_view json_text, const std::st
     region.element_bytes = element_bytes(region.element);
     if (region.element_bytes == 0) read.fail(path + ".element", "= '" + region.element + "' is not an element type");
     region.count = uint64_t(read.integer(regions[r], "count", path, 0, kMostElements));
-    region.count_per = parse_count_per(read, regions[r], path, result.runtime_params);
+    region.count_per = parse_count_per(read, regions[r], path, result);
     result.window_regions.push_back(std::move(region));
   }
 
   const json& buffers = record.contains("buffers") ? read.array(record, "buffers", "record") : kNone;
   for (size_t b = 0; b < buffers.size(); ++b) {
     const std::string path = "record.buffers[" + std::to_string(b) + "]";
-    BufferInfo buffer = parse_buffer(read, buffers[b], path, result.runtime_params);
+    BufferInfo buffer = parse_buffer(read, buffers[b], path, result);
     place_parts(buffer);
     for (const BufferInfo& earlier : result.buffers) {
       if (earlier.name == buffer.name) read.fail(path, "repeats buffer '" + buffer.name + "'");
@@ -286,9 +286,13 @@ ModuleInterface ModuleInterface::parse(std::string_view json_text, const std::st
   return result;
 }
 
+bool ModuleInterface::has_runtime_param(std::string_view name) const {
+  return std::find(runtime_params.begin(), runtime_params.end(), name) != runtime_params.end();
+}
+
 ModuleInterface ModuleInterface::bind(const std::map<std::string, uint64_t, std::less<>>& values) const {
   for (const auto& [name, value] : values)
-    if (std::find(runtime_params.begin(), runtime_params.end(), name) == runtime_params.end()) {
+    if (!has_runtime_param(name)) {
       std::string names;
       for (const std::string& known : runtime_params) names += (names.empty() ? "" : ", ") + known;
       throw Error("a value for '" + name + "', which is not a runtime parameter of " + template_name,

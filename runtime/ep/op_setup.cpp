@@ -2,8 +2,6 @@
 // kernels and the interface record, the window and the buffers; and freeing it.
 #include "op_impl.h"
 
-#include <algorithm>
-
 namespace epjit::ep {
 
 EpDispatchCombineOp::Impl::Impl(EpDispatchCombineConfig c, Communicator& communicator, OpOptions options)
@@ -86,8 +84,7 @@ void EpDispatchCombineOp::Impl::fetch_kernels() {
   // The module serves every limit; the op's copy of its record is sized for this op's.
   std::map<std::string, uint64_t, std::less<>> limits;
   for (const auto& [name, value] : runtime_limits(config))
-    if (std::find(record.runtime_params.begin(), record.runtime_params.end(), name) != record.runtime_params.end())
-      limits[name] = value;
+    if (record.has_runtime_param(name)) limits[name] = value;
   this->record = record.bind(limits);
   buffers = EpBuffers::of(this->record);
   fit_schedule_to_device();

@@ -27,19 +27,34 @@ bool readsRuntimeParam(Operation* scope, const std::vector<std::string>& names) 
   return reads;
 }
 
-// The count `countOp` (a window region or buffer part) yields with runtime
-// parameter i set to point[i], or nothing when its body does not fold to a
-// constant. The body is evaluated on a detached copy.
-std::optional<int64_t> countAt(Operation* countOp, const std::vector<std::string>& names, ArrayRef<int64_t> point,
-                               const FrozenRewritePatternSet& patterns) {
-  Operation* copy = countOp->clone();
-  copy->walk([&](ep::ParamValueOp read) {
+// Every read of runtime parameter i in `scope` becomes the constant point[i].
+void bindRuntimeReads(Operation* scope, const std::vector<std::string>& names, ArrayRef<int64_t> point) {
+  scope->walk([&](ep::ParamValueOp read) {
     const int index = runtimeIndex(names, read.getParam());
     if (index < 0) return;
     OpBuilder builder(read);
     read.replaceAllUsesWith(arith::ConstantIndexOp::create(builder, read.getLoc(), point[size_t(index)]).getResult());
     read.erase();
   });
+}
+
+// Whether `scope` calls one of the helpers in `helpers`.
+bool callsAny(Operation* scope, const llvm::SetVector<Operation*>& helpers) {
+  bool calls = false;
+  scope->walk([&](func::CallOp call) {
+    if (Operation* callee = SymbolTable::lookupNearestSymbolFrom(call, call.getCalleeAttr()))
+      calls = calls || helpers.contains(callee);
+  });
+  return calls;
+}
+
+// The count `countOp` (a window region or buffer part) yields with runtime
+// parameter i set to point[i], or nothing when its body does not fold to a
+// constant. The body is evaluated on a detached copy.
+std::optional<int64_t> countAt(Operation* countOp, const std::vector<std::string>& names, ArrayRef<int64_t> point,
+                               const FrozenRewritePatternSet& patterns) {
+  Operation* copy = countOp->clone();
+  bindRuntimeReads(copy, names, point);
   (void)applyPatternsGreedily(copy->getRegion(0), patterns);
   std::optional<int64_t> count;
   if (auto region = dyn_cast<ep::WindowRegionOp>(copy)) count = region.getConstantCount();
@@ -87,12 +102,7 @@ LogicalResult linearizeCount(Operation* countOp, StringRef what, const std::vect
   }
 
   // The body keeps the count at zero; the coefficients ride beside it.
-  countOp->walk([&](ep::ParamValueOp read) {
-    if (runtimeIndex(names, read.getParam()) < 0) return;
-    OpBuilder builder(read);
-    read.replaceAllUsesWith(arith::ConstantIndexOp::create(builder, read.getLoc(), 0).getResult());
-    read.erase();
-  });
+  bindRuntimeReads(countOp, names, std::vector<int64_t>(n, 0));
   (void)applyPatternsGreedily(countOp->getRegion(0), patterns);
   Builder builder(countOp->getContext());
   SmallVector<NamedAttribute> coefficients;
@@ -127,13 +137,7 @@ LogicalResult threadRuntimeParams(ModuleOp module, const std::vector<std::string
   for (bool grew = true; grew;) {
     grew = false;
     for (auto helper : module.getOps<func::FuncOp>()) {
-      if (needing.contains(helper)) continue;
-      bool calls = false;
-      helper.walk([&](func::CallOp call) {
-        if (Operation* callee = SymbolTable::lookupNearestSymbolFrom(call, call.getCalleeAttr()))
-          calls = calls || needing.contains(callee);
-      });
-      if (calls && needing.insert(helper)) grew = true;
+      if (!needing.contains(helper) && callsAny(helper, needing)) grew = needing.insert(helper);
     }
   }
 
@@ -166,12 +170,7 @@ LogicalResult threadRuntimeParams(ModuleOp module, const std::vector<std::string
     bindIn(helper, values);
   }
   for (auto kernel : module.getOps<ep::KernelOp>()) {
-    bool needs = readsRuntimeParam(kernel, runtimeParams);
-    kernel.walk([&](func::CallOp call) {
-      if (Operation* callee = SymbolTable::lookupNearestSymbolFrom(call, call.getCalleeAttr()))
-        needs = needs || needing.contains(callee);
-    });
-    if (!needs) continue;
+    if (!readsRuntimeParam(kernel, runtimeParams) && !callsAny(kernel, needing)) continue;
     Block& entry = kernel.getBody().front();
     Value window;
     for (BlockArgument argument : entry.getArguments())

@@ -133,6 +133,7 @@ struct ModuleInterface {
   // have, or a count past what a record may hold.
   ModuleInterface bind(const std::map<std::string, uint64_t, std::less<>>& values) const;
   bool bound() const { return runtime_values.size() == runtime_params.size(); }
+  bool has_runtime_param(std::string_view name) const;
 
   // Each throws epjit::Error naming what was asked for and what exists.
   const KernelSignature& kernel(std::string_view name) const;
