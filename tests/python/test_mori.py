@@ -479,9 +479,7 @@ def test_install_names_mori():
     from mori.ops.dispatch_combine_v2 import EpDispatchCombineOp as Imported
     import mori.cco
     assert Imported is EpDispatchCombineOp and mori.cco.Communicator is cco.Communicator
-    # MORI's top-level names are its v1 API, which epjit does not serve: a v1
-    # caller (vLLM's, SGLang's, AITER's) gets an ImportError saying so, as with
-    # no MORI, never EPv2's classes under v1's names.
-    for name in ("EpDispatchCombineOp", "EpDispatchCombineConfig", "EpDispatchCombineKernelType"):
-        with pytest.raises(ImportError, match="v1 dispatch/combine API, which epjit does not implement yet"):
-            exec(f"from mori.ops import {name}", {})
+    # MORI's top-level names are its v1 API (test_mori_v1.py), never EPv2's classes under v1's names.
+    from mori.ops import EpDispatchCombineConfig as V1Config, EpDispatchCombineOp as V1Op
+    assert V1Op is not EpDispatchCombineOp and V1Config is not EpDispatchCombineConfig
+    assert V1Op.__module__ == "epjit.mori.ops.dispatch_combine"

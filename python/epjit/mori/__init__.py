@@ -1,11 +1,12 @@
 """epjit.mori: MORI EPv2's Python API on epjit's op.
 
 A program written against MORI's `mori.cco` communicator and
-`mori.ops.dispatch_combine_v2` op runs unchanged on epjit (NVIDIA GPUs, AMD GPUs, CPU
+`mori.ops.dispatch_combine_v2` op (EPv2), or against MORI's first API (`mori.shmem` and
+`mori.ops.EpDispatchCombineOp`, which vLLM, SGLang and AITER call), runs unchanged on epjit (NVIDIA GPUs, AMD GPUs, CPU
 ranks) after one call:
 
     import epjit.mori
-    epjit.mori.install()          # registers `mori`, `mori.cco`, `mori.ops`, ... if no real MORI is importable
+    epjit.mori.install()          # registers `mori`, `mori.cco`, `mori.shmem`, `mori.ops`, ... if no real MORI is importable
     from mori.ops.dispatch_combine_v2 import EpDispatchCombineConfig, EpDispatchCombineOp
 
 or by importing the same names from `epjit.mori` directly. Where MORI's behaviour and
@@ -16,8 +17,8 @@ import importlib.util
 import logging
 import sys
 
-from . import cco, ops  # noqa: F401
-from .ops import dispatch_combine_v2  # noqa: F401
+from . import cco, ops, shmem  # noqa: F401
+from .ops import dispatch_combine, dispatch_combine_v2, local_expert_count  # noqa: F401
 from .ops.dispatch_combine_v2 import tuning_configs  # noqa: F401
 
 _log = logging.getLogger("epjit.mori")
@@ -26,6 +27,9 @@ _NAMES = {
     "mori": sys.modules[__name__],
     "mori.cco": cco,
     "mori.ops": ops,
+    "mori.ops.dispatch_combine": dispatch_combine,
+    "mori.ops.local_expert_count": local_expert_count,
+    "mori.shmem": shmem,
     "mori.ops.dispatch_combine_v2": dispatch_combine_v2,
     "mori.ops.dispatch_combine_v2.tuning_configs": tuning_configs,
 }

@@ -101,6 +101,13 @@ class Communicator:
         comm._rank, comm._nranks = rank, nranks
         return comm
 
+    @classmethod
+    def _adopt(cls, native):
+        """A Communicator over an epjit.Communicator already joined (mori.shmem's)."""
+        comm = cls()
+        comm._epjit, comm._rank, comm._nranks = native, native.rank, native.world_size
+        return comm
+
     def _check_valid(self, what="use"):
         if self._epjit is None:
             raise RuntimeError(f"Cannot {what}: Communicator has been destroyed")

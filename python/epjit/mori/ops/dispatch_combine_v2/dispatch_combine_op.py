@@ -282,7 +282,7 @@ class EpDispatchCombineOp:
 
     # -- the op ----------------------------------------------------------------
     def dispatch(self, input, weights, scales, indices, *, routing=None, return_routing=False,
-                 max_tokens_across_ranks=None):
+                 max_tokens_across_ranks=None, _send_only=False):
         """Returns (out [max_recv, hidden], out_weights [max_recv, k], out_scales or
         None, out_indices [max_recv, k], total_recv [1] int32 on the device[, routing]).
         max_tokens_across_ranks (epjit's, not MORI's): the largest token count of any
@@ -298,8 +298,12 @@ class EpDispatchCombineOp:
                   else None)
         # With return_routing epjit's op records into a routing no handle holds any
         # more, last dispatched on this call's stream, else a new one.
-        result = self._op.dispatch(input, weights, scales, indices, routing=replay, return_routing=return_routing,
-                                   max_tokens_across_ranks=max_tokens_across_ranks, keep_call=return_routing)
+        if _send_only:  # MORI v1's dispatch_send: the results are valid once dispatch_recv() has run
+            result = self._op.dispatch_send(input, weights, scales, indices, return_routing=return_routing,
+                                            max_tokens_across_ranks=max_tokens_across_ranks, keep_call=return_routing)
+        else:
+            result = self._op.dispatch(input, weights, scales, indices, routing=replay, return_routing=return_routing,
+                                       max_tokens_across_ranks=max_tokens_across_ranks, keep_call=return_routing)
         out, out_w, out_s, out_idx, total = result[:5]
         out_s = self._scales_as_passed(out_s, caller_scales)
         self._settle()
@@ -373,11 +377,33 @@ class EpDispatchCombineOp:
         if routing is not None and self._latest is not None and routing is not self._latest:
             raise epjit.Error("combine with a routing other than the latest dispatch's (epjit combines the latest "
                               "dispatch); fix: combine after each dispatch, or pass that dispatch's routing")
-        staging = self._combine_staging(input)
-        out, out_w = self._op.combine(staging, self._last["weights"])
-        self._settle()
+        out, out_w = self._combine_rows(input, self._last["weights"])
         if self._fp8_symmetric:
             out = out.to(_torch().float8_e4m3fn if self._op._fp8 == "e4m3fn" else _torch().float8_e4m3fnuz)
+        return out, out_w
+
+    def _combine_rows(self, input, weights, send_only=False):
+        """epjit's combine of `input` (staged as _combine_staging says) with `weights`
+        ([max_recv, k] f32, per received row, or None): (out, out_weights or None) in
+        the op's combine type; with send_only, the send half (combine_recv() returns them)."""
+        staging = self._combine_staging(input)
+        if send_only:
+            self._op.combine_send(staging, weights)
+            self._settle()
+            return None
+        out, out_w = self._op.combine(staging, weights)
+        self._settle()
+        return out, out_w
+
+    def _dispatch_recv(self):
+        """The receive half of a dispatch made with _send_only."""
+        self._op.dispatch_recv()
+        self._settle()
+
+    def _combine_recv(self):
+        """The receive half of a _combine_rows(send_only=True): (out, out_weights or None)."""
+        out, out_w = self._op.combine_recv()
+        self._settle()
         return out, out_w
 
     def local_expert_count(self):
