@@ -19,3 +19,21 @@ def gpu_of(rank):
 def cuda_ranks(gpus, wanted):
     """How many of `wanted` ranks the GPUs hold."""
     return min(gpus * ranks_per_gpu(), wanted)
+
+
+def run_rank_processes(target, world, args_of, timeout=300):
+    """One spawned process per rank running target(*args_of(rank), results); each
+    puts its failures ("" when none) on `results`. Asserts that none failed and all
+    exited cleanly."""
+    import multiprocessing
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    procs = [context.Process(target=target, args=(*args_of(r), results)) for r in range(world)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=timeout) for _ in procs]
+    for p in procs:
+        p.join(timeout=120)
+    failed = [g for g in got if g]
+    assert not failed, "\n".join(failed)
+    assert all(p.exitcode == 0 for p in procs), f"exit codes {[p.exitcode for p in procs]}"

@@ -15,7 +15,7 @@ import epjit.mori  # noqa: E402
 from epjit.mori import cco  # noqa: E402
 from epjit.mori.ops.dispatch_combine_v2 import (EpDispatchCombineConfig, EpDispatchCombineOp,  # noqa: E402
                                                 EpDispatchRoutingHandle, tuning_configs)
-from gpu_ranks import cuda_ranks, gpu_of, ranks_per_gpu  # noqa: E402
+from gpu_ranks import cuda_ranks, gpu_of, ranks_per_gpu, run_rank_processes  # noqa: E402
 
 HIDDEN, TOPK, EPR, MAX_TOKENS = 512, 4, 6, 40
 GPU = False      # set per rank process: CUDA tensors on GPU ranks, else CPU tensors on host ranks
@@ -396,7 +396,7 @@ def internode_body(world, rank, uid_bytes, seed, checks, gpu_per_node, kernel):
         op.close()
 
 
-def rank_main(device, world, rank, uid_bytes, seed, results, gpu_per_node=None, kernel="v2_ll"):
+def rank_main(device, world, rank, uid_bytes, seed, gpu_per_node, kernel, results):
     global GPU, DEVICE
     GPU, DEVICE = device == "cuda", device
     checks = Checks(rank)
@@ -414,20 +414,8 @@ def rank_main(device, world, rank, uid_bytes, seed, results, gpu_per_node=None, 
 
 
 def run_world(device, world, gpu_per_node=None, kernel="v2_ll"):
-    import multiprocessing
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
     uid = pickle.dumps(cco.get_unique_id())
-    procs = [context.Process(target=rank_main, args=(device, world, r, uid, 1, results, gpu_per_node, kernel))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    got = [results.get(timeout=300) for _ in procs]
-    for p in procs:
-        p.join(timeout=120)
-    failed = [g for g in got if g]
-    assert not failed, "\n".join(failed)
-    assert all(p.exitcode == 0 for p in procs), f"exit codes {[p.exitcode for p in procs]}"
+    run_rank_processes(rank_main, world, lambda r: (device, world, r, uid, 1, gpu_per_node, kernel), timeout=300)
 
 
 @pytest.mark.parametrize("world", [1, 2])

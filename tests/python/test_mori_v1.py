@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch", reason="epjit.mori works on torch tensors; 
 
 import epjit  # noqa: E402
 import epjit.mori  # noqa: E402
-from gpu_ranks import cuda_ranks, gpu_of, ranks_per_gpu  # noqa: E402
+from gpu_ranks import cuda_ranks, gpu_of, ranks_per_gpu, run_rank_processes  # noqa: E402
 
 HIDDEN, TOPK, EPR, MAX_TOKENS, TOKENS = 384, 4, 5, 37, 29
 DEVICE = "cpu"
@@ -428,7 +428,7 @@ def internode_body(world, rank, checks, gpu_per_node):
     mori.shmem.shmem_finalize()
 
 
-def rank_main(device, world, rank, store, results, gpu_per_node=None):
+def rank_main(device, world, rank, store, gpu_per_node, results):
     global DEVICE
     DEVICE = device
     checks = Checks()
@@ -456,20 +456,9 @@ def rank_main(device, world, rank, store, results, gpu_per_node=None):
 
 
 def run_world(device, world, gpu_per_node=None):
-    import multiprocessing
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
     with tempfile.TemporaryDirectory() as scratch:
         store = os.path.join(scratch, "store")
-        procs = [context.Process(target=rank_main, args=(device, world, r, store, results, gpu_per_node)) for r in range(world)]
-        for p in procs:
-            p.start()
-        got = [results.get(timeout=600) for _ in procs]
-        for p in procs:
-            p.join(timeout=120)
-    failed = [g for g in got if g]
-    assert not failed, "\n".join(failed)
-    assert all(p.exitcode == 0 for p in procs), f"exit codes {[p.exitcode for p in procs]}"
+        run_rank_processes(rank_main, world, lambda r: (device, world, r, store, gpu_per_node), timeout=600)
 
 
 @pytest.mark.parametrize("world", [1, 2])
