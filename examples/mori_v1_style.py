@@ -40,7 +40,8 @@ def main():
     dist.init_process_group("gloo")
     cpu_group = dist.new_group(backend="gloo")
     torch._C._distributed_c10d._register_process_group("mori", cpu_group)       # MoriAll2AllManager.__init__
-    mori.shmem.shmem_torch_process_group_init("mori")
+    # MORI's call takes the device from torch; host ranks (epjit only) name theirs.
+    mori.shmem.shmem_torch_process_group_init("mori", **({} if on_gpu else dict(device="host")))
 
     fp8 = torch.float8_e4m3fnuz if getattr(torch.version, "hip", None) and "gfx942" in \
         torch.cuda.get_device_properties(0).gcnArchName else torch.float8_e4m3fn

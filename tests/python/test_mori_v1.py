@@ -302,6 +302,14 @@ def register_group(name, group):
         torch._C._distributed_c10d._register_process_group(name, group)
 
 
+def shmem_init(mori, name, **epjit_options):
+    """MORI's call takes the device from torch (its current GPU where torch has
+    one); host ranks on a GPU host name theirs."""
+    if DEVICE == "cpu":
+        epjit_options["device"] = "host"
+    mori.shmem.shmem_torch_process_group_init(name, **epjit_options)
+
+
 # -- the frameworks' call sequences ----------------------------------------------------
 def vllm_sequence(mori, world, rank, fp8, checks):
     """vLLM's MoriAll2AllManager + MoriPrepareAndFinalize, FP8 dispatch and BF16
@@ -309,7 +317,7 @@ def vllm_sequence(mori, world, rank, fp8, checks):
     prepare() and finalize() with their keyword calls."""
     import torch.distributed as dist
     register_group("mori", dist.group.WORLD)
-    mori.shmem.shmem_torch_process_group_init("mori")
+    shmem_init(mori, "mori")
     kwargs = dict(rank=rank, world_size=world, data_type=fp8, hidden_dim=HIDDEN, scale_dim=1, scale_type_size=4,
                   max_token_type_size=torch.bfloat16.itemsize, max_num_inp_token_per_rank=MAX_TOKENS,
                   num_experts_per_rank=EPR, num_experts_per_token=TOPK, warp_num_per_block=16, block_num=80,
@@ -339,7 +347,7 @@ def sglang_sequence(mori, world, rank, fp8, checks):
     combine(hidden_states, None, topk_ids)[0]."""
     import torch.distributed as dist
     register_group("mori", dist.group.WORLD)
-    mori.shmem.shmem_torch_process_group_init("mori")
+    shmem_init(mori, "mori")
     cfg = mori.ops.EpDispatchCombineConfig(
         rank=rank, world_size=world, data_type=fp8, hidden_dim=HIDDEN, scale_dim=1,
         scale_type_size=torch.float32.itemsize, max_token_type_size=torch.bfloat16.itemsize,
@@ -361,7 +369,7 @@ def aiter_sequence(mori, world, rank, checks):
     experts that apply their routing weights, combine(out, None, topk_ids)."""
     import torch.distributed as dist
     register_group("default", dist.group.WORLD)
-    mori.shmem.shmem_torch_process_group_init("default")
+    shmem_init(mori, "default")
     cfg = mori.ops.EpDispatchCombineConfig(
         data_type=torch.bfloat16, rank=rank, world_size=world, hidden_dim=HIDDEN, scale_dim=0, scale_type_size=0,
         max_token_type_size=torch.bfloat16.itemsize, max_num_inp_token_per_rank=MAX_TOKENS,
@@ -441,10 +449,10 @@ def rank_main(device, world, rank, store, gpu_per_node, results):
         import mori
         register_group("default", dist.group.WORLD)
         if gpu_per_node:
-            mori.shmem.shmem_torch_process_group_init("default", gpu_per_node=gpu_per_node)
+            shmem_init(mori, "default", gpu_per_node=gpu_per_node)
             internode_body(world, rank, checks, gpu_per_node)
         else:
-            mori.shmem.shmem_torch_process_group_init("default")
+            shmem_init(mori, "default")
             body(world, rank, checks)
         dist.destroy_process_group()
         results.put("; ".join(f"rank {rank}: {f}" for f in checks.failed))
