@@ -3,6 +3,8 @@
 //   ep/common           parameters, named constants, the window's regions
 //   ep/sync             how ranks meet (arrive, wait), routing helpers
 //   ep/dispatch         ep_dispatch
+//   ep/order            ep_order_count, ep_order_slots (receive_order source: the
+//                       route's slots in source order, then ep_dispatch replays it)
 //   ep/std_moe          ep_std_moe_pack, ep_std_moe_unpack (before the combines:
 //                       gather combine unpacks std-MoE rows with its functions)
 //   ep/combine          the sum gather and scatter share
@@ -24,6 +26,7 @@
 // runtime binds (kernels and their parameters, the window, the constants) is
 // the module's interface record: `epjit-compile --emit interface` prints it.
 ep.include "ep/dispatch"
+ep.include "ep/order"
 ep.include "ep/std_moe"
 ep.include "ep/combine_gather"
 ep.include "ep/combine_scatter"

@@ -135,7 +135,8 @@ class EpDispatchCombineConfig:
 
     def __init__(self, *, rank, world_size, hidden_dim, max_num_inp_token_per_rank, num_experts_per_rank,
                  num_experts_per_token, data_type="bf16", dispatch_data_type=None, combine_data_type=None,
-                 combine_mode="gather", quant_type="none", internode_kernel="auto", schedule=None, **fields):
+                 combine_mode="gather", quant_type="none", internode_kernel="auto", receive_order="arrival",
+                 schedule=None, **fields):
         self._native = _epjit._Config()
         values = dict(rank=rank, world_size=world_size, hidden_dim=hidden_dim,
                       max_num_inp_token_per_rank=max_num_inp_token_per_rank,
@@ -154,6 +155,7 @@ class EpDispatchCombineConfig:
         self._native.set_combine_mode(str(combine_mode))
         self._native.set_quant_type(str(quant_type))
         self._native.set_internode_kernel(str(internode_kernel))
+        self._native.set_receive_order(str(receive_order))  # "source": DeepEP's order (docs/EP.md)
         if schedule:  # [(max_tokens or None, dispatch blocks, dispatch warps, combine blocks, combine warps), ...]
             self._native.set_schedule([tuple(row) for row in schedule])
 

@@ -262,6 +262,9 @@ NB_MODULE(_epjit, m) {
       .def("set_quant_type", [](EpDispatchCombineConfig& c, const std::string& v) { c.quant_type = parse_quant_type(v); })
       .def("set_internode_kernel",
            [](EpDispatchCombineConfig& c, const std::string& v) { c.internode_kernel = parse_internode_kernel(v); })
+      .def("set_receive_order",
+           [](EpDispatchCombineConfig& c, const std::string& v) { c.receive_order = parse_receive_order(v); })
+      .def_prop_ro("receive_order", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.receive_order)); })
       .def_prop_ro("data_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.data_type)); })
       .def_prop_ro("dispatch_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.dispatch_type())); })
       .def_prop_ro("combine_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.combine_type())); })

@@ -42,6 +42,8 @@ constexpr std::pair<const char*, QuantType> kQuantTypes[] = {{"none", QuantType:
                                                              {"fp8_blockwise", QuantType::Fp8Blockwise}};
 constexpr std::pair<const char*, InternodeKernel> kInternodeKernels[] = {
     {"auto", InternodeKernel::Auto}, {"v2", InternodeKernel::V2}, {"v2_ll", InternodeKernel::V2LowLatency}};
+constexpr std::pair<const char*, ReceiveOrder> kReceiveOrders[] = {{"arrival", ReceiveOrder::Arrival},
+                                                                   {"source", ReceiveOrder::Source}};
 
 template <typename Enum, size_t N>
 const char* enum_name(Enum value, const std::pair<const char*, Enum> (&names)[N]) {
@@ -77,10 +79,14 @@ QuantType parse_quant_type(const std::string& value) { return parse_enum(value, 
 InternodeKernel parse_internode_kernel(const std::string& value) {
   return parse_enum(value, kInternodeKernels, "internode_kernel");
 }
+ReceiveOrder parse_receive_order(const std::string& value) {
+  return parse_enum(value, kReceiveOrders, "receive_order");
+}
 const char* name_of(DataType type) { return enum_name(type, kDataTypes); }
 const char* name_of(CombineMode mode) { return enum_name(mode, kCombineModes); }
 const char* name_of(QuantType quant) { return enum_name(quant, kQuantTypes); }
 const char* name_of(InternodeKernel kernel) { return enum_name(kernel, kInternodeKernels); }
+const char* name_of(ReceiveOrder order) { return enum_name(order, kReceiveOrders); }
 
 size_t payload_bytes(DataType type, size_t elements) {
   switch (type) {
@@ -252,6 +258,18 @@ void EpDispatchCombineConfig::validate() const {
     if (!obstacle.empty())
       reject("low_latency_combine", "true", "the low-latency combine cannot run this op: " + obstacle,
              "leave low_latency_combine unset (auto) or set it to false");
+  }
+  if (receive_order == ReceiveOrder::Source) {
+    if (internode())
+      reject("receive_order", "source",
+             "source order is served on one node (gpu_per_node " + text(nodes_gpu_count()) + " < world_size " +
+                 text(world_size) + ")",
+             "use receive_order 'arrival' across nodes, or build the op for one node");
+    // ep/order keeps its counts as f32, exact below 2^24.
+    if (total_recv_tokens() >= (int64_t(1) << 24))
+      reject("receive_order", "source",
+             "source order counts the receive capacity (" + text(total_recv_tokens()) + " tokens) exactly below 2^24",
+             "lower max_num_inp_token_per_rank or max_total_recv_tokens, or use receive_order 'arrival'");
   }
   if (internode_auto_ll_max_tokens <= 0)
     reject("internode_auto_ll_max_tokens", text(internode_auto_ll_max_tokens), "the auto crossover must be positive",

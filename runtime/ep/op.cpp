@@ -76,6 +76,7 @@ KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
       .set("quant", name_of(config.quant_type))
       .set("std_moe", config.enable_std_moe)
       .set("low_latency", config.uses_low_latency_combine())
+      .set("source_order", config.receive_order == ReceiveOrder::Source)
       .set("combine_elem", name_of(config.combine_type()))
       .set("warps_per_block", warps_per_block);
   // The op's limits are runtime parameters of the template (the kernels read

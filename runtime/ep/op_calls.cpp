@@ -166,6 +166,36 @@ void EpDispatchCombineOp::Impl::enqueue_dispatch(const DispatchLaunch& call, Hal
   if (call.copy_origins_into) keep_origins(*call.copy_origins_into, call.result);
 }
 
+void EpDispatchCombineOp::Impl::enqueue_source_order(int64_t tokens, const void* indices, void* route_map,
+                                                     const void* token_count, Halves halves) {
+  const ScheduleEntry& geometry = geometry_for(tokens);
+  const LaunchGeometry grid =
+      split_grid({uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)}, halves, /*dispatch=*/true);
+  const Kernel& count = *kernels.order_count;
+  device.launch(count, grid,
+                LaunchArgs(count)
+                    .set("indices", indices)
+                    .set("tokens", tokens)
+                    .set("rank", config.rank)
+                    .set("token_count", token_count)
+                    .set("count_on_device", token_count != nullptr)
+                    .set("w", window_table)
+                    .build(),
+                *stream);
+  const Kernel& slots = *kernels.order_slots;
+  device.launch(slots, grid,
+                LaunchArgs(slots)
+                    .set("indices", indices)
+                    .set("route", route_map)
+                    .set("tokens", tokens)
+                    .set("rank", config.rank)
+                    .set("token_count", token_count)
+                    .set("count_on_device", token_count != nullptr)
+                    .set("w", window_table)
+                    .build(),
+                *stream);
+}
+
 DispatchLaunch EpDispatchCombineOp::Impl::dispatch_call(const char* name, const TensorRef& input,
                                                         const TensorRef& weights,
                                                         const std::optional<TensorRef>& scales,
@@ -187,8 +217,14 @@ DispatchLaunch EpDispatchCombineOp::Impl::dispatch_call(const char* name, const 
   void* kept_origins = origins_by_kernel ? part_of(record->kept_, *buffers.kept_origins) : nullptr;
   // The origins are complete once the receive half is queued: copied after it.
   Routing* copy_origins_into = options.keep_call && !origins_by_kernel ? record : nullptr;
-  DispatchLaunch call = launch_dispatch(input, weights, scales, indices, route_in_use, false, v2, halves,
+  // Source order: ep/order writes the route's slots, then the dispatch sends
+  // as a replay does; it still takes slots (a combine must follow it), since
+  // the next ordered dispatch rewrites the peers' order counts.
+  const bool source_order = config.receive_order == ReceiveOrder::Source;
+  if (source_order) enqueue_source_order(input.shape[0], indices.data, route_in_use, options.token_count, halves);
+  DispatchLaunch call = launch_dispatch(input, weights, scales, indices, route_in_use, source_order, v2, halves,
                                         kept_indices, kept_origins, copy_origins_into, options.token_count);
+  pending_counted_slots = true;
   if (record) {
     record->tokens_ = input.shape[0];
     record->forward_route_ = true;

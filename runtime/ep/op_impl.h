@@ -295,6 +295,10 @@ struct EpDispatchCombineOp::Impl {
                                  void* kept_origins = nullptr, Routing* copy_origins_into = nullptr,
                                  const void* token_count = nullptr);
   void enqueue_dispatch(const DispatchLaunch& call, Halves halves);
+  // receive_order source: ep/order's kernels, which write the route's slots
+  // (then the dispatch replays them); on the send half's grid.
+  void enqueue_source_order(int64_t tokens, const void* indices, void* route_map, const void* token_count,
+                            Halves halves);
   // dispatch() and dispatch_send(): checks, the routing to record, the launch.
   DispatchLaunch dispatch_call(const char* call, const TensorRef& input, const TensorRef& weights,
                                const std::optional<TensorRef>& scales, const TensorRef& indices, Routing* record,

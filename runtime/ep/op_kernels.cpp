@@ -21,6 +21,8 @@ EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineCon
   kernels.combine_scatter = held("ep_combine_scatter");
   kernels.std_moe_pack = held("ep_std_moe_pack");
   kernels.std_moe_unpack = held("ep_std_moe_unpack");
+  kernels.order_count = held("ep_order_count");
+  kernels.order_slots = held("ep_order_slots");
   kernels.internode_ingest = held("ep_internode_ingest");
   kernels.internode_return_pack = held("ep_internode_return_pack");
   kernels.internode_return_unpack = held("ep_internode_return_unpack");
@@ -35,6 +37,9 @@ EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineCon
   };
   if (combines != 1) disagree("the module holds " + std::to_string(combines) + " combine kernels");
   if (config.enable_std_moe && !kernels.std_moe_pack) disagree("enable_std_moe, but no ep_std_moe_pack");
+  if ((config.receive_order == ReceiveOrder::Source) != (kernels.order_count && kernels.order_slots))
+    disagree(std::string("receive_order ") + name_of(config.receive_order) + ", but the ep_order_* kernels " +
+             (kernels.order_count ? "are there" : "are not"));
   if (config.internode() && !(kernels.internode_ingest && kernels.internode_return_pack &&
                               kernels.internode_return_unpack && kernels.internode_forward &&
                               kernels.internode_partials && kernels.internode_sum))

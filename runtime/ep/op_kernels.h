@@ -22,6 +22,8 @@ struct EpKernels {
   const Kernel* std_moe_pack = nullptr;
   const Kernel* std_moe_unpack = nullptr;
   const Kernel* count_experts = nullptr;
+  const Kernel* order_count = nullptr;  // receive_order source: ep/order's two kernels
+  const Kernel* order_slots = nullptr;
   const Kernel* internode_ingest = nullptr;
   const Kernel* internode_return_pack = nullptr;
   const Kernel* internode_return_unpack = nullptr;

@@ -47,7 +47,7 @@ done
 # (std-MoE pack and unpack, gather's and scatter's, scatter's sum) measured where no second GPU is lent.
 for flags in "--std-moe" "--std-moe --combine-mode scatter" "--combine-mode scatter" \
   "--combine-mode scatter --quant fp8_direct_cast" "--std-moe --combine-mode scatter --quant fp8_direct_cast" \
-  "--std-moe --combine-mode scatter --quant fp8_blockwise"; do
+  "--std-moe --combine-mode scatter --quant fp8_blockwise" "--receive-order source"; do
   "$build/bin/epjit-bench" --warm-only --target sm90 --device cuda --ranks-as processes $(bench_shape 1) \
     --dtype bf16 $flags --cache-dir "$out/warm"
 done

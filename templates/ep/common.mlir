@@ -24,6 +24,8 @@ ep.param @std_moe : i1 {default_value = false}      // the standard-MoE layout r
 ep.param @combine_elem : !ep.row_elem<"combine_elem">
 // The op's combine is ep_combine_low_latency (flagged inboxes; intranode small calls).
 ep.param @low_latency : i1 {default_value = false}
+// Rows arrive in source order (ep/order: rank-major, each rank's in token order).
+ep.param @source_order : i1 {default_value = false}
 
 // Words of @state.
 ep.constant @state_epoch = 0 : index               // the last completed dispatch's epoch
@@ -54,7 +56,11 @@ ep.constant @expert_none = -1 : i32
 ep.constant @meeting_dispatch = 0 : index
 ep.constant @meeting_combine = 1 : index
 ep.constant @meeting_forward = 2 : index           // internode v2: every rank of the node has forwarded
-ep.constant @meetings = 3 : index
+ep.constant @meeting_order = 3 : index             // source order: every rank's totals are in
+ep.constant @meetings = 4 : index
+
+// Source order: tokens per chunk of ep_order_count (a warp's unit of work).
+ep.constant @order_chunk_tokens = 8 : index
 
 // A call's halves, the bits of a dispatch's or combine's `phases` argument:
 // a one-phase call runs both in one launch; a split call (dispatch_send,
@@ -491,5 +497,35 @@ ep.window_region @flagged_weights : f32 {
   %weights = arith.muli %boxes, %padded : index
   %lines = arith.muli %weights, %c2 : index
   %count = arith.select %low_latency, %lines, %c0 : index
+  ep.yield %count : index
+}
+// Source order (ep/order): per chunk of tokens, how many go to each rank
+// (f32: a prefix is one lane-parallel sum), local; every rank's totals per
+// destination, written by each rank into every rank's copy; each chunk's
+// next slot on each rank, local.
+ep.window_region @order_chunk_counts : f32 {
+  %c0 = arith.constant 0 : index
+  %source_order = ep.param_value @source_order : i1
+  %world = ep.param_value @world : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %cells = arith.muli %world, %max_tokens : index
+  %count = arith.select %source_order, %cells, %c0 : index
+  ep.yield %count : index
+}
+ep.window_region @order_matrix : f32 {
+  %c0 = arith.constant 0 : index
+  %source_order = ep.param_value @source_order : i1
+  %world = ep.param_value @world : index
+  %cells = arith.muli %world, %world : index
+  %count = arith.select %source_order, %cells, %c0 : index
+  ep.yield %count : index
+}
+ep.window_region @order_offsets : i32 {
+  %c0 = arith.constant 0 : index
+  %source_order = ep.param_value @source_order : i1
+  %world = ep.param_value @world : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %cells = arith.muli %world, %max_tokens : index
+  %count = arith.select %source_order, %cells, %c0 : index
   ep.yield %count : index
 }

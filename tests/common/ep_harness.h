@@ -97,6 +97,10 @@ struct EpCase {
   // Combine blocks (unset: the schedule's): a few received rows on more warps
   // than rows split into pieces (scatter's stage 1, the sums).
   std::optional<int> combine_blocks;
+  // Rows arrive in source order (rank-major, each rank's in token order):
+  // every received row must be where the reference, which lists them in
+  // that order, has it.
+  bool source_order = false;
   // Runs on every rank right before each dispatch is launched, once the
   // ranks have met (fault injection: a rank stopping itself there).
   std::function<void(int call, int rank, Communicator& comm)> before_dispatch;
@@ -130,6 +134,7 @@ inline EpDispatchCombineConfig configFor(const EpCase& c, int rank) {
   config.internode_kernel = c.internode_kernel;
   config.internode_auto_ll_max_tokens = c.internode_auto_ll_max_tokens;
   config.low_latency_combine = c.low_latency_combine;
+  config.receive_order = c.source_order ? ReceiveOrder::Source : ReceiveOrder::Arrival;
   return config;
 }
 
@@ -467,6 +472,9 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
       }
       seen[it->second] = true;
       expected_row_of[size_t(i)] = int(it->second);
+      if (c.source_order && it->second != size_t(i))
+        failures.add("call ", call, ": received row ", i, " is from rank ", expected[it->second].source_rank, " token ",
+                     expected[it->second].source_token, ", which source order puts at row ", it->second);
       const reference::ReceivedToken& want = expected[it->second];
       if (std::memcmp(&tokens[size_t(i) * token_bytes], want.payload.data(), token_bytes) != 0)
         failures.add("call ", call, ": payload of row ", i, " (from rank ", want.source_rank, " token ", want.source_token,

@@ -224,6 +224,24 @@ std::vector<EpCase> matrix() {
   add({.name = "low_latency_past_auto_scatter_f32_top8_w2", .hidden = 136, .topk = 8, .experts_per_rank = 8,
        .max_tokens = 200, .data_type = F32, .mode = scatter, .routing = RoutingKind::Skewed, .calls = {200, 3, 199},
        .low_latency_combine = true});
+  // Source order (DeepEP's): every row where the reference lists it, rank
+  // 0's first, each rank's in token order, at every size, routing and count.
+  add({.name = "source_order_w1", .world = 1, .source_order = true});
+  add({.name = "source_order_w4", .world = 4, .source_order = true});
+  add({.name = "source_order_skewed_top8_w3_processes", .world = 3, .ranks = Ranks::Processes, .topk = 8,
+       .experts_per_rank = 8, .routing = RoutingKind::Skewed, .source_order = true});
+  add({.name = "source_order_masked_repeats_w4", .world = 4, .routing = RoutingKind::Masked, .source_order = true});
+  add({.name = "source_order_repeats_scatter_quant_w2", .target = "host-gfx950", .mode = scatter,
+       .quant = QuantType::Fp8Blockwise, .routing = RoutingKind::Repeats, .source_order = true});
+  add({.name = "source_order_tiny_by_block_w4", .world = 4, .calls = tiny, .dispatch_blocks = 9,
+       .warps_per_block = 3, .source_order = true});
+  add({.name = "source_order_device_count_w3", .world = 3, .calls = {37, 0, 1, 20}, .device_count = true,
+       .source_order = true});
+  add({.name = "source_order_replay_std_moe_w2", .std_moe = true, .replay = true, .source_order = true});
+  add({.name = "source_order_alternating_200_w4", .world = 4, .hidden = 128, .calls = counts, .source_order = true});
+  // More chunks of 8 tokens than warps: a warp orders several chunks.
+  add({.name = "source_order_2100_tokens_w2", .hidden = 64, .max_tokens = 2100, .calls = {2100, 5, 2049},
+       .dispatch_blocks = 3, .warps_per_block = 4, .source_order = true});
   // Every case above that could run either combine protocol (intranode, no
   // quant, no std-MoE) also runs the one auto does not pick for it:
   // "staged_..." where auto picks low latency, "low_latency_..." where it

@@ -615,12 +615,13 @@ TEST(EpOpErrors, GpuPerNodeMustMatchTheCommunicatorsNodes) {
 // call routes all 16 top-k entries of both ranks to rank 0, so at least one
 // sender overflows; the indices stay in buffer 2 for the later calls.
 template <typename Body>
-std::string afterAnOverflow(Body&& body) {
+std::string afterAnOverflow(Body&& body, ReceiveOrder order = ReceiveOrder::Arrival) {
   EpCase c = smallCase();
   c.world = 2;
   return runRanks(2, Ranks::Threads, testCache(), [&](int rank, Communicator& comm, KernelCache& cache) {
     EpDispatchCombineConfig config = configFor(c, rank);
     config.max_total_recv_tokens = 5;
+    config.receive_order = order;
     EpDispatchCombineOp op(config, comm, {&cache, nullptr});
     Buffers b(comm.device());
     const int32_t to_rank0[16] = {0, 1, 1, 2, 2, 3, 3, 0, 0, 2, 1, 3, 2, 0, 3, 1};
@@ -664,6 +665,39 @@ TEST(EpOpErrors, CapacityOverflowIsReportedAndResetRecovers) {
     op.close();
     return f;
   });
+  EXPECT_EQ(failures, "");
+}
+
+// Source order decides which rows fit: rank 0's first five tokens, every
+// run; the rest are reported as an overflow, and reset() recovers.
+TEST(EpOpErrors, SourceOrderKeepsTheFirstRowsInSourceOrderOnAnOverflow) {
+  const std::string failures = afterAnOverflow(
+      [](EpDispatchCombineOp& op, Communicator& comm, Buffers& b, int rank) {
+        std::string f;
+        const std::string message = thrown([&] { op.check(); });
+        const auto reports = comm.allgather({uint8_t(!message.empty())});
+        if (reports[0][0] + reports[1][0] == 0) f += "no rank reported the overflow\n";
+        // Again after a reset, reading where the rows went.
+        op.reset();
+        const DispatchResult again =
+            op.dispatch({b.pointers[0], DType::BF16, {8, 64}}, {b.pointers[1], DType::F32, {8, 2}}, std::nullopt,
+                        {b.pointers[2], DType::I32, {8, 2}});
+        op.combine({b.pointers[3], DType::BF16, {5, 64}});
+        if (thrown([&] { op.check(); }).empty() && rank == 0) f += "the second overflow went unreported\n";
+        if (rank == 0) {
+          std::vector<int32_t> got(10);
+          comm.device().copy_to_host(got.data(), again.origins.data, got.size() * 4);
+          for (int32_t row = 0; row < 5; ++row)
+            if (got[size_t(row) * 2] != row)
+              f += "row " + std::to_string(row) + " has origin " + std::to_string(got[size_t(row) * 2]) +
+                   ", expected rank 0's token " + std::to_string(row) + "\n";
+        }
+        op.reset();
+        f += twoTokensEachToRankZero(op, comm, b, rank, "after reset");
+        op.close();
+        return f;
+      },
+      ReceiveOrder::Source);
   EXPECT_EQ(failures, "");
 }
 

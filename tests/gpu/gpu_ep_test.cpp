@@ -145,6 +145,11 @@ std::vector<EpCase> gpuCases(int world) {
   std::vector<int64_t> counts(200);
   for (int64_t& n : counts) n = std::uniform_int_distribution<int64_t>(0, 37)(rng);
   add({.name = "alternating_200", .hidden = 128, .calls = counts});
+  // Source order (DeepEP's): every row where the reference lists it.
+  add({.name = "source_order", .source_order = true});
+  add({.name = "source_order_hidden7168_top8_device_count", .hidden = 7168, .topk = 8, .experts_per_rank = 8,
+       .max_tokens = 64, .calls = {64, 0, 1, 37}, .device_count = true, .source_order = true});
+  add({.name = "source_order_alternating_200", .hidden = 128, .calls = counts, .source_order = true});
   // Every case that could run either combine protocol also runs the one
   // auto does not pick for it (otherProtocol).
   for (size_t i = 0, n = cases.size(); i < n; ++i)
@@ -153,7 +158,8 @@ std::vector<EpCase> gpuCases(int world) {
   // kernel family: each combine protocol, quant, std-MoE, and a replay.
   for (size_t i = 0, n = cases.size(); i < n; ++i) {
     for (const char* family : {"bf16_gather", "low_latency_bf16_gather", "staged_bf16_gather", "bf16_scatter",
-                               "quant_blockwise", "std_moe", "replay", "hidden7168_top8", "alternating_200"}) {
+                               "quant_blockwise", "std_moe", "replay", "hidden7168_top8", "alternating_200",
+                               "source_order"}) {
       if (cases[i].name != family + w) continue;
       EpCase split = cases[i];
       split.split_phase = true;

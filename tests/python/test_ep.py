@@ -245,6 +245,48 @@ def test_std_moe_and_origins_from_python(world):
     assert [r for r in results if r] == []
 
 
+def source_order_rank(world, rank, uid, results):
+    """receive_order="source": the received rows are rank 0's first, then rank
+    1's, ..., each rank's in token order, whatever the threads' timing."""
+    try:
+        comm = epjit.Communicator.init(world, rank, uid, target="host")
+        config = epjit.EpDispatchCombineConfig(
+            rank=rank, world_size=world, hidden_dim=HIDDEN, max_num_inp_token_per_rank=MAX_TOKENS,
+            num_experts_per_rank=EPR, num_experts_per_token=TOPK, receive_order="source")
+        assert config.receive_order == "source"
+        with epjit.EpDispatchCombineOp(config, comm) as op:
+            for call, tokens in enumerate([MAX_TOKENS, 7, 0, 13]):
+                n = max(0, tokens - rank % 2)
+                x, w, idx = make_inputs(rank, world, n, "bf16", seed=60 + call)
+                identity_round_trip(op, x, w, idx)
+                want = []
+                for source in range(world):
+                    _, _, source_idx = make_inputs(source, world, max(0, tokens - source % 2), "bf16", seed=60 + call)
+                    want += [source * MAX_TOKENS + t for t in range(len(source_idx))
+                             if rank in {int(e) // EPR for e in source_idx[t] if e >= 0}]
+                origins = np.asarray(op.received_origins())
+                assert origins[:len(want), 0].tolist() == want, f"call {call}"
+        comm.destroy()
+        results[rank] = None
+    except Exception as error:  # reported by the test
+        results[rank] = f"rank {rank}: {type(error).__name__}: {error}"
+
+
+def test_source_order_from_python():
+    world = 3
+    uid = epjit.Communicator.get_unique_id()
+    results = [None] * world
+    threads = [threading.Thread(target=source_order_rank, args=(world, r, uid, results)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert [r for r in results if r] == []
+    with pytest.raises(epjit.Error, match="receive_order = 'sorted'"):
+        epjit.EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim=HIDDEN, max_num_inp_token_per_rank=4,
+                                      num_experts_per_rank=EPR, num_experts_per_token=TOPK, receive_order="sorted")
+
+
 def identity_round_trip(op, x, w, idx, **dispatch_options):
     """dispatch, identity experts written into combine_input(), combine; asserts each
     token comes back as U copies of x (bf16, no quant). Returns dispatch's result."""

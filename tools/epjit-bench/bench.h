@@ -47,6 +47,7 @@ struct Options {
   int ranks_per_gpu = 1;            // rank r runs on GPU r / ranks_per_gpu
   ep::InternodeKernel internode_kernel = ep::InternodeKernel::Auto;
   std::optional<bool> low_latency_combine;  // unset: auto
+  ep::ReceiveOrder receive_order = ep::ReceiveOrder::Arrival;
   int warmup = 2;
   int iterations = 10;
   std::string json_path;

@@ -42,6 +42,7 @@ ep::EpDispatchCombineConfig Options::config(int rank) const {
   c.gpu_per_node = gpu_per_node;
   c.internode_kernel = internode_kernel;
   c.low_latency_combine = low_latency_combine;
+  c.receive_order = receive_order;
   return c;
 }
 

@@ -6,7 +6,7 @@
 //               [--dtype bf16|f32|fp8|fp4] [--combine-dtype bf16|f32]
 //               [--quant none|fp8_direct_cast|fp8_blockwise] [--combine-mode gather|scatter]
 //               [--std-moe] [--replay] [--split] [--device-count] [--routing uniform|skewed|local] [--seed N]
-//               [--low-latency-combine auto|on|off]
+//               [--low-latency-combine auto|on|off] [--receive-order arrival|source]
 //               [--dispatch-blocks N] [--dispatch-warps N] [--combine-blocks N] [--combine-warps N]
 //               [--iters N] [--warmup N] [--check-only] [--json FILE] [--cache-dir DIR]
 //
@@ -240,6 +240,11 @@ int main(int argc, char** argv) {
                  "the combine's protocol: on (flagged inboxes), off (staged, by --combine-mode) or auto (on for "
                  "intranode plain ops of at most 32 tokens per rank, the sweep's largest point, and more than one rank)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  std::string receive_order = "arrival";
+  app.add_option("--receive-order", receive_order,
+                 "where dispatch puts the rows it delivers: arrival (the senders' slot counter) or source (rank 0's "
+                 "first, each rank's in token order; DeepEP's order)")
+      ->check(CLI::IsMember({"arrival", "source"}));
   CLI11_PARSE(app, argc, argv);
   try {
     epjit::log();  // EPJIT_LOG_LEVEL errors surface here
@@ -252,6 +257,7 @@ int main(int argc, char** argv) {
     o.routing = parse_routing(routing);
     o.internode_kernel = ep::parse_internode_kernel(internode_kernel);
     if (low_latency_combine != "auto") o.low_latency_combine = low_latency_combine == "on";
+    o.receive_order = ep::parse_receive_order(receive_order);
     const Vendor vendor = o.device == "hip" ? Vendor::Amd : o.device == "cuda" ? Vendor::Nvidia : Vendor::Cpu;
     if (o.target.empty()) {
       // The device is not opened here (the rank processes open it): a GPU

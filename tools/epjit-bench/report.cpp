@@ -147,7 +147,9 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
   std::printf("dispatch %s, combine %s (%s%s%s), quant %s, routing %s%s%s%s, graph mode %s\n",
               ep::name_of(config.dispatch_type()), ep::name_of(config.combine_type()), ep::name_of(o.combine_mode),
               config.uses_low_latency_combine() ? ", low-latency" : "", o.combine_from_buffer ? ", from a buffer" : "", ep::name_of(o.quant), name_of(o.routing),
-              o.std_moe ? ", std-MoE" : "", o.replay ? ", routing replay" : "",
+              o.std_moe ? ", std-MoE" : "",
+              o.replay ? ", routing replay"
+                       : (config.receive_order == ep::ReceiveOrder::Source ? ", rows in source order" : ""),
               o.split ? (o.device_count ? ", split calls, token count on the device" : ", split calls (send + receive halves)")
                       : (o.device_count ? ", token count on the device (max rows passed)" : ""),
               o.graph ? "eager and graph" : "eager");
@@ -335,6 +337,7 @@ int report(const Options& o, const std::vector<RankResult>& ranks, const std::st
                    {"quant", ep::name_of(o.quant)},
                    {"combine_mode", ep::name_of(o.combine_mode)},
                    {"combine_protocol", config.uses_low_latency_combine() ? "low-latency" : "staged"},
+                   {"receive_order", ep::name_of(config.receive_order)},
                    {"std_moe", o.std_moe},
                    {"combine_from_buffer", o.combine_from_buffer},
                    {"routing_replay", o.replay},

@@ -57,6 +57,18 @@ const Rule kRules[] = {
        c.gpu_per_node = 4;
      },
      {"quant_type = fp8_direct_cast", "intranode only", "gpu_per_node 4"}},
+    {"source_order_one_node",
+     [](auto& c) {
+       c.receive_order = ReceiveOrder::Source;
+       c.gpu_per_node = 4;
+     },
+     {"receive_order = source", "one node", "gpu_per_node 4 < world_size 8"}},
+    {"source_order_counts_below_2_24",
+     [](auto& c) {
+       c.receive_order = ReceiveOrder::Source;
+       c.max_total_recv_tokens = int64_t(1) << 24;
+     },
+     {"receive_order = source", "below 2^24", "16777216 tokens"}},
     {"token_bytes_multiple_of_16", [](auto& c) { c.hidden_dim = 7164; }, {"hidden_dim = 7164", "multiple of 16 bytes"}},
     {"asymmetric_needs_gather",
      [](auto& c) {
@@ -194,6 +206,8 @@ TEST(Config, ParsesNamesAndRejectsUnknownOnes) {
   EXPECT_EQ(parse_data_type("fp32"), DataType::F32);
   EXPECT_EQ(parse_quant_type("fp8_blockwise"), QuantType::Fp8Blockwise);
   EXPECT_EQ(parse_internode_kernel("v2_ll"), InternodeKernel::V2LowLatency);
+  EXPECT_EQ(parse_receive_order("source"), ReceiveOrder::Source);
+  EXPECT_THROW(parse_receive_order("sorted"), Error);
   try {
     parse_combine_mode("reduce");
     FAIL();

@@ -26,6 +26,11 @@ enum class DataType : uint8_t { BF16, F32, FP8, FP4 };
 enum class CombineMode : uint8_t { Gather, Scatter };
 enum class QuantType : uint8_t { None, Fp8DirectCast, Fp8Blockwise };
 enum class InternodeKernel : uint8_t { Auto, V2, V2LowLatency };
+// Where a dispatch puts each row it delivers: Arrival (the slot a sender
+// takes from the receiver's counter; the fastest), or Source (rank 0's rows
+// first, then rank 1's, ..., each rank's in its token order: DeepEP's
+// normal-mode order, the same on every run; docs/EP.md "Receive order").
+enum class ReceiveOrder : uint8_t { Arrival, Source };
 
 // "bf16", "f32"/"fp32"/"float32", "fp8", "fp4"; throws epjit::Error naming `field`.
 DataType parse_data_type(const std::string& text, const char* field = "data_type");
@@ -34,10 +39,12 @@ std::span<const std::pair<const char*, DataType>> data_type_spellings();
 CombineMode parse_combine_mode(const std::string& text);
 QuantType parse_quant_type(const std::string& text);
 InternodeKernel parse_internode_kernel(const std::string& text);
+ReceiveOrder parse_receive_order(const std::string& text);
 const char* name_of(DataType type);
 const char* name_of(CombineMode mode);
 const char* name_of(QuantType quant);
 const char* name_of(InternodeKernel kernel);
+const char* name_of(ReceiveOrder order);
 
 // Bytes of `elements` elements of a type (fp4 packs two per byte).
 size_t payload_bytes(DataType type, size_t elements);
@@ -95,6 +102,11 @@ struct EpDispatchCombineConfig {
   // target's crossover (TargetInfo::crossovers; a config with no target yet
   // answers with TargetInfo's default). Results are the same bits either way.
   std::optional<bool> low_latency_combine;
+  // The order of a dispatch's received rows (one node only). Source runs two
+  // small kernels and one more meeting of the ranks before the transfers
+  // (docs/PERFORMANCE.md has its cost); the rows, counts and sums are the
+  // same either way, only their places differ.
+  ReceiveOrder receive_order = ReceiveOrder::Arrival;
   std::string target;                 // "" = the device's target, or EPJIT_TARGET
   // How long a kernel waits for a peer before it reports error_peer_timeout
   // (check() throws; later calls fail at once until reset()). 0 = the
