@@ -1,0 +1,389 @@
+"""deep_ep.Buffer (DeepEP's legacy API) over epjit's op, normal mode.
+
+Each dispatch dtype and shape gets one epjit op (built at its first call, on the
+buffer's communicator) with receive_order="source": the received rows are
+grouped by source rank, each rank's in token order, as DeepEP's normal mode
+delivers them, by the op's kernels (docs/EP.md "Receive order"), not by a sort
+here. A dispatch records its routing (keep_call), which the handle holds: a
+dispatch with that handle replays it (the same rows in the same places, DeepEP's
+cached mode), and combine answers it. Calls run on the buffer's communication
+stream, ordered after `previous_event` (or torch's current stream), and the
+current stream waits for them unless async_finish asks for an event instead.
+What DeepEP does that this layer does not is refused with the reason
+(docs/PYTHON.md "DeepEP").
+"""
+import logging
+
+import epjit
+
+from .config import Config
+from .utils.event import EventHandle, EventOverlap
+
+_log = logging.getLogger("epjit.deep_ep")
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _refuse(what, why, fix):
+    raise NotImplementedError(f"epjit.deep_ep: {what} is not served: {why}; fix: {fix}")
+
+
+def _scales(received_scales, rows):
+    """The received scales as the caller passed them: float32 [rows, hidden // 128]
+    (the op carries them as opaque bytes)."""
+    torch = _torch()
+    scales = received_scales[:rows]
+    if scales.dtype != torch.float32:
+        scales = scales.contiguous().view(torch.float32)
+    return scales.clone()
+
+
+class _Handle:
+    """A normal-mode dispatch's handle: the op that ran it, its recorded routing
+    (which also keeps the call's top-k indices), the rows it delivered here and
+    the token count it was called with. Opaque to callers, as DeepEP's tuple is."""
+
+    __slots__ = ("op", "routing", "received", "tokens", "worst", "__weakref__")
+
+    def __init__(self, op, routing, received, tokens, worst):
+        self.op, self.routing, self.received, self.tokens, self.worst = op, routing, received, tokens, worst
+
+
+class Buffer:
+    """DeepEP's Buffer on epjit. `group` is a torch.distributed process group;
+    DeepEP's other constructor arguments are checked and kept, or refused where
+    they ask for something epjit does not do. epjit keywords: max_tokens_per_rank
+    (the largest dispatch per rank; default: what num_nvl_bytes holds at the
+    first call's row size, at most 8192), device, device_ordinal, target,
+    timeout_seconds (as Communicator.from_process_group takes them)."""
+
+    num_sms = 20
+
+    def __init__(self, group=None, num_nvl_bytes=0, num_rdma_bytes=0, low_latency_mode=False, num_qps_per_rank=24,
+                 allow_nvlink_for_low_latency_mode=True, allow_mnnvl=False, explicitly_destroy=False,
+                 enable_shrink=False, comm=None, *, max_tokens_per_rank=None, **epjit_options):
+        if group is None:
+            if comm is not None:
+                _refuse("Buffer(comm=<mpi4py communicator>)", "epjit joins ranks over a torch.distributed group",
+                        "pass the torch process group as `group`")
+            raise ValueError("Either 'group' or 'comm' must be provided.")
+        if low_latency_mode:
+            _refuse("low_latency_mode=True", "the low-latency calls are not built on epjit yet",
+                    "use the normal mode (low_latency_mode=False), or epjit's op directly")
+        if enable_shrink:
+            _refuse("enable_shrink=True", "epjit has no rank mask (a dead peer is a reported timeout)",
+                    "leave enable_shrink off")
+        if max_tokens_per_rank is not None and max_tokens_per_rank <= 0:
+            raise ValueError(f"max_tokens_per_rank={max_tokens_per_rank}: expected a positive token count")
+        torch = _torch()
+        self.group = group
+        self.rank, self.group_size = group.rank(), group.size()
+        self.num_nvl_bytes, self.num_rdma_bytes = int(num_nvl_bytes), int(num_rdma_bytes)
+        self.low_latency_mode = False
+        self.explicitly_destroy = explicitly_destroy
+        self.enable_shrink = False
+        self._max_tokens = max_tokens_per_rank
+        options = dict(epjit_options)
+        if "device" not in options and "target" not in options:
+            on_gpu = torch.cuda.is_available()
+            options["device"] = ("hip" if getattr(torch.version, "hip", None) else "cuda") if on_gpu else "host"
+            if on_gpu:
+                options.setdefault("device_ordinal", torch.cuda.current_device())
+        self._comm = epjit.Communicator.from_process_group(group, **options)
+        self._gpu = self._comm.device in ("cuda", "hip")
+        self._ops = {}
+        self._latest = {}        # op -> the handle of its dispatch awaiting combine
+        self._weights = {}       # op -> [capacity, top-k] f32 staging for combine's weights
+        self._comm_stream = torch.cuda.Stream() if self._gpu else None
+
+    # ------------------------------------------------------------ settings
+    @staticmethod
+    def is_sm90_compiled():
+        return True
+
+    @staticmethod
+    def set_num_sms(new_num_sms):
+        """The SMs of later-built ops' dispatch and combine (their block counts)."""
+        assert new_num_sms % 2 == 0, "The SM count must be even"
+        Buffer.num_sms = new_num_sms
+
+    @staticmethod
+    def capture():
+        return EventOverlap(EventHandle())
+
+    @staticmethod
+    def get_dispatch_config(num_ranks):
+        return Config(Buffer.num_sms, 6, 256, 6, 128)
+
+    @staticmethod
+    def get_combine_config(num_ranks):
+        return Config(Buffer.num_sms, 4, 256, 6, 128)
+
+    def get_comm_stream(self):
+        """The stream the buffer's calls run on (None on host ranks: their calls are final on return)."""
+        return self._comm_stream
+
+    def get_local_buffer_tensor(self, dtype, size=None, offset=0, use_rdma_buffer=False):
+        _refuse("get_local_buffer_tensor", "epjit's window is laid out by its kernels' interface record, not a raw "
+                "byte buffer", "use the tensors dispatch and combine return")
+
+    def destroy(self):
+        assert self.explicitly_destroy, "`explicitly_destroy` flag must be set"
+        self._close()
+
+    def _close(self):
+        for op in self._ops.values():
+            op.close()
+        self._ops.clear()
+        self._latest.clear()
+        self._weights.clear()
+        if self._comm is not None:
+            self._comm.destroy()
+            self._comm = None
+
+    # ------------------------------------------------------------ streams
+    def _begin(self, previous_event):
+        """Orders the buffer's stream after previous_event (else torch's current
+        stream); returns the stream context to run the call in."""
+        torch = _torch()
+        if not self._gpu:
+            import contextlib
+            return contextlib.nullcontext()
+        if previous_event is not None:
+            if previous_event.event is not None and previous_event.event._event is not None:
+                self._comm_stream.wait_event(previous_event.event._event)
+        else:
+            self._comm_stream.wait_stream(torch.cuda.current_stream())
+        return torch.cuda.stream(self._comm_stream)
+
+    def _finish(self, async_finish, inputs, outputs):
+        """The call's event; without async_finish torch's current stream waits for it.
+        Tensors crossing streams are recorded on the stream that uses them next."""
+        if not self._gpu:
+            return EventOverlap(EventHandle())
+        torch = _torch()
+        event = EventHandle(self._comm_stream)
+        current = torch.cuda.current_stream()
+        for tensor in outputs:
+            if tensor is not None:
+                tensor.record_stream(current)
+        if async_finish:
+            for tensor in inputs:
+                if tensor is not None:
+                    tensor.record_stream(self._comm_stream)
+            return EventOverlap(event, tuple(t for t in inputs + outputs if t is not None))
+        event.current_stream_wait()
+        return EventOverlap(event)
+
+    # ------------------------------------------------------------ the ops
+    def _op_for(self, x, x_scales, topk, num_experts, tokens):
+        torch = _torch()
+        if num_experts % self.group_size:
+            raise ValueError(f"num_experts={num_experts} is not a multiple of the group's {self.group_size} ranks "
+                             "(expected every rank to hold the same number of experts)")
+        fp8 = x.dtype.itemsize == 1 and x.dtype.is_floating_point
+        if fp8:
+            if x_scales is None or x_scales.dtype != torch.float32 or x_scales.dim() != 2:
+                raise ValueError("fp8 x needs its scales as (x, x_scales), x_scales [tokens, hidden // 128] float32 "
+                                 f"(got {None if x_scales is None else (x_scales.dtype, tuple(x_scales.shape))})")
+        elif x.dtype != torch.bfloat16:
+            raise ValueError(f"x is {x.dtype}: DeepEP's normal mode moves bfloat16 tokens, or fp8 ones with scales")
+        hidden = x.shape[1]
+        scale_dim = x_scales.shape[1] if fp8 else 0
+        key = (str(x.dtype), hidden, scale_dim, topk, num_experts)
+        op = self._ops.get(key)
+        if op is not None and tokens <= op._config.max_num_inp_token_per_rank:
+            return op
+        if op is not None:
+            raise ValueError(f"dispatch of {tokens} tokens on rank {self.rank}: this buffer's op for this shape was "
+                             f"built for at most {op._config.max_num_inp_token_per_rank} tokens per rank (expected at "
+                             "most that; fix: build the Buffer with max_tokens_per_rank= the largest batch)")
+        row_bytes = hidden * x.dtype.itemsize + scale_dim * 4
+        limit = self._max_tokens
+        if limit is None:
+            fits = self.num_nvl_bytes // max(1, self.group_size * row_bytes) if self.num_nvl_bytes else 8192
+            limit = max(1, min(8192, fits))
+        if tokens > limit:
+            raise ValueError(f"dispatch of {tokens} tokens on rank {self.rank}: num_nvl_bytes={self.num_nvl_bytes} "
+                             f"holds {limit} tokens per rank of {row_bytes} bytes (expected at most that; fix: a "
+                             "larger num_nvl_bytes, or Buffer(..., max_tokens_per_rank=N), an epjit keyword)")
+        fields = dict(rank=self.rank, world_size=self.group_size, hidden_dim=hidden, max_num_inp_token_per_rank=limit,
+                      num_experts_per_rank=num_experts // self.group_size, num_experts_per_token=topk,
+                      data_type=x.dtype, receive_order="source",
+                      dispatch_block_num=Buffer.num_sms, combine_block_num=Buffer.num_sms)
+        if fp8:
+            fields.update(scale_dim=scale_dim, scale_type_size=4)
+        op = epjit.EpDispatchCombineOp(epjit.EpDispatchCombineConfig(**fields), self._comm)
+        self._ops[key] = op
+        _log.info("deep_ep.Buffer: rank %d built an op for %s, hidden %d, top-%d, %d experts, %d tokens per rank",
+                  self.rank, x.dtype, hidden, topk, num_experts, limit)
+        return op
+
+    # ------------------------------------------------------------ normal mode
+    def get_dispatch_layout(self, topk_idx, num_experts, previous_event=None, async_finish=False,
+                            allocate_on_comm_stream=False):
+        """(num_tokens_per_rank [ranks] int32, None (one node), num_tokens_per_expert
+        [experts] int32, is_token_in_rank [tokens, ranks] bool, event); -1 selects nothing."""
+        torch = _torch()
+        if num_experts % self.group_size:
+            raise ValueError(f"num_experts={num_experts} is not a multiple of the group's {self.group_size} ranks")
+        with self._begin(previous_event):
+            per_rank = num_experts // self.group_size
+            valid = topk_idx >= 0
+            experts = torch.where(valid, topk_idx, 0).long()
+            ranks = torch.where(valid, experts // per_rank, self.group_size)
+            in_rank = torch.zeros(topk_idx.shape[0], self.group_size + 1, dtype=torch.bool, device=topk_idx.device)
+            in_rank.scatter_(1, ranks, True)
+            is_token_in_rank = in_rank[:, :self.group_size].contiguous()
+            num_tokens_per_rank = is_token_in_rank.sum(0, dtype=torch.int32)
+            num_tokens_per_expert = torch.zeros(num_experts + 1, dtype=torch.int32, device=topk_idx.device)
+            num_tokens_per_expert.scatter_add_(0, torch.where(valid, experts, num_experts).reshape(-1),
+                                               torch.ones(experts.numel(), dtype=torch.int32, device=topk_idx.device))
+            num_tokens_per_expert = num_tokens_per_expert[:num_experts].contiguous()
+        event = self._finish(async_finish, [topk_idx], [num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank])
+        return num_tokens_per_rank, None, num_tokens_per_expert, is_token_in_rank, event
+
+    def dispatch(self, x, handle=None, num_tokens_per_rank=None, num_tokens_per_rdma_rank=None, is_token_in_rank=None,
+                 num_tokens_per_expert=None, topk_idx=None, topk_weights=None, expert_alignment=1, num_worst_tokens=0,
+                 config=None, previous_event=None, async_finish=False, allocate_on_comm_stream=False):
+        """DeepEP's normal-mode dispatch; see DeepEP's docs. Returns (recv_x or
+        (recv_x, recv_x_scales), recv_topk_idx, recv_topk_weights,
+        num_recv_tokens_per_expert_list, handle, event)."""
+        torch = _torch()
+        x, x_scales = x if isinstance(x, tuple) else (x, None)
+        if handle is not None:
+            return self._cached_dispatch(x, x_scales, handle, num_worst_tokens, previous_event, async_finish)
+        if topk_idx is None or num_tokens_per_expert is None:
+            raise ValueError("dispatch without a handle needs topk_idx and num_tokens_per_expert "
+                             "(get_dispatch_layout's), as DeepEP's does")
+        if expert_alignment < 1:
+            raise ValueError(f"expert_alignment={expert_alignment}: expected at least 1")
+        tokens, topk = topk_idx.shape
+        if x.shape[0] != tokens or (topk_weights is not None and tuple(topk_weights.shape) != (tokens, topk)):
+            raise ValueError(f"x has {x.shape[0]} rows, topk_idx {tuple(topk_idx.shape)}, topk_weights "
+                             f"{None if topk_weights is None else tuple(topk_weights.shape)} (expected one row each)")
+        num_experts = num_tokens_per_expert.numel()
+        op = self._op_for(x, x_scales, topk, num_experts, tokens)
+        per_rank = num_experts // self.group_size
+        with self._begin(previous_event):
+            indices = topk_idx.to(torch.int32).contiguous()
+            weights = (topk_weights if topk_weights is not None
+                       else torch.zeros(tokens, topk, dtype=torch.float32, device=x.device)).float().contiguous()
+            recv, recv_w, recv_s, recv_idx, total, routing = op.dispatch(
+                x.contiguous(), weights, None if x_scales is None else x_scales.contiguous(), indices,
+                return_routing=True, keep_call=True)
+            if num_worst_tokens:
+                if num_worst_tokens > op.capacity:
+                    raise ValueError(f"num_worst_tokens={num_worst_tokens} is more than this rank can receive "
+                                     f"({op.capacity}) (expected at most that)")
+                received = num_worst_tokens
+                rows = torch.arange(received, device=recv.device)[:, None] < total[:1].long()
+            else:
+                received = int(total[0].item())  # DeepEP's normal mode synchronizes here too
+                rows = None
+            local = recv_idx[:received].long() - self.rank * per_rank
+            mine = (recv_idx[:received] >= 0) & (local >= 0) & (local < per_rank)
+            if rows is not None:
+                mine &= rows
+            recv_topk_idx = torch.where(mine, local, -1).to(topk_idx.dtype)
+            recv_topk_weights = (torch.where(mine, recv_w[:received], 0.0) if topk_weights is not None else None)
+            recv_x = recv[:received].clone()
+            recv_x_scales = _scales(recv_s, received) if x_scales is not None else None
+        counts = []
+        if not num_worst_tokens:
+            counts = [(c + expert_alignment - 1) // expert_alignment * expert_alignment
+                      for c in op.local_expert_counts()]
+        new_handle = _Handle(op, routing, received, tokens, num_worst_tokens)
+        self._latest[op] = new_handle
+        event = self._finish(async_finish, [x, x_scales, topk_idx, topk_weights],
+                             [recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights])
+        return ((recv_x, recv_x_scales) if x_scales is not None else recv_x, recv_topk_idx, recv_topk_weights,
+                counts, new_handle, event)
+
+    def _cached_dispatch(self, x, x_scales, handle, num_worst_tokens, previous_event, async_finish):
+        torch = _torch()
+        if not isinstance(handle, _Handle) or handle.op not in self._ops.values():
+            raise ValueError("dispatch(handle=...) with a handle this buffer did not return (expected the handle "
+                             "of one of its dispatches)")
+        op = handle.op
+        if x.shape[0] != handle.tokens:
+            raise ValueError(f"cached dispatch of {x.shape[0]} tokens with a handle of {handle.tokens} (expected the "
+                             "handle's batch)")
+        with self._begin(previous_event):
+            _, _, indices = op.recorded_call(handle.routing)
+            weights = torch.zeros(handle.tokens, indices.shape[1], dtype=torch.float32, device=x.device)
+            recv, _, recv_s, _, _ = op.dispatch(x.contiguous(), weights,
+                                                None if x_scales is None else x_scales.contiguous(),
+                                                indices.clone(), routing=handle.routing)
+            recv_x = recv[:handle.received].clone()
+            recv_x_scales = _scales(recv_s, handle.received) if x_scales is not None else None
+        self._latest[op] = handle
+        event = self._finish(async_finish, [x, x_scales], [recv_x, recv_x_scales])
+        return (recv_x, recv_x_scales) if x_scales is not None else recv_x, None, None, None, None, event
+
+    def combine(self, x, handle, topk_weights=None, bias=None, config=None, previous_event=None, async_finish=False,
+                allocate_on_comm_stream=False):
+        """DeepEP's normal-mode combine: each token's rows from the ranks it went to,
+        summed (no weights), topk_weights summed likewise; returns (combined_x,
+        combined_topk_weights or None, event)."""
+        torch = _torch()
+        if not isinstance(handle, _Handle) or handle.op not in self._ops.values():
+            raise ValueError("combine with a handle this buffer did not return (expected a dispatch's handle)")
+        op = handle.op
+        if self._latest.get(op) is not handle:
+            raise ValueError("combine(handle) for a dispatch that is not this shape's latest: epjit's op combines "
+                             "the dispatch (or cached dispatch) it ran last (expected dispatch, then its combine; fix: "
+                             "dispatch with this handle again first, or combine in dispatch order)")
+        if x.dim() != 2 or x.shape[0] != handle.received or x.dtype != torch.bfloat16:
+            raise ValueError(f"combine x is {x.dtype} {tuple(x.shape)}: expected bfloat16 [{handle.received}, hidden] "
+                             "(the dispatch's received rows)")
+        bias_0, bias_1 = (bias if isinstance(bias, tuple) else (bias, None))
+        with self._begin(previous_event):
+            staged = op.combine_input()
+            staged[:handle.received] = x
+            weights = None
+            if topk_weights is not None:
+                weights = self._weights.get(op)
+                if weights is None:
+                    weights = self._weights[op] = torch.zeros(op.capacity, topk_weights.shape[1], dtype=torch.float32,
+                                                              device=x.device)
+                weights[:handle.received] = topk_weights
+            out, out_w = op.combine(staged, weights)
+            combined_x = out.clone()
+            for extra in (bias_0, bias_1):
+                if extra is not None:
+                    combined_x = (combined_x.float() + extra.float()).to(torch.bfloat16)
+            combined_topk_weights = out_w.clone() if topk_weights is not None else None
+        self._latest.pop(op, None)
+        event = self._finish(async_finish, [x, topk_weights, bias_0, bias_1], [combined_x, combined_topk_weights])
+        return combined_x, combined_topk_weights, event
+
+    # ------------------------------------------------------------ low latency (not yet)
+    @staticmethod
+    def get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts):
+        _refuse("get_low_latency_rdma_size_hint", "the low-latency calls are not built on epjit yet",
+                "use the normal mode")
+
+    def low_latency_dispatch(self, *args, **kwargs):
+        _refuse("low_latency_dispatch", "the low-latency calls are not built on epjit yet", "use the normal mode")
+
+    def low_latency_combine(self, *args, **kwargs):
+        _refuse("low_latency_combine", "the low-latency calls are not built on epjit yet", "use the normal mode")
+
+    def clean_low_latency_buffer(self, *args, **kwargs):
+        _refuse("clean_low_latency_buffer", "the low-latency calls are not built on epjit yet", "use the normal mode")
+
+    def get_next_low_latency_combine_buffer(self, *args, **kwargs):
+        _refuse("get_next_low_latency_combine_buffer", "the low-latency calls are not built on epjit yet",
+                "use the normal mode")
+
+    def internode_dispatch(self, *args, **kwargs):
+        _refuse("internode_dispatch", "epjit's source order (DeepEP's receive order) is served on one node",
+                "run the group on one node")
+
+    def internode_combine(self, *args, **kwargs):
+        _refuse("internode_combine", "epjit's source order (DeepEP's receive order) is served on one node",
+                "run the group on one node")

@@ -1,0 +1,10 @@
+# help: DeepEP's API on epjit: test_deep_ep.py (world 1, and 2-3 ranks sharing a GPU) and examples/deepep_style.py at 1 and 2 ranks
+this_python_module
+(cd ../tests/python && EPJIT_KERNEL_SOURCE_LIBRARY="$provider" EPJIT_CACHE_DIR=/tmp/epjit-deep-ep-cache \
+   EPJIT_GPU_TEST_RANKS_PER_GPU=3 PYTHONPATH=/tmp/epjit-py/python timeout 400 python3 -m pytest -v \
+   -p no:cacheprovider -rs test_deep_ep.py 2>&1 | tee "$logs/pytest-deep-ep.log" | tail -15)
+for ranks in 1 2; do
+  (cd ../examples && EPJIT_KERNEL_SOURCE_LIBRARY="$provider" EPJIT_CACHE_DIR=/tmp/epjit-deep-ep-cache \
+     PYTHONPATH=/tmp/epjit-py/python timeout 200 python3 -m torch.distributed.run --nproc-per-node "$ranks" \
+     deepep_style.py 2>&1 | grep -v '^\*\|OMP_NUM' | tail -8 | tee "$logs/deepep-style-$ranks.log")
+done

@@ -1,0 +1,255 @@
+"""DeepEP's API (`deep_ep.Buffer`, normal mode) on epjit, checked by DeepEP's
+stated semantics: the layout, the receive order (grouped by source rank, each
+rank's in token order), local expert ids with -1 elsewhere, counts padded to
+the alignment, the handle and its cached dispatch, combine = the rows summed
+over the ranks a token went to (no weights), num_worst_tokens, fp8 with
+scales, events, and a forward and backward as Megatron-LM's flex dispatcher
+runs them. One process per rank over a gloo group: GPU ranks where torch has
+CUDA (EPJIT_GPU_TEST_RANKS_PER_GPU lets ranks share a GPU), host ranks always.
+Needs torch: skipped, with the reason, where it is absent.
+"""
+import tempfile
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="epjit.deep_ep works on torch tensors; torch is not installed here")
+
+import epjit  # noqa: E402
+import epjit.cache  # noqa: E402
+import epjit.deep_ep  # noqa: E402
+from gpu_ranks import cuda_ranks, gpu_of, ranks_per_gpu, run_rank_processes  # noqa: E402
+
+HIDDEN, TOPK, EXPERTS_PER_RANK = 256, 4, 5
+DEVICE = "cpu"
+
+
+def rank_inputs(world, rank, seed, tokens):
+    """Rank `rank`'s call `seed` (every rank can rebuild every rank's): masked
+    slots (-1) and a token that selects nothing included."""
+    g = torch.Generator().manual_seed(seed * 7919 + rank)
+    x = torch.randn(tokens, HIDDEN, generator=g).to(torch.bfloat16)
+    w = torch.rand(tokens, TOPK, generator=g)
+    experts = world * EXPERTS_PER_RANK
+    idx = torch.stack([torch.randperm(experts, generator=g)[:TOPK] for _ in range(tokens)]).long() if tokens else \
+        torch.empty(0, TOPK, dtype=torch.long)
+    if tokens > 4:
+        idx[1, 2] = -1
+        idx[3, :] = -1
+    return x.to(DEVICE), w.to(DEVICE), idx.to(DEVICE)
+
+
+def goes_to(idx, rank):
+    return [t for t in range(idx.shape[0]) if any(int(e) >= 0 and int(e) // EXPERTS_PER_RANK == rank for e in idx[t])]
+
+
+def expected_receive(world, rank, seed, counts):
+    """Rows in DeepEP's order: source rank by rank, each rank's tokens in order."""
+    rows = []
+    for source in range(world):
+        x, w, idx = rank_inputs(world, source, seed, counts[source])
+        rows += [(source, t, x[t], w[t], idx[t]) for t in goes_to(idx, rank)]
+    return rows
+
+
+def check(ok, what, failed):
+    if not ok:
+        failed.append(what)
+
+
+def layout_and_round_trip(deep_ep, buffer, world, rank, seed, counts, failed, alignment=4):
+    x, w, idx = rank_inputs(world, rank, seed, counts[rank])
+    experts = world * EXPERTS_PER_RANK
+    per_rank, per_rdma, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, experts)
+    want_in_rank = torch.zeros(idx.shape[0], world, dtype=torch.bool)
+    for t in range(idx.shape[0]):
+        for e in idx[t].tolist():
+            if e >= 0:
+                want_in_rank[t, e // EXPERTS_PER_RANK] = True
+    check(torch.equal(in_rank.cpu(), want_in_rank), "is_token_in_rank", failed)
+    check(per_rank.dtype == torch.int32 and per_rank.cpu().tolist() == want_in_rank.sum(0).tolist(),
+          "num_tokens_per_rank", failed)
+    check(per_rdma is None, "num_tokens_per_rdma_rank is None on one node", failed)
+    want_per_expert = [int((idx == e).sum()) for e in range(experts)]
+    check(per_expert.cpu().tolist() == want_per_expert, "num_tokens_per_expert", failed)
+
+    recv_x, recv_idx, recv_w, counts_list, handle, event = buffer.dispatch(
+        x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+        topk_idx=idx, topk_weights=w, expert_alignment=alignment)
+    want = expected_receive(world, rank, seed, counts)
+    check(recv_x.shape[0] == len(want), f"received {recv_x.shape[0]} rows, expected {len(want)}", failed)
+    if recv_x.shape[0] == len(want) and want:
+        check(torch.equal(recv_x.cpu(), torch.stack([r[2].cpu() for r in want])), "recv_x in source order", failed)
+        want_idx = torch.stack([r[4].cpu() for r in want])
+        local = want_idx - rank * EXPERTS_PER_RANK
+        mine = (want_idx >= 0) & (local >= 0) & (local < EXPERTS_PER_RANK)
+        check(recv_idx.dtype == idx.dtype and torch.equal(recv_idx.cpu(), torch.where(mine, local, -1)),
+              "recv_topk_idx: local ids, -1 elsewhere", failed)
+        want_w = torch.where(mine, torch.stack([r[3].cpu() for r in want]), 0.0)
+        check(torch.equal(recv_w.cpu(), want_w), "recv_topk_weights: 0 where not local", failed)
+    per_local = [sum(1 for r in want if (e + rank * EXPERTS_PER_RANK) in r[4].tolist())
+                 for e in range(EXPERTS_PER_RANK)]
+    check(counts_list == [(c + alignment - 1) // alignment * alignment for c in per_local],
+          f"num_recv_tokens_per_expert_list {counts_list}, expected {per_local} padded to {alignment}", failed)
+
+    # Identity experts: combine sums each token's copies, one per rank it went to.
+    combined, combined_w, _ = buffer.combine(recv_x, handle, topk_weights=recv_w)
+    copies = in_rank.sum(1).float()[:, None]
+    check(torch.equal(combined.cpu(), (x.float() * copies).to(torch.bfloat16).cpu()), "combine: copies summed",
+          failed)
+    masked_w = torch.where(idx >= 0, w, 0.0)
+    check(torch.equal(combined_w.cpu(), masked_w.cpu()), "combined weights are the token's", failed)
+    return x, w, idx, handle
+
+
+def cached_dispatch_and_backward(buffer, world, rank, seed, counts, failed):
+    """Megatron-LM's flex dispatcher: forward dispatch, experts (x 3), combine;
+    backward: combine's backward is a dispatch with the cached handle, the
+    experts' backward (x 3), dispatch's backward a combine with the handle."""
+    x, w, idx = rank_inputs(world, rank, seed, counts[rank])
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, world * EXPERTS_PER_RANK)
+    recv_x, recv_idx, recv_w, _, handle, _ = buffer.dispatch(
+        x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+        topk_idx=idx, topk_weights=w)
+    out, _, _ = buffer.combine((recv_x.float() * 3).to(torch.bfloat16), handle)
+    grad_out = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16).to(x.device)
+    grad_recv, none_idx, none_w, none_counts, _, _ = buffer.dispatch(grad_out, handle=handle)
+    check(none_idx is None and none_w is None and none_counts is None, "a cached dispatch returns no top-k", failed)
+    # The cached dispatch puts each token's gradient where the forward put its row.
+    copies = in_rank.sum(1)
+    check(grad_recv.shape == recv_x.shape, "cached dispatch: the forward's rows", failed)
+    grad_in, _, _ = buffer.combine((grad_recv.float() * 3).to(torch.bfloat16), handle)
+    want = (grad_out.float() * 3).to(torch.bfloat16).float() * copies.float()[:, None]
+    check(torch.equal(grad_in.cpu(), want.to(torch.bfloat16).cpu()), "backward: bit-exact inverse", failed)
+    want_out = (x.float() * 3).to(torch.bfloat16).float() * copies.float()[:, None]
+    check(torch.equal(out.cpu(), want_out.to(torch.bfloat16).cpu()), "forward output", failed)
+
+
+def worst_tokens_fp8_and_events(buffer, world, rank, seed, counts, failed):
+    x, w, idx = rank_inputs(world, rank, seed, counts[rank])
+    experts = world * EXPERTS_PER_RANK
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, experts)
+    worst = sum(counts)  # every token of every rank
+    recv_x, recv_idx, recv_w, counts_list, handle, _ = buffer.dispatch(
+        x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+        topk_idx=idx, topk_weights=w, num_worst_tokens=worst)
+    want = expected_receive(world, rank, seed, counts)
+    check(recv_x.shape[0] == worst and counts_list == [], "num_worst_tokens: that many rows, no list", failed)
+    check(bool((recv_idx[len(want):] == -1).all()), "num_worst_tokens: padding rows select nothing", failed)
+    padded = torch.zeros(worst, HIDDEN, dtype=torch.bfloat16, device=x.device)
+    padded[:len(want)] = recv_x[:len(want)]
+    combined, _, _ = buffer.combine(padded, handle)
+    check(torch.equal(combined.cpu(), (x.float() * in_rank.sum(1).float()[:, None]).to(torch.bfloat16).cpu()),
+          "num_worst_tokens combine", failed)
+
+    # fp8 with per-128-channel scales; an event in, async_finish out.
+    fp8 = torch.float8_e4m3fn
+    codes = (x.float() / 4).to(fp8)
+    scales = torch.rand(x.shape[0], HIDDEN // 128, generator=torch.Generator().manual_seed(seed)).to(x.device)
+    before = epjit.deep_ep.Buffer.capture()
+    (recv_codes, recv_scales), _, _, _, handle, event = buffer.dispatch(
+        (codes, scales), num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+        topk_idx=idx, topk_weights=w, previous_event=before, async_finish=True)
+    with event:
+        pass  # the current stream waits for the dispatch on leaving
+    check(recv_scales.dtype == torch.float32 and tuple(recv_scales.shape) == (len(want), HIDDEN // 128),
+          "fp8 scales come back as the caller's float32 [rows, hidden // 128]", failed)
+    if len(want):
+        sources = {}
+        for source in range(world):
+            sx, _, sidx = rank_inputs(world, source, seed, counts[source])
+            sources[source] = ((sx.float() / 4).to(fp8), torch.rand(sx.shape[0], HIDDEN // 128,
+                               generator=torch.Generator().manual_seed(seed)))
+        want_codes = torch.stack([sources[s][0][t].cpu() for s, t, *_ in want])
+        want_scales = torch.stack([sources[s][1][t] for s, t, *_ in want])
+        check(torch.equal(recv_codes.cpu().view(torch.uint8), want_codes.view(torch.uint8)), "fp8 codes", failed)
+        check(torch.equal(recv_scales.cpu(), want_scales), "fp8 scales", failed)
+    back = torch.zeros(len(want), HIDDEN, dtype=torch.bfloat16, device=x.device)
+    buffer.combine(back, handle)
+
+
+def refusals(deep_ep, group, buffer, world, rank, failed):
+    def raises(call, kind, words, what):
+        try:
+            call()
+        except kind as error:
+            check(all(w in str(error) for w in words), f"{what}: {error}", failed)
+        else:
+            failed.append(f"{what}: no error")
+    raises(lambda: deep_ep.Buffer(group, 0, 1 << 20, low_latency_mode=True), NotImplementedError,
+           ["low_latency_mode", "not served"], "low-latency mode")
+    raises(lambda: deep_ep.Buffer(None), ValueError, ["group"], "no group")
+    x, w, idx = rank_inputs(world, rank, 5, 6)
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, world * EXPERTS_PER_RANK)
+    first = buffer.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+                            topk_idx=idx, topk_weights=w)
+    buffer.combine(first[0], first[4])
+    raises(lambda: buffer.combine(first[0], first[4]), ValueError, ["latest"], "combine of a handle already combined")
+    raises(lambda: buffer.dispatch(x.float(), num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w),
+           ValueError, ["bfloat16"], "f32 x")
+
+
+def rank_main(device, world, rank, store, results):
+    global DEVICE
+    DEVICE = device
+    failed = []
+    try:
+        import torch.distributed as dist
+        if device == "cuda":
+            torch.cuda.set_device(gpu_of(rank))
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+        assert epjit.deep_ep.install()
+        import deep_ep
+        from deep_ep.utils import EventOverlap  # noqa: F401  (what Megatron-LM imports)
+        options = {} if device == "cuda" else dict(device="host")
+        buffer = deep_ep.Buffer(dist.group.WORLD, int(1e8), 0, **options)
+        deep_ep.Buffer.set_num_sms(24)
+        counts = [37 - r % 2 for r in range(world)]
+        layout_and_round_trip(deep_ep, buffer, world, rank, 1, counts, failed)
+        layout_and_round_trip(deep_ep, buffer, world, rank, 2, [1] * world, failed, alignment=1)
+        layout_and_round_trip(deep_ep, buffer, world, rank, 3, [0] + [5] * (world - 1), failed)
+        cached_dispatch_and_backward(buffer, world, rank, 4, counts, failed)
+        worst_tokens_fp8_and_events(buffer, world, rank, 6, [11 + r for r in range(world)], failed)
+        # Sizes that vary per call reuse the op and its kernels: no module is
+        # fetched (a new op would fetch one, compiled or cached) or compiled.
+        def fetches():
+            stats = epjit.cache.stats()
+            return stats["memory_hits"] + stats["disk_hits"] + stats["misses"] + stats["compiles"]
+        before = fetches()
+        for n in (3, 37, 1, 20):
+            layout_and_round_trip(deep_ep, buffer, world, rank, 10 + n, [n] * world, failed)
+        check(fetches() == before, f"varying token counts fetched {fetches() - before} kernel modules", failed)
+        refusals(deep_ep, dist.group.WORLD, buffer, world, rank, failed)
+        dist.barrier()
+        dist.destroy_process_group()
+        results.put("; ".join(f"rank {rank}: {f}" for f in failed))
+    except Exception as error:  # reported by the test, with the checks that failed before it
+        import traceback
+        results.put(f"rank {rank}: {type(error).__name__}: {error} (failed before it: {failed or 'none'})\n"
+                    f"{traceback.format_exc()}")
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_deep_ep_normal_mode_on_epjit(device, world):
+    if device == "cuda" and cuda_ranks(torch.cuda.device_count(), world) < world:
+        pytest.skip(f"{world} CUDA ranks need {world} GPUs (torch sees {torch.cuda.device_count()}; "
+                    f"EPJIT_GPU_TEST_RANKS_PER_GPU={ranks_per_gpu()})")
+    with tempfile.TemporaryDirectory() as scratch:
+        store = os.path.join(scratch, "store")
+        run_rank_processes(rank_main, world, lambda r: (device, world, r, store), timeout=600)
+
+
+def test_deep_ep_names_after_install():
+    import importlib.util
+    import sys
+    if importlib.util.find_spec("deep_ep") is not None and sys.modules.get("deep_ep") is not epjit.deep_ep:
+        pytest.skip("a real DeepEP is installed here; install() leaves it in place")
+    assert epjit.deep_ep.install()
+    import deep_ep
+    from deep_ep import Buffer, Config, EventOverlap, topk_idx_t  # noqa: F401
+    from deep_ep.utils import EventHandle  # noqa: F401
+    assert deep_ep.Buffer is epjit.deep_ep.Buffer and topk_idx_t == torch.int64
+    assert Buffer.get_dispatch_config(8).num_sms == Buffer.num_sms
+    with pytest.raises(ValueError, match="positive"):
+        Config(0)
