@@ -171,29 +171,18 @@ void EpDispatchCombineOp::Impl::enqueue_source_order(int64_t tokens, const void*
   const ScheduleEntry& geometry = geometry_for(tokens);
   const LaunchGeometry grid =
       split_grid({uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)}, halves, /*dispatch=*/true);
-  const Kernel& count = *kernels.order_count;
-  device.launch(count, grid,
-                LaunchArgs(count)
-                    .set("indices", indices)
-                    .set("tokens", tokens)
-                    .set("rank", config.rank)
-                    .set("token_count", token_count)
-                    .set("count_on_device", token_count != nullptr)
-                    .set("w", window_table)
-                    .build(),
-                *stream);
-  const Kernel& slots = *kernels.order_slots;
-  device.launch(slots, grid,
-                LaunchArgs(slots)
-                    .set("indices", indices)
-                    .set("route", route_map)
-                    .set("tokens", tokens)
-                    .set("rank", config.rank)
-                    .set("token_count", token_count)
-                    .set("count_on_device", token_count != nullptr)
-                    .set("w", window_table)
-                    .build(),
-                *stream);
+  // The two kernels take the same arguments but the route, which only ep_order_slots writes.
+  for (const Kernel* kernel : {kernels.order_count, kernels.order_slots}) {
+    LaunchArgs args(*kernel);
+    args.set("indices", indices)
+        .set("tokens", tokens)
+        .set("rank", config.rank)
+        .set("token_count", token_count)
+        .set("count_on_device", token_count != nullptr)
+        .set("w", window_table);
+    if (kernel == kernels.order_slots) args.set("route", route_map);
+    device.launch(*kernel, grid, args.build(), *stream);
+  }
 }
 
 DispatchLaunch EpDispatchCombineOp::Impl::dispatch_call(const char* name, const TensorRef& input,

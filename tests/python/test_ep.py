@@ -233,16 +233,22 @@ def std_moe_rank(world, rank, uid, results):
         results[rank] = f"rank {rank}: {type(error).__name__}: {error}"
 
 
-@pytest.mark.parametrize("world", [1, 2])
-def test_std_moe_and_origins_from_python(world):
+def run_rank_threads(rank_fn, world):
+    """rank_fn(world, rank, uid, results) on a Python thread per rank; each
+    leaves None or its failure in results[rank]."""
     uid = epjit.Communicator.get_unique_id()
     results = [None] * world
-    threads = [threading.Thread(target=std_moe_rank, args=(world, r, uid, results)) for r in range(world)]
+    threads = [threading.Thread(target=rank_fn, args=(world, r, uid, results)) for r in range(world)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=300)
     assert [r for r in results if r] == []
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_std_moe_and_origins_from_python(world):
+    run_rank_threads(std_moe_rank, world)
 
 
 def source_order_rank(world, rank, uid, results):
@@ -273,15 +279,7 @@ def source_order_rank(world, rank, uid, results):
 
 
 def test_source_order_from_python():
-    world = 3
-    uid = epjit.Communicator.get_unique_id()
-    results = [None] * world
-    threads = [threading.Thread(target=source_order_rank, args=(world, r, uid, results)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert [r for r in results if r] == []
+    run_rank_threads(source_order_rank, 3)
     with pytest.raises(epjit.Error, match="receive_order = 'sorted'"):
         epjit.EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim=HIDDEN, max_num_inp_token_per_rank=4,
                                       num_experts_per_rank=EPR, num_experts_per_token=TOPK, receive_order="sorted")
