@@ -38,7 +38,8 @@ TEST(WindowLayout, TheTemplatesRecordSizesEveryRegionForTheConfig) {
   const std::vector<std::string> order = {
       "state",       "signals",      "recv_tokens",  "recv_weights",   "recv_scales",     "recv_indices",
       "recv_origin", "combine_rows", "combine_weights", "scatter_rows", "scatter_codes", "scatter_scales",
-      "scatter_weights", "moe_counts", "moe_slots", "flagged_rows", "flagged_weights"};
+      "scatter_weights", "moe_counts", "moe_slots", "flagged_rows", "flagged_weights",
+      "order_chunk_counts", "order_matrix", "order_offsets"};
   ASSERT_EQ(record.window_regions.size(), order.size());
   for (size_t r = 0; r < order.size(); ++r) EXPECT_EQ(record.window_regions[r].name, order[r]) << "region " << r;
   const uint64_t capacity = 8 * 37;
@@ -51,6 +52,8 @@ TEST(WindowLayout, TheTemplatesRecordSizesEveryRegionForTheConfig) {
   EXPECT_EQ(countOf(record, "moe_counts"), 0u);                           // std-MoE off
   EXPECT_EQ(countOf(record, "flagged_rows"), 0u);                              // the staged combine under quant
   EXPECT_EQ(countOf(record, "flagged_weights"), 0u);
+  EXPECT_EQ(countOf(record, "order_chunk_counts"), 0u);                   // arrival order
+  EXPECT_EQ(countOf(record, "order_matrix"), 0u);
   EXPECT_EQ(record.constant("state_words"), int64_t(countOf(record, "state")));
   EXPECT_EQ(record.target.wave_size, 32);
 }
@@ -80,6 +83,23 @@ TEST(WindowLayout, TheLowLatencyCombineHasItsFlaggedInboxes) {
   config.max_num_inp_token_per_rank = 5;
   EXPECT_EQ(cache.key(kernel_spec(config)), cache.key(kernel_spec(scatterBlockwiseConfigLowLatency19())));
   EXPECT_EQ(countOf(boundRecord(cache, config), "flagged_rows"), 5u * 6 * 7168 * 2);
+}
+
+// Source order's regions: chunk counts and next slots bounded by world x the
+// op's limit, every rank's totals world x world; a module of its own (the
+// flag is a template parameter), serving every limit.
+TEST(WindowLayout, SourceOrderHasItsCountRegions) {
+  KernelCache cache(CacheOptions{});
+  EpDispatchCombineConfig config = scatterBlockwiseConfig();
+  config.receive_order = ReceiveOrder::Source;
+  const ModuleInterface record = boundRecord(cache, config);
+  EXPECT_EQ(countOf(record, "order_chunk_counts"), 8u * 37);
+  EXPECT_EQ(countOf(record, "order_offsets"), 8u * 37);
+  EXPECT_EQ(countOf(record, "order_matrix"), 8u * 8);
+  EXPECT_TRUE(record.has_kernel("ep_order_count") && record.has_kernel("ep_order_slots"));
+  EXPECT_NE(cache.key(kernel_spec(config)), cache.key(kernel_spec(scatterBlockwiseConfig())));
+  config.max_num_inp_token_per_rank = 5;
+  EXPECT_EQ(countOf(boundRecord(cache, config), "order_chunk_counts"), 8u * 5);
 }
 
 TEST(WindowLayout, RegionsAreDisjointAlignedAndInTheRecordsOrder) {
