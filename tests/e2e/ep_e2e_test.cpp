@@ -269,7 +269,9 @@ std::vector<EpCase> matrix() {
                                      "low_latency_masked_gather_w4", "staged_hidden7168_top8_w4",
                                      "low_latency_past_auto_w3", "split_bf16_gather_w4",
                                      "split_quant_blockwise_gfx950_w4", "split_internode_v2_w4_g2_gather",
-                                     "split_low_latency_bf16_scatter_w2", "split_std_moe_scatter_w4"};
+                                     "split_low_latency_bf16_scatter_w2", "split_std_moe_scatter_w4",
+                                     "source_order_w4", "source_order_tiny_by_block_w4",
+                                     "split_source_order_device_count_w3"};
   if (std::string(EPJIT_E2E_SANITIZER) != "thread")
     subset.insert(subset.end(), {"bf16_scatter_w4_processes", "quant_direct_fp8_dispatch_w4_processes"});
   std::erase_if(cases, [&](const EpCase& c) { return std::find(subset.begin(), subset.end(), c.name) == subset.end(); });
