@@ -21,6 +21,17 @@ def cuda_ranks(gpus, wanted):
     return min(gpus * ranks_per_gpu(), wanted)
 
 
+def skip_unless_ranks_fit(device, world):
+    """Skips (pytest) a test of `world` CUDA ranks the GPUs cannot hold, saying why."""
+    if device != "cuda":
+        return
+    import pytest
+    import torch
+    if cuda_ranks(torch.cuda.device_count(), world) < world:
+        pytest.skip(f"{world} CUDA ranks need {world} GPUs (torch sees {torch.cuda.device_count()}; "
+                    f"EPJIT_GPU_TEST_RANKS_PER_GPU={ranks_per_gpu()})")
+
+
 def run_rank_processes(target, world, args_of, timeout=300):
     """One spawned process per rank running target(*args_of(rank), results); each
     puts its failures ("" when none) on `results`. Asserts that none failed and all

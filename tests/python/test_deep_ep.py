@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch", reason="epjit.deep_ep works on torch tensor
 import epjit  # noqa: E402
 import epjit.cache  # noqa: E402
 import epjit.deep_ep  # noqa: E402
-from gpu_ranks import cuda_ranks, gpu_of, ranks_per_gpu, run_rank_processes  # noqa: E402
+from gpu_ranks import gpu_of, run_rank_processes, skip_unless_ranks_fit  # noqa: E402
 
 HIDDEN, TOPK, EXPERTS_PER_RANK = 256, 4, 5
 DEVICE = "cpu"
@@ -232,9 +232,7 @@ def rank_main(device, world, rank, store, results):
 @pytest.mark.parametrize("world", [1, 2, 3])
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
 def test_deep_ep_normal_mode_on_epjit(device, world):
-    if device == "cuda" and cuda_ranks(torch.cuda.device_count(), world) < world:
-        pytest.skip(f"{world} CUDA ranks need {world} GPUs (torch sees {torch.cuda.device_count()}; "
-                    f"EPJIT_GPU_TEST_RANKS_PER_GPU={ranks_per_gpu()})")
+    skip_unless_ranks_fit(device, world)
     with tempfile.TemporaryDirectory() as scratch:
         store = os.path.join(scratch, "store")
         run_rank_processes(rank_main, world, lambda r: (device, world, r, store), timeout=600)

@@ -15,7 +15,7 @@ import epjit.mori  # noqa: E402
 from epjit.mori import cco  # noqa: E402
 from epjit.mori.ops.dispatch_combine_v2 import (EpDispatchCombineConfig, EpDispatchCombineOp,  # noqa: E402
                                                 EpDispatchRoutingHandle, tuning_configs)
-from gpu_ranks import cuda_ranks, gpu_of, ranks_per_gpu, run_rank_processes  # noqa: E402
+from gpu_ranks import gpu_of, run_rank_processes, skip_unless_ranks_fit  # noqa: E402
 
 HIDDEN, TOPK, EPR, MAX_TOKENS = 512, 4, 6, 40
 GPU = False      # set per rank process: CUDA tensors on GPU ranks, else CPU tensors on host ranks
@@ -421,9 +421,7 @@ def run_world(device, world, gpu_per_node=None, kernel="v2_ll"):
 @pytest.mark.parametrize("world", [1, 2])
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
 def test_mori_api_on_epjit(device, world):
-    if device == "cuda" and cuda_ranks(torch.cuda.device_count(), world) < world:
-        pytest.skip(f"{world} CUDA ranks need {world} GPUs (torch sees {torch.cuda.device_count()}; "
-                    f"EPJIT_GPU_TEST_RANKS_PER_GPU={ranks_per_gpu()})")
+    skip_unless_ranks_fit(device, world)
     run_world(device, world)
 
 

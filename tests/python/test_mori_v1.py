@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch", reason="epjit.mori works on torch tensors; 
 
 import epjit  # noqa: E402
 import epjit.mori  # noqa: E402
-from gpu_ranks import cuda_ranks, gpu_of, ranks_per_gpu, run_rank_processes  # noqa: E402
+from gpu_ranks import gpu_of, run_rank_processes, skip_unless_ranks_fit  # noqa: E402
 
 HIDDEN, TOPK, EPR, MAX_TOKENS, TOKENS = 384, 4, 5, 37, 29
 DEVICE = "cpu"
@@ -472,9 +472,7 @@ def run_world(device, world, gpu_per_node=None):
 @pytest.mark.parametrize("world", [1, 2])
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
 def test_mori_v1_api_on_epjit(device, world):
-    if device == "cuda" and cuda_ranks(torch.cuda.device_count(), world) < world:
-        pytest.skip(f"{world} CUDA ranks need {world} GPUs (torch sees {torch.cuda.device_count()}; "
-                    f"EPJIT_GPU_TEST_RANKS_PER_GPU={ranks_per_gpu()})")
+    skip_unless_ranks_fit(device, world)
     run_world(device, world)
 
 
