@@ -46,6 +46,20 @@ def _current_stream_handle(tensor):
     return _raw_stream_query(tensor)
 
 
+def _torch_device():
+    """("cuda" or "hip", ordinal) for torch's current GPU (NVIDIA or ROCm builds:
+    the epjit device kind follows the vendor), else ("host", 0): the device a
+    framework layer (epjit.mori, epjit.deep_ep) joins ranks on by default."""
+    try:
+        import torch
+    except ImportError:
+        return "host", 0
+    if not torch.cuda.is_available():
+        return "host", 0
+    kind = "hip" if getattr(torch.version, "hip", None) else "cuda"
+    return kind, torch.cuda.current_device()
+
+
 def _is_torch(value):
     return type(value).__module__.startswith("torch")
 

@@ -15,6 +15,7 @@ What DeepEP does that this layer does not is refused with the reason
 import logging
 
 import epjit
+from epjit._arrays import _torch_device
 
 from .config import Config
 from .utils.event import EventHandle, EventOverlap
@@ -88,10 +89,8 @@ class Buffer:
         self._max_tokens = max_tokens_per_rank
         options = dict(epjit_options)
         if "device" not in options and "target" not in options:
-            on_gpu = torch.cuda.is_available()
-            options["device"] = ("hip" if getattr(torch.version, "hip", None) else "cuda") if on_gpu else "host"
-            if on_gpu:
-                options.setdefault("device_ordinal", torch.cuda.current_device())
+            options["device"], ordinal = _torch_device()
+            options.setdefault("device_ordinal", ordinal)
         self._comm = epjit.Communicator.from_process_group(group, **options)
         self._gpu = self._comm.device in ("cuda", "hip")
         self._ops = {}

@@ -9,6 +9,7 @@ import logging
 import weakref
 
 import epjit
+from epjit._arrays import _torch_device
 
 _log = logging.getLogger("epjit.mori")
 _logged = set()
@@ -47,19 +48,6 @@ class UniqueId:
 def get_unique_id():
     """A new rendezvous token (call on one rank, then send it to all)."""
     return UniqueId()
-
-
-def _torch_device():
-    """("cuda", ordinal) for torch's current CUDA device (NVIDIA or ROCm builds; the
-    epjit device kind follows the vendor), else ("host", 0)."""
-    try:
-        import torch
-    except ImportError:
-        return "host", 0
-    if not torch.cuda.is_available():
-        return "host", 0
-    kind = "hip" if getattr(torch.version, "hip", None) else "cuda"
-    return kind, torch.cuda.current_device()
 
 
 class Communicator:

@@ -15,6 +15,7 @@ window from its config, so MORI's shmem_malloc family is not served (it raises).
 import logging
 
 import epjit
+from epjit._arrays import _torch_device
 
 from . import cco
 
@@ -58,7 +59,7 @@ def shmem_torch_process_group_init(group_name, **epjit_options):
     group = _resolve_group(group_name)
     options = dict(epjit_options)
     if "device" not in options and "target" not in options:
-        options["device"], ordinal = cco._torch_device()
+        options["device"], ordinal = _torch_device()
         options.setdefault("device_ordinal", ordinal)
     native = epjit.Communicator.from_process_group(group, **options)
     _state["comm"] = cco.Communicator._adopt(native)
