@@ -1,4 +1,4 @@
-# help: DeepEP's API on epjit: test_deep_ep.py (world 1, and 2-3 ranks sharing a GPU) and examples/deepep_style.py at 1 and 2 ranks
+# help: DeepEP's API on epjit: test_deep_ep.py (world 1, and 2-3 ranks sharing a GPU), examples/deepep_style.py at 1 and 2 ranks, and the layer's cost per round trip against the native op (benchmarks/deep_ep_overhead.py; DEEPEP_OVERHEAD_ARGS: its arguments)
 this_python_module
 (cd ../tests/python && EPJIT_KERNEL_SOURCE_LIBRARY="$provider" EPJIT_CACHE_DIR=/tmp/epjit-deep-ep-cache \
    EPJIT_GPU_TEST_RANKS_PER_GPU=3 PYTHONPATH=/tmp/epjit-py/python timeout 400 python3 -m pytest -v \
@@ -8,3 +8,6 @@ for ranks in 1 2; do
      PYTHONPATH=/tmp/epjit-py/python timeout 200 python3 -m torch.distributed.run --nproc-per-node "$ranks" \
      deepep_style.py 2>&1 | grep -v '^\*\|OMP_NUM' | tail -8 | tee "$logs/deepep-style-$ranks.log")
 done
+(cd ../benchmarks && EPJIT_KERNEL_SOURCE_LIBRARY="$provider" EPJIT_CACHE_DIR=/tmp/epjit-deep-ep-cache \
+   PYTHONPATH=/tmp/epjit-py/python timeout 300 python3 deep_ep_overhead.py ${DEEPEP_OVERHEAD_ARGS:-} 2>&1 |
+   tee "$logs/deep-ep-overhead.txt")
