@@ -9,6 +9,8 @@
 //                       gather combine unpacks std-MoE rows with its functions)
 //   ep/combine          the sum gather and scatter share
 //   ep/combine_gather   ep_combine_gather
+//   ep/combine_entries  ep_combine_entries (std-MoE with entry_combine: each (token, k)
+//                       row back to its origin, summed there with its top-k weights)
 //   ep/combine_scatter  ep_combine_scatter
 //   ep/combine_low_latency ep_combine_low_latency (flagged inboxes, no staging:
 //                       the combine of an op built with low_latency)
@@ -29,6 +31,7 @@ ep.include "ep/dispatch"
 ep.include "ep/order"
 ep.include "ep/std_moe"
 ep.include "ep/combine_gather"
+ep.include "ep/combine_entries"
 ep.include "ep/combine_scatter"
 ep.include "ep/combine_low_latency"
 ep.include "ep/counts"

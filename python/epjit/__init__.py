@@ -136,7 +136,7 @@ class EpDispatchCombineConfig:
     def __init__(self, *, rank, world_size, hidden_dim, max_num_inp_token_per_rank, num_experts_per_rank,
                  num_experts_per_token, data_type="bf16", dispatch_data_type=None, combine_data_type=None,
                  combine_mode="gather", quant_type="none", internode_kernel="auto", receive_order="arrival",
-                 schedule=None, **fields):
+                 std_moe_combine="rank_sums", schedule=None, **fields):
         self._native = _epjit._Config()
         values = dict(rank=rank, world_size=world_size, hidden_dim=hidden_dim,
                       max_num_inp_token_per_rank=max_num_inp_token_per_rank,
@@ -156,6 +156,8 @@ class EpDispatchCombineConfig:
         self._native.set_quant_type(str(quant_type))
         self._native.set_internode_kernel(str(internode_kernel))
         self._native.set_receive_order(str(receive_order))  # "source": DeepEP's order (docs/EP.md)
+        # "weighted_entries": DeepEP's low-latency combine sums (docs/EP.md "Standard MoE")
+        self._native.set_std_moe_combine(str(std_moe_combine))
         if schedule:  # [(max_tokens or None, dispatch blocks, dispatch warps, combine blocks, combine warps), ...]
             self._native.set_schedule([tuple(row) for row in schedule])
 
@@ -490,16 +492,33 @@ class EpDispatchCombineOp:
         ids = self._op.std_moe_pack()
         return self._final_on_return((self._view(ids[0], "bf16"), self._view(ids[1]), self._view(ids[2])))
 
-    def std_moe_combine(self, expert_out, weights=None):
+    def std_moe_outputs(self):
+        """The arrays std_moe_pack() fills and returns, without a launch (a split
+        dispatch's caller takes them before dispatch_recv() and the pack)."""
+        ids = self._op.std_moe_outputs()
+        return self._view(ids[0], "bf16"), self._view(ids[1]), self._view(ids[2])
+
+    def std_moe_combine(self, expert_out, weights=None, indices=None, output=None):
         """Standard MoE, back: expert_out in std_moe_pack's layout (bf16) is summed per
         received token (its local experts in top-k order, in f32, rounded once), then
-        combined as combine() would; returns (out, out_weights or None)."""
-        ids = self._op.std_moe_combine(_to_native(expert_out, self._target, self._fp8), weights)
+        combined as combine() would; returns (out, out_weights or None).
+        With std_moe_combine="weighted_entries": weights and indices are this rank's
+        dispatched top-k weights [n, k] f32 and indices [n, k] int32, and each token is
+        the sum of its expert rows times its own weights, in top-k order (fused
+        multiply-adds in f32 from +0.0, rounded once: DeepEP's low-latency combine);
+        returns (out, None), out being `output` ([n, hidden] bfloat16) when given."""
+        ids = self._op.std_moe_combine(_to_native(expert_out, self._target, self._fp8), weights, False, indices,
+                                       output)
         return self._final_on_return((self._view(ids[0], self._combine_type), self._view(ids[1])))
 
-    def std_moe_combine_send(self, expert_out, weights=None):
+    def std_moe_combine_send(self, expert_out, weights=None, indices=None, output=None):
         """std_moe_combine()'s send half; combine_recv() returns its result."""
-        self._op.std_moe_combine(_to_native(expert_out, self._target, self._fp8), weights, True)
+        self._op.std_moe_combine(_to_native(expert_out, self._target, self._fp8), weights, True, indices, output)
+
+    def std_moe_combine_input(self):
+        """std_moe_combine="weighted_entries": write expert outputs here, in std_moe_pack's
+        layout, to skip the combine's staging copy (DeepEP's zero-copy combine buffer)."""
+        return self._view(self._op.std_moe_combine_input(), "bf16")
 
     def combine_input(self):
         """Gather combine: write expert outputs here to skip combine's staging copy."""

@@ -123,16 +123,18 @@ struct PyOp {
   // A split call's send half (send_only) keeps them for its receive half.
   template <typename Call>
   nb::tuple combine_call(nb::handle input, const char* name, DType dtype, nb::handle weights, bool send_only,
-                         Call&& call) {
+                         Call&& call, nb::handle indices = nb::none(), nb::handle output = nb::none()) {
     std::vector<ArgumentArray> inputs{import(input, name, dtype)};
-    std::optional<TensorRef> w;
+    std::optional<TensorRef> w, idx, out;
     if (!weights.is_none()) w = inputs.emplace_back(import(weights, "weights", DType::F32)).ref;
+    if (!indices.is_none()) idx = inputs.emplace_back(import(indices, "indices", DType::I32)).ref;
+    if (!output.is_none()) out = inputs.emplace_back(import(output, "output", DType::BF16)).ref;
     const TensorRef in = inputs.front().ref;
     CombineResult r;
     drop_passed();
     {
       nb::gil_scoped_release release;
-      r = call(in, w);
+      r = call(in, w, idx, out);
     }
     for (ArgumentArray& count : token_count) inputs.push_back(std::move(count));
     token_count.clear();
@@ -265,6 +267,10 @@ NB_MODULE(_epjit, m) {
       .def("set_receive_order",
            [](EpDispatchCombineConfig& c, const std::string& v) { c.receive_order = parse_receive_order(v); })
       .def_prop_ro("receive_order", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.receive_order)); })
+      .def("set_std_moe_combine",
+           [](EpDispatchCombineConfig& c, const std::string& v) { c.std_moe_combine = parse_std_moe_combine(v); })
+      .def_prop_ro("std_moe_combine",
+                   [](EpDispatchCombineConfig& c) { return std::string(name_of(c.std_moe_combine)); })
       .def_prop_ro("data_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.data_type)); })
       .def_prop_ro("dispatch_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.dispatch_type())); })
       .def_prop_ro("combine_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.combine_type())); })
@@ -358,7 +364,9 @@ NB_MODULE(_epjit, m) {
           [](PyOp& self, nb::handle input, nb::handle weights, bool send_only) {
             const EpDispatchCombineConfig& config = self.op->config();
             return self.combine_call(input, "input", tensor_type_of(config.combine_type(), config.target_info()),
-                                     weights, send_only, [&](const TensorRef& in, const std::optional<TensorRef>& w) {
+                                     weights, send_only,
+                                     [&](const TensorRef& in, const std::optional<TensorRef>& w,
+                                         const std::optional<TensorRef>&, const std::optional<TensorRef>&) {
                                        if (!send_only) return self.op->combine(in, w);
                                        self.op->combine_send(in, w);
                                        return CombineResult{};
@@ -381,17 +389,28 @@ NB_MODULE(_epjit, m) {
              return nb::make_tuple(self.views.id_of(r.tokens), self.views.id_of(r.counts),
                                    self.views.id_of(r.sources));
            })
+      .def("std_moe_outputs",
+           [](PyOp& self) {
+             const StdMoeResult r = self.op->std_moe_outputs();
+             return nb::make_tuple(self.views.id_of(r.tokens), self.views.id_of(r.counts),
+                                   self.views.id_of(r.sources));
+           })
       .def(
           "std_moe_combine",
-          [](PyOp& self, nb::handle expert_out, nb::handle weights, bool send_only) {
-            return self.combine_call(expert_out, "expert_out", DType::BF16, weights, send_only,
-                                     [&](const TensorRef& out, const std::optional<TensorRef>& w) {
-                                       if (!send_only) return self.op->std_moe_combine(out, w);
-                                       self.op->std_moe_combine_send(out, w);
-                                       return CombineResult{};
-                                     });
+          [](PyOp& self, nb::handle expert_out, nb::handle weights, bool send_only, nb::handle indices,
+             nb::handle output) {
+            return self.combine_call(
+                expert_out, "expert_out", DType::BF16, weights, send_only,
+                [&](const TensorRef& in, const std::optional<TensorRef>& w, const std::optional<TensorRef>& idx,
+                    const std::optional<TensorRef>& out) {
+                  if (!send_only) return self.op->std_moe_combine(in, w, idx, out);
+                  self.op->std_moe_combine_send(in, w, idx, out);
+                  return CombineResult{};
+                },
+                indices, output);
           },
-          "expert_out"_a.none(), "weights"_a.none() = nb::none(), "send_only"_a = false)
+          "expert_out"_a.none(), "weights"_a.none() = nb::none(), "send_only"_a = false,
+          "indices"_a.none() = nb::none(), "output"_a.none() = nb::none())
       .def(
           "local_expert_counts_device",
           [](PyOp& self, bool every_entry) {
@@ -399,6 +418,7 @@ NB_MODULE(_epjit, m) {
           },
           "every_entry"_a = false)
       .def("combine_input", [](PyOp& self) { return self.views.id_of(self.op->combine_input()); })
+      .def("std_moe_combine_input", [](PyOp& self) { return self.views.id_of(self.op->std_moe_combine_input()); })
       // The array behind a view number the op's calls returned; it keeps the op alive.
       .def(
           "view",

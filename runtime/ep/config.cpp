@@ -44,6 +44,8 @@ constexpr std::pair<const char*, InternodeKernel> kInternodeKernels[] = {
     {"auto", InternodeKernel::Auto}, {"v2", InternodeKernel::V2}, {"v2_ll", InternodeKernel::V2LowLatency}};
 constexpr std::pair<const char*, ReceiveOrder> kReceiveOrders[] = {{"arrival", ReceiveOrder::Arrival},
                                                                    {"source", ReceiveOrder::Source}};
+constexpr std::pair<const char*, StdMoeCombine> kStdMoeCombines[] = {
+    {"rank_sums", StdMoeCombine::RankSums}, {"weighted_entries", StdMoeCombine::WeightedEntries}};
 
 template <typename Enum, size_t N>
 const char* enum_name(Enum value, const std::pair<const char*, Enum> (&names)[N]) {
@@ -87,6 +89,10 @@ const char* name_of(CombineMode mode) { return enum_name(mode, kCombineModes); }
 const char* name_of(QuantType quant) { return enum_name(quant, kQuantTypes); }
 const char* name_of(InternodeKernel kernel) { return enum_name(kernel, kInternodeKernels); }
 const char* name_of(ReceiveOrder order) { return enum_name(order, kReceiveOrders); }
+StdMoeCombine parse_std_moe_combine(const std::string& value) {
+  return parse_enum(value, kStdMoeCombines, "std_moe_combine");
+}
+const char* name_of(StdMoeCombine combine) { return enum_name(combine, kStdMoeCombines); }
 
 size_t payload_bytes(DataType type, size_t elements) {
   switch (type) {
@@ -270,6 +276,22 @@ void EpDispatchCombineConfig::validate() const {
       reject("receive_order", "source",
              "source order counts the receive capacity (" + text(total_recv_tokens()) + " tokens) exactly below 2^24",
              "lower max_num_inp_token_per_rank or max_total_recv_tokens, or use receive_order 'arrival'");
+  }
+  if (std_moe_combine == StdMoeCombine::WeightedEntries) {
+    const char* value = "weighted_entries";
+    if (!enable_std_moe)
+      reject("std_moe_combine", value, "weighted entries is how the standard-MoE combine sums; enable_std_moe is off",
+             "set enable_std_moe=true, or leave std_moe_combine at 'rank_sums'");
+    if (combine_mode != CombineMode::Gather || quant_type != QuantType::None)
+      reject("std_moe_combine", value,
+             "weighted entries reads each expert row from its rank's window: gather combine without quant (combine_mode " +
+                 std::string(name_of(combine_mode)) + ", quant_type " + name_of(quant_type) + ")",
+             "set combine_mode=gather and quant_type=none");
+    if (internode())
+      reject("std_moe_combine", value,
+             "weighted entries reads rows across one node's windows (gpu_per_node " + text(nodes_gpu_count()) +
+                 " < world_size " + text(world_size) + ")",
+             "use std_moe_combine 'rank_sums' across nodes, or build the op for one node");
   }
   if (internode_auto_ll_max_tokens <= 0)
     reject("internode_auto_ll_max_tokens", text(internode_auto_ll_max_tokens), "the auto crossover must be positive",

@@ -126,6 +126,7 @@ DispatchLaunch EpDispatchCombineOp::Impl::launch_dispatch(const TensorRef& input
 
   enqueue_dispatch(call, halves);
   dispatched_tokens = call.tokens;
+  packed_since_dispatch = false;
   pending_counted_slots = !replay;
   pending_v2 = v2;
   pending_token_count = token_count;
@@ -287,7 +288,7 @@ void EpDispatchCombineOp::Impl::enqueue_combine(const CombineLaunch& call, Halve
   LaunchArgs args(kernel);
   args.set("input", call.input)
       .set("in_weights", call.weights)
-      .set("output", out_tokens)
+      .set("output", call.output ? call.output : out_tokens)
       .set("out_weights", out_weights)
       .set("route", route_in_use)
       .set("tokens", call.tokens)
@@ -301,6 +302,7 @@ void EpDispatchCombineOp::Impl::enqueue_combine(const CombineLaunch& call, Halve
     args.set("expert_out", call.expert_out).set("unpacks", call.expert_out != nullptr);
     if (!scatter) args.set("staged", call.staged);
   }
+  if (kernels.combine_entries) args.set("indices", call.indices);
   device.launch(kernel, grid, args.build(), *stream);
 }
 

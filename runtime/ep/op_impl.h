@@ -62,9 +62,11 @@ struct DispatchLaunch {
 // A combine's arguments, the same way.
 struct CombineLaunch {
   const void *input = nullptr, *weights = nullptr, *expert_out = nullptr;
+  const void* indices = nullptr;  // weighted entries: the origin's top-k indices
   bool staged = false;
   int64_t tokens = 0;
   const void* token_count = nullptr;  // the dispatch's (DispatchOptions::token_count)
+  void* output = nullptr;             // weighted entries: the caller's [tokens, hidden], else out_tokens
   CombineResult result;
 };
 
@@ -106,6 +108,7 @@ struct EpDispatchCombineOp::Impl {
   int32_t peer_timeout_ms = 0;  // resolved once (config, else EPJIT_PEER_TIMEOUT_S, else 30 s)
 
   int64_t dispatched_tokens = -1;  // tokens of the dispatch awaiting combine; -1 none
+  bool packed_since_dispatch = false;  // std_moe_pack ran after the dispatch awaiting combine
   // The dispatch awaiting combine took slots from the receive counters (not a
   // replay). Another such dispatch must wait for a combine: a peer that has
   // finished this one could add to a counter this rank's last block has not
@@ -147,6 +150,7 @@ struct EpDispatchCombineOp::Impl {
   // The combine kernel of the op's protocol and mode.
   const Kernel* combine_kernel() const {
     if (kernels.combine_low_latency) return kernels.combine_low_latency;
+    if (kernels.combine_entries) return kernels.combine_entries;
     return config.combine_mode == CombineMode::Gather ? kernels.combine_gather : kernels.combine_scatter;
   }
 
@@ -323,8 +327,20 @@ struct EpDispatchCombineOp::Impl {
   CombineResult launch_combine(const char* call, const TensorRef& input, const std::optional<TensorRef>& weights,
                                Halves halves, const void* expert_out = nullptr);
   void enqueue_combine(const CombineLaunch& call, Halves halves);
+  StdMoeResult std_moe_outputs() const {
+    const int64_t experts = config.num_experts_per_rank;
+    const int64_t rows = int64_t(config.world_size) * config.max_num_inp_token_per_rank;
+    return {{moe_tokens, DType::BF16, {experts, rows, config.hidden_dim}},
+            {moe_counts, DType::I32, {experts}},
+            {moe_sources, DType::I32, {experts, rows}}};
+  }
   CombineResult std_moe_combine_call(const char* call, const TensorRef& expert_out,
-                                     const std::optional<TensorRef>& weights, Halves halves);
+                                     const std::optional<TensorRef>& weights, const std::optional<TensorRef>& indices,
+                                     const std::optional<TensorRef>& output, Halves halves);
+  // std_moe_combine with weighted entries (ep_combine_entries).
+  CombineResult entries_combine_call(const char* call, const TensorRef& expert_out, const std::optional<TensorRef>& weights,
+                                     const std::optional<TensorRef>& indices, const std::optional<TensorRef>& output,
+                                     Halves halves);
 
   // The kernels' `phases` argument for `halves` (the template's bits).
   int64_t phase_bits(Halves halves) const {

@@ -18,6 +18,7 @@ EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineCon
   kernels.count_experts = &module.kernel("ep_count_experts");
   kernels.combine_low_latency = held("ep_combine_low_latency");
   kernels.combine_gather = held("ep_combine_gather");
+  kernels.combine_entries = held("ep_combine_entries");
   kernels.combine_scatter = held("ep_combine_scatter");
   kernels.std_moe_pack = held("ep_std_moe_pack");
   kernels.std_moe_unpack = held("ep_std_moe_unpack");
@@ -30,13 +31,17 @@ EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineCon
   kernels.internode_partials = held("ep_internode_partials");
   kernels.internode_sum = held("ep_internode_sum");
   const int combines = int(kernels.combine_low_latency != nullptr) + int(kernels.combine_gather != nullptr) +
-                       int(kernels.combine_scatter != nullptr);
+                       int(kernels.combine_scatter != nullptr) + int(kernels.combine_entries != nullptr);
   auto disagree = [&](const std::string& what) {
     throw Error(record.template_name + " for target " + config.target + ": " + what, "the kernels the op's calls launch",
                 "the template's when(...) clauses and the op disagree: report this as a bug");
   };
   if (combines != 1) disagree("the module holds " + std::to_string(combines) + " combine kernels");
   if (config.enable_std_moe && !kernels.std_moe_pack) disagree("enable_std_moe, but no ep_std_moe_pack");
+  if ((config.enable_std_moe && config.std_moe_combine == StdMoeCombine::WeightedEntries) !=
+      (kernels.combine_entries != nullptr))
+    disagree(std::string("std_moe_combine ") + name_of(config.std_moe_combine) + ", but ep_combine_entries " +
+             (kernels.combine_entries ? "is there" : "is not"));
   if ((config.receive_order == ReceiveOrder::Source) != (kernels.order_count && kernels.order_slots))
     disagree(std::string("receive_order ") + name_of(config.receive_order) + ", but the ep_order_* kernels " +
              (kernels.order_count ? "are there" : "are not"));
@@ -96,6 +101,8 @@ EpWindowMap EpWindowMap::of(const ModuleInterface& record, const WindowLayout& l
   map.state_bytes = bytes("state");
   map.signals_bytes = bytes("signals");
   map.moe_counts_bytes = bytes("moe_counts");
+  map.moe_entry_rows = offset("moe_entry_rows");
+  map.moe_entry_rows_bytes = bytes("moe_entry_rows");
   map.flagged_rows = offset("flagged_rows");
   map.flagged_rows_bytes = bytes("flagged_rows");
   map.flagged_weights = offset("flagged_weights");

@@ -18,6 +18,7 @@ struct EpKernels {
   const Kernel* dispatch = nullptr;
   const Kernel* combine_gather = nullptr;
   const Kernel* combine_scatter = nullptr;
+  const Kernel* combine_entries = nullptr;  // std_moe_combine weighted_entries
   const Kernel* combine_low_latency = nullptr;  // instead of either, with config.uses_low_latency_combine()
   const Kernel* std_moe_pack = nullptr;
   const Kernel* std_moe_unpack = nullptr;
@@ -39,8 +40,8 @@ struct EpKernels {
 // codes of @state it reads.
 struct EpWindowMap {
   size_t state = 0, signals = 0, recv_tokens = 0, recv_weights = 0, recv_scales = 0, recv_indices = 0,
-         recv_origin = 0, combine_rows = 0, combine_weights = 0, moe_counts = 0;
-  size_t signals_bytes = 0, state_bytes = 0, moe_counts_bytes = 0;
+         recv_origin = 0, combine_rows = 0, combine_weights = 0, moe_counts = 0, moe_entry_rows = 0;
+  size_t signals_bytes = 0, state_bytes = 0, moe_counts_bytes = 0, moe_entry_rows_bytes = 0;
   // The low-latency combine's flagged inboxes (empty without it): reset()
   // clears them, or a line of an earlier epoch would pass for a new one.
   size_t flagged_rows = 0, flagged_rows_bytes = 0, flagged_weights = 0, flagged_weights_bytes = 0;

@@ -1,6 +1,7 @@
 #include "epjit/ep/reference.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "epjit/error.h"
@@ -220,6 +221,29 @@ StdMoeLayout std_moe_layout(const EpDispatchCombineConfig& config, int rank, con
     }
   }
   return layout;
+}
+
+std::vector<uint8_t> weighted_entries_combine(
+    const EpDispatchCombineConfig& config, const RankInput& input,
+    const std::function<std::vector<uint16_t>(int32_t expert, const uint8_t* row)>& expert_row) {
+  const size_t hidden = size_t(config.hidden_dim), k = size_t(config.num_experts_per_token);
+  const size_t row_bytes = config.dispatch_token_bytes();
+  std::vector<uint8_t> out(size_t(input.tokens) * hidden * 2);
+  for (size_t t = 0; t < size_t(input.tokens); ++t) {
+    std::vector<float> acc(hidden, 0.0f);
+    for (size_t j = 0; j < k; ++j) {
+      const int32_t expert = input.indices[t * k + j];
+      if (expert < 0) continue;
+      const std::vector<uint16_t> row = expert_row(expert, &input.payload[t * row_bytes]);
+      const float weight = input.weights[t * k + j];
+      for (size_t h = 0; h < hidden; ++h) acc[h] = std::fma(decode_bf16(row[h]), weight, acc[h]);
+    }
+    for (size_t h = 0; h < hidden; ++h) {
+      const uint16_t bits = encode_bf16(acc[h]);
+      std::memcpy(&out[(t * hidden + h) * 2], &bits, 2);
+    }
+  }
+  return out;
 }
 
 }  // namespace epjit::ep::reference

@@ -21,25 +21,48 @@ StdMoeResult EpDispatchCombineOp::std_moe_pack() {
                        .set("w", op.window_table)
                        .build(),
                    *op.stream);
-  const int64_t experts = op.config.num_experts_per_rank;
-  const int64_t rows = int64_t(op.config.world_size) * op.config.max_num_inp_token_per_rank;
-  return {{op.moe_tokens, DType::BF16, {experts, rows, op.config.hidden_dim}},
-          {op.moe_counts, DType::I32, {experts}},
-          {op.moe_sources, DType::I32, {experts, rows}}};
+  op.packed_since_dispatch = true;
+  return op.std_moe_outputs();
 }
 
-CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, const std::optional<TensorRef>& weights) {
+StdMoeResult EpDispatchCombineOp::std_moe_outputs() {
+  Impl& op = *impl_;
+  op.require_open("std_moe_outputs");
+  op.require_std_moe("std_moe_outputs");
+  return op.std_moe_outputs();
+}
+
+CombineResult EpDispatchCombineOp::std_moe_combine(const TensorRef& expert_out, const std::optional<TensorRef>& weights,
+                                                   const std::optional<TensorRef>& indices,
+                                                   const std::optional<TensorRef>& output) {
   const OneCallAtATime one_call = impl_->one_call("std_moe_combine");
-  return impl_->std_moe_combine_call("std_moe_combine", expert_out, weights, Halves::Both);
+  return impl_->std_moe_combine_call("std_moe_combine", expert_out, weights, indices, output, Halves::Both);
 }
 
-void EpDispatchCombineOp::std_moe_combine_send(const TensorRef& expert_out, const std::optional<TensorRef>& weights) {
+void EpDispatchCombineOp::std_moe_combine_send(const TensorRef& expert_out, const std::optional<TensorRef>& weights,
+                                               const std::optional<TensorRef>& indices,
+                                               const std::optional<TensorRef>& output) {
   const OneCallAtATime one_call = impl_->one_call("std_moe_combine_send");
-  impl_->std_moe_combine_call("std_moe_combine_send", expert_out, weights, Halves::Send);
+  impl_->std_moe_combine_call("std_moe_combine_send", expert_out, weights, indices, output, Halves::Send);
+}
+
+TensorRef EpDispatchCombineOp::std_moe_combine_input() {
+  Impl& op = *impl_;
+  op.require_open("std_moe_combine_input");
+  op.require_std_moe("std_moe_combine_input");
+  if (!op.kernels.combine_entries)
+    throw Error("std_moe_combine_input() on an op whose std_moe_combine sums rank by rank",
+                "std_moe_combine = weighted_entries (its expert outputs are read from the window)",
+                "build the op with std_moe_combine = weighted_entries, or pass any buffer to std_moe_combine()");
+  const int64_t rows = int64_t(op.config.world_size) * op.config.max_num_inp_token_per_rank;
+  return {op.local(op.window.moe_entry_rows), DType::BF16,
+          {op.config.num_experts_per_rank, rows, op.config.hidden_dim}};
 }
 
 CombineResult EpDispatchCombineOp::Impl::std_moe_combine_call(const char* call, const TensorRef& expert_out,
-                                                              const std::optional<TensorRef>& weights, Halves halves) {
+                                                              const std::optional<TensorRef>& weights,
+                                                              const std::optional<TensorRef>& indices,
+                                                              const std::optional<TensorRef>& output, Halves halves) {
   Impl& op = *this;
   op.require_open(call);
   op.require_std_moe(call);
@@ -50,6 +73,13 @@ CombineResult EpDispatchCombineOp::Impl::std_moe_combine_call(const char* call, 
   if (op.dispatched_tokens < 0)
     throw Error(std::string(call) + " without a dispatch before it", "dispatch, std_moe_pack, std_moe_combine",
                 "call dispatch() and std_moe_pack() first");
+  if (op.kernels.combine_entries) return op.entries_combine_call(call, expert_out, weights, indices, output, halves);
+  if ((indices && indices->data) || (output && output->data))
+    throw Error(std::string(call) + " with " + (indices && indices->data ? "indices" : "an output") +
+                    " on an op whose std_moe_combine sums rank by rank",
+                "indices and output only with std_moe_combine = weighted_entries (the origin's top-k, which it "
+                "weights, and where its sums go)",
+                "drop them, or build the op with std_moe_combine = weighted_entries");
   for (const Kernel* reader : {op.combine_kernel(), op.kernels.std_moe_unpack})
     if (reader) require_pointer_alignment(*reader, "expert_out", expert_out.data, call, "expert_out");
   // Gather's staged rows (combine_input()); scatter's buffer of its own
@@ -132,6 +162,56 @@ TensorRef EpDispatchCombineOp::local_expert_counts_device(ExpertCountRule rule) 
                        .build(),
                    *op.stream);
   return {op.expert_counts, DType::I32, {op.config.num_experts_per_rank}};
+}
+
+}  // namespace epjit::ep
+
+namespace epjit::ep {
+
+CombineResult EpDispatchCombineOp::Impl::entries_combine_call(const char* call, const TensorRef& expert_out,
+                                                              const std::optional<TensorRef>& weights,
+                                                              const std::optional<TensorRef>& indices,
+                                                              const std::optional<TensorRef>& output, Halves halves) {
+  require_working_transport(call);
+  if (!packed_since_dispatch)
+    throw Error(std::string(call) + " without std_moe_pack after the dispatch",
+                "dispatch, std_moe_pack, then std_moe_combine (the pack gives each entry the packed row the origins "
+                "read)",
+                "call std_moe_pack() after dispatch()");
+  const int64_t n = dispatched_tokens, k = config.num_experts_per_token;
+  // A call of no tokens may pass empty tensors (no memory behind them).
+  if (!weights || !indices || (n > 0 && (!weights->data || !indices->data)))
+    throw Error(std::string(call) + " without the origin's top-k weights and indices",
+                "weights [" + std::to_string(n) + ", " + std::to_string(k) + "] f32 and indices [" + std::to_string(n) +
+                    ", " + std::to_string(k) + "] i32 of this rank's dispatch (std_moe_combine = weighted_entries "
+                    "weights each token's expert rows with its own top-k weights)",
+                "pass the dispatch's top-k weights and indices");
+  expect_tensor(call, "weights", *weights, DType::F32, {n, k});
+  expect_tensor(call, "indices", *indices, DType::I32, {n, k});
+  const Kernel& kernel = *kernels.combine_entries;
+  require_pointer_alignment(kernel, "expert_out", expert_out.data, call, "expert_out");
+  require_pointer_alignment(kernel, "in_weights", weights->data, call, "weights");
+  require_pointer_alignment(kernel, "indices", indices->data, call, "indices");
+  const bool to_output = output && output->data;
+  if (to_output) {
+    expect_tensor(call, "output", *output, DType::BF16, {n, config.hidden_dim});
+    require_pointer_alignment(kernel, "output", output->data, call, "output");
+  }
+  CombineLaunch launch{.weights = weights->data,
+                       .expert_out = expert_out.data,
+                       .indices = indices->data,
+                       .staged = expert_out.data == local(window.moe_entry_rows),  // std_moe_combine_input()
+                       .tokens = n,
+                       .token_count = pending_token_count,
+                       .output = to_output ? output->data : nullptr};
+  launch.result.tokens = {to_output ? output->data : out_tokens, DType::BF16, {n, config.hidden_dim}};
+  enqueue_combine(launch, halves);
+  if (halves == Halves::Send) {
+    awaiting_combine_recv = launch;
+  } else {
+    dispatched_tokens = -1;
+  }
+  return launch.result;
 }
 
 }  // namespace epjit::ep

@@ -109,6 +109,9 @@ for world in 1 2 4; do bench_shape $world > "$out/bench-shape-$world.txt"; done
 # gpu_templates_test's ep.block_any kernel (not a template: a test input).
 "$build/bin/epjit-compile" --input tests/unit/templates/inputs/block_vote.mlir --target sm90 --emit bin \
   -o "$out/block_vote.cubin"
+# And its weighted sum (ep.warp.sum_rows ... weight): DeepEP's combine bits on the GPU.
+"$build/bin/epjit-compile" --input tests/unit/templates/inputs/weighted_sum.mlir --target sm90 --emit bin \
+  -o "$out/weighted_sum.cubin"
 # The compiler provider (self-contained), beside the tools that find it there:
 # the GPU host compiles from the DSL what no bundle holds (the host-jit check).
 strip -o "$out/libepjit_kernel_source.so" "$build/lib/libepjit_kernel_source.so"

@@ -20,7 +20,7 @@ ep.kernel @ep_combine_gather(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_
                              %staged: index, %expert_out: !ep.ptr<bf16>, %unpacks: index, %phases: index,
                              %token_count: !ep.ptr<i32>, %count_on_device: index,
                              %w: !ep.window)
-    warps_per_block(4) when(@combine_mode eq "gather" and @low_latency eq 0) {
+    warps_per_block(4) when(@combine_mode eq "gather" and @low_latency eq 0 and @entry_combine eq 0) {
   // The epoch and the received count are read before the stopped check, all three loads in flight at once.
   %c0 = arith.constant 0 : index
   %epoch_word = ep.constant_value @state_epoch : index

@@ -26,6 +26,11 @@ ep.param @combine_elem : !ep.row_elem<"combine_elem">
 ep.param @low_latency : i1 {default_value = false}
 // Rows arrive in source order (ep/order: rank-major, each rank's in token order).
 ep.param @source_order : i1 {default_value = false}
+// Standard MoE's combine returns each (token, k) expert row to its origin,
+// which sums them weighted by its top-k weights (ep/combine_entries:
+// ep_combine_entries, DeepEP's low-latency combine), instead of each rank
+// summing its experts' rows first.
+ep.param @entry_combine : i1 {default_value = false}
 
 // Words of @state.
 ep.constant @state_epoch = 0 : index               // the last completed dispatch's epoch
@@ -527,5 +532,21 @@ ep.window_region @order_offsets : i32 {
   %max_tokens = ep.param_value @max_tokens : index
   %cells = arith.muli %world, %max_tokens : index
   %count = arith.select %source_order, %cells, %c0 : index
+  ep.yield %count : index
+}
+// Entry combine: the packed expert outputs [experts_per_rank, world *
+// max_tokens, hidden] the origins read (staged by ep_combine_entries, or
+// written in place: std_moe_combine_input()).
+ep.window_region @moe_entry_rows : bf16 {
+  %c0 = arith.constant 0 : index
+  %entry_combine = ep.param_value @entry_combine : i1
+  %epr = ep.param_value @experts_per_rank : index
+  %world = ep.param_value @world : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %hidden = ep.param_value @hidden : index
+  %per_expert = arith.muli %world, %max_tokens : index
+  %rows = arith.muli %epr, %per_expert : index
+  %elements = arith.muli %rows, %hidden : index
+  %count = arith.select %entry_combine, %elements, %c0 : index
   ep.yield %count : index
 }

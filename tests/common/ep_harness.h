@@ -61,6 +61,11 @@ struct EpCase {
   // Tokens per call on rank 0; rank r sends max(0, n - r % 2) (n = max stays max).
   std::vector<int64_t> calls = {37, 0, 1, 37, 13};
   bool std_moe = false;
+  // With std_moe: std_moe_combine = weighted_entries (DeepEP's low-latency
+  // combine): each origin token must be its expert rows weighted by its own
+  // top-k weights (reference::weighted_entries_combine); with zero_copy the
+  // experts write into op.std_moe_combine_input().
+  bool entry_combine = false;
   bool replay = false;  // each call also replays its routing with new payloads
   // With replay: the replay follows the dispatch directly (MORI's order) and
   // combine answers the replay; the dispatch's own results are still checked.
@@ -135,6 +140,7 @@ inline EpDispatchCombineConfig configFor(const EpCase& c, int rank) {
   config.internode_auto_ll_max_tokens = c.internode_auto_ll_max_tokens;
   config.low_latency_combine = c.low_latency_combine;
   config.receive_order = c.source_order ? ReceiveOrder::Source : ReceiveOrder::Arrival;
+  config.std_moe_combine = c.entry_combine ? StdMoeCombine::WeightedEntries : StdMoeCombine::RankSums;
   return config;
 }
 
@@ -553,6 +559,41 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
         std::sort(got_sources.begin(), got_sources.end());
         std::sort(want_sources.begin(), want_sources.end());
         if (got_sources != want_sources) failures.add("call ", call, ": std-MoE sources of local expert ", e, " differ");
+      }
+      if (c.entry_combine) {
+        const TensorRef expert_out = c.zero_copy ? op.std_moe_combine_input()
+                                                 : tensor(d_moe_out, DType::BF16, {c.experts_per_rank, moe_rows, hidden});
+        device.copy_to_device(expert_out.data, moe_out.data(), moe_out.size() * 2);
+        const TensorRef origin_weights = tensor(d_weights, DType::F32, {n, k});
+        const TensorRef origin_indices = tensor(d_indices, DType::I32, {n, k});
+        // Zero-copy cases also have the sums written to a buffer of the caller's.
+        std::optional<TensorRef> output;
+        if (c.zero_copy) output = tensor(d_expert, DType::BF16, {n, hidden});
+        result = combineAsCased(
+            [&] { op.std_moe_combine_send(expert_out, origin_weights, origin_indices, output); },
+            [&] { return op.std_moe_combine(expert_out, origin_weights, origin_indices, output); });
+        op.check();
+        if (output && result.tokens.data != d_expert) failures.add("call ", call, ": the sums are not in `output`");
+        const std::vector<uint8_t> want = reference::weighted_entries_combine(
+            config, inputs[size_t(rank)], [&](int32_t expert, const uint8_t* row) {
+              std::vector<uint16_t> out(static_cast<size_t>(hidden));
+              const float factor = 1.0f + float(expert % c.experts_per_rank) / 8.0f;
+              for (int64_t h = 0; h < hidden; ++h) {
+                uint16_t bits;
+                std::memcpy(&bits, row + size_t(h) * 2, 2);
+                out[size_t(h)] = encode_bf16(decode_bf16(bits) * factor);
+              }
+              return out;
+            });
+        std::vector<uint8_t> out(size_t(n) * row_bytes);
+        if (n) device.copy_to_host(out.data(), result.tokens.data, out.size());
+        for (int64_t t = 0; t < n; ++t)
+          if (std::memcmp(&out[size_t(t) * row_bytes], &want[size_t(t) * row_bytes], row_bytes) != 0) {
+            failures.add("call ", call, ": weighted-entries combine of token ", t, " differs");
+            break;
+          }
+        last_combine = result;
+        return;
       }
       device.copy_to_device(d_moe_out, moe_out.data(), moe_out.size() * 2);
       // What unpack must produce for each received row, and what combine then sums.

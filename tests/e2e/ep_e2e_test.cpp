@@ -239,6 +239,19 @@ std::vector<EpCase> matrix() {
        .source_order = true});
   add({.name = "source_order_replay_std_moe_w2", .std_moe = true, .replay = true, .source_order = true});
   add({.name = "source_order_alternating_200_w4", .world = 4, .hidden = 128, .calls = counts, .source_order = true});
+  // Standard MoE with weighted entries (DeepEP's low-latency combine): each
+  // origin token is its own expert rows times its own weights, fma in top-k
+  // order, whatever the world; repeats read the row their first entry took.
+  add({.name = "entries_w1", .world = 1, .std_moe = true, .entry_combine = true});
+  add({.name = "entries_w3", .world = 3, .std_moe = true, .entry_combine = true});
+  add({.name = "entries_repeats_w4", .world = 4, .routing = RoutingKind::Repeats, .std_moe = true,
+       .entry_combine = true});
+  add({.name = "entries_masked_zero_copy_w2", .routing = RoutingKind::Masked, .std_moe = true, .entry_combine = true,
+       .zero_copy = true});
+  add({.name = "entries_tiny_hidden7168_top8_gfx942_w2", .target = "host-gfx942", .hidden = 7168, .topk = 8,
+       .experts_per_rank = 8, .max_tokens = 8, .calls = {1, 7, 0, 8}, .std_moe = true, .entry_combine = true});
+  add({.name = "entries_source_order_w3_processes", .world = 3, .ranks = Ranks::Processes, .std_moe = true,
+       .entry_combine = true, .source_order = true});
   // More chunks of 8 tokens than warps: a warp orders several chunks.
   add({.name = "source_order_2100_tokens_w2", .hidden = 64, .max_tokens = 2100, .calls = {2100, 5, 2049},
        .dispatch_blocks = 3, .warps_per_block = 4, .source_order = true});

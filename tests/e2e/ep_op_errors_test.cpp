@@ -394,6 +394,57 @@ TEST(EpOpErrors, StdMoeExpertOutputsInTheCombineRowsAreRefused) {
   EXPECT_EQ(failures, "");
 }
 
+// Weighted entries read the origin's weights and indices and each entry's
+// packed row: a combine without the pack, or without the origin's top-k, is
+// refused before any launch; the zero-copy buffer exists only with it, and
+// indices are refused on an op that sums rank by rank.
+TEST(EpOpErrors, WeightedEntriesNeedThePackAndTheOriginsTopK) {
+  EpCase c = smallCase();
+  c.std_moe = true;
+  c.entry_combine = true;
+  const std::string failures = onOneRank(c, [&](EpDispatchCombineOp& op, Communicator&, Buffers& b) {
+    std::string f;
+    auto [x, w, idx, y, yw, s] = b.pointers;
+    const TensorRef expert_out{y, DType::BF16, {4, 8, 64}};
+    const TensorRef weights{w, DType::F32, {3, 2}}, indices{idx, DType::I32, {3, 2}};
+    op.dispatch({x, DType::BF16, {3, 64}}, weights, std::nullopt, indices);
+    f += expectParts("no pack", thrown([&] { op.std_moe_combine(expert_out, weights, indices); }),
+                     {"without std_moe_pack after the dispatch", "call std_moe_pack()"});
+    op.std_moe_pack();
+    f += expectParts("no indices", thrown([&] { op.std_moe_combine(expert_out, weights); }),
+                     {"without the origin's top-k weights and indices", "indices [3, 2] i32"});
+    f += expectParts("indices of another shape",
+                     thrown([&] { op.std_moe_combine(expert_out, weights, TensorRef{idx, DType::I32, {2, 2}}); }),
+                     {"indices"});
+    const TensorRef zero_copy = op.std_moe_combine_input();
+    if (zero_copy.shape != std::vector<int64_t>{4, 8, 64}) f += "std_moe_combine_input() has another shape\n";
+    if (const std::string why = thrown([&] { op.std_moe_combine(zero_copy, weights, indices); }); !why.empty())
+      f += "std_moe_combine from std_moe_combine_input() threw: " + why + "\n";
+    op.check();
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+  EpCase sums = smallCase();
+  sums.std_moe = true;
+  const std::string refused = onOneRank(sums, [&](EpDispatchCombineOp& op, Communicator&, Buffers& b) {
+    std::string f;
+    auto [x, w, idx, y, yw, s] = b.pointers;
+    f += expectParts("zero-copy buffer of rank sums", thrown([&] { op.std_moe_combine_input(); }),
+                     {"std_moe_combine = weighted_entries"});
+    op.dispatch({x, DType::BF16, {3, 64}}, {w, DType::F32, {3, 2}}, std::nullopt, {idx, DType::I32, {3, 2}});
+    op.std_moe_pack();
+    f += expectParts("indices on rank sums",
+                     thrown([&] {
+                       op.std_moe_combine({y, DType::BF16, {4, 8, 64}}, std::nullopt, TensorRef{idx, DType::I32, {3, 2}});
+                     }),
+                     {"with indices on an op whose std_moe_combine sums rank by rank"});
+    op.std_moe_combine({y, DType::BF16, {4, 8, 64}});
+    op.check();
+    return f;
+  });
+  EXPECT_EQ(refused, "");
+}
+
 TEST(EpOpErrors, Fp8OfTheWrongFlavorIsRefused) {
   EpCase c = smallCase();
   c.target = "host-gfx942";

@@ -9,6 +9,7 @@
 #include <iterator>
 
 #include "../common/block_vote_check.h"
+#include "../common/weighted_sum_check.h"
 #include "../common/template_check.h"
 #include "epjit/cache.h"
 #include "epjit/device.h"
@@ -130,6 +131,27 @@ TEST(GpuBlockVote, EveryWarpOfABlockGetsTheBlocksAnswer) {
     KernelArgs args;
     args.add(flags).add(out);
     device.launch(module->kernel("block_vote"), {kBlocks, testing::kBlockVoteWarps}, args, *stream);
+    stream->synchronize();
+  });
+}
+
+// ep.warp.sum_rows with weighted sources on sm90 (fma.rn.f32): the test
+// kernel of tests/unit/templates/inputs/weighted_sum.mlir (prepare.sh puts
+// weighted_sum.cubin beside this test); the host test checks the same bits.
+TEST(GpuWeightedSum, FusedMultiplyAddsInSourceOrderFromPlusZero) {
+  if (!gpu().device) GTEST_SKIP() << "no CUDA device: " << gpu().why_not;
+  const std::filesystem::path cubin =
+      std::filesystem::read_symlink("/proc/self/exe").parent_path() / "weighted_sum.cubin";
+  std::ifstream file(cubin, std::ios::binary);
+  ASSERT_TRUE(file) << cubin << " is missing: scripts/gpu/prepare.sh compiles it beside this test";
+  const std::vector<uint8_t> binary{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+  Device& device = *gpu().device;
+  auto module = device.load_module(binary);
+  auto stream = device.create_stream();
+  testing::checkWeightedSum(device, [&](void* rows, void* weights, void* valid, void* out, size_t count) {
+    KernelArgs args;
+    args.add(rows).add(weights).add(valid).add(out).add(count);
+    device.launch(module->kernel("weighted_sum"), {1, testing::kWeightedSumWarps}, args, *stream);
     stream->synchronize();
   });
 }

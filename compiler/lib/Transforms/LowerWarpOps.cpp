@@ -451,12 +451,13 @@ LogicalResult lowerSumRows(ep::WarpSumRowsOp op, Lowering& l) {
   std::optional<int64_t> sources = getConstantIntValue(op.getSources());
   if (!sources || *sources < 1 || *sources > 64)
     return op.emitError() << "ep.warp.sum_rows needs a constant count of 1 to 64 sources once specialized";
-  SmallVector<Value> valid, rows, scales, unflagged;
+  SmallVector<Value> valid, rows, scales, unflagged, weights;
   cloneBodyPerRow<ep::SourceOp>(l, op.getBody().front(), *sources, [&](ep::SourceOp source, IRMapping& mapping) {
     valid.push_back(mapping.lookupOrDefault(source.getValid()));
     rows.push_back(mapping.lookupOrDefault(source.getRow()));
     if (source.getScales()) scales.push_back(mapping.lookupOrDefault(source.getScales()));
     if (source.getUnflagged()) unflagged.push_back(mapping.lookupOrDefault(source.getUnflagged()));
+    if (source.getWeight()) weights.push_back(mapping.lookupOrDefault(source.getWeight()));
   });
   // A lane chunk is 16 bytes of each source (8 bf16, 4 f32, 16 fp8 codes):
   // one vector load per source, and vector stores of the sum, when the
@@ -484,7 +485,7 @@ LogicalResult lowerSumRows(ep::WarpSumRowsOp op, Lowering& l) {
     Value stride = l.index(wave * chunk);
     forEachLaneStep(l, l.ceilDiv(op.getCount(), chunk), unroll, [&](Value chunkIndex) {
       ep::LaneSumChunksOp::create(l.b, dst, l.mul(chunkIndex, chunk), op.getCount(), stride, valid, rows, scales,
-                                  op.getFlag(), op.getError(), op.getErrorIndex(), op.getCode(), op.getTimeoutMs(),
+                                  ValueRange{}, op.getFlag(), op.getError(), op.getErrorIndex(), op.getCode(), op.getTimeoutMs(),
                                   unflagged, nullptr, nullptr, nullptr, l.b.getI64IntegerAttr(chunk),
                                   l.b.getI64IntegerAttr(unroll), l.b.getBoolAttr(aligned));
     });
@@ -493,7 +494,8 @@ LogicalResult lowerSumRows(ep::WarpSumRowsOp op, Lowering& l) {
   const int64_t unroll = std::clamp<int64_t>(l.target.copy_loads_in_flight / *sources, 1, most);
   if (unroll == 1) {
     forEachLaneChunk(l, op.getCount(), chunk, [&](Value start, Value n) {
-      ep::LaneSumChunkOp::create(l.b, dst, start, n, valid, rows, scales, op.getFormatAttr(), op.getBlockAttr(),
+      ep::LaneSumChunkOp::create(l.b, dst, start, n, valid, rows, scales, weights, op.getFormatAttr(),
+                                 op.getBlockAttr(),
                                  op.getMethodAttr(), l.b.getI64IntegerAttr(chunk), l.b.getBoolAttr(aligned));
     });
     return success();
@@ -501,7 +503,7 @@ LogicalResult lowerSumRows(ep::WarpSumRowsOp op, Lowering& l) {
   Value stride = l.index(wave * chunk);
   forEachLaneStep(l, l.ceilDiv(op.getCount(), chunk), unroll, [&](Value chunkIndex) {
     ep::LaneSumChunksOp::create(l.b, dst, l.mul(chunkIndex, chunk), op.getCount(), stride, valid, rows, scales,
-                                Value(), Value(), Value(), Value(), Value(), ValueRange{}, op.getFormatAttr(),
+                                weights, Value(), Value(), Value(), Value(), Value(), ValueRange{}, op.getFormatAttr(),
                                 op.getBlockAttr(), op.getMethodAttr(),
                                 l.b.getI64IntegerAttr(chunk), l.b.getI64IntegerAttr(unroll), l.b.getBoolAttr(aligned));
   });

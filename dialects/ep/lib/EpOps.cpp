@@ -479,6 +479,8 @@ LogicalResult WarpSumRowsOp::verify() {
     return emitOpError() << "flagged sources need all of flag, error word, error index, code and timeout_ms";
   if (source.getUnflagged() && !getFlag())
     return emitOpError() << "ep.source ... unflagged(...) names plain rows among flagged ones: the sum must be flagged";
+  if (source.getWeight() && (getFormat() || getFlag()))
+    return emitOpError() << "weighted sources are plain bf16 or f32 rows: no format, not flagged";
   if (getFlag()) {
     if (getFormat()) return emitOpError() << "flagged sources are bf16 or f32 rows, not fp8 codes";
     if (!elementTypeOf(getError()).isInteger(32))

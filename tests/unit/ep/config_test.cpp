@@ -69,6 +69,23 @@ const Rule kRules[] = {
        c.max_total_recv_tokens = int64_t(1) << 24;
      },
      {"receive_order = source", "below 2^24", "16777216 tokens"}},
+    {"entries_need_std_moe",
+     [](auto& c) { c.std_moe_combine = StdMoeCombine::WeightedEntries; },
+     {"std_moe_combine = weighted_entries", "enable_std_moe is off"}},
+    {"entries_need_gather",
+     [](auto& c) {
+       c.enable_std_moe = true;
+       c.std_moe_combine = StdMoeCombine::WeightedEntries;
+       c.combine_mode = CombineMode::Scatter;
+     },
+     {"std_moe_combine = weighted_entries", "gather combine without quant", "combine_mode scatter"}},
+    {"entries_one_node",
+     [](auto& c) {
+       c.enable_std_moe = true;
+       c.std_moe_combine = StdMoeCombine::WeightedEntries;
+       c.gpu_per_node = 4;
+     },
+     {"std_moe_combine = weighted_entries", "one node's windows", "gpu_per_node 4 < world_size 8"}},
     {"token_bytes_multiple_of_16", [](auto& c) { c.hidden_dim = 7164; }, {"hidden_dim = 7164", "multiple of 16 bytes"}},
     {"asymmetric_needs_gather",
      [](auto& c) {
@@ -208,6 +225,9 @@ TEST(Config, ParsesNamesAndRejectsUnknownOnes) {
   EXPECT_EQ(parse_internode_kernel("v2_ll"), InternodeKernel::V2LowLatency);
   EXPECT_EQ(parse_receive_order("source"), ReceiveOrder::Source);
   EXPECT_THROW(parse_receive_order("sorted"), Error);
+  EXPECT_EQ(parse_std_moe_combine("weighted_entries"), StdMoeCombine::WeightedEntries);
+  EXPECT_STREQ(name_of(StdMoeCombine::RankSums), "rank_sums");
+  EXPECT_THROW(parse_std_moe_combine("weighted"), Error);
   try {
     parse_combine_mode("reduce");
     FAIL();

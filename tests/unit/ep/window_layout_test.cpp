@@ -39,7 +39,7 @@ TEST(WindowLayout, TheTemplatesRecordSizesEveryRegionForTheConfig) {
       "state",       "signals",      "recv_tokens",  "recv_weights",   "recv_scales",     "recv_indices",
       "recv_origin", "combine_rows", "combine_weights", "scatter_rows", "scatter_codes", "scatter_scales",
       "scatter_weights", "moe_counts", "moe_slots", "flagged_rows", "flagged_weights",
-      "order_chunk_counts", "order_matrix", "order_offsets"};
+      "order_chunk_counts", "order_matrix", "order_offsets", "moe_entry_rows"};
   ASSERT_EQ(record.window_regions.size(), order.size());
   for (size_t r = 0; r < order.size(); ++r) EXPECT_EQ(record.window_regions[r].name, order[r]) << "region " << r;
   const uint64_t capacity = 8 * 37;
@@ -54,6 +54,7 @@ TEST(WindowLayout, TheTemplatesRecordSizesEveryRegionForTheConfig) {
   EXPECT_EQ(countOf(record, "flagged_weights"), 0u);
   EXPECT_EQ(countOf(record, "order_chunk_counts"), 0u);                   // arrival order
   EXPECT_EQ(countOf(record, "order_matrix"), 0u);
+  EXPECT_EQ(countOf(record, "moe_entry_rows"), 0u);                       // std-MoE rank sums
   EXPECT_EQ(record.constant("state_words"), int64_t(countOf(record, "state")));
   EXPECT_EQ(record.target.wave_size, 32);
 }
@@ -100,6 +101,25 @@ TEST(WindowLayout, SourceOrderHasItsCountRegions) {
   EXPECT_NE(cache.key(kernel_spec(config)), cache.key(kernel_spec(scatterBlockwiseConfig())));
   config.max_num_inp_token_per_rank = 5;
   EXPECT_EQ(countOf(boundRecord(cache, config), "order_chunk_counts"), 8u * 5);
+}
+
+// Weighted entries' expert rows: experts_per_rank x world x the op's limit
+// rows of hidden bf16 (the packed layout), sized by the limit; a module of
+// its own, whose combine is ep_combine_entries.
+TEST(WindowLayout, WeightedEntriesHaveTheirExpertRows) {
+  KernelCache cache(CacheOptions{});
+  EpDispatchCombineConfig config = scatterBlockwiseConfig();
+  config.combine_mode = CombineMode::Gather;
+  config.quant_type = QuantType::None;
+  config.enable_std_moe = true;
+  config.std_moe_combine = StdMoeCombine::WeightedEntries;
+  const ModuleInterface record = boundRecord(cache, config);
+  EXPECT_EQ(countOf(record, "moe_entry_rows"), 32u * 8 * 37 * 7168);
+  EXPECT_EQ(record.region("moe_entry_rows").element, "bf16");
+  EXPECT_TRUE(record.has_kernel("ep_combine_entries"));
+  EXPECT_FALSE(record.has_kernel("ep_combine_gather"));
+  config.max_num_inp_token_per_rank = 5;
+  EXPECT_EQ(countOf(boundRecord(cache, config), "moe_entry_rows"), 32u * 8 * 5 * 7168);
 }
 
 TEST(WindowLayout, RegionsAreDisjointAlignedAndInTheRecordsOrder) {

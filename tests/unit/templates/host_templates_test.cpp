@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../../common/block_vote_check.h"
+#include "../../common/weighted_sum_check.h"
 #include "../../common/template_check.h"
 #include "epjit/numerics.h"
 #include "epjit/device.h"
@@ -146,6 +147,22 @@ TEST(HostBlockVote, EveryWarpOfABlockGetsTheBlocksAnswer) {
     KernelArgs args;
     args.add(flags).add(out);
     device->launch(module->kernel("block_vote"), {kBlocks, testing::kBlockVoteWarps}, args, *stream);
+    stream->synchronize();
+  });
+}
+
+// ep.warp.sum_rows with weighted sources on the host device: DeepEP's
+// low-latency combine bits (tests/common/weighted_sum_check.h).
+TEST(HostWeightedSum, FusedMultiplyAddsInSourceOrderFromPlusZero) {
+  const std::string library = compileKernel(
+      "weighted_sum", std::string("--input ") + EPJIT_TEST_INPUTS_DIR + "/weighted_sum.mlir --target host");
+  auto device = make_host_device();
+  auto module = device->load_module(readBinary(library));
+  auto stream = device->create_stream();
+  testing::checkWeightedSum(*device, [&](void* rows, void* weights, void* valid, void* out, size_t count) {
+    KernelArgs args;
+    args.add(rows).add(weights).add(valid).add(out).add(count);
+    device->launch(module->kernel("weighted_sum"), {1, testing::kWeightedSumWarps}, args, *stream);
     stream->synchronize();
   });
 }

@@ -111,14 +111,19 @@ LogicalResult emitSum(SumOp op, Adaptor adaptor, ConversionPatternRewriter& rewr
   auto rowType = cast<emitc::PointerType>(adaptor.getRows().front().getType());
   const std::string element = cTypeName(rowType.getPointee());
   const bool scaled = !adaptor.getScales().empty();
+  const bool weighted = !adaptor.getWeights().empty();
   auto sourceType = emitc::OpaqueType::get(
-      rewriter.getContext(), scaled ? "epjit::prim::ScaledCodes" : "epjit::prim::RowSource<" + element + ">");
+      rewriter.getContext(), scaled     ? "epjit::prim::ScaledCodes"
+                             : weighted ? "epjit::prim::WeightedRow<" + element + ">"
+                                        : "epjit::prim::RowSource<" + element + ">");
   for (size_t k = 0; k < adaptor.getRows().size(); ++k) {
     SmallVector<Value> parts = {adaptor.getValid()[k], adaptor.getRows()[k]};
     if (scaled) parts.push_back(adaptor.getScales()[k]);
-    operands.push_back(callPrelude(rewriter, loc, "epjit::prim::row_source", sourceType, parts));
+    if (weighted) parts.push_back(adaptor.getWeights()[k]);
+    operands.push_back(callPrelude(rewriter, loc, weighted ? "epjit::prim::weighted_source" : "epjit::prim::row_source",
+                                   sourceType, parts));
   }
-  std::string callee = ("epjit::prim::" + name).str();
+  std::string callee = ("epjit::prim::" + (weighted ? "weighted_" + name.str() : name.str()));
   std::vector<std::string> templateArgs;
   if (auto format = op.getFormatAttr()) {
     if (!op.getMethod()) return rewriter.notifyMatchFailure(op, "fp8 sources need a conversion method");

@@ -31,6 +31,12 @@ enum class InternodeKernel : uint8_t { Auto, V2, V2LowLatency };
 // first, then rank 1's, ..., each rank's in its token order: DeepEP's
 // normal-mode order, the same on every run; docs/EP.md "Receive order").
 enum class ReceiveOrder : uint8_t { Arrival, Source };
+// How std_moe_combine sums (enable_std_moe): RankSums (each rank sums its
+// experts' rows of a token, the origin sums the ranks' partials), or
+// WeightedEntries (each (token, k) row goes back to its origin, which sums
+// them weighted by its top-k weights in top-k order, as DeepEP's low-latency
+// combine does; docs/EP.md "Standard MoE").
+enum class StdMoeCombine : uint8_t { RankSums, WeightedEntries };
 
 // "bf16", "f32"/"fp32"/"float32", "fp8", "fp4"; throws epjit::Error naming `field`.
 DataType parse_data_type(const std::string& text, const char* field = "data_type");
@@ -40,11 +46,13 @@ CombineMode parse_combine_mode(const std::string& text);
 QuantType parse_quant_type(const std::string& text);
 InternodeKernel parse_internode_kernel(const std::string& text);
 ReceiveOrder parse_receive_order(const std::string& text);
+StdMoeCombine parse_std_moe_combine(const std::string& text);
 const char* name_of(DataType type);
 const char* name_of(CombineMode mode);
 const char* name_of(QuantType quant);
 const char* name_of(InternodeKernel kernel);
 const char* name_of(ReceiveOrder order);
+const char* name_of(StdMoeCombine combine);
 
 // Bytes of `elements` elements of a type (fp4 packs two per byte).
 size_t payload_bytes(DataType type, size_t elements);
@@ -107,6 +115,10 @@ struct EpDispatchCombineConfig {
   // (docs/PERFORMANCE.md has its cost); the rows, counts and sums are the
   // same either way, only their places differ.
   ReceiveOrder receive_order = ReceiveOrder::Arrival;
+  // With enable_std_moe: how std_moe_combine sums (StdMoeCombine). Weighted
+  // entries need gather, bf16, one node; std_moe_combine then takes the
+  // origin's top-k weights and indices.
+  StdMoeCombine std_moe_combine = StdMoeCombine::RankSums;
   std::string target;                 // "" = the device's target, or EPJIT_TARGET
   // How long a kernel waits for a peer before it reports error_peer_timeout
   // (check() throws; later calls fail at once until reset()). 0 = the

@@ -206,9 +206,26 @@ class EpDispatchCombineOp {
 
   // Standard MoE (enable_std_moe): the last dispatch's tokens packed per local
   // expert, and back: expert outputs in that layout summed per received token
-  // into combine()'s input, then combined.
+  // into combine()'s input, then combined. With std_moe_combine =
+  // weighted_entries, each (token, k) output row goes back to its origin,
+  // which sums the rows with `weights` [n, k] f32 (its own top-k weights, not
+  // the received ones) in top-k order, rounded once (DeepEP's low-latency
+  // combine); `indices` [n, k] i32 are the dispatch's (entries may be masked
+  // to -1 since); the result has no weights and is written to `output`
+  // [n, hidden] bf16 when given (else the op's own buffer). Without it,
+  // `weights` are combine()'s and `indices` and `output` are refused.
   StdMoeResult std_moe_pack();
-  CombineResult std_moe_combine(const TensorRef& expert_out, const std::optional<TensorRef>& weights = std::nullopt);
+  // Where std_moe_pack writes (the same tensors it returns), without a launch:
+  // callers of a split dispatch take them before dispatch_recv and pack.
+  StdMoeResult std_moe_outputs();
+  CombineResult std_moe_combine(const TensorRef& expert_out, const std::optional<TensorRef>& weights = std::nullopt,
+                                const std::optional<TensorRef>& indices = std::nullopt,
+                                const std::optional<TensorRef>& output = std::nullopt);
+  // weighted_entries: where expert outputs can be written in std_moe_pack's
+  // layout so std_moe_combine need not stage them (pass this tensor as its
+  // expert_out; DeepEP's zero-copy combine buffer). Valid between a dispatch
+  // and its combine.
+  TensorRef std_moe_combine_input();
 
   // Split calls: a dispatch or combine in two halves on the op's stream,
   // the same results bit for bit as the one-phase call. The send half issues
@@ -227,7 +244,9 @@ class EpDispatchCombineOp {
                                Routing* record = nullptr, const DispatchOptions& options = {});
   void dispatch_recv();
   void combine_send(const TensorRef& input, const std::optional<TensorRef>& weights = std::nullopt);
-  void std_moe_combine_send(const TensorRef& expert_out, const std::optional<TensorRef>& weights = std::nullopt);
+  void std_moe_combine_send(const TensorRef& expert_out, const std::optional<TensorRef>& weights = std::nullopt,
+                            const std::optional<TensorRef>& indices = std::nullopt,
+                            const std::optional<TensorRef>& output = std::nullopt);
   // The receive half of combine_send or std_moe_combine_send.
   CombineResult combine_recv();
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -97,5 +98,14 @@ struct StdMoeLayout {
 };
 StdMoeLayout std_moe_layout(const EpDispatchCombineConfig& config, int rank,
                             const std::vector<ReceivedToken>& received);
+
+// std_moe_combine = weighted_entries (DeepEP's low-latency combine): each of
+// `input`'s tokens is +0.0 plus, for each top-k entry k that names an expert,
+// in top-k order, fma(row_k[h], weights[k], acc) in f32, rounded once to bf16;
+// row_k = expert_row(expert, the token's dispatched row), hidden bf16 bits.
+// Returns tokens * hidden bf16 values as raw bytes.
+std::vector<uint8_t> weighted_entries_combine(
+    const EpDispatchCombineConfig& config, const RankInput& input,
+    const std::function<std::vector<uint16_t>(int32_t expert, const uint8_t* row)>& expert_row);
 
 }  // namespace epjit::ep::reference

@@ -172,6 +172,18 @@ struct ScaledCodes {
 };
 EPJIT_HD ScaledCodes row_source(bool live, const int8_t* row, const float* scales) { return {row, scales, live}; }
 
+// A row with its weight in a weighted sum (DeepEP's low-latency combine).
+template <typename T>
+struct WeightedRow {
+  const T* row;
+  float weight;
+  bool live;
+};
+template <typename T>
+EPJIT_HD WeightedRow<T> weighted_source(bool live, const T* row, float weight) {
+  return {row, weight, live};
+}
+
 namespace detail {
 
 // 16 bytes of a row from `at`: one vector load for a full aligned chunk,
@@ -196,6 +208,25 @@ EPJIT_HD Vec16 load16(const T* at, size_t n) {
 // acc = the live sources' loaded chunks in source order: the first one's
 // values widened to f32, plus the others', each widened only at its add
 // (zeros when none is live). `at` is the chunk's first element.
+// Weighted: acc = +0.0, then fma(row, weight, acc) for each live source in
+// order: DeepEP's `acc += x * w` as its compiler emits it (nvcc contracts it
+// to one fused multiply-add), so the bits are DeepEP's; a source whose
+// product is -0.0 leaves +0.0 as DeepEP's does.
+template <int Chunk, typename Widen, typename T, int kSources>
+EPJIT_HD void add_in_order(const Vec16 (&raw)[kSources], const WeightedRow<T> (&sources)[kSources], size_t at,
+                           float (&acc)[Chunk]) {
+#pragma unroll
+  for (int i = 0; i < Chunk; ++i) acc[i] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kSources; ++k) {
+    if (!sources[k].live) continue;
+    float x[Chunk];
+    Widen::widen(raw[k], RowSource<T>{sources[k].row, true}, at, x);
+#pragma unroll
+    for (int i = 0; i < Chunk; ++i) acc[i] = EPJIT_FMAF(x[i], sources[k].weight, acc[i]);
+  }
+}
+
 template <int Chunk, typename Widen, typename Source, int kSources>
 EPJIT_HD void add_in_order(const Vec16 (&raw)[kSources], const Source (&sources)[kSources], size_t at,
                            float (&acc)[Chunk]) {
@@ -314,6 +345,20 @@ EPJIT_HD void sum_chunks(Dst* dst, size_t count, size_t start, size_t stride, co
                          const More&... more) {
   static_assert(Chunk * sizeof(T) == 16, "a chunk is 16 bytes of each source");
   detail::sum_sources_unrolled<Chunk, Unroll, Aligned, detail::WidenRows>(dst, count, start, stride, first, more...);
+}
+
+// The same sums, weighted (WeightedRow sources: add_in_order's fma order).
+template <int Chunk, bool Aligned, typename Dst, typename T, typename... More>
+EPJIT_HD void weighted_sum_chunk(Dst* dst, size_t n, size_t start, const WeightedRow<T>& first, const More&... more) {
+  static_assert(Chunk * sizeof(T) == 16, "a chunk is 16 bytes of each source");
+  detail::sum_sources<Chunk, Aligned, detail::WidenRows>(dst, n, start, first, more...);
+}
+template <int Chunk, int Unroll, bool Aligned, typename Dst, typename T, typename... More>
+EPJIT_HD void weighted_sum_chunks(Dst* dst, size_t count, size_t start, size_t stride, const WeightedRow<T>& first,
+                                  const More&... more) {
+  static_assert(Chunk * sizeof(T) == 16, "a chunk is 16 bytes of each source");
+  detail::sum_sources_unrolled<Chunk, Unroll, Aligned, detail::WidenRows>(dst, count, start, stride, first,
+                                                                          more...);
 }
 
 // ---------------------------------------------------------------- MX scales

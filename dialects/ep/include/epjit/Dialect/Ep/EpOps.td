@@ -632,6 +632,11 @@ def Ep_WarpSumRowsOp : Ep_Op<"warp.sum_rows", [RecursiveMemoryEffects, AttrSized
     #ep.scale<f32>`; `ep.source` then also gives the scale of the block holding
     the range's first element, which must start a block).
 
+    With `weight` on ep.source (every source or none; bf16 or f32 rows, not
+    flagged, no format) the sum is weighted as DeepEP's low-latency combine
+    weights it: it starts at +0.0 and adds each counting source as a fused
+    multiply-add, acc = fma(row, weight, acc), in source order, rounded once.
+
     `sources` is a constant once the template is specialized: the lowering
     asks for every source up front and keeps the sum in registers, each lane
     issuing all of its loads before the first add, so the reads of all the
@@ -683,10 +688,10 @@ def Ep_SourceOp : Ep_Op<"source", [Terminator, HasParent<"WarpSumRowsOp">, AttrS
     contributions of this rank's own experts), else a flagged one.
   }];
   let arguments = (ins I1:$valid, Arg<Ep_AnyPtr, "", [MemRead]>:$row, Optional<Ep_AnyPtr>:$scales,
-                       Optional<I1>:$unflagged);
+                       Optional<I1>:$unflagged, Optional<F32>:$weight);
   let assemblyFormat = [{
-    $valid `,` $row (`scales` $scales^)? (`unflagged` `(` $unflagged^ `)`)? attr-dict `:` type($row)
-    (`,` type($scales)^)?
+    $valid `,` $row (`scales` $scales^)? (`unflagged` `(` $unflagged^ `)`)? (`weight` $weight^)? attr-dict
+    `:` type($row) (`,` type($scales)^)?
   }];
 }
 
@@ -945,11 +950,12 @@ def Ep_LaneSumChunkOp : Ep_Op<"lane.sum_chunk", [AttrSizedOperandSegments]> {
   }];
   let arguments = (ins Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$start, Index:$count,
                        Variadic<I1>:$valid, Variadic<Ep_AnyPtr>:$rows, Variadic<Ep_AnyPtr>:$scales,
+                       Variadic<F32>:$weights,
                        OptionalAttr<Ep_Fp8Attr>:$format, OptionalAttr<I64Attr>:$block,
                        OptionalAttr<Ep_ConversionMethodAttr>:$method, I64Attr:$chunk, BoolAttr:$aligned);
   let assemblyFormat = [{
     $dst `[` $start `]` `,` $count `valid` `(` $valid `)` `rows` `(` $rows `:` type($rows) `)`
-    (`scales` `(` $scales^ `:` type($scales) `)`)? attr-dict `:` type($dst)
+    (`scales` `(` $scales^ `:` type($scales) `)`)? (`weights` `(` $weights^ `)`)? attr-dict `:` type($dst)
   }];
 }
 
@@ -969,9 +975,12 @@ def Ep_LaneSumChunksOp : Ep_Op<"lane.sum_chunks", [AttrSizedOperandSegments]> {
     codes (times `scales[at / block]`). With `flagged`, rows are flagged rows
     awaited as ep.warp.sum_rows ... flagged says (two lines per chunk), but
     where `unflagged` (one per row, when given) holds: those are plain rows.
+    With `weights` (one per row), the sum is weighted as ep.warp.sum_rows
+    with weighted sources says.
   }];
   let arguments = (ins Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$start, Index:$count, Index:$stride,
                        Variadic<I1>:$valid, Variadic<Ep_AnyPtr>:$rows, Variadic<Ep_AnyPtr>:$scales,
+                       Variadic<F32>:$weights,
                        Optional<I32>:$flag, Optional<Ep_AnyPtr>:$error, Optional<Index>:$error_index,
                        Optional<I32>:$code, Optional<I32>:$timeout_ms, Variadic<I1>:$unflagged,
                        OptionalAttr<Ep_Fp8Attr>:$format, OptionalAttr<I64Attr>:$block,
@@ -979,7 +988,7 @@ def Ep_LaneSumChunksOp : Ep_Op<"lane.sum_chunks", [AttrSizedOperandSegments]> {
                        BoolAttr:$aligned);
   let assemblyFormat = [{
     $dst `[` $start `]` `,` $count `stride` $stride `valid` `(` $valid `)` `rows` `(` $rows `:` type($rows) `)`
-    (`scales` `(` $scales^ `:` type($scales) `)`)?
+    (`scales` `(` $scales^ `:` type($scales) `)`)? (`weights` `(` $weights^ `)`)?
     (`flagged` `(` $flag^ `)` `error` `(` $error `[` $error_index `]` `,` $code `:` type($error) `)`
      `timeout_ms` `(` $timeout_ms `)`)? (`unflagged` `(` $unflagged^ `)`)? attr-dict `:` type($dst)
   }];
