@@ -12,6 +12,11 @@ Normal mode, each a round trip from torch's current stream:
           synchronizes on it too), its combine;
   layer:  get_dispatch_layout + dispatch + combine through deep_ep.Buffer;
   cached: dispatch with the handle + combine (a backward pass's pair).
+Low-latency mode (num_max_dispatch_tokens_per_rank = the largest count, bf16):
+  native: the op the layer built (std-MoE, weighted entries): dispatch,
+          std_moe_pack, std_moe_combine into a preallocated output;
+  layer:  low_latency_dispatch + low_latency_combine (a fresh output each call);
+  hook:   the same with return_recv_hook, each hook called at once.
 Shape: hidden 7168, top-8, 256 experts (all local at EP1), bf16.
 """
 import argparse
@@ -43,6 +48,37 @@ def timed(fn, iters, warmup=30):
     return (time.perf_counter() - start) / iters * 1e6
 
 
+def low_latency(buffer, x, idx, w, max_tokens, iters):
+    """One low-latency round trip through the layer, and through the op it built."""
+    n = x.shape[0]
+    for _ in range(2):  # both of its ops built
+        recv, _, handle, _, _ = buffer.low_latency_dispatch(x, idx, max_tokens, EXPERTS, use_fp8=False)
+        buffer.low_latency_combine(recv, idx, w, handle)
+    native = handle.op
+    idx32, zeros = idx.to(torch.int32), torch.zeros_like(w)
+    out = torch.empty(n, HIDDEN, dtype=torch.bfloat16, device=x.device)
+
+    def native_round():
+        native.dispatch(x, zeros, None, idx32)
+        packed = native.std_moe_pack()[0]
+        native.std_moe_combine(packed, w, idx32, out)
+
+    def layer_round():
+        got, _, got_handle, _, _ = buffer.low_latency_dispatch(x, idx, max_tokens, EXPERTS, use_fp8=False)
+        buffer.low_latency_combine(got, idx, w, got_handle)
+
+    def hook_round():
+        got, _, got_handle, _, hook = buffer.low_latency_dispatch(x, idx, max_tokens, EXPERTS, use_fp8=False,
+                                                                  return_recv_hook=True)
+        hook()
+        _, _, hook = buffer.low_latency_combine(got, idx, w, got_handle, return_recv_hook=True)
+        hook()
+
+    native_us, layer_us, hook_us = (timed(f, iters) for f in (native_round, layer_round, hook_round))
+    print(f"low latency, tokens {n}: native {native_us:.1f}, epjit.deep_ep {layer_us:.1f} "
+          f"(+{layer_us - native_us:.1f}), with hooks {hook_us:.1f} (+{hook_us - native_us:.1f})", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", default="1,128,4096")
@@ -61,6 +97,7 @@ def main():
     gpu = "host ranks" if args.host else torch.cuda.get_device_name()
     print(f"epjit {epjit.git_revision()}, torch {torch.__version__}, {gpu}, EP1, "
           f"hidden {HIDDEN}, top-{TOPK}, {EXPERTS} experts, bf16; us per dispatch + combine", flush=True)
+    ll_buffer = epjit.deep_ep.Buffer(group, 0, 1, low_latency_mode=True, **({"device": "host"} if args.host else {}))
     torch.manual_seed(0)
     for n in counts:
         x = torch.randn(n, HIDDEN, device=device).to(torch.bfloat16)
@@ -90,9 +127,11 @@ def main():
             buffer.combine(got, handle)
 
         native_us, layer_us, cached_us = (timed(f, args.iters) for f in (native_round, layer_round, cached_round))
-        print(f"tokens {n}: native {native_us:.1f}, epjit.deep_ep {layer_us:.1f} (+{layer_us - native_us:.1f}), "
-              f"cached handle {cached_us:.1f} (+{cached_us - native_us:.1f})", flush=True)
-    buffer.destroy() if buffer.explicitly_destroy else buffer._close()
+        print(f"normal, tokens {n}: native {native_us:.1f}, epjit.deep_ep {layer_us:.1f} "
+              f"(+{layer_us - native_us:.1f}), cached handle {cached_us:.1f} (+{cached_us - native_us:.1f})", flush=True)
+        low_latency(ll_buffer, x, idx, w, max(counts), args.iters)
+    buffer._close()
+    ll_buffer._close()
     dist.destroy_process_group()
 
 

@@ -10,7 +10,15 @@ Each step: get_dispatch_layout, dispatch (tokens, top-k ids and weights), identi
 experts that scale each received row by its local weights' sum, combine; then the
 same batch again through the cached handle (a dispatch with `handle=`, as a
 backward pass does), combined back. Each output must equal the token's weighted
-rows summed over the ranks it went to. Exits 1 if any rank's check fails.
+rows summed over the ranks it went to.
+
+Then the low-latency calls, as a decode step runs them (vLLM's and SGLang's
+DeepEP low-latency backends): low_latency_dispatch with return_recv_hook, a
+matmul queued on the same stream before the hook (the transfers overlap it),
+identity experts on the [local experts, ranks * max tokens, hidden] layout,
+written into get_next_low_latency_combine_buffer (zero copy), then
+low_latency_combine with its hook: each token must be its rows times its top-k
+weights, summed in top-k order. Exits 1 if any rank's check fails.
 """
 import os
 import sys
@@ -83,8 +91,44 @@ def main():
         print(f"rank {rank}: {tokens} tokens, {recv_x.shape[0]} received, "
               f"{'identity check passed' if ok else 'CHECK FAILED'}", flush=True)
         failures += not ok
+    failures += low_latency_steps(deep_ep, group, rank, world, device, generator)
     dist.destroy_process_group()
     sys.exit(1 if failures else 0)
+
+
+def low_latency_steps(deep_ep, group, rank, world, device, generator):
+    max_tokens = 128
+    hint = deep_ep.Buffer.get_low_latency_rdma_size_hint(max_tokens, HIDDEN, world, EXPERTS)
+    buffer = deep_ep.Buffer(group, 0, hint, low_latency_mode=True, num_qps_per_rank=EXPERTS // world,
+                            **({} if device == "cuda" else dict(device="host")))
+    side = torch.randn(512, 512, device=device)  # other work the transfers overlap
+    failures = 0
+    for tokens in (max_tokens, 7, 1):
+        x = torch.randn(tokens, HIDDEN, generator=generator).to(torch.bfloat16).to(device)
+        topk_idx = torch.stack([torch.randperm(EXPERTS, generator=generator)[:TOPK] for _ in range(tokens)]).to(device)
+        topk_weights = torch.rand(tokens, TOPK, generator=generator).to(device)
+        recv_x, recv_count, handle, _, hook = buffer.low_latency_dispatch(
+            x, topk_idx, max_tokens, EXPERTS, use_fp8=False, return_recv_hook=True)
+        busy = side @ side
+        hook()
+        # Identity experts, written where the combine reads them (zero copy).
+        expert_out = buffer.get_next_low_latency_combine_buffer(handle)
+        expert_out.copy_(recv_x)
+        out, _, hook = buffer.low_latency_combine(expert_out, topk_idx, topk_weights, handle, zero_copy=True,
+                                                  return_recv_hook=True)
+        busy = busy @ side
+        hook()
+        # Per token: +0.0, then each of its rows times its weight as one fused
+        # multiply-add (float64 holds the exact sum here), rounded once to bf16.
+        acc = torch.zeros(tokens, HIDDEN, dtype=torch.float32, device=device)
+        for k in range(TOPK):
+            acc = (acc.double() + x.double() * topk_weights[:, k:k + 1].double()).float()
+        ok = torch.equal(out, acc.to(torch.bfloat16)) and int(recv_count.sum()) <= world * max_tokens * TOPK
+        print(f"rank {rank}: low latency, {tokens} tokens, {int(recv_count.sum())} expert rows here, "
+              f"{'weighted check passed' if ok else 'CHECK FAILED'}", flush=True)
+        failures += not ok
+    buffer.destroy() if buffer.explicitly_destroy else None
+    return failures
 
 
 if __name__ == "__main__":

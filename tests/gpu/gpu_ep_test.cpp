@@ -150,6 +150,11 @@ std::vector<EpCase> gpuCases(int world) {
   add({.name = "source_order_hidden7168_top8_device_count", .hidden = 7168, .topk = 8, .experts_per_rank = 8,
        .max_tokens = 64, .calls = {64, 0, 1, 37}, .device_count = true, .source_order = true});
   add({.name = "source_order_alternating_200", .hidden = 128, .calls = counts, .source_order = true});
+  // Standard MoE with weighted entries (DeepEP's low-latency combine bits).
+  add({.name = "entries", .std_moe = true, .entry_combine = true});
+  add({.name = "entries_hidden7168_top8_zero_copy", .hidden = 7168, .topk = 8, .experts_per_rank = 8,
+       .max_tokens = 64, .routing = RoutingKind::Masked, .calls = {64, 0, 1, 37}, .std_moe = true,
+       .entry_combine = true, .zero_copy = true});
   // Every case that could run either combine protocol also runs the one
   // auto does not pick for it (otherProtocol).
   for (size_t i = 0, n = cases.size(); i < n; ++i)
@@ -159,7 +164,7 @@ std::vector<EpCase> gpuCases(int world) {
   for (size_t i = 0, n = cases.size(); i < n; ++i) {
     for (const char* family : {"bf16_gather", "low_latency_bf16_gather", "staged_bf16_gather", "bf16_scatter",
                                "quant_blockwise", "std_moe", "replay", "hidden7168_top8", "alternating_200",
-                               "source_order"}) {
+                               "source_order", "entries"}) {
       if (cases[i].name != family + w) continue;
       EpCase split = cases[i];
       split.split_phase = true;

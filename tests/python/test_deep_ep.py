@@ -168,6 +168,128 @@ def worst_tokens_fp8_and_events(buffer, world, rank, seed, counts, failed):
     buffer.combine(back, handle)
 
 
+def low_latency_reference(x, idx, w):
+    """DeepEP's low-latency combine of identity-scaled experts (expert e returns its
+    rows times 1 + (e % EXPERTS_PER_RANK) / 8, in bf16): per token +0.0, then
+    acc + row * weight per entry in top-k order as one fused multiply-add (the
+    float64 sum of an exact product and acc, rounded once to float32), rounded
+    once to bf16."""
+    acc = torch.zeros(x.shape, dtype=torch.float32)
+    x = x.cpu()
+    for k in range(idx.shape[1]):
+        experts = idx[:, k].cpu()
+        live = experts >= 0
+        factor = 1 + (experts.clamp(min=0) % EXPERTS_PER_RANK).float() / 8
+        row = (x.float() * factor[:, None]).to(torch.bfloat16).double()
+        fused = (acc.double() + row * w[:, k].cpu().double()[:, None]).float()
+        acc = torch.where(live[:, None], fused, acc)
+    return acc.to(torch.bfloat16)
+
+
+def low_latency_round_trip(buffer, world, rank, seed, counts, max_tokens, failed, hook=False, zero_copy=False,
+                           stats=None, between=None):
+    """One low-latency dispatch and combine: DeepEP's layout and counts, identity-scaled
+    experts, the weighted combine; with hook, `between` runs on the stream before each
+    hook (a matmul: work the transfers overlap)."""
+    x, w, idx = rank_inputs(world, rank, seed, counts[rank])
+    experts = world * EXPERTS_PER_RANK
+    recv_x, recv_count, handle, event, recv_hook = buffer.low_latency_dispatch(
+        x, idx, max_tokens, experts, cumulative_local_expert_recv_stats=stats, use_fp8=False,
+        return_recv_hook=hook)
+    check((recv_hook is not None) == hook, "a hook exactly when asked for", failed)
+    if hook:
+        if between is not None:
+            between()
+        recv_hook()
+    check(tuple(recv_x.shape) == (EXPERTS_PER_RANK, world * max_tokens, HIDDEN) and recv_x.dtype == torch.bfloat16,
+          f"recv_x is {recv_x.dtype} {tuple(recv_x.shape)}", failed)
+    rows = {}
+    for source in range(world):
+        sx, _, sidx = rank_inputs(world, source, seed, counts[source])
+        for t in range(sx.shape[0]):
+            for e in sorted({int(v) for v in sidx[t].tolist() if v >= 0 and v // EXPERTS_PER_RANK == rank}):
+                rows.setdefault(e % EXPERTS_PER_RANK, []).append(sx[t].cpu())
+    got_counts = recv_count.cpu().tolist()
+    want_counts = [len(rows.get(e, [])) for e in range(EXPERTS_PER_RANK)]
+    check(recv_count.dtype == torch.int32 and got_counts == want_counts,
+          f"recv_count {got_counts}, expected {want_counts}", failed)
+    out = buffer.get_next_low_latency_combine_buffer(handle) if zero_copy else torch.zeros_like(recv_x)
+    for e in range(EXPERTS_PER_RANK):
+        n = min(got_counts[e], len(rows.get(e, [])))
+        got = recv_x[e, :n].cpu()
+        want = torch.stack(rows[e]) if n else got
+        key = lambda t: t.view(torch.int16).tolist()  # noqa: E731
+        check(sorted(map(key, got)) == sorted(map(key, want)), f"expert {e}: its rows (in any order)", failed)
+        out[e, :n] = (recv_x[e, :n].float() * (1 + e / 8)).to(torch.bfloat16)
+    combined, event, combine_hook = buffer.low_latency_combine(out, idx, w, handle, zero_copy=zero_copy,
+                                                               return_recv_hook=hook)
+    if hook:
+        if between is not None:
+            between()
+        combine_hook()
+    check(tuple(combined.shape) == (x.shape[0], HIDDEN) and combined.dtype == torch.bfloat16,
+          "combined_x [tokens, hidden] bf16", failed)
+    check(torch.equal(combined.cpu(), low_latency_reference(x, idx, w)),
+          "low-latency combine: the weighted rows, DeepEP's bits", failed)
+    return got_counts
+
+
+def low_latency_mode(deep_ep, group, world, rank, device, failed):
+    options = {} if device == "cuda" else dict(device="host")
+    hint = deep_ep.Buffer.get_low_latency_rdma_size_hint(16, HIDDEN, world, world * EXPERTS_PER_RANK)
+    buffer = deep_ep.Buffer(group, 0, hint, low_latency_mode=True, num_qps_per_rank=world, **options)
+    counts = [9 - r % 3 for r in range(world)]
+    stats = torch.zeros(EXPERTS_PER_RANK, dtype=torch.int32, device=DEVICE)
+    total = [0] * EXPERTS_PER_RANK
+    side = torch.randn(64, 64, device=DEVICE)
+    for seed, hook, zero_copy in ((20, False, False), (21, True, False), (22, False, True), (23, True, True)):
+        got = low_latency_round_trip(buffer, world, rank, seed, counts, 16, failed, hook=hook, zero_copy=zero_copy,
+                                     stats=stats, between=lambda: side @ side)
+        total = [a + b for a, b in zip(total, got)]
+    check(stats.cpu().tolist() == total, "cumulative_local_expert_recv_stats adds every dispatch's counts", failed)
+    # Two dispatches in flight (two micro-batches, SGLang's two-batch overlap),
+    # each combined after the other's dispatch: DeepEP's two buffers.
+    experts = world * EXPERTS_PER_RANK
+    xa, wa, ia = rank_inputs(world, rank, 30, counts[rank])
+    xb, wb, ib = rank_inputs(world, rank, 31, 3)
+    ra, _, ha, _, _ = buffer.low_latency_dispatch(xa, ia, 16, experts, use_fp8=False)
+    rb, _, hb, _, _ = buffer.low_latency_dispatch(xb, ib, 16, experts, use_fp8=False)
+    check(ha.op is not hb.op and ra.data_ptr() != rb.data_ptr(), "two dispatches in flight use the two buffers", failed)
+    for e in range(EXPERTS_PER_RANK):
+        ra[e] = (ra[e].float() * (1 + e / 8)).to(torch.bfloat16)
+        rb[e] = (rb[e].float() * (1 + e / 8)).to(torch.bfloat16)
+    ca, _, _ = buffer.low_latency_combine(ra, ia, wa, ha)
+    cb, _, _ = buffer.low_latency_combine(rb, ib, wb, hb)
+    check(torch.equal(ca.cpu(), low_latency_reference(xa, ia, wa)), "micro-batch A", failed)
+    check(torch.equal(cb.cpu(), low_latency_reference(xb, ib, wb)), "micro-batch B", failed)
+    # Token counts that vary per call reuse the two ops: no module fetched.
+    stats_before = epjit.cache.stats()
+    fetched = lambda s: s["memory_hits"] + s["disk_hits"] + s["misses"] + s["compiles"]  # noqa: E731
+    for n in (1, 16, 0, 5):
+        low_latency_round_trip(buffer, world, rank, 40 + n, [n] * world, 16, failed)
+    check(fetched(epjit.cache.stats()) == fetched(stats_before), "varying low-latency token counts fetched a module",
+          failed)
+    # What epjit does not do is refused with the reason.
+    x, w, idx = rank_inputs(world, rank, 50, 3)
+    for kwargs, words in ((dict(use_fp8=True), ["use_fp8=True", "use_fp8=False"]),
+                          (dict(use_fp8=False, dispatch_wait_recv_cost_stats=torch.zeros(world, world)),
+                           ["dispatch_wait_recv_cost_stats"])):
+        try:
+            buffer.low_latency_dispatch(x, idx, 16, experts, **kwargs)
+        except NotImplementedError as error:
+            check(all(word in str(error) for word in words), f"refusal: {error}", failed)
+        else:
+            failed.append(f"low_latency_dispatch({kwargs}) was not refused")
+    try:
+        buffer.low_latency_dispatch(x, idx, 2, experts, use_fp8=False)
+    except ValueError as error:
+        check("num_max_dispatch_tokens_per_rank=2" in str(error), f"too many tokens: {error}", failed)
+    else:
+        failed.append("3 tokens with num_max_dispatch_tokens_per_rank=2 were not refused")
+    buffer.clean_low_latency_buffer(16, HIDDEN, experts)
+    buffer._close()
+
+
 def refusals(deep_ep, group, buffer, world, rank, failed):
     def raises(call, kind, words, what):
         try:
@@ -176,8 +298,8 @@ def refusals(deep_ep, group, buffer, world, rank, failed):
             check(all(w in str(error) for w in words), f"{what}: {error}", failed)
         else:
             failed.append(f"{what}: no error")
-    raises(lambda: deep_ep.Buffer(group, 0, 1 << 20, low_latency_mode=True), NotImplementedError,
-           ["low_latency_mode", "not served"], "low-latency mode")
+    raises(lambda: deep_ep.Buffer(group, 0, 0, enable_shrink=True), NotImplementedError,
+           ["enable_shrink", "not served"], "rank masks")
     raises(lambda: deep_ep.Buffer(None), ValueError, ["group"], "no group")
     x, w, idx = rank_inputs(world, rank, 5, 6)
     per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, world * EXPERTS_PER_RANK)
@@ -220,6 +342,7 @@ def rank_main(device, world, rank, store, results):
             layout_and_round_trip(deep_ep, buffer, world, rank, 10 + n, [n] * world, failed)
         check(fetches() == before, f"varying token counts fetched {fetches() - before} kernel modules", failed)
         refusals(deep_ep, dist.group.WORLD, buffer, world, rank, failed)
+        low_latency_mode(deep_ep, dist.group.WORLD, world, rank, device, failed)
         dist.barrier()
         dist.destroy_process_group()
         results.put("; ".join(f"rank {rank}: {f}" for f in failed))

@@ -17,6 +17,7 @@ import logging
 import epjit
 from epjit._arrays import _torch_device
 
+from . import low_latency as _low_latency
 from .config import Config
 from .utils.event import EventHandle, EventOverlap
 
@@ -71,9 +72,6 @@ class Buffer:
                 _refuse("Buffer(comm=<mpi4py communicator>)", "epjit joins ranks over a torch.distributed group",
                         "pass the torch process group as `group`")
             raise ValueError("Either 'group' or 'comm' must be provided.")
-        if low_latency_mode:
-            _refuse("low_latency_mode=True", "the low-latency calls are not built on epjit yet",
-                    "use the normal mode (low_latency_mode=False), or epjit's op directly")
         if enable_shrink:
             _refuse("enable_shrink=True", "epjit has no rank mask (a dead peer is a reported timeout)",
                     "leave enable_shrink off")
@@ -83,7 +81,7 @@ class Buffer:
         self.group = group
         self.rank, self.group_size = group.rank(), group.size()
         self.num_nvl_bytes, self.num_rdma_bytes = int(num_nvl_bytes), int(num_rdma_bytes)
-        self.low_latency_mode = False
+        self.low_latency_mode = bool(low_latency_mode)
         self.explicitly_destroy = explicitly_destroy
         self.enable_shrink = False
         self._max_tokens = max_tokens_per_rank
@@ -97,6 +95,7 @@ class Buffer:
         self._latest = {}        # op -> the handle of its dispatch awaiting combine
         self._weights = {}       # op -> [capacity, top-k] f32 staging for combine's weights
         self._comm_stream = torch.cuda.Stream() if self._gpu else None
+        self._low_latency = _low_latency.LowLatency(self)
 
     # ------------------------------------------------------------ settings
     @staticmethod
@@ -134,6 +133,7 @@ class Buffer:
         self._close()
 
     def _close(self):
+        self._low_latency.close()
         for op in self._ops.values():
             op.close()
         self._ops.clear()
@@ -360,24 +360,50 @@ class Buffer:
         event = self._finish(async_finish, [x, topk_weights, bias_0, bias_1], [combined_x, combined_topk_weights])
         return combined_x, combined_topk_weights, event
 
-    # ------------------------------------------------------------ low latency (not yet)
+    # ------------------------------------------------------------ low latency
     @staticmethod
     def get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts):
-        _refuse("get_low_latency_rdma_size_hint", "the low-latency calls are not built on epjit yet",
-                "use the normal mode")
+        """DeepEP's formula, for programs that size num_rdma_bytes with it (epjit
+        sizes its own windows and does not read num_rdma_bytes)."""
+        return _low_latency.size_hint(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts)
 
-    def low_latency_dispatch(self, *args, **kwargs):
-        _refuse("low_latency_dispatch", "the low-latency calls are not built on epjit yet", "use the normal mode")
+    def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts,
+                             cumulative_local_expert_recv_stats=None, dispatch_wait_recv_cost_stats=None,
+                             use_fp8=True, round_scale=False, use_ue8m0=False, async_finish=False,
+                             return_recv_hook=False):
+        """DeepEP's low-latency dispatch on torch's current stream: (recv_x [local experts,
+        ranks * num_max_dispatch_tokens_per_rank, hidden] (or (codes, scales) with fp8),
+        recv_count [local experts] int32, handle, event, hook or None). See
+        epjit.deep_ep.low_latency."""
+        return self._low_latency.dispatch(x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts,
+                                          cumulative_local_expert_recv_stats, dispatch_wait_recv_cost_stats, use_fp8,
+                                          round_scale, use_ue8m0, async_finish, return_recv_hook)
 
-    def low_latency_combine(self, *args, **kwargs):
-        _refuse("low_latency_combine", "the low-latency calls are not built on epjit yet", "use the normal mode")
+    def low_latency_combine(self, x, topk_idx, topk_weights, handle, use_logfmt=False, zero_copy=False,
+                            async_finish=False, return_recv_hook=False, out=None, combine_wait_recv_cost_stats=None):
+        """DeepEP's low-latency combine: each token's expert rows times its topk_weights,
+        summed in top-k order (DeepEP's bits); (combined_x [tokens, hidden] bfloat16 (`out`
+        when given), event, hook or None)."""
+        return self._low_latency.combine(x, topk_idx, topk_weights, handle, use_logfmt, zero_copy, async_finish,
+                                         return_recv_hook, out, combine_wait_recv_cost_stats)
 
-    def clean_low_latency_buffer(self, *args, **kwargs):
-        _refuse("clean_low_latency_buffer", "the low-latency calls are not built on epjit yet", "use the normal mode")
+    def get_next_low_latency_combine_buffer(self, handle):
+        """The window tensor [local experts, ranks * num_max_dispatch_tokens_per_rank, hidden]
+        bf16 the handle's combine reads when zero_copy=True: experts write here."""
+        return self._low_latency.next_combine_buffer(handle)
 
-    def get_next_low_latency_combine_buffer(self, *args, **kwargs):
-        _refuse("get_next_low_latency_combine_buffer", "the low-latency calls are not built on epjit yet",
-                "use the normal mode")
+    def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank, hidden, num_experts):
+        """Nothing to clean: epjit's low-latency ops keep no flags between calls that a
+        normal-mode call could leave dirty (each call's epoch is new)."""
+        return None
+
+    def _low_latency_event(self, async_finish, tensors):
+        if not async_finish:
+            return EventOverlap(None)
+        if not self._gpu:
+            return EventOverlap(EventHandle())
+        torch = _torch()
+        return EventOverlap(EventHandle(torch.cuda.current_stream()), tensors)
 
     def internode_dispatch(self, *args, **kwargs):
         _refuse("internode_dispatch", "epjit's source order (DeepEP's receive order) is served on one node",
