@@ -1,4 +1,5 @@
-"""deep_ep.Buffer (DeepEP's legacy API) over epjit's op, normal mode.
+"""deep_ep.Buffer (DeepEP's legacy API) over epjit's op: the normal mode here,
+the low-latency calls in epjit.deep_ep.low_latency.
 
 Each dispatch dtype and shape gets one epjit op (built at its first call, on the
 buffer's communicator) with receive_order="source": the received rows are
