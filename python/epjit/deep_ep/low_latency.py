@@ -32,10 +32,19 @@ class LowLatencyHandle(tuple):
     packed row, not DeepEP's source token index) and layout_range is None; the
     op that ran the dispatch rides along."""
 
-    def __new__(cls, sources, max_tokens, hidden, num_experts, op):
+    def __new__(cls, sources, max_tokens, hidden, num_experts, op, topk_idx, indices):
         handle = super().__new__(cls, (sources, None, max_tokens, hidden, num_experts))
         handle.op = op
+        # The dispatch's top-k and its int32 copy: a combine passed the same
+        # tensor, unchanged since (torch's version counter), reuses the copy.
+        handle.topk_idx, handle.topk_version, handle.indices = topk_idx, topk_idx._version, indices
         return handle
+
+    def indices_for(self, topk_idx):
+        """topk_idx as the op's int32, converted once per dispatch where it can be."""
+        if topk_idx is self.topk_idx and topk_idx._version == self.topk_version:
+            return self.indices
+        return topk_idx if topk_idx.dtype == _torch().int32 else topk_idx.to(_torch().int32)
 
 
 def size_hint(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts):
@@ -137,7 +146,8 @@ class LowLatency:
             if stats is not None:
                 stats.add_(packed[1])
         recv_x, recv_count, sources = packed
-        handle = LowLatencyHandle(sources, num_max_dispatch_tokens_per_rank, x.shape[1], num_experts, op)
+        handle = LowLatencyHandle(sources, num_max_dispatch_tokens_per_rank, x.shape[1], num_experts, op, topk_idx,
+                                  indices)
         event = self._buffer._low_latency_event(async_finish, (x, topk_idx, recv_x, recv_count))
         return recv_x, recv_count, handle, event, hook
 
@@ -155,7 +165,7 @@ class LowLatency:
         tokens = topk_idx.shape[0]
         expert_out = op.std_moe_combine_input() if zero_copy else x
         weights = topk_weights if topk_weights.dtype == torch.float32 else topk_weights.float()
-        indices = topk_idx if topk_idx.dtype == torch.int32 else topk_idx.to(torch.int32)
+        indices = handle.indices_for(topk_idx)
         if out is None:
             out = torch.empty(tokens, handle[3], dtype=torch.bfloat16, device=topk_idx.device)
         hook = None
