@@ -257,6 +257,10 @@ CombineResult EpDispatchCombineOp::Impl::launch_combine(const char* call, const 
                        .token_count = pending_token_count};
   launch.result.tokens = {out_tokens, row_type, {n, config.hidden_dim}};
   if (weighted) launch.result.weights = {out_weights, DType::F32, {n, k}};
+  return enqueue_combine_call(launch, halves);
+}
+
+CombineResult EpDispatchCombineOp::Impl::enqueue_combine_call(const CombineLaunch& launch, Halves halves) {
   enqueue_combine(launch, halves);
   if (halves == Halves::Send) {
     awaiting_combine_recv = launch;

@@ -327,6 +327,9 @@ struct EpDispatchCombineOp::Impl {
   CombineResult launch_combine(const char* call, const TensorRef& input, const std::optional<TensorRef>& weights,
                                Halves halves, const void* expert_out = nullptr);
   void enqueue_combine(const CombineLaunch& call, Halves halves);
+  // enqueue_combine, then the op's state: a send half awaits its receive
+  // half, a whole call ends the dispatch it answered.
+  CombineResult enqueue_combine_call(const CombineLaunch& launch, Halves halves);
   StdMoeResult std_moe_outputs() const {
     const int64_t experts = config.num_experts_per_rank;
     const int64_t rows = int64_t(config.world_size) * config.max_num_inp_token_per_rank;

@@ -205,13 +205,7 @@ CombineResult EpDispatchCombineOp::Impl::entries_combine_call(const char* call, 
                        .token_count = pending_token_count,
                        .output = to_output ? output->data : nullptr};
   launch.result.tokens = {to_output ? output->data : out_tokens, DType::BF16, {n, config.hidden_dim}};
-  enqueue_combine(launch, halves);
-  if (halves == Halves::Send) {
-    awaiting_combine_recv = launch;
-  } else {
-    dispatched_tokens = -1;
-  }
-  return launch.result;
+  return enqueue_combine_call(launch, halves);
 }
 
 }  // namespace epjit::ep

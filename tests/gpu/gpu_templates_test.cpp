@@ -112,18 +112,20 @@ INSTANTIATE_TEST_SUITE_P(Sm90, GpuTemplate, ::testing::ValuesIn(kCases), [](cons
   return std::string(info.param.name) + "_h" + std::to_string(info.param.hidden);
 });
 
-// The occupancy query the EP op fits its grids with: whole SMs' worth of
-// blocks, at least one block per SM at the templates' geometry, more with
-// smaller blocks.
+// A test kernel compiled where the compiler is (scripts/gpu/prepare.sh puts
+// it beside this binary); empty when it is not there.
+std::vector<uint8_t> cubinBesideThisTest(const char* name) {
+  std::ifstream file(std::filesystem::read_symlink("/proc/self/exe").parent_path() / name, std::ios::binary);
+  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+}
+
 // ep.block_any on sm90 (__syncthreads_or): the test kernel of
 // tests/unit/templates/inputs/block_vote.mlir, compiled where the compiler
 // is (scripts/gpu/prepare.sh puts block_vote.cubin beside this test).
 TEST(GpuBlockVote, EveryWarpOfABlockGetsTheBlocksAnswer) {
   if (!gpu().device) GTEST_SKIP() << "no CUDA device: " << gpu().why_not;
-  const std::filesystem::path cubin = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "block_vote.cubin";
-  std::ifstream file(cubin, std::ios::binary);
-  ASSERT_TRUE(file) << cubin << " is missing: scripts/gpu/prepare.sh compiles it beside this test";
-  const std::vector<uint8_t> binary{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+  const std::vector<uint8_t> binary = cubinBesideThisTest("block_vote.cubin");
+  ASSERT_FALSE(binary.empty()) << "block_vote.cubin is missing: scripts/gpu/prepare.sh compiles it beside this test";
   Device& device = *gpu().device;
   auto module = device.load_module(binary);
   auto stream = device.create_stream();
@@ -140,11 +142,8 @@ TEST(GpuBlockVote, EveryWarpOfABlockGetsTheBlocksAnswer) {
 // weighted_sum.cubin beside this test); the host test checks the same bits.
 TEST(GpuWeightedSum, FusedMultiplyAddsInSourceOrderFromPlusZero) {
   if (!gpu().device) GTEST_SKIP() << "no CUDA device: " << gpu().why_not;
-  const std::filesystem::path cubin =
-      std::filesystem::read_symlink("/proc/self/exe").parent_path() / "weighted_sum.cubin";
-  std::ifstream file(cubin, std::ios::binary);
-  ASSERT_TRUE(file) << cubin << " is missing: scripts/gpu/prepare.sh compiles it beside this test";
-  const std::vector<uint8_t> binary{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+  const std::vector<uint8_t> binary = cubinBesideThisTest("weighted_sum.cubin");
+  ASSERT_FALSE(binary.empty()) << "weighted_sum.cubin is missing: scripts/gpu/prepare.sh compiles it beside this test";
   Device& device = *gpu().device;
   auto module = device.load_module(binary);
   auto stream = device.create_stream();
@@ -156,6 +155,9 @@ TEST(GpuWeightedSum, FusedMultiplyAddsInSourceOrderFromPlusZero) {
   });
 }
 
+// The occupancy query the EP op fits its grids with: whole SMs' worth of
+// blocks, at least one block per SM at the templates' geometry, more with
+// smaller blocks.
 TEST(GpuOccupancy, ResidentBlocksCountWholeMultiprocessors) {
   if (!gpu().device) GTEST_SKIP() << "no CUDA device: " << gpu().why_not;
   Device& device = *gpu().device;

@@ -123,7 +123,7 @@ LogicalResult emitSum(SumOp op, Adaptor adaptor, ConversionPatternRewriter& rewr
     operands.push_back(callPrelude(rewriter, loc, weighted ? "epjit::prim::weighted_source" : "epjit::prim::row_source",
                                    sourceType, parts));
   }
-  std::string callee = ("epjit::prim::" + (weighted ? "weighted_" + name.str() : name.str()));
+  std::string callee = ("epjit::prim::" + name).str();
   std::vector<std::string> templateArgs;
   if (auto format = op.getFormatAttr()) {
     if (!op.getMethod()) return rewriter.notifyMatchFailure(op, "fp8 sources need a conversion method");

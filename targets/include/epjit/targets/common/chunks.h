@@ -332,33 +332,22 @@ struct WidenCodes {
 
 // dst[i] = sum over live sources of row[start + i], for i < n <= Chunk
 // (Chunk: 8 for bf16 rows, 4 for f32 rows: 16 bytes of each source).
-template <int Chunk, bool Aligned, typename Dst, typename T, typename... More>
-EPJIT_HD void sum_chunk(Dst* dst, size_t n, size_t start, const RowSource<T>& first, const More&... more) {
+// Sources are RowSource<T> (plain sums) or WeightedRow<T> (add_in_order's
+// fused multiply-adds).
+template <int Chunk, bool Aligned, typename Dst, template <typename> class Source, typename T, typename... More>
+EPJIT_HD void sum_chunk(Dst* dst, size_t n, size_t start, const Source<T>& first, const More&... more) {
   static_assert(Chunk * sizeof(T) == 16, "a chunk is 16 bytes of each source");
   detail::sum_sources<Chunk, Aligned, detail::WidenRows>(dst, n, start, first, more...);
 }
 
 // The same over the Unroll chunks at start + u * stride of a range of
 // `count` elements, all of their loads in flight before the first add.
-template <int Chunk, int Unroll, bool Aligned, typename Dst, typename T, typename... More>
-EPJIT_HD void sum_chunks(Dst* dst, size_t count, size_t start, size_t stride, const RowSource<T>& first,
+template <int Chunk, int Unroll, bool Aligned, typename Dst, template <typename> class Source, typename T,
+          typename... More>
+EPJIT_HD void sum_chunks(Dst* dst, size_t count, size_t start, size_t stride, const Source<T>& first,
                          const More&... more) {
   static_assert(Chunk * sizeof(T) == 16, "a chunk is 16 bytes of each source");
   detail::sum_sources_unrolled<Chunk, Unroll, Aligned, detail::WidenRows>(dst, count, start, stride, first, more...);
-}
-
-// The same sums, weighted (WeightedRow sources: add_in_order's fma order).
-template <int Chunk, bool Aligned, typename Dst, typename T, typename... More>
-EPJIT_HD void weighted_sum_chunk(Dst* dst, size_t n, size_t start, const WeightedRow<T>& first, const More&... more) {
-  static_assert(Chunk * sizeof(T) == 16, "a chunk is 16 bytes of each source");
-  detail::sum_sources<Chunk, Aligned, detail::WidenRows>(dst, n, start, first, more...);
-}
-template <int Chunk, int Unroll, bool Aligned, typename Dst, typename T, typename... More>
-EPJIT_HD void weighted_sum_chunks(Dst* dst, size_t count, size_t start, size_t stride, const WeightedRow<T>& first,
-                                  const More&... more) {
-  static_assert(Chunk * sizeof(T) == 16, "a chunk is 16 bytes of each source");
-  detail::sum_sources_unrolled<Chunk, Unroll, Aligned, detail::WidenRows>(dst, count, start, stride, first,
-                                                                          more...);
 }
 
 // ---------------------------------------------------------------- MX scales
