@@ -2,7 +2,11 @@
 op doing the same work, at EP1 on one GPU: what the DeepEP layer adds per round
 trip. Host-bound at 1 token, so it is the layer's Python and torch calls.
 
-    python benchmarks/deep_ep_overhead.py [--tokens 1,128,4096] [--iters 300] [--host]
+    python benchmarks/deep_ep_overhead.py [--tokens 1,128,4096] [--iters 300] [--host] [--profile]
+
+--profile: then cProfile of the layer's rounds at the first token count (the
+functions with the most time of their own), to see what the layer spends.
+--stages: then the normal mode's pieces timed alone at the first token count.
 
 --host: host ranks with CPU tensors (a check of the script where no GPU is, not a number).
 
@@ -20,7 +24,9 @@ Low-latency mode (num_max_dispatch_tokens_per_rank = the largest count, bf16):
 Shape: hidden 7168, top-8, 256 experts (all local at EP1), bf16.
 """
 import argparse
+import cProfile
 import os
+import pstats
 import time
 
 import torch
@@ -46,6 +52,37 @@ def timed(fn, iters, warmup=30):
         fn()
     synchronize()
     return (time.perf_counter() - start) / iters * 1e6
+
+
+def stages(buffer, native, x, idx, w, layout, iters):
+    """The normal mode's round trip piece by piece (each piece's calls alone, so
+    the stream and host costs of each show)."""
+    per_rank, _, per_expert, in_rank, _ = layout
+    idx32 = idx.to(torch.int32)
+
+    def layout_only():
+        buffer.get_dispatch_layout(idx, EXPERTS)
+
+    def dispatch_combine():
+        got, _, got_w, _, got_handle, _ = buffer.dispatch(x, topk_idx=idx, topk_weights=w, num_tokens_per_rank=per_rank,
+                                                          is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
+        buffer.combine(got, got_handle, topk_weights=got_w)
+
+    def native_counts():
+        out, out_w, _, _, total = native.dispatch(x, w, None, idx32)
+        int(total[0].item())
+        native.local_expert_counts()
+        native.combine(out, out_w)
+
+    def native_on_side_stream():
+        with torch.cuda.stream(buffer.get_comm_stream()):
+            out, out_w, _, _, total = native.dispatch(x, w, None, idx32)
+            int(total[0].item())
+            native.combine(out, out_w)
+
+    for name, fn in (("get_dispatch_layout", layout_only), ("dispatch + combine", dispatch_combine),
+                     ("native + local_expert_counts", native_counts), ("native on the comm stream", native_on_side_stream)):
+        print(f"  stage {name}: {timed(fn, iters):.1f} us", flush=True)
 
 
 def low_latency(buffer, x, idx, w, max_tokens, iters):
@@ -77,6 +114,7 @@ def low_latency(buffer, x, idx, w, max_tokens, iters):
     native_us, layer_us, hook_us = (timed(f, iters) for f in (native_round, layer_round, hook_round))
     print(f"low latency, tokens {n}: native {native_us:.1f}, epjit.deep_ep {layer_us:.1f} "
           f"(+{layer_us - native_us:.1f}), with hooks {hook_us:.1f} (+{hook_us - native_us:.1f})", flush=True)
+    return layer_round
 
 
 def main():
@@ -84,6 +122,8 @@ def main():
     parser.add_argument("--tokens", default="1,128,4096")
     parser.add_argument("--iters", type=int, default=300)
     parser.add_argument("--host", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--stages", action="store_true")
     args = parser.parse_args()
     if not args.host and not torch.cuda.is_available():
         raise SystemExit("deep_ep_overhead.py times GPU calls; torch sees no GPU (--host checks the script on CPUs)")
@@ -129,7 +169,19 @@ def main():
         native_us, layer_us, cached_us = (timed(f, args.iters) for f in (native_round, layer_round, cached_round))
         print(f"normal, tokens {n}: native {native_us:.1f}, epjit.deep_ep {layer_us:.1f} "
               f"(+{layer_us - native_us:.1f}), cached handle {cached_us:.1f} (+{cached_us - native_us:.1f})", flush=True)
-        low_latency(ll_buffer, x, idx, w, max(counts), args.iters)
+        ll_round = low_latency(ll_buffer, x, idx, w, max(counts), args.iters)
+        if args.stages and n == counts[0]:
+            stages(buffer, native, x, idx, w, layout, args.iters)
+        if args.profile and n == counts[0]:
+            for name, fn in (("normal mode", layer_round), ("low latency", ll_round)):
+                profile = cProfile.Profile()
+                profile.enable()
+                for _ in range(args.iters):
+                    fn()
+                synchronize()
+                profile.disable()
+                print(f"--- epjit.deep_ep {name}, {n} tokens, {args.iters} round trips", flush=True)
+                pstats.Stats(profile).sort_stats("tottime").print_stats(14)
     buffer._close()
     ll_buffer._close()
     dist.destroy_process_group()
