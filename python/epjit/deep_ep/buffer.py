@@ -13,6 +13,7 @@ current stream waits for them unless async_finish asks for an event instead.
 What DeepEP does that this layer does not is refused with the reason
 (docs/PYTHON.md "DeepEP").
 """
+import contextlib
 import logging
 
 import epjit
@@ -145,23 +146,34 @@ class Buffer:
             self._comm = None
 
     # ------------------------------------------------------------ streams
-    def _begin(self, previous_event):
-        """Orders the buffer's stream after previous_event (else torch's current
-        stream); returns the stream context to run the call in."""
+    def _begin(self, previous_event, async_finish):
+        """The stream context a call runs in. With async_finish, the buffer's own
+        stream, ordered after previous_event (else torch's current stream), as
+        DeepEP runs it. Without, torch's current stream after previous_event: DeepEP
+        would make the current stream wait for its stream at once, so running there
+        gives the same order without the hop between streams."""
         torch = _torch()
         if not self._gpu:
-            import contextlib
             return contextlib.nullcontext()
-        if previous_event is not None:
-            if previous_event.event is not None and previous_event.event._event is not None:
-                self._comm_stream.wait_event(previous_event.event._event)
+        waits_for = None
+        if previous_event is not None and previous_event.event is not None:
+            waits_for = previous_event.event._event
+        if not async_finish:
+            if waits_for is not None:
+                torch.cuda.current_stream().wait_event(waits_for)
+            return contextlib.nullcontext()
+        if waits_for is not None:
+            self._comm_stream.wait_event(waits_for)
         else:
             self._comm_stream.wait_stream(torch.cuda.current_stream())
         return torch.cuda.stream(self._comm_stream)
 
     def _finish(self, async_finish, inputs, outputs):
-        """The call's event; without async_finish torch's current stream waits for it.
-        Tensors crossing streams are recorded on the stream that uses them next."""
+        """The call's event: with async_finish one recorded on the buffer's stream
+        (its tensors recorded on the streams that use them next), else none (the
+        call ran on the current stream, DeepEP's EventOverlap(None))."""
+        if not async_finish:
+            return EventOverlap(None)
         if not self._gpu:
             return EventOverlap(EventHandle())
         torch = _torch()
@@ -170,13 +182,10 @@ class Buffer:
         for tensor in outputs:
             if tensor is not None:
                 tensor.record_stream(current)
-        if async_finish:
-            for tensor in inputs:
-                if tensor is not None:
-                    tensor.record_stream(self._comm_stream)
-            return EventOverlap(event, tuple(t for t in inputs + outputs if t is not None))
-        event.current_stream_wait()
-        return EventOverlap(event)
+        for tensor in inputs:
+            if tensor is not None:
+                tensor.record_stream(self._comm_stream)
+        return EventOverlap(event, tuple(t for t in inputs + outputs if t is not None))
 
     # ------------------------------------------------------------ the ops
     def _op_for(self, x, x_scales, topk, num_experts, tokens):
@@ -230,7 +239,7 @@ class Buffer:
         torch = _torch()
         if num_experts % self.group_size:
             raise ValueError(f"num_experts={num_experts} is not a multiple of the group's {self.group_size} ranks")
-        with self._begin(previous_event):
+        with self._begin(previous_event, async_finish):
             per_rank = num_experts // self.group_size
             valid = topk_idx >= 0
             experts = torch.where(valid, topk_idx, 0).long()
@@ -268,7 +277,7 @@ class Buffer:
         num_experts = num_tokens_per_expert.numel()
         op = self._op_for(x, x_scales, topk, num_experts, tokens)
         per_rank = num_experts // self.group_size
-        with self._begin(previous_event):
+        with self._begin(previous_event, async_finish):
             indices = topk_idx.to(torch.int32).contiguous()
             weights = (topk_weights if topk_weights is not None
                        else torch.zeros(tokens, topk, dtype=torch.float32, device=x.device)).float().contiguous()
@@ -312,7 +321,7 @@ class Buffer:
         if x.shape[0] != handle.tokens:
             raise ValueError(f"cached dispatch of {x.shape[0]} tokens with a handle of {handle.tokens} (expected the "
                              "handle's batch)")
-        with self._begin(previous_event):
+        with self._begin(previous_event, async_finish):
             _, _, indices = op.recorded_call(handle.routing)
             weights = torch.zeros(handle.tokens, indices.shape[1], dtype=torch.float32, device=x.device)
             recv, _, recv_s, _, _ = op.dispatch(x.contiguous(), weights,
@@ -341,7 +350,7 @@ class Buffer:
             raise ValueError(f"combine x is {x.dtype} {tuple(x.shape)}: expected bfloat16 [{handle.received}, hidden] "
                              "(the dispatch's received rows)")
         bias_0, bias_1 = (bias if isinstance(bias, tuple) else (bias, None))
-        with self._begin(previous_event):
+        with self._begin(previous_event, async_finish):
             staged = op.combine_input()
             staged[:handle.received] = x
             weights = None
