@@ -98,6 +98,7 @@ class Buffer:
         self._weights = {}       # op -> [capacity, top-k] f32 staging for combine's weights
         self._comm_stream = torch.cuda.Stream() if self._gpu else None
         self._low_latency = _low_latency.LowLatency(self)
+        self._ones = {}          # device -> int32 ones, the most entries seen (get_dispatch_layout's counting)
 
     # ------------------------------------------------------------ settings
     @staticmethod
@@ -240,18 +241,21 @@ class Buffer:
         if num_experts % self.group_size:
             raise ValueError(f"num_experts={num_experts} is not a multiple of the group's {self.group_size} ranks")
         with self._begin(previous_event, async_finish):
-            per_rank = num_experts // self.group_size
-            valid = topk_idx >= 0
-            experts = torch.where(valid, topk_idx, 0).long()
-            ranks = torch.where(valid, experts // per_rank, self.group_size)
-            in_rank = torch.zeros(topk_idx.shape[0], self.group_size + 1, dtype=torch.bool, device=topk_idx.device)
-            in_rank.scatter_(1, ranks, True)
-            is_token_in_rank = in_rank[:, :self.group_size].contiguous()
+            # -1 (no expert) becomes expert num_experts, whose "rank" is the group's
+            # size: one extra column and one extra counter, dropped at the end.
+            world = self.group_size
+            experts = torch.where(topk_idx >= 0, topk_idx, num_experts).long()
+            in_rank = torch.zeros(topk_idx.shape[0], world + 1, dtype=torch.bool, device=topk_idx.device)
+            in_rank.scatter_(1, experts // (num_experts // world), True)
+            is_token_in_rank = in_rank[:, :world].contiguous()
             num_tokens_per_rank = is_token_in_rank.sum(0, dtype=torch.int32)
-            num_tokens_per_expert = torch.zeros(num_experts + 1, dtype=torch.int32, device=topk_idx.device)
-            num_tokens_per_expert.scatter_add_(0, torch.where(valid, experts, num_experts).reshape(-1),
-                                               torch.ones(experts.numel(), dtype=torch.int32, device=topk_idx.device))
-            num_tokens_per_expert = num_tokens_per_expert[:num_experts].contiguous()
+            ones = self._ones.get(topk_idx.device)
+            if ones is None or ones.numel() < experts.numel():
+                ones = self._ones[topk_idx.device] = torch.ones(experts.numel(), dtype=torch.int32,
+                                                                device=topk_idx.device)
+            counts = torch.zeros(num_experts + 1, dtype=torch.int32, device=topk_idx.device)
+            counts.scatter_add_(0, experts.reshape(-1), ones[:experts.numel()])
+            num_tokens_per_expert = counts[:num_experts]
         event = self._finish(async_finish, [topk_idx], [num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank])
         return num_tokens_per_rank, None, num_tokens_per_expert, is_token_in_rank, event
 
