@@ -290,6 +290,43 @@ def low_latency_mode(deep_ep, group, world, rank, device, failed):
     buffer._close()
 
 
+def worst_tokens_in_a_cuda_graph(buffer, world, rank, failed):
+    """num_worst_tokens as a CUDA graph uses it: layout, dispatch and combine captured
+    once with static inputs, then replayed with other tokens and routings written
+    into them; each replay's output must be that call's (copies summed)."""
+    tokens = 9
+    worst = tokens * world
+    static_x, static_w, static_idx = (t.clone() for t in rank_inputs(world, rank, 60, tokens))
+    experts = world * EXPERTS_PER_RANK
+
+    def step():
+        per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(static_idx, experts)
+        recv_x, _, _, _, handle, _ = buffer.dispatch(
+            static_x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+            topk_idx=static_idx, topk_weights=static_w, num_worst_tokens=worst)
+        out, _, _ = buffer.combine(recv_x, handle)
+        return out, in_rank
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # the op built and warm, outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out, static_in_rank = step()
+    for seed in (61, 62, 63):
+        x, w, idx = rank_inputs(world, rank, seed, tokens)
+        static_x.copy_(x)
+        static_w.copy_(w)
+        static_idx.copy_(idx)
+        torch.distributed.barrier()  # every rank's inputs written before any replays
+        graph.replay()
+        torch.cuda.synchronize()
+        want = (x.float() * static_in_rank.sum(1).float()[:, None]).to(torch.bfloat16)
+        check(torch.equal(static_out.cpu(), want.cpu()), f"graph replay {seed}: combine of that call's rows", failed)
+
+
 def refusals(deep_ep, group, buffer, world, rank, failed):
     def raises(call, kind, words, what):
         try:
@@ -342,6 +379,8 @@ def rank_main(device, world, rank, store, results):
             layout_and_round_trip(deep_ep, buffer, world, rank, 10 + n, [n] * world, failed)
         check(fetches() == before, f"varying token counts fetched {fetches() - before} kernel modules", failed)
         refusals(deep_ep, dist.group.WORLD, buffer, world, rank, failed)
+        if device == "cuda":
+            worst_tokens_in_a_cuda_graph(buffer, world, rank, failed)
         low_latency_mode(deep_ep, dist.group.WORLD, world, rank, device, failed)
         dist.barrier()
         dist.destroy_process_group()
