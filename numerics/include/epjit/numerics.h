@@ -392,4 +392,41 @@ EPJIT_NUMERICS_FN void dequantize_fp8_block(const uint8_t* in, size_t n, Fp8Form
   for (size_t i = 0; i < n; ++i) out[i] = decode_fp8(in[i], f) * scale;
 }
 
+// DeepEP's per-128-channel cast to OCP E4M3 (its low-latency dispatch): amax is
+// the block's largest |x| but at least 1e-4, NaN elements ignored (as fmaxf
+// ignores them); scale_inv = amax * (1/448) and elements x * (448 / amax), or
+// with round_scale scale_inv = 2^e, e = ceil(log2(amax * (1/448))) read from the
+// bits, and elements x * 2^-e; codes saturated. Defined for a finite amax (DeepEP
+// leaves an infinite one undefined). UE8M0 scales are scale_inv's exponent byte.
+struct DeepEpFp8Scale {
+  float scale_inv, multiplier;
+};
+EPJIT_NUMERICS_FN float deepep_block_amax(const float* x, size_t n) {
+  using namespace numerics_detail;
+  float amax = 1e-4f;
+  for (size_t i = 0; i < n; ++i) {
+    const float a = abs_of(x[i]);
+    if (a > amax) amax = a;  // a NaN compares false: ignored
+  }
+  return amax;
+}
+EPJIT_NUMERICS_FN DeepEpFp8Scale deepep_fp8_scale(float amax, bool round_scale) {
+  using namespace numerics_detail;
+  constexpr float kMax = 448.0f, kInverseMax = 1.0f / 448.0f;
+  if (round_scale) {
+    const uint32_t bits = bits_of(amax * kInverseMax);
+    const int e = int((bits >> 23) & 0xFFu) - 127 + ((bits & 0x7FFFFFu) != 0 ? 1 : 0);
+    return {float_of(uint32_t(e + 127) << 23), float_of(uint32_t(127 - e) << 23)};
+  }
+  return {amax * kInverseMax, kMax / amax};
+}
+EPJIT_NUMERICS_FN float quantize_fp8_deepep_block(const float* x, size_t n, bool round_scale, uint8_t* out) {
+  const DeepEpFp8Scale scale = deepep_fp8_scale(deepep_block_amax(x, n), round_scale);
+  for (size_t i = 0; i < n; ++i) out[i] = encode_fp8(x[i] * scale.multiplier, Fp8Format::E4M3FN, Overflow::Saturate);
+  return scale.scale_inv;
+}
+EPJIT_NUMERICS_FN uint8_t ue8m0_of(float power_of_two) {
+  return uint8_t(numerics_detail::bits_of(power_of_two) >> 23);
+}
+
 }  // namespace epjit

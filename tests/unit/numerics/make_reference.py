@@ -209,6 +209,64 @@ def write_blockwise_tables(out, rng):
             write(out, f"bw_{name}_dequant.f32", dequant)
 
 
+def write_deepep_tables(out, rng):
+    """DeepEP's per-128 cast (csrc/kernels/legacy/utils.cuh, internode_ll.cu) modelled in
+    numpy float32: amax = fmax over |x| from 1e-4; scale_inv = amax * f32(1/448) and
+    x * (448 / amax), or, rounded, 2^e with e = ceil(log2(amax * f32(1/448))) from the
+    bits and x * 2^-e; codes by ml_dtypes after saturating to +-448. Blocks whose
+    amax is infinite (DeepEP leaves them undefined) get length 0."""
+    blocks, lengths = random_blocks(rng, 4_000, 128)
+    inverse = np.float32(1.0) / np.float32(448.0)
+    # Blocks whose elements land on other codes when divided by scale_inv instead
+    # of multiplied by 448 / amax (the rounding of the two differs at fp8 ties):
+    # a model that divides fails on them.
+    for b in range(0, 400, 2):
+        amax = np.float32(rng.uniform(1.0, 1000.0))
+        multiplier = np.float32(np.float32(448.0) / amax)
+        divisor = np.float32(amax * inverse)
+        # Candidates: the float32 neighbours of each e4m3 tie (midpoint of two
+        # codes) brought back by the multiplier, where the two roundings part.
+        codes_f = np.arange(0, 0x7F, dtype=np.uint8).view(md.float8_e4m3fn).astype(np.float32)
+        ties = ((codes_f[:-1].astype(np.float64) + codes_f[1:]) / 2).astype(np.float32)
+        centre = (ties / multiplier).astype(np.float32).view(np.int32)
+        x = (centre[:, None] + np.arange(-8, 9, dtype=np.int32)[None, :]).reshape(-1).view(np.float32)
+        x = x[np.isfinite(x) & (np.abs(x) < amax)]
+        x = np.concatenate([x, -x])
+        with np.errstate(over="ignore"):
+            by_multiply = clamp((x * multiplier).astype(np.float32), 448.0).astype(md.float8_e4m3fn).view(np.uint8)
+            by_divide = clamp((x / divisor).astype(np.float32), 448.0).astype(md.float8_e4m3fn).view(np.uint8)
+        differ = x[by_multiply != by_divide][:127]
+        blocks[b, :] = 0.0
+        blocks[b, 0] = amax
+        blocks[b, 1:1 + len(differ)] = differ
+        lengths[b] = 128
+    for b in range(len(blocks)):
+        if not np.isfinite(np.fmax.reduce(np.abs(blocks[b, :lengths[b]]))):
+            lengths[b] = 0
+    write(out, "deepep_blocks.f32", blocks)
+    write(out, "deepep_lengths.i32", lengths)
+    for rounded in (False, True):
+        scales = np.zeros(len(blocks), dtype=np.float32)
+        codes = np.zeros((len(blocks), 128), dtype=np.uint8)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            for b in range(len(blocks)):
+                x = blocks[b, :lengths[b]]
+                amax = np.float32(np.fmax.reduce(np.abs(x), initial=np.float32(1e-4)))
+                ratio = np.float32(amax * inverse)
+                if rounded:
+                    bits = int(ratio.view(np.uint32))
+                    e = ((bits >> 23) & 0xFF) - 127 + (1 if bits & 0x7FFFFF else 0)
+                    scale_inv, multiplier = np.float32(2.0 ** e), np.float32(2.0 ** -e)
+                else:
+                    scale_inv, multiplier = ratio, np.float32(np.float32(448.0) / amax)
+                scales[b] = scale_inv
+                q = (x * multiplier).astype(np.float32)
+                codes[b, :lengths[b]] = clamp(q, 448.0).astype(md.float8_e4m3fn).view(np.uint8)
+        name = "deepep_pow2" if rounded else "deepep_f32"
+        write(out, f"{name}_scales.f32", scales)
+        write(out, f"{name}_codes.u8", codes)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", required=True)
@@ -221,6 +279,7 @@ def main():
     write_decode_tables(args.out)
     write_mx_tables(args.out, rng)
     write_blockwise_tables(args.out, rng)
+    write_deepep_tables(args.out, rng)
     with open(os.path.join(args.out, "stamp"), "w") as f:
         f.write(f"{len(x)} encode inputs, ml_dtypes {md.__version__}, numpy {np.__version__}\n")
 

@@ -243,6 +243,48 @@ TEST_P(Fp8Reference, BlockwiseRoundTripIsWithinHalfAnUlp) {
   EXPECT_GT(finite_blocks, lengths.size() / 2);
 }
 
+// DeepEP's per-128 cast, both scale forms, against make_reference.py's numpy
+// float32 model of DeepEP's kernel (and the UE8M0 byte of the rounded scale).
+TEST(DeepEpFp8Reference, MatchesTheFloat32ModelOfDeepEpsCast) {
+  const std::vector<float> blocks = load<float>("deepep_blocks.f32");
+  const std::vector<int32_t> lengths = load<int32_t>("deepep_lengths.i32");
+  constexpr size_t kBlock = kFp8BlockwiseBlockSize;
+  ASSERT_EQ(blocks.size(), lengths.size() * kBlock);
+  for (const bool rounded : {false, true}) {
+    const std::string name = rounded ? "deepep_pow2" : "deepep_f32";
+    const std::vector<float> scales = load<float>(name + "_scales.f32");
+    const std::vector<uint8_t> codes = load<uint8_t>(name + "_codes.u8");
+    expect_all(lengths.size(), name.c_str(), [&](size_t b, std::string& msg) {
+      const size_t n = size_t(lengths[b]);
+      if (n == 0) return true;  // an infinite amax: undefined in DeepEP
+      uint8_t got[kBlock];
+      std::memset(got, 0xAB, sizeof got);
+      const float scale = quantize_fp8_deepep_block(&blocks[b * kBlock], n, rounded, got);
+      if (!same_float(scale, scales[b])) {
+        msg = "block " + std::to_string(b) + " scale " + std::to_string(scale) + " model " + std::to_string(scales[b]);
+        return false;
+      }
+      if (rounded && decode_e8m0(ue8m0_of(scale)) != scale) {
+        msg = "block " + std::to_string(b) + ": the UE8M0 byte of " + std::to_string(scale) + " is not it";
+        return false;
+      }
+      for (size_t i = 0; i < n; ++i)
+        if (got[i] != codes[b * kBlock + i]) {
+          msg = "block " + std::to_string(b) + " element " + std::to_string(i) + " code " + hex(got[i]) + " model " +
+                hex(codes[b * kBlock + i]);
+          return false;
+        }
+      return true;
+    });
+  }
+  // The floor of the amax and a hand case: a block of 1e-5s takes amax 1e-4.
+  const float tiny[3] = {1e-5f, -1e-5f, 0.0f};
+  uint8_t got[3];
+  EXPECT_EQ(quantize_fp8_deepep_block(tiny, 3, false, got), 1e-4f * (1.0f / 448.0f));
+  EXPECT_EQ(deepep_fp8_scale(448.0f, true).scale_inv, 1.0f);
+  EXPECT_EQ(deepep_fp8_scale(449.0f, true).scale_inv, 2.0f);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllFormats, Fp8Reference, ::testing::ValuesIn(kFp8Cases),
                          [](const auto& info) { return std::string(info.param.name); });
 
