@@ -67,13 +67,10 @@ class LowLatency:
         self._buffer = buffer
         self._ops = {}      # key -> [op, op]
         self._turn = {}     # key -> the index of the op the next dispatch takes
-        self._zeros = {}    # op -> [max tokens, top-k] f32 zeros (the dispatch's unused weights)
-
-    def ops(self):
-        return [op for pair in self._ops.values() for op in pair if op is not None]
+        self._zeros = {}    # op -> [max tokens, top-k] f32 zeros (the dispatch's unused weights); its keys are the ops
 
     def close(self):
-        for op in self.ops():
+        for op in self._zeros:
             op.close()
         self._ops.clear()
         self._turn.clear()
@@ -159,7 +156,7 @@ class LowLatency:
                     "LogFMT", "leave use_logfmt False")
         if combine_wait_recv_cost_stats is not None:
             _refuse("combine_wait_recv_cost_stats", "epjit's kernels keep no per-peer wait clocks", "leave it None")
-        if not isinstance(handle, LowLatencyHandle) or handle.op not in self.ops():
+        if not isinstance(handle, LowLatencyHandle) or handle.op not in self._zeros:
             raise ValueError("low_latency_combine with a handle this buffer's low_latency_dispatch did not return")
         op = handle.op
         tokens = topk_idx.shape[0]
@@ -180,7 +177,7 @@ class LowLatency:
         return out, event, hook
 
     def next_combine_buffer(self, handle):
-        if not isinstance(handle, LowLatencyHandle) or handle.op not in self.ops():
+        if not isinstance(handle, LowLatencyHandle) or handle.op not in self._zeros:
             raise ValueError("get_next_low_latency_combine_buffer with a handle this buffer did not return")
         return handle.op.std_moe_combine_input()
 
