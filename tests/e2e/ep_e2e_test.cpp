@@ -284,7 +284,8 @@ std::vector<EpCase> matrix() {
                                      "split_quant_blockwise_gfx950_w4", "split_internode_v2_w4_g2_gather",
                                      "split_low_latency_bf16_scatter_w2", "split_std_moe_scatter_w4",
                                      "source_order_w4", "source_order_tiny_by_block_w4",
-                                     "split_source_order_device_count_w3"};
+                                     "split_source_order_device_count_w3", "entries_w3",
+                                     "split_entries_repeats_w4"};
   if (std::string(EPJIT_E2E_SANITIZER) != "thread")
     subset.insert(subset.end(), {"bf16_scatter_w4_processes", "quant_direct_fp8_dispatch_w4_processes"});
   std::erase_if(cases, [&](const EpCase& c) { return std::find(subset.begin(), subset.end(), c.name) == subset.end(); });
