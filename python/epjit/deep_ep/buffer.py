@@ -20,19 +20,11 @@ import epjit
 from epjit._arrays import _torch_device
 
 from . import low_latency as _low_latency
+from ._common import _refuse, _torch
 from .config import Config
 from .utils.event import EventHandle, EventOverlap
 
 _log = logging.getLogger("epjit.deep_ep")
-
-
-def _torch():
-    import torch
-    return torch
-
-
-def _refuse(what, why, fix):
-    raise NotImplementedError(f"epjit.deep_ep: {what} is not served: {why}; fix: {fix}")
 
 
 def _scales(received_scales, rows):

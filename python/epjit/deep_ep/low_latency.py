@@ -16,14 +16,7 @@ transfers. Differences from DeepEP: docs/PYTHON.md "DeepEP".
 """
 import epjit
 
-
-def _torch():
-    import torch
-    return torch
-
-
-def _refuse(what, why, fix):
-    raise NotImplementedError(f"epjit.deep_ep: {what} is not served: {why}; fix: {fix}")
+from ._common import _refuse, _torch
 
 
 class LowLatencyHandle(tuple):
@@ -123,8 +116,7 @@ class LowLatency:
         weights = self._zeros[op][:tokens]
         stats = cumulative_local_expert_recv_stats
 
-        def receive():
-            op.dispatch_recv()
+        def pack():
             packed = op.std_moe_pack()
             if stats is not None:
                 stats.add_(packed[1])
@@ -136,12 +128,11 @@ class LowLatency:
             packed = op.std_moe_outputs()
 
             def hook():
-                receive()
+                op.dispatch_recv()
+                pack()
         else:
             op.dispatch(x, weights, None, indices)
-            packed = op.std_moe_pack()
-            if stats is not None:
-                stats.add_(packed[1])
+            packed = pack()
         recv_x, recv_count, sources = packed
         handle = LowLatencyHandle(sources, num_max_dispatch_tokens_per_rank, x.shape[1], num_experts, op, topk_idx,
                                   indices)
