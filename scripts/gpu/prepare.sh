@@ -112,6 +112,9 @@ for world in 1 2 4; do bench_shape $world > "$out/bench-shape-$world.txt"; done
 # And its weighted sum (ep.warp.sum_rows ... weight): DeepEP's combine bits on the GPU.
 "$build/bin/epjit-compile" --input tests/unit/templates/inputs/weighted_sum.mlir --target sm90 --emit bin \
   -o "$out/weighted_sum.cubin"
+# And DeepEP's per-128 fp8 cast (ep.warp.quantize, #ep.scale<deepep...>).
+"$build/bin/epjit-compile" --input tests/unit/templates/inputs/deepep_cast.mlir --target sm90 --emit bin \
+  -o "$out/deepep_cast.cubin"
 # The compiler provider (self-contained), beside the tools that find it there:
 # the GPU host compiles from the DSL what no bundle holds (the host-jit check).
 strip -o "$out/libepjit_kernel_source.so" "$build/lib/libepjit_kernel_source.so"

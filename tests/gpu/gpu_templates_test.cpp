@@ -9,6 +9,7 @@
 #include <iterator>
 
 #include "../common/block_vote_check.h"
+#include "../common/deepep_cast_check.h"
 #include "../common/weighted_sum_check.h"
 #include "../common/template_check.h"
 #include "epjit/cache.h"
@@ -151,6 +152,25 @@ TEST(GpuWeightedSum, FusedMultiplyAddsInSourceOrderFromPlusZero) {
     KernelArgs args;
     args.add(rows).add(weights).add(valid).add(out).add(count);
     device.launch(module->kernel("weighted_sum"), {1, testing::kWeightedSumWarps}, args, *stream);
+    stream->synchronize();
+  });
+}
+
+// DeepEP's per-128 cast on sm90 (cvt.rn.satfinite.e4m3x2): the kernels of
+// tests/unit/templates/inputs/deepep_cast.mlir (prepare.sh compiles
+// deepep_cast.cubin beside this test); the host test checks the same bits.
+TEST(GpuDeepEpCast, CodesAndScalesAreDeepEpsInItsLayouts) {
+  if (!gpu().device) GTEST_SKIP() << "no CUDA device: " << gpu().why_not;
+  const std::vector<uint8_t> binary = cubinBesideThisTest("deepep_cast.cubin");
+  ASSERT_FALSE(binary.empty()) << "deepep_cast.cubin is missing: scripts/gpu/prepare.sh compiles it beside this test";
+  Device& device = *gpu().device;
+  auto module = device.load_module(binary);
+  auto stream = device.create_stream();
+  testing::checkDeepEpCast(device, [&](const std::string& kernel, void* input, void* codes, void* scales,
+                                       size_t tokens, size_t hidden) {
+    KernelArgs args;
+    args.add(input).add(codes).add(scales).add(tokens).add(hidden);
+    device.launch(module->kernel(kernel), {2, testing::kDeepEpCastWarps}, args, *stream);
     stream->synchronize();
   });
 }

@@ -188,19 +188,33 @@ struct ConversionLowering {
   }
   Value codeOffset(Value start) { return l.add(shape.codesOffset, shape.fp4 ? l.div(start, 2) : start); }
 
+  bool deepEp() { return op.getScale() && ep::isDeepEpScale(*op.getScale()); }
+
   Value chunkAmax(Value blockIndex, Value sub) {
     Value start = elementStart(blockIndex, sub);
     Value n = l.chunkCount(start, op.getCount(), kConvertChunk);
-    return ep::LaneChunkReduceOp::create(l.b, l.b.getF32Type(),
-                                         ep::ReduceKindAttr::get(l.b.getContext(), ep::ReduceKind::absmax),
+    // DeepEP's amax is fmaxf's: a NaN element is ignored (its code is NaN).
+    const ep::ReduceKind kind = deepEp() ? ep::ReduceKind::absmaxnum : ep::ReduceKind::absmax;
+    return ep::LaneChunkReduceOp::create(l.b, l.b.getF32Type(), ep::ReduceKindAttr::get(l.b.getContext(), kind),
                                          shape.values, l.add(shape.valuesOffset, start), n,
                                          l.b.getI64IntegerAttr(kConvertChunk));
   }
 
-  Value scaleFromAmax(Value amax) {
-    if (op.getScale() == ep::ScaleKind::e8m0)
-      return ep::MxScaleOp::create(l.b, l.b.getI8Type(), amax, op.getFormat());
-    return ep::BlockwiseScaleOp::create(l.b, l.b.getF32Type(), amax, cast<ep::Fp8KindAttr>(op.getFormat()));
+  // What a block's conversion uses (`applied`: the divisor, or DeepEP's
+  // factor) and what it stores (`stored`).
+  struct BlockScale {
+    Value stored, applied;
+  };
+  BlockScale scaleFromAmax(Value amax) {
+    if (deepEp()) {
+      auto scale = ep::DeepEpScaleOp::create(l.b, scaleType(), l.b.getF32Type(), amax, *op.getScale());
+      return {scale.getStored(), scale.getFactor()};
+    }
+    Value scale = op.getScale() == ep::ScaleKind::e8m0
+                      ? Value(ep::MxScaleOp::create(l.b, l.b.getI8Type(), amax, op.getFormat()))
+                      : Value(ep::BlockwiseScaleOp::create(l.b, l.b.getF32Type(), amax,
+                                                           cast<ep::Fp8KindAttr>(op.getFormat())));
+    return {scale, scale};
   }
 
   void convertChunk(Value blockIndex, Value sub, Value scale) {
@@ -213,22 +227,31 @@ struct ConversionLowering {
     auto isAligned = l.b.getBoolAttr(aligned);
     if (quantize) {
       ep::LaneQuantizeChunkOp::create(l.b, shape.values, valueAt, shape.codes, codeAt, n, scale, op.getFormat(),
-                                      method, chunk, isAligned);
+                                      method, chunk, isAligned, deepEp() ? l.b.getUnitAttr() : UnitAttr());
     } else {
       ep::LaneDequantizeChunkOp::create(l.b, shape.codes, codeAt, shape.values, valueAt, n, scale, op.getFormat(),
-                                        method, chunk, isAligned);
+                                        method, chunk, isAligned, UnitAttr());
     }
   }
 
-  void storeScale(Value blockIndex, Value scale) {
-    ep::StoreOp::create(l.b, scale, op.getScales(), l.add(op.getScalesOffset(), blockIndex));
+  // Block b's scale: scales_offset + b, or in groups of scales_group blocks
+  // one scales_stride apart.
+  Value scaleAt(Value blockIndex) {
+    Value stride = op.getScalesStride();
+    if (!stride) return l.add(op.getScalesOffset(), blockIndex);
+    const int64_t group = op.getScalesGroup() ? *op.getScalesGroup() : 1;
+    Value groupStart = arith::MulIOp::create(l.b, l.div(blockIndex, group), stride);
+    if (group == 1) return l.add(op.getScalesOffset(), groupStart);
+    return l.add(op.getScalesOffset(), l.add(groupStart, l.rem(blockIndex, group)));
   }
+  void storeScale(Value blockIndex, Value scale) { ep::StoreOp::create(l.b, scale, op.getScales(), scaleAt(blockIndex)); }
   Value loadScale(Value blockIndex) {
     // Each lane group loads its own block's scale: a per-lane load.
-    return ep::LaneLoadOp::create(l.b, scaleType(), op.getScales(), l.add(op.getScalesOffset(), blockIndex));
+    return ep::LaneLoadOp::create(l.b, scaleType(), op.getScales(), scaleAt(blockIndex));
   }
   Type scaleType() {
-    return op.getScale() == ep::ScaleKind::e8m0 ? Type(l.b.getI8Type()) : Type(l.b.getF32Type());
+    const bool byte = op.getScale() == ep::ScaleKind::e8m0 || op.getScale() == ep::ScaleKind::deepep_ue8m0;
+    return byte ? Type(l.b.getI8Type()) : Type(l.b.getF32Type());
   }
   Value zeroScale() {
     if (op.getScale() == ep::ScaleKind::e8m0) return arith::ConstantOp::create(l.b, l.b.getI8IntegerAttr(0));
@@ -268,12 +291,14 @@ struct ConversionLowering {
     if (!shape.scaled) return Value();
     Value live = l.less(blockIndex, blocks);
     if (!quantize) return l.select(live, scaleType(), [&] { return loadScale(blockIndex); }, zeroScale());
+    // The lanes' partials are absolute values (NaN only under absmax, which
+    // max propagates as it should).
     Value amax = ep::LaneReduceOp::create(l.b, l.b.getF32Type(), ep::ReduceKind::max,
                                           chunkAmax(blockIndex, sub), uint64_t(lanesPerBlock()));
-    Value scale = scaleFromAmax(amax);
+    BlockScale scale = scaleFromAmax(amax);
     Value first = arith::CmpIOp::create(l.b, arith::CmpIPredicate::eq, sub, l.index(0));
-    l.when(arith::AndIOp::create(l.b, first, live), [&] { storeScale(blockIndex, scale); });
-    return scale;
+    l.when(arith::AndIOp::create(l.b, first, live), [&] { storeScale(blockIndex, scale.stored); });
+    return scale.applied;
   }
 
   // Lanes: the group's lanes combine their partial amax in lane order.
@@ -283,9 +308,9 @@ struct ConversionLowering {
     Value amax = l.fold(l.index(0), l.index(lanesPerBlock()), 1, l.f32(0.0f), [&](Value sub, Value acc) {
       return l.combine(ep::ReduceKind::max, acc, chunkAmax(blockIndex, sub));
     });
-    Value scale = scaleFromAmax(amax);
-    storeScale(blockIndex, scale);
-    return scale;
+    BlockScale scale = scaleFromAmax(amax);
+    storeScale(blockIndex, scale.stored);
+    return scale.applied;
   }
 };
 

@@ -417,7 +417,7 @@ LogicalResult WarpAccumulateOp::verify() {
 // Shared by ep.warp.quantize and ep.warp.dequantize: `codes` is the side that
 // holds fp8/fp4 bytes, `values` the bf16/f32 side.
 template <typename OpT>
-static LogicalResult verifyQuantizeLike(OpT op, Value values, Value codes) {
+static LogicalResult verifyQuantizeLike(OpT op, Value values, Value codes, bool quantize) {
   if (!isRowElementType(elementTypeOf(values)))
     return op.emitOpError() << "values are bf16 or f32; got " << elementTypeOf(values);
   if (!elementTypeOf(codes).isInteger(8))
@@ -438,9 +438,25 @@ static LogicalResult verifyQuantizeLike(OpT op, Value values, Value codes) {
     return op.emitOpError() << "e8m0 (MX) scales cover blocks of 32 elements; got block = " << block;
   if (scale == ScaleKind::f32 && block != 128)
     return op.emitOpError() << "f32 blockwise scales cover blocks of 128 elements; got block = " << block;
+  if (scale && isDeepEpScale(*scale)) {
+    if (!quantize)
+      return op.emitOpError() << "#ep.scale<" << stringifyEnum(*scale)
+                              << "> is a quantize rule; dequantize its codes with #ep.scale<f32> (the stored "
+                                 "scale is the inverse) or #ep.scale<e8m0> (the ue8m0 byte)";
+    auto fp8 = dyn_cast<Fp8KindAttr>(op.getFormat());
+    if (block != 128 || !fp8 || fp8.getValue() != Fp8Kind::e4m3fn)
+      return op.emitOpError() << "#ep.scale<" << stringifyEnum(*scale)
+                              << "> is DeepEP's cast: block = 128 and format = #ep.fp8<e4m3fn> (its 448)";
+  }
+  if (op.getScalesGroup() && !op.getScalesStride())
+    return op.emitOpError() << "scales_group needs a scales_stride (the distance between groups)";
+  if (op.getScalesStride() && !op.getScales())
+    return op.emitOpError() << "scales_stride without scales";
+  if (op.getScalesGroup() && *op.getScalesGroup() < 1)
+    return op.emitOpError() << "scales_group is at least 1; got " << *op.getScalesGroup();
   if (Value scales = op.getScales()) {
-    Type want = scale == ScaleKind::f32 ? Type(Float32Type::get(op.getContext()))
-                                        : Type(IntegerType::get(op.getContext(), 8));
+    const bool f32 = scale == ScaleKind::f32 || scale == ScaleKind::deepep || scale == ScaleKind::deepep_pow2;
+    Type want = f32 ? Type(Float32Type::get(op.getContext())) : Type(IntegerType::get(op.getContext(), 8));
     if (elementTypeOf(scales) != want)
       return op.emitOpError() << "scales of kind " << stringifyEnum(*scale) << " are stored as "
                               << PtrType::get(op.getContext(), want) << "; got " << scales.getType();
@@ -516,8 +532,18 @@ LogicalResult WarpCopyRowAroundOp::verify() {
   return success();
 }
 
-LogicalResult WarpQuantizeOp::verify() { return verifyQuantizeLike(*this, getSrc(), getDst()); }
-LogicalResult WarpDequantizeOp::verify() { return verifyQuantizeLike(*this, getDst(), getSrc()); }
+LogicalResult WarpQuantizeOp::verify() { return verifyQuantizeLike(*this, getSrc(), getDst(), true); }
+LogicalResult WarpDequantizeOp::verify() { return verifyQuantizeLike(*this, getDst(), getSrc(), false); }
+
+LogicalResult DeepEpScaleOp::verify() {
+  if (!isDeepEpScale(getScale()))
+    return emitOpError() << "takes a DeepEP scale kind (deepep, deepep_pow2, deepep_ue8m0); got "
+                         << stringifyEnum(getScale());
+  const bool byte = getScale() == ScaleKind::deepep_ue8m0;
+  if (getStored().getType().isInteger(8) != byte)
+    return emitOpError() << "the stored scale of " << stringifyEnum(getScale()) << " is " << (byte ? "i8" : "f32");
+  return success();
+}
 
 #define GET_OP_CLASSES
 #include "epjit/Dialect/Ep/EpOps.cpp.inc"

@@ -248,6 +248,46 @@ func.func @mx_scales_are_bytes(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %s: !ep.ptr<f
 
 // -----
 
+func.func @deepep_is_e4m3fn_blocks_of_128(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %s: !ep.ptr<f32>, %n: index) {
+  // expected-error @+1 {{#ep.scale<deepep> is DeepEP's cast: block = 128 and format = #ep.fp8<e4m3fn> (its 448)}}
+  ep.warp.quantize %x[%n], %q[%n], %n scales %s[%n] {format = #ep.fp8<e5m2>, block = 128, scale = #ep.scale<deepep>} : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<f32>
+  return
+}
+
+// -----
+
+func.func @deepep_quantizes_only(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %s: !ep.ptr<f32>, %n: index) {
+  // expected-error @+1 {{#ep.scale<deepep_pow2> is a quantize rule; dequantize its codes with #ep.scale<f32>}}
+  ep.warp.dequantize %q[%n], %x[%n], %n scales %s[%n] {format = #ep.fp8<e4m3fn>, block = 128, scale = #ep.scale<deepep_pow2>} : !ep.ptr<i8> -> !ep.ptr<bf16>, !ep.ptr<f32>
+  return
+}
+
+// -----
+
+func.func @deepep_ue8m0_scales_are_bytes(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %s: !ep.ptr<f32>, %n: index) {
+  // expected-error @+1 {{scales of kind deepep_ue8m0 are stored as '!ep.ptr<i8>'; got '!ep.ptr<f32>'}}
+  ep.warp.quantize %x[%n], %q[%n], %n scales %s[%n] {format = #ep.fp8<e4m3fn>, block = 128, scale = #ep.scale<deepep_ue8m0>} : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<f32>
+  return
+}
+
+// -----
+
+func.func @scales_group_needs_a_stride(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %s: !ep.ptr<f32>, %n: index) {
+  // expected-error @+1 {{scales_group needs a scales_stride (the distance between groups)}}
+  ep.warp.quantize %x[%n], %q[%n], %n scales %s[%n] {format = #ep.fp8<target>, block = 128, scale = #ep.scale<f32>, scales_group = 4} : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<f32>
+  return
+}
+
+// -----
+
+func.func @deepep_scale_kinds(%a: f32) {
+  // expected-error @+1 {{the stored scale of deepep_ue8m0 is i8}}
+  %s, %f = ep.deepep_scale %a {scale = #ep.scale<deepep_ue8m0>} : f32
+  return
+}
+
+// -----
+
 func.func @codes_are_bytes(%x: !ep.ptr<bf16>, %q: !ep.ptr<i16>, %n: index) {
   // expected-error @+1 {{codes are bytes (!ep.ptr<i8>); got 'i16'}}
   ep.warp.quantize %x[%n], %q[%n], %n {format = #ep.fp8<target>} : !ep.ptr<bf16> -> !ep.ptr<i16>

@@ -87,6 +87,10 @@ ep.kernel @warp_ops(%x: !ep.ptr<bf16>, %f: !ep.ptr<f32>, %q: !ep.ptr<i8>, %s: !e
   ep.warp.quantize %x[%c0], %q[%c0], %n scales %fs[%c0] {format = #ep.fp8<e4m3fnuz>, block = 128, scale = #ep.scale<f32>} : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<f32>
   // CHECK: ep.warp.quantize {{.*}} {block = 32 : i64, format = #ep.fp4<e2m1>, scale = #ep.scale<e8m0>, software_fallback} : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<i8>
   ep.warp.quantize %x[%c0], %q[%c0], %n scales %s[%c0] {format = #ep.fp4<e2m1>, block = 32, scale = #ep.scale<e8m0>, software_fallback} : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<i8>
+  // CHECK: ep.warp.quantize {{.*}} scales %{{.*}}[%{{.*}}] scales_stride %{{.*}} {block = 128 : i64, format = #ep.fp8<e4m3fn>, scale = #ep.scale<deepep_ue8m0>, scales_group = 4 : i64} : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<i8>
+  ep.warp.quantize %x[%c0], %q[%c0], %n scales %s[%c0] scales_stride %n {format = #ep.fp8<e4m3fn>, block = 128, scale = #ep.scale<deepep_ue8m0>, scales_group = 4} : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<i8>
+  // CHECK: %{{.*}}, %{{.*}} = ep.deepep_scale %{{.*}} {scale = #ep.scale<deepep_pow2>} : f32
+  %stored, %factor = ep.deepep_scale %m {scale = #ep.scale<deepep_pow2>} : f32
   // CHECK: ep.warp.dequantize {{.*}} {block = 32 : i64, format = #ep.fp4<e2m1>, scale = #ep.scale<e8m0>} : !ep.ptr<i8> -> !ep.ptr<f32>, !ep.ptr<i8>
   ep.warp.dequantize %q[%c0], %f[%c0], %n scales %s[%c0] {format = #ep.fp4<e2m1>, block = 32, scale = #ep.scale<e8m0>} : !ep.ptr<i8> -> !ep.ptr<f32>, !ep.ptr<i8>
   // CHECK: ep.warp.accumulate %{{.*}}[%{{.*}}], %{{.*}}[%{{.*}}], %{{.*}} weight %{{.*}} : !ep.ptr<bf16> -> !ep.ptr<f32>

@@ -38,6 +38,42 @@ func.func @blockwise(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %s: !ep.ptr<f32>, %n: i
   return
 }
 
+// DeepEP's cast: a NaN-ignoring amax, ep.deepep_scale's stored scale at
+// column-major places (offset + block * stride; UE8M0 bytes in groups of
+// four: offset + block / 4 * stride + block % 4), the elements multiplied by
+// its factor. gfx942 converts OCP E4M3 in software (software_fallback).
+// CHECK-LABEL: func.func @deepep_cast
+// CHECK-NOT: ep.warp.
+// SIMT: ep.lane.chunk_reduce absmaxnum {{.*}} chunk(8)
+// SIMT: %[[STORED:.*]], %[[FACTOR:.*]] = ep.deepep_scale %{{.*}} {scale = #ep.scale<deepep>} : f32
+// SIMT: %[[COLUMN:.*]] = arith.muli %{{.*}}, %{{.*}} : index
+// SIMT: ep.store %[[STORED]], %{{.*}}[%{{.*}}] : !ep.ptr<f32>
+// GFX950: ep.lane.quantize_chunk {{.*}} scale %[[FACTOR]] : f32 {{{.*}}method = #ep.method<amdgcn_pk_fp8>, multiplies}
+// GFX942: ep.lane.quantize_chunk {{.*}} scale %[[FACTOR]] : f32 {{{.*}}method = #ep.method<software>, multiplies}
+// SM90: ep.lane.quantize_chunk {{.*}} scale %[[FACTOR]] : f32 {{{.*}}method = #ep.method<ptx_cvt_satfinite>, multiplies}
+// HOST: ep.lane.chunk_reduce absmaxnum
+// HOST: ep.deepep_scale %{{.*}} {scale = #ep.scale<deepep>} : f32
+// HOST: ep.lane.quantize_chunk {{.*}}multiplies
+// CHECK-LABEL: func.func @deepep_cast_ue8m0
+// CHECK: ep.deepep_scale %{{.*}} {scale = #ep.scale<deepep_ue8m0>} : i8
+// CHECK: arith.divui %{{.*}}, %c4
+// CHECK: arith.remui %{{.*}}, %c4
+// CHECK: ep.store %{{.*}} : !ep.ptr<i8>
+func.func @deepep_cast(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %s: !ep.ptr<f32>, %n: index, %tokens: index) {
+  %c0 = arith.constant 0 : index
+  ep.warp.quantize %x[%n], %q[%n], %n scales %s[%c0] scales_stride %tokens
+      {format = #ep.fp8<e4m3fn>, block = 128, scale = #ep.scale<deepep>, software_fallback}
+      : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<f32>
+  return
+}
+func.func @deepep_cast_ue8m0(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %s: !ep.ptr<i8>, %n: index, %bytes: index) {
+  %c0 = arith.constant 0 : index
+  ep.warp.quantize %x[%n], %q[%n], %n scales %s[%c0] scales_stride %bytes
+      {format = #ep.fp8<e4m3fn>, block = 128, scale = #ep.scale<deepep_ue8m0>, scales_group = 4, software_fallback}
+      : !ep.ptr<bf16> -> !ep.ptr<i8>, !ep.ptr<i8>
+  return
+}
+
 // A direct cast on a row known to be chunk-aligned: one lane per chunk.
 // CHECK-LABEL: func.func @direct_aligned
 // GFX950: scf.for {{.*}} step %c64

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../../common/block_vote_check.h"
+#include "../../common/deepep_cast_check.h"
 #include "../../common/weighted_sum_check.h"
 #include "../../common/template_check.h"
 #include "epjit/numerics.h"
@@ -163,6 +164,23 @@ TEST(HostWeightedSum, FusedMultiplyAddsInSourceOrderFromPlusZero) {
     KernelArgs args;
     args.add(rows).add(weights).add(valid).add(out).add(count);
     device->launch(module->kernel("weighted_sum"), {1, testing::kWeightedSumWarps}, args, *stream);
+    stream->synchronize();
+  });
+}
+
+// ep.warp.quantize with DeepEP's per-128 cast on the host device: its codes
+// and scales in its low-latency layouts (tests/common/deepep_cast_check.h).
+TEST(HostDeepEpCast, CodesAndScalesAreDeepEpsInItsLayouts) {
+  const std::string library = compileKernel(
+      "deepep_cast", std::string("--input ") + EPJIT_TEST_INPUTS_DIR + "/deepep_cast.mlir --target host");
+  auto device = make_host_device();
+  auto module = device->load_module(readBinary(library));
+  auto stream = device->create_stream();
+  testing::checkDeepEpCast(*device, [&](const std::string& kernel, void* input, void* codes, void* scales,
+                                        size_t tokens, size_t hidden) {
+    KernelArgs args;
+    args.add(input).add(codes).add(scales).add(tokens).add(hidden);
+    device->launch(module->kernel(kernel), {2, testing::kDeepEpCastWarps}, args, *stream);
     stream->synchronize();
   });
 }

@@ -86,6 +86,7 @@ std::string preludeName(ep::ReduceKind kind) {
     case ep::ReduceKind::max: return "epjit::Reduce::Max";
     case ep::ReduceKind::absmax: return "epjit::Reduce::AbsMax";
     case ep::ReduceKind::sum: return "epjit::Reduce::Sum";
+    case ep::ReduceKind::absmaxnum: return "epjit::Reduce::AbsMaxNum";
   }
   return "";
 }

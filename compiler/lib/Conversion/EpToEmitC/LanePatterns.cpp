@@ -29,7 +29,7 @@ struct ChunkConvertPattern : OpConversionPattern<OpT> {
                                    offsetPointer(rewriter, loc, adaptor.getDst(), adaptor.getDstOffset()),
                                    adaptor.getCount()};
     if (Value scale = adaptor.getScale()) {
-      callee += scale.getType().isInteger(8) ? "_mx" : "_scaled";
+      callee += scale.getType().isInteger(8) ? "_mx" : op.getMultiplies() ? "_multiplied" : "_scaled";
       operands.push_back(scale);
     }
     if (op.getChunk() != 8) return rewriter.notifyMatchFailure(op, "the prelude converts chunks of 8 elements");
@@ -270,6 +270,24 @@ struct BlockwiseScalePattern : OpConversionPattern<ep::BlockwiseScaleOp> {
   }
 };
 
+// Two prelude calls: the stored scale, and the factor the elements are multiplied by.
+struct DeepEpScalePattern : OpConversionPattern<ep::DeepEpScaleOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ep::DeepEpScaleOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter& rewriter) const override {
+    const bool byte = op.getScale() == ep::ScaleKind::deepep_ue8m0;
+    const std::string round = boolName(op.getScale() != ep::ScaleKind::deepep);
+    Value stored = byte ? callPrelude(rewriter, op.getLoc(), "epjit::deepep_ue8m0_scale", rewriter.getI8Type(),
+                                      {adaptor.getAmax()}, {})
+                        : callPrelude(rewriter, op.getLoc(), "epjit::deepep_scale_inv", rewriter.getF32Type(),
+                                      {adaptor.getAmax()}, {round});
+    Value factor = callPrelude(rewriter, op.getLoc(), "epjit::deepep_factor", rewriter.getF32Type(),
+                               {adaptor.getAmax()}, {round});
+    rewriter.replaceOp(op, {stored, factor});
+    return success();
+  }
+};
+
 }  // namespace
 
 void populateLanePatterns(TypeConverter& converter, RewritePatternSet& patterns) {
@@ -278,7 +296,7 @@ void populateLanePatterns(TypeConverter& converter, RewritePatternSet& patterns)
   patterns.add<ChunkConvertPattern<ep::LaneDequantizeChunkOp>>(converter, context, "dequantize");
   patterns.add<CopyChunksPattern, HoldChunksPattern, PutChunksPattern, AccumulateChunkPattern, SumChunkPattern,
                SumChunksPattern, FanoutChunksPattern, ChunkReducePattern, LaneReducePattern, LaneCombinePattern,
-               ReduceIdentityPattern, MxScalePattern, BlockwiseScalePattern>(converter, context);
+               ReduceIdentityPattern, MxScalePattern, BlockwiseScalePattern, DeepEpScalePattern>(converter, context);
 }
 
 }  // namespace epjit::to_emitc

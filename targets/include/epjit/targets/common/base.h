@@ -60,7 +60,8 @@ EPJIT_HD float mul_rn(float a, float b) { return a * b; }  // ISO C++ mode: GCC 
 
 enum class Scope : int { Workgroup, Agent, System };
 enum class Order : int { Relaxed, Acquire, Release, AcqRel };
-enum class Reduce : int { Max, AbsMax, Sum };
+// AbsMaxNum: absmax with NaN ignored (fmaxf), DeepEP's amax.
+enum class Reduce : int { Max, AbsMax, Sum, AbsMaxNum };
 enum class Until : int { EQ, NE, GE };
 
 template <Until U, typename T>
@@ -140,6 +141,8 @@ template <Reduce K>
 EPJIT_HD float combine(float a, float b) {
   if constexpr (K == Reduce::Sum) {
     return a + b;
+  } else if constexpr (K == Reduce::AbsMaxNum) {
+    return b > a ? b : a;  // a NaN b compares false; `a` starts at 0 and never is NaN
   } else {
     return (b > a || numerics_detail::is_nan(b)) ? b : a;
   }
@@ -154,6 +157,21 @@ template <Fp8Format F>
 EPJIT_HD float blockwise_scale(float amax) {
   return fp8_blockwise_scale_from_amax(amax, F);
 }
+
+// DeepEP's per-128 cast (numerics.h deepep_fp8_scale) from an AbsMaxNum
+// amax, floored at 1e-4 as DeepEP starts its fmaxf from it.
+EPJIT_HD DeepEpFp8Scale deepep_scale(float amax, bool round) {
+  return deepep_fp8_scale(amax > 1e-4f ? amax : 1e-4f, round);
+}
+template <bool Round>
+EPJIT_HD float deepep_scale_inv(float amax) {
+  return deepep_scale(amax, Round).scale_inv;
+}
+template <bool Round>
+EPJIT_HD float deepep_factor(float amax) {
+  return deepep_scale(amax, Round).multiplier;
+}
+EPJIT_HD int8_t deepep_ue8m0_scale(float amax) { return static_cast<int8_t>(ue8m0_of(deepep_scale(amax, true).scale_inv)); }
 
 // Row elements: bf16 rows are uint16_t bit patterns.
 EPJIT_HD float load_value(const uint16_t* p, size_t i) { return decode_bf16(p[i]); }

@@ -15,7 +15,7 @@ EPJIT_HD float chunk_reduce(const Src* src, size_t n) {
   float acc = reduce_identity<K>();
   for (size_t i = 0; i < n; ++i) {
     const float x = load_value(src, i);
-    acc = combine<K>(acc, K == Reduce::AbsMax ? numerics_detail::abs_of(x) : x);
+    acc = combine<K>(acc, K == Reduce::AbsMax || K == Reduce::AbsMaxNum ? numerics_detail::abs_of(x) : x);
   }
   return acc;
 }
@@ -365,6 +365,16 @@ struct Fp8Chunks {
   template <Fp8Format F, bool Aligned, typename Src>
   EPJIT_HD static void quantize_fp8_chunk_scaled(const Src* src, int8_t* dst, size_t n, float scale) {
     quantize_dividing<F, Aligned>(src, dst, n, &scale);
+  }
+
+  // DeepEP's rule: x * factor, in f32, then the saturating conversion.
+  template <Fp8Format F, bool Aligned, typename Src>
+  EPJIT_HD static void quantize_fp8_chunk_multiplied(const Src* src, int8_t* dst, size_t n, float factor) {
+    float x[8];
+    load_chunk8<Aligned>(src, n, x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = mul_rn(x[i], factor);
+    store_codes8<Aligned>(dst, n, Codec::template pack4<F>(x), Codec::template pack4<F>(x + 4));
   }
 
   template <Fp8Format F, bool Aligned, typename Src>

@@ -33,12 +33,19 @@ def Ep_Fp4Attr : Ep_EnumAttr<Ep_Fp4Kind, "fp4"> {
 }
 
 def Ep_ScaleKind : I32EnumAttr<"ScaleKind", "a block scale format", [
-    I32EnumAttrCase<"f32", 0>, I32EnumAttrCase<"e8m0", 1>]> {
+    I32EnumAttrCase<"f32", 0>, I32EnumAttrCase<"e8m0", 1>,
+    // DeepEP's per-128 cast to OCP E4M3 (quantize only; numerics.h
+    // deepep_fp8_scale): amax at least 1e-4 with NaN ignored, elements
+    // multiplied by 448 / amax (deepep) or by a power of two (deepep_pow2,
+    // deepep_ue8m0); the stored scale is amax / 448, that power of two as f32,
+    // or its exponent byte (deepep_ue8m0).
+    I32EnumAttrCase<"deepep", 2>, I32EnumAttrCase<"deepep_pow2", 3>, I32EnumAttrCase<"deepep_ue8m0", 4>]> {
   let cppNamespace = "::epjit::ep";
   let genSpecializedAttr = 0;
 }
 def Ep_ScaleAttr : Ep_EnumAttr<Ep_ScaleKind, "scale"> {
-  let summary = "block scale format: #ep.scale<f32> (fp8 blockwise) or #ep.scale<e8m0> (MX)";
+  let summary = "block scale format: #ep.scale<f32> (fp8 blockwise), #ep.scale<e8m0> (MX) or "
+                "#ep.scale<deepep|deepep_pow2|deepep_ue8m0> (DeepEP's per-128 cast)";
 }
 
 // How a conversion is carried out on the target (chosen by ep-lower-numerics).
@@ -90,7 +97,9 @@ def Ep_WaitPredicate : I32EnumAttr<"WaitPredicate", "what a wait waits for", [
 def Ep_WaitPredicateAttr : Ep_EnumAttr<Ep_WaitPredicate, "until">;
 
 def Ep_ReduceKind : I32EnumAttr<"ReduceKind", "lane reduction", [
-    I32EnumAttrCase<"max", 0>, I32EnumAttrCase<"absmax", 1>, I32EnumAttrCase<"sum", 2>]> {
+    I32EnumAttrCase<"max", 0>, I32EnumAttrCase<"absmax", 1>, I32EnumAttrCase<"sum", 2>,
+    // absmax with NaN ignored, as fmaxf does (DeepEP's amax); 0 when every element is NaN.
+    I32EnumAttrCase<"absmaxnum", 3>]> {
   let cppNamespace = "::epjit::ep";
   let genSpecializedAttr = 0;
 }

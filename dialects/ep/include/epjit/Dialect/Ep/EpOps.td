@@ -565,13 +565,15 @@ class Ep_QuantizeLikeOp<string mnemonic, string what> : Ep_Op<mnemonic, [AttrSiz
                        Arg<Ep_AnyPtr, "", [MemRead, MemWrite]>:$dst, Index:$dst_offset,
                        Index:$count,
                        Optional<Ep_AnyPtr>:$scales, Optional<Index>:$scales_offset,
+                       Optional<Index>:$scales_stride,
                        AnyAttrOf<[Ep_Fp8Attr, Ep_Fp4Attr]>:$format,
                        OptionalAttr<I64Attr>:$block, OptionalAttr<Ep_ScaleAttr>:$scale,
+                       OptionalAttr<I64Attr>:$scales_group,
                        OptionalAttr<UnitAttr>:$software_fallback,
                        OptionalAttr<Ep_ConversionMethodAttr>:$method);
   let assemblyFormat = [{
     $src `[` $src_offset `]` `,` $dst `[` $dst_offset `]` `,` $count
-    (`scales` $scales^ `[` $scales_offset `]`)? attr-dict
+    (`scales` $scales^ `[` $scales_offset `]`)? (`scales_stride` $scales_stride^)? attr-dict
     `:` type($src) `->` type($dst) (`,` type($scales)^)?
   }];
   let hasVerifier = 1;
@@ -597,6 +599,17 @@ def Ep_WarpQuantizeOp : Ep_QuantizeLikeOp<"warp.quantize",
     ```
     Offsets count elements of each pointer's type: for fp4, `dst_offset` is
     in bytes (two elements each).
+
+    Block b's scale is at `scales_offset + b` (a row's scales together), or
+    with `scales_stride %s` and `scales_group = g` at
+    `scales_offset + (b / g) * %s + b % g`: groups of g blocks' scales
+    together, one group per stride (g = 1 is column-major scales, as DeepEP's
+    [tokens, blocks] f32 view of [blocks, tokens]; g = 4 with a byte stride of
+    4 * tokens is its packed UE8M0 int32 words).
+
+    With `scale = #ep.scale<deepep>` (or `deepep_pow2`, `deepep_ue8m0`;
+    block 128, `#ep.fp8<e4m3fn>`) the block's elements are multiplied by
+    DeepEP's factor (numerics.h deepep_fp8_scale) and its inverse is stored.
   }];
 }
 
@@ -855,7 +868,9 @@ class Ep_LaneChunkConvertOp<string mnemonic, string what> : Ep_Op<mnemonic> {
                        Arg<Ep_AnyPtr, "", [MemWrite]>:$dst, Index:$dst_offset,
                        Index:$count, Optional<AnyTypeOf<[F32, I8]>>:$scale,
                        AnyAttrOf<[Ep_Fp8Attr, Ep_Fp4Attr]>:$format,
-                       Ep_ConversionMethodAttr:$method, I64Attr:$chunk, BoolAttr:$aligned);
+                       Ep_ConversionMethodAttr:$method, I64Attr:$chunk, BoolAttr:$aligned,
+                       // An f32 scale the values are multiplied by, not divided by (DeepEP's rule).
+                       UnitAttr:$multiplies);
   let assemblyFormat = [{
     $src `[` $src_offset `]` `,` $dst `[` $dst_offset `]` `,` $count (`scale` $scale^ `:` type($scale))?
     attr-dict `:` type($src) `->` type($dst)
@@ -1006,6 +1021,23 @@ def Ep_MxScaleOp : Ep_Op<"mx_scale", [Pure]> {
   let arguments = (ins F32:$amax, AnyAttrOf<[Ep_Fp8Attr, Ep_Fp4Attr]>:$format);
   let results = (outs I8:$result);
   let assemblyFormat = "$amax attr-dict `:` type($result)";
+}
+
+def Ep_DeepEpScaleOp : Ep_Op<"deepep_scale", [Pure]> {
+  let summary = "DeepEP's scale of a block from its amax: the stored scale and the factor elements are multiplied by";
+  let description = [{
+    numerics.h deepep_fp8_scale after the 1e-4 floor: for `#ep.scale<deepep>`
+    amax / 448 and 448 / amax; for `deepep_pow2` the power of two 2^e at or
+    above amax / 448 and 2^-e; for `deepep_ue8m0` 2^e's exponent byte (i8) and 2^-e.
+
+    ```mlir
+    %stored, %factor = ep.deepep_scale %amax {scale = #ep.scale<deepep>} : f32
+    ```
+  }];
+  let arguments = (ins F32:$amax, Ep_ScaleAttr:$scale);
+  let results = (outs AnyTypeOf<[F32, I8]>:$stored, F32:$factor);
+  let assemblyFormat = "$amax attr-dict `:` type($stored)";
+  let hasVerifier = 1;
 }
 
 def Ep_BlockwiseScaleOp : Ep_Op<"blockwise_scale", [Pure]> {
