@@ -103,17 +103,23 @@ def low_latency_steps(deep_ep, group, rank, world, device, generator):
                             **({} if device == "cuda" else dict(device="host")))
     side = torch.randn(512, 512, device=device)  # other work the transfers overlap
     failures = 0
-    for tokens in (max_tokens, 7, 1):
+    # bf16, then fp8 with per-128 float scales (vLLM's default), then bf16 again.
+    for tokens, fp8 in ((max_tokens, False), (7, True), (1, False)):
         x = torch.randn(tokens, HIDDEN, generator=generator).to(torch.bfloat16).to(device)
         topk_idx = torch.stack([torch.randperm(EXPERTS, generator=generator)[:TOPK] for _ in range(tokens)]).to(device)
         topk_weights = torch.rand(tokens, TOPK, generator=generator).to(device)
         recv_x, recv_count, handle, _, hook = buffer.low_latency_dispatch(
-            x, topk_idx, max_tokens, EXPERTS, use_fp8=False, return_recv_hook=True)
+            x, topk_idx, max_tokens, EXPERTS, use_fp8=fp8, return_recv_hook=True)
         busy = side @ side
         hook()
-        # Identity experts, written where the combine reads them (zero copy).
+        # Identity experts, written where the combine reads them (zero copy);
+        # fp8 rows dequantized: codes times their block's scale.
         expert_out = buffer.get_next_low_latency_combine_buffer(handle)
-        expert_out.copy_(recv_x)
+        if fp8:
+            codes, scales = recv_x
+            expert_out.copy_((codes.float() * scales.repeat_interleave(128, dim=2)).to(torch.bfloat16))
+        else:
+            expert_out.copy_(recv_x)
         out, _, hook = buffer.low_latency_combine(expert_out, topk_idx, topk_weights, handle, zero_copy=True,
                                                   return_recv_hook=True)
         busy = busy @ side
@@ -123,9 +129,14 @@ def low_latency_steps(deep_ep, group, rank, world, device, generator):
         acc = torch.zeros(tokens, HIDDEN, dtype=torch.float32, device=device)
         for k in range(TOPK):
             acc = (acc.double() + x.double() * topk_weights[:, k:k + 1].double()).float()
-        ok = torch.equal(out, acc.to(torch.bfloat16)) and int(recv_count.sum()) <= world * max_tokens * TOPK
-        print(f"rank {rank}: low latency, {tokens} tokens, {int(recv_count.sum())} expert rows here, "
-              f"{'weighted check passed' if ok else 'CHECK FAILED'}", flush=True)
+        if fp8:  # E4M3 keeps 3 mantissa bits: each row within 1/16 of itself, then two bf16 roundings
+            bound = sum(topk_weights[:, k:k + 1] * x.float().abs() for k in range(TOPK)) / 14 + 1e-3
+            ok = bool(((out.float() - acc).abs() <= bound).all())
+        else:
+            ok = torch.equal(out, acc.to(torch.bfloat16))
+        ok = ok and int(recv_count.sum()) <= world * max_tokens * TOPK
+        print(f"rank {rank}: low latency{' fp8' if fp8 else ''}, {tokens} tokens, {int(recv_count.sum())} expert "
+              f"rows here, {'weighted check passed' if ok else 'CHECK FAILED'}", flush=True)
         failures += not ok
     buffer.destroy() if buffer.explicitly_destroy else None
     return failures

@@ -7,6 +7,8 @@
 //                       route's slots in source order, then ep_dispatch replays it)
 //   ep/std_moe          ep_std_moe_pack, ep_std_moe_unpack (before the combines:
 //                       gather combine unpacks std-MoE rows with its functions)
+//   ep/std_moe_quantize ep_std_moe_quantize (std_moe_quant: the packed rows in fp8
+//                       with DeepEP's per-128 scales, in its low-latency layouts)
 //   ep/combine          the sum gather and scatter share
 //   ep/combine_gather   ep_combine_gather
 //   ep/combine_entries  ep_combine_entries (std-MoE with entry_combine: each (token, k)
@@ -30,6 +32,7 @@
 ep.include "ep/dispatch"
 ep.include "ep/order"
 ep.include "ep/std_moe"
+ep.include "ep/std_moe_quantize"
 ep.include "ep/combine_gather"
 ep.include "ep/combine_entries"
 ep.include "ep/combine_scatter"

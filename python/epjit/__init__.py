@@ -136,7 +136,7 @@ class EpDispatchCombineConfig:
     def __init__(self, *, rank, world_size, hidden_dim, max_num_inp_token_per_rank, num_experts_per_rank,
                  num_experts_per_token, data_type="bf16", dispatch_data_type=None, combine_data_type=None,
                  combine_mode="gather", quant_type="none", internode_kernel="auto", receive_order="arrival",
-                 std_moe_combine="rank_sums", schedule=None, **fields):
+                 std_moe_combine="rank_sums", std_moe_quant="none", schedule=None, **fields):
         self._native = _epjit._Config()
         values = dict(rank=rank, world_size=world_size, hidden_dim=hidden_dim,
                       max_num_inp_token_per_rank=max_num_inp_token_per_rank,
@@ -158,6 +158,9 @@ class EpDispatchCombineConfig:
         self._native.set_receive_order(str(receive_order))  # "source": DeepEP's order (docs/EP.md)
         # "weighted_entries": DeepEP's low-latency combine sums (docs/EP.md "Standard MoE")
         self._native.set_std_moe_combine(str(std_moe_combine))
+        # "deepep_fp8[_pow2|_ue8m0]": the pack also writes OCP E4M3 codes with DeepEP's
+        # per-128 scales (docs/EP.md "Standard MoE in fp8"; Op.std_moe_fp8())
+        self._native.set_std_moe_quant(str(std_moe_quant))
         if schedule:  # [(max_tokens or None, dispatch blocks, dispatch warps, combine blocks, combine warps), ...]
             self._native.set_schedule([tuple(row) for row in schedule])
 
@@ -285,20 +288,21 @@ class EpDispatchCombineOp:
         torch.float8_e4m3fn / float8_e4m3fnuz (ml_dtypes' for numpy); fp4 as
         torch.float4_e2m1fn_x2 (numpy keeps the packed bytes: ml_dtypes' fp4 is one
         element per byte)."""
-        if data_type != "fp8" and data_type != "fp4":
+        if data_type not in ("fp8", "fp8_e4m3fn", "fp4"):
             return self._wrap(value, data_type == "bf16")
         wrapped = self._wrap(value)
         if wrapped is None:
             return None
+        fp8 = "e4m3fn" if data_type == "fp8_e4m3fn" else self._fp8  # OCP whatever the target's
         if self._torch:
             import torch
-            if data_type == "fp8":
-                return wrapped.view(getattr(torch, "float8_" + self._fp8))
+            if data_type != "fp4":
+                return wrapped.view(getattr(torch, "float8_" + fp8))
             fp4 = getattr(torch, "float4_e2m1fn_x2", None)  # torch >= 2.8
             return wrapped.view(fp4) if fp4 is not None else wrapped
-        if data_type == "fp8":
+        if data_type != "fp4":
             import ml_dtypes
-            return wrapped.view(getattr(ml_dtypes, "float8_" + self._fp8))
+            return wrapped.view(getattr(ml_dtypes, "float8_" + fp8))
         return wrapped
 
     def _view(self, view_id, payload=None):
@@ -497,6 +501,17 @@ class EpDispatchCombineOp:
         dispatch's caller takes them before dispatch_recv() and the pack)."""
         ids = self._op.std_moe_outputs()
         return self._view(ids[0], "bf16"), self._view(ids[1]), self._view(ids[2])
+
+    def std_moe_fp8(self):
+        """With std_moe_quant: (codes, scales) that std_moe_pack() also fills, without a
+        launch. codes [experts_per_rank, world * max_tokens, hidden] float8_e4m3fn (OCP on
+        every target) are the packed rows cast as DeepEP's low-latency dispatch casts
+        them; scales are stored column-major per expert: float32 [experts_per_rank,
+        hidden / 128, rows] (amax / 448, or its power of two), or for deepep_fp8_ue8m0
+        int32 [experts_per_rank, hidden / 512, rows] words of four UE8M0 bytes. DeepEP's
+        x_scales is scales.transpose(1, 2)."""
+        ids = self._op.std_moe_fp8()
+        return self._view(ids[0], "fp8_e4m3fn"), self._view(ids[1])
 
     def std_moe_combine(self, expert_out, weights=None, indices=None, output=None):
         """Standard MoE, back: expert_out in std_moe_pack's layout (bf16) is summed per

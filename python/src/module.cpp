@@ -271,6 +271,10 @@ NB_MODULE(_epjit, m) {
            [](EpDispatchCombineConfig& c, const std::string& v) { c.std_moe_combine = parse_std_moe_combine(v); })
       .def_prop_ro("std_moe_combine",
                    [](EpDispatchCombineConfig& c) { return std::string(name_of(c.std_moe_combine)); })
+      .def("set_std_moe_quant",
+           [](EpDispatchCombineConfig& c, const std::string& v) { c.std_moe_quant = parse_std_moe_quant(v); })
+      .def_prop_ro("std_moe_quant",
+                   [](EpDispatchCombineConfig& c) { return std::string(name_of(c.std_moe_quant)); })
       .def_prop_ro("data_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.data_type)); })
       .def_prop_ro("dispatch_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.dispatch_type())); })
       .def_prop_ro("combine_type", [](EpDispatchCombineConfig& c) { return std::string(name_of(c.combine_type())); })
@@ -394,6 +398,16 @@ NB_MODULE(_epjit, m) {
              const StdMoeResult r = self.op->std_moe_outputs();
              return nb::make_tuple(self.views.id_of(r.tokens), self.views.id_of(r.counts),
                                    self.views.id_of(r.sources));
+           })
+      .def("std_moe_fp8",
+           [](PyOp& self) {
+             const StdMoeResult r = self.op->std_moe_outputs();
+             if (!r.codes.data)
+               throw Error("std_moe_fp8() on an op without std_moe_quant",
+                           "std_moe_quant = deepep_fp8, deepep_fp8_pow2 or deepep_fp8_ue8m0 (the pack then also "
+                           "writes fp8 codes and their scales)",
+                           "build the op with std_moe_quant set");
+             return nb::make_tuple(self.views.id_of(r.codes), self.views.id_of(r.scales));
            })
       .def(
           "std_moe_combine",

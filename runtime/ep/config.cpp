@@ -46,6 +46,11 @@ constexpr std::pair<const char*, ReceiveOrder> kReceiveOrders[] = {{"arrival", R
                                                                    {"source", ReceiveOrder::Source}};
 constexpr std::pair<const char*, StdMoeCombine> kStdMoeCombines[] = {
     {"rank_sums", StdMoeCombine::RankSums}, {"weighted_entries", StdMoeCombine::WeightedEntries}};
+// The names of templates/ep/common.mlir's @std_moe_quant, in its order.
+constexpr std::pair<const char*, StdMoeQuant> kStdMoeQuants[] = {{"none", StdMoeQuant::None},
+                                                                 {"deepep_fp8", StdMoeQuant::DeepEpFp8},
+                                                                 {"deepep_fp8_pow2", StdMoeQuant::DeepEpFp8Pow2},
+                                                                 {"deepep_fp8_ue8m0", StdMoeQuant::DeepEpFp8Ue8m0}};
 
 template <typename Enum, size_t N>
 const char* enum_name(Enum value, const std::pair<const char*, Enum> (&names)[N]) {
@@ -93,6 +98,8 @@ StdMoeCombine parse_std_moe_combine(const std::string& value) {
   return parse_enum(value, kStdMoeCombines, "std_moe_combine");
 }
 const char* name_of(StdMoeCombine combine) { return enum_name(combine, kStdMoeCombines); }
+StdMoeQuant parse_std_moe_quant(const std::string& value) { return parse_enum(value, kStdMoeQuants, "std_moe_quant"); }
+const char* name_of(StdMoeQuant quant) { return enum_name(quant, kStdMoeQuants); }
 
 size_t payload_bytes(DataType type, size_t elements) {
   switch (type) {
@@ -292,6 +299,29 @@ void EpDispatchCombineConfig::validate() const {
              "weighted entries reads rows across one node's windows (gpu_per_node " + text(nodes_gpu_count()) +
                  " < world_size " + text(world_size) + ")",
              "use std_moe_combine 'rank_sums' across nodes, or build the op for one node");
+  }
+  if (std_moe_quant != StdMoeQuant::None) {
+    const char* value = name_of(std_moe_quant);
+    if (!enable_std_moe)
+      reject("std_moe_quant", value, "it quantizes the standard-MoE packed rows; enable_std_moe is off",
+             "set enable_std_moe=true, or leave std_moe_quant at 'none'");
+    if (quant_type != QuantType::None)
+      reject("std_moe_quant", value,
+             "it quantizes bf16 rows after a bf16 dispatch (quant_type " + std::string(name_of(quant_type)) + ")",
+             "set quant_type=none");
+    if (internode())
+      reject("std_moe_quant", value,
+             "it is served on one node (gpu_per_node " + text(nodes_gpu_count()) + " < world_size " +
+                 text(world_size) + ")",
+             "leave std_moe_quant at 'none' across nodes, or build the op for one node");
+    const int64_t multiple = std_moe_quant == StdMoeQuant::DeepEpFp8Ue8m0 ? 512 : 128;
+    if (hidden_dim % multiple != 0)
+      reject("std_moe_quant", value,
+             "its scales cover whole blocks of 128 elements" +
+                 std::string(multiple == 512 ? ", packed four to an int32 word" : "") + ": hidden_dim " +
+                 text(hidden_dim) + " is not a multiple of " + text(multiple),
+             "use a hidden_dim that is a multiple of " + text(multiple) +
+                 (multiple == 512 ? ", or std_moe_quant 'deepep_fp8_pow2' (the same scales as float)" : ""));
   }
   if (internode_auto_ll_max_tokens <= 0)
     reject("internode_auto_ll_max_tokens", text(internode_auto_ll_max_tokens), "the auto crossover must be positive",

@@ -78,6 +78,7 @@ KernelSpec kernel_spec(const EpDispatchCombineConfig& config) {
       .set("low_latency", config.uses_low_latency_combine())
       .set("source_order", config.receive_order == ReceiveOrder::Source)
       .set("entry_combine", config.enable_std_moe && config.std_moe_combine == StdMoeCombine::WeightedEntries)
+      .set("std_moe_quant", name_of(config.enable_std_moe ? config.std_moe_quant : StdMoeQuant::None))
       .set("combine_elem", name_of(config.combine_type()))
       .set("warps_per_block", warps_per_block);
   // The op's limits are runtime parameters of the template (the kernels read

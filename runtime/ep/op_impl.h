@@ -102,6 +102,8 @@ struct EpDispatchCombineOp::Impl {
   void* moe_counts = nullptr;
   void* moe_sources = nullptr;
   void* moe_combine_in = nullptr;
+  void* moe_codes = nullptr;   // std_moe_quant
+  void* moe_scales = nullptr;
   void* expert_counts = nullptr;  // local_expert_counts_device()'s output
 
   double fetch_seconds = 0;
@@ -333,9 +335,17 @@ struct EpDispatchCombineOp::Impl {
   StdMoeResult std_moe_outputs() const {
     const int64_t experts = config.num_experts_per_rank;
     const int64_t rows = int64_t(config.world_size) * config.max_num_inp_token_per_rank;
-    return {{moe_tokens, DType::BF16, {experts, rows, config.hidden_dim}},
-            {moe_counts, DType::I32, {experts}},
-            {moe_sources, DType::I32, {experts, rows}}};
+    StdMoeResult result{{moe_tokens, DType::BF16, {experts, rows, config.hidden_dim}},
+                        {moe_counts, DType::I32, {experts}},
+                        {moe_sources, DType::I32, {experts, rows}}};
+    if (moe_codes) {
+      const int64_t blocks = config.hidden_dim / 128;
+      const bool words = config.std_moe_quant == StdMoeQuant::DeepEpFp8Ue8m0;
+      result.codes = {moe_codes, DType::FP8_E4M3FN, {experts, rows, config.hidden_dim}};
+      result.scales = words ? TensorRef{moe_scales, DType::I32, {experts, blocks / 4, rows}}
+                            : TensorRef{moe_scales, DType::F32, {experts, blocks, rows}};
+    }
+    return result;
   }
   CombineResult std_moe_combine_call(const char* call, const TensorRef& expert_out,
                                      const std::optional<TensorRef>& weights, const std::optional<TensorRef>& indices,

@@ -22,6 +22,7 @@ EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineCon
   kernels.combine_scatter = held("ep_combine_scatter");
   kernels.std_moe_pack = held("ep_std_moe_pack");
   kernels.std_moe_unpack = held("ep_std_moe_unpack");
+  kernels.std_moe_quantize = held("ep_std_moe_quantize");
   kernels.order_count = held("ep_order_count");
   kernels.order_slots = held("ep_order_slots");
   kernels.internode_ingest = held("ep_internode_ingest");
@@ -42,6 +43,9 @@ EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineCon
       (kernels.combine_entries != nullptr))
     disagree(std::string("std_moe_combine ") + name_of(config.std_moe_combine) + ", but ep_combine_entries " +
              (kernels.combine_entries ? "is there" : "is not"));
+  if ((config.enable_std_moe && config.std_moe_quant != StdMoeQuant::None) != (kernels.std_moe_quantize != nullptr))
+    disagree(std::string("std_moe_quant ") + name_of(config.std_moe_quant) + ", but ep_std_moe_quantize " +
+             (kernels.std_moe_quantize ? "is there" : "is not"));
   if ((config.receive_order == ReceiveOrder::Source) != (kernels.order_count && kernels.order_slots))
     disagree(std::string("receive_order ") + name_of(config.receive_order) + ", but the ep_order_* kernels " +
              (kernels.order_count ? "are there" : "are not"));
@@ -71,6 +75,8 @@ EpBuffers EpBuffers::of(const ModuleInterface& record) {
   buffers.moe_counts = &buffers.std_moe->part("moe_counts_out");
   buffers.moe_sources = &buffers.std_moe->part("moe_sources");
   buffers.moe_combine_in = &buffers.std_moe->part("moe_combine_in");
+  buffers.moe_codes = &buffers.std_moe->part("moe_codes");
+  buffers.moe_scales = &buffers.std_moe->part("moe_scales");
   // The host reads and writes the route map word by word (route_map(),
   // load_routing()): every part is i32, and the forward route comes last.
   for (const BufferPartInfo& part : buffers.route->parts)

@@ -22,6 +22,7 @@ struct EpKernels {
   const Kernel* combine_low_latency = nullptr;  // instead of either, with config.uses_low_latency_combine()
   const Kernel* std_moe_pack = nullptr;
   const Kernel* std_moe_unpack = nullptr;
+  const Kernel* std_moe_quantize = nullptr;  // std_moe_quant
   const Kernel* count_experts = nullptr;
   const Kernel* order_count = nullptr;  // receive_order source: ep/order's two kernels
   const Kernel* order_slots = nullptr;
@@ -67,7 +68,7 @@ struct EpBuffers {
   const BufferPartInfo *out_tokens = nullptr, *out_weights = nullptr, *expert_counts = nullptr;
   const BufferInfo* std_moe = nullptr;
   const BufferPartInfo *moe_tokens = nullptr, *moe_counts = nullptr, *moe_sources = nullptr,
-                       *moe_combine_in = nullptr;
+                       *moe_combine_in = nullptr, *moe_codes = nullptr, *moe_scales = nullptr;
 
   // The record must outlive the result (it points into it). Throws
   // epjit::Error naming what the record lacks or what the op cannot use.

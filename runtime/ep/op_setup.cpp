@@ -166,6 +166,10 @@ void EpDispatchCombineOp::Impl::allocate() {
     // Gather's unpacked rows are the window's combine rows
     // (combine_input()); scatter's, where it has them, this part.
     if (buffers.moe_combine_in->count > 0) moe_combine_in = part_of(std_moe_memory, *buffers.moe_combine_in);
+    if (kernels.std_moe_quantize) {
+      moe_codes = part_of(std_moe_memory, *buffers.moe_codes);
+      moe_scales = part_of(std_moe_memory, *buffers.moe_scales);
+    }
   }
   write_peer_timeout();
   comm.barrier();  // every rank's window exists before any kernel touches a peer's

@@ -21,6 +21,19 @@ StdMoeResult EpDispatchCombineOp::std_moe_pack() {
                        .set("w", op.window_table)
                        .build(),
                    *op.stream);
+  if (const Kernel* quantize = op.kernels.std_moe_quantize) {
+    // The packed rows in fp8 (std_moe_quant), after the pack on the same stream.
+    op.device.launch(*quantize, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
+                     LaunchArgs(*quantize)
+                         .set("packed", op.moe_tokens)
+                         .set("codes", op.moe_codes)
+                         .set("scale_words", op.moe_scales)
+                         .set("scale_bytes", op.moe_scales)
+                         .set("rank", op.config.rank)
+                         .set("w", op.window_table)
+                         .build(),
+                     *op.stream);
+  }
   op.packed_since_dispatch = true;
   return op.std_moe_outputs();
 }

@@ -111,6 +111,50 @@ ep.buffer_part @moe_sources in "std_moe" : i32 attributes {align = 16 : i64,
   %count = arith.select %std_moe, %rows, %c0 : index
   ep.yield %count : index
 }
+// With std_moe_quant: the packed rows' OCP E4M3 codes and their scales in
+// DeepEP's column-major layouts (ep/std_moe_quantize).
+ep.buffer_part @moe_codes in "std_moe" : i8 attributes {align = 16 : i64,
+    meaning = "std_moe_quant: packed rows per local expert in fp8"} {
+  %c0 = arith.constant 0 : index
+  %std_moe = ep.param_value @std_moe : i1
+  %quant = ep.param_value @std_moe_quant : index
+  %quantized = arith.cmpi ne, %quant, %c0 : index
+  %used = arith.andi %std_moe, %quantized : i1
+  %experts = ep.param_value @experts_per_rank : index
+  %world = ep.param_value @world : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %per_expert = arith.muli %world, %max_tokens : index
+  %rows = arith.muli %experts, %per_expert : index
+  %hidden = ep.param_value @hidden : index
+  %elements = arith.muli %rows, %hidden : index
+  %count = arith.select %used, %elements, %c0 : index
+  ep.yield %count : index
+}
+ep.buffer_part @moe_scales in "std_moe" : i8 attributes {align = 16 : i64,
+    meaning = "std_moe_quant: the codes' scales, f32 or UE8M0 bytes per 128 elements"} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
+  %c128 = arith.constant 128 : index
+  %std_moe = ep.param_value @std_moe : i1
+  %quant = ep.param_value @std_moe_quant : index
+  %quantized = arith.cmpi ne, %quant, %c0 : index
+  %used = arith.andi %std_moe, %quantized : i1
+  %ue8m0 = arith.cmpi eq, %quant, %c3 : index
+  %scale_bytes = arith.select %ue8m0, %c1, %c4 : index
+  %experts = ep.param_value @experts_per_rank : index
+  %world = ep.param_value @world : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %per_expert = arith.muli %world, %max_tokens : index
+  %rows = arith.muli %experts, %per_expert : index
+  %hidden = ep.param_value @hidden : index
+  %blocks = arith.divui %hidden, %c128 : index
+  %row_scales = arith.muli %rows, %blocks : index
+  %bytes = arith.muli %row_scales, %scale_bytes : index
+  %count = arith.select %used, %bytes, %c0 : index
+  ep.yield %count : index
+}
 ep.buffer_part @moe_combine_in in "std_moe" : bf16 attributes {align = 16 : i64,
     meaning = "scatter, internode or under quant: the unpacked rows summed before they leave"} {
   %c0 = arith.constant 0 : index

@@ -31,6 +31,10 @@ ep.param @source_order : i1 {default_value = false}
 // ep_combine_entries, DeepEP's low-latency combine), instead of each rank
 // summing its experts' rows first.
 ep.param @entry_combine : i1 {default_value = false}
+// Standard MoE's packed rows also in OCP E4M3 with DeepEP's per-128 scales
+// (ep/std_moe_quantize): its float scales, power-of-two float scales, or
+// UE8M0 bytes.
+ep.param @std_moe_quant : index {names = ["none", "deepep_fp8", "deepep_fp8_pow2", "deepep_fp8_ue8m0"], default_value = 0 : index}
 
 // Words of @state.
 ep.constant @state_epoch = 0 : index               // the last completed dispatch's epoch

@@ -66,6 +66,10 @@ struct EpCase {
   // top-k weights (reference::weighted_entries_combine); with zero_copy the
   // experts write into op.std_moe_combine_input().
   bool entry_combine = false;
+  // With std_moe: the pack also writes fp8 codes and DeepEP's scales; each
+  // live packed row's must be numerics.h quantize_fp8_deepep_block's (the
+  // codes and scales are poisoned before every pack).
+  StdMoeQuant std_moe_quant = StdMoeQuant::None;
   bool replay = false;  // each call also replays its routing with new payloads
   // With replay: the replay follows the dispatch directly (MORI's order) and
   // combine answers the replay; the dispatch's own results are still checked.
@@ -141,6 +145,7 @@ inline EpDispatchCombineConfig configFor(const EpCase& c, int rank) {
   config.low_latency_combine = c.low_latency_combine;
   config.receive_order = c.source_order ? ReceiveOrder::Source : ReceiveOrder::Arrival;
   config.std_moe_combine = c.entry_combine ? StdMoeCombine::WeightedEntries : StdMoeCombine::RankSums;
+  config.std_moe_quant = c.std_moe_quant;
   return config;
 }
 
@@ -529,8 +534,52 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
 
     CombineResult result;
     if (c.std_moe) {
+      const bool quantized = c.std_moe_quant != StdMoeQuant::None;
+      const int64_t blocks = hidden / 128;
+      const size_t code_bytes = size_t(c.experts_per_rank * moe_rows * hidden);
+      const size_t scale_bytes = size_t(c.experts_per_rank * moe_rows * blocks) *
+                                 (c.std_moe_quant == StdMoeQuant::DeepEpFp8Ue8m0 ? 1 : 4);
+      if (quantized) {
+        const StdMoeResult before = op.std_moe_outputs();
+        const std::vector<uint8_t> poison(std::max(code_bytes, scale_bytes), 0x7D);
+        device.copy_to_device(before.codes.data, poison.data(), code_bytes);
+        device.copy_to_device(before.scales.data, poison.data(), scale_bytes);
+      }
       StdMoeResult packed = op.std_moe_pack();
       op.stream().synchronize();
+      std::vector<uint8_t> codes(quantized ? code_bytes : 0), scales(quantized ? scale_bytes : 0);
+      if (quantized) {
+        device.copy_to_host(codes.data(), packed.codes.data, code_bytes);
+        device.copy_to_host(scales.data(), packed.scales.data, scale_bytes);
+      }
+      // Packed row p of local expert e in fp8: its codes and its blocks' scales
+      // where DeepEP's low-latency dispatch puts them.
+      auto checkQuantizedRow = [&](int e, int p, const uint16_t* row) {
+        const bool round = c.std_moe_quant != StdMoeQuant::DeepEpFp8;
+        const size_t packed_row = size_t(e * moe_rows + p);
+        for (int64_t b = 0; b < blocks; ++b) {
+          float x[128];
+          uint8_t want[128];
+          for (int i = 0; i < 128; ++i) x[i] = decode_bf16(row[b * 128 + i]);
+          const float scale_inv = quantize_fp8_deepep_block(x, 128, round, want);
+          if (std::memcmp(&codes[packed_row * size_t(hidden) + size_t(b) * 128], want, 128) != 0) {
+            failures.add("call ", call, ": fp8 codes of block ", b, " of std-MoE row ", p, " of expert ", e, " differ");
+            return;
+          }
+          if (c.std_moe_quant == StdMoeQuant::DeepEpFp8Ue8m0) {
+            const size_t word = (size_t(e) * size_t(blocks / 4) + size_t(b / 4)) * size_t(moe_rows) + size_t(p);
+            if (scales[word * 4 + size_t(b % 4)] != ue8m0_of(scale_inv))
+              failures.add("call ", call, ": UE8M0 scale of block ", b, " of std-MoE row ", p, " of expert ", e,
+                           " is ", int(scales[word * 4 + size_t(b % 4)]), ", expected ", int(ue8m0_of(scale_inv)));
+          } else {
+            float got;
+            std::memcpy(&got, &scales[((size_t(e) * size_t(blocks) + size_t(b)) * size_t(moe_rows) + size_t(p)) * 4], 4);
+            if (std::memcmp(&got, &scale_inv, 4) != 0)
+              failures.add("call ", call, ": scale of block ", b, " of std-MoE row ", p, " of expert ", e, " is ", got,
+                           ", expected ", scale_inv);
+          }
+        }
+      };
       // Check the layout, then run identity-scaled experts on it: expert e of
       // this rank returns its rows times (1 + e / 8), summed per token by unpack.
       const reference::StdMoeLayout layout = reference::std_moe_layout(config, rank, received[size_t(rank)]);
@@ -551,6 +600,7 @@ inline std::string runRank(const EpCase& c, int rank, Communicator& comm, Kernel
           got_sources.push_back(expected_row_of.at(size_t(source)));
           if (std::memcmp(&moe[packed_row * size_t(hidden)], &tokens[size_t(source) * token_bytes], token_bytes) != 0)
             failures.add("call ", call, ": std-MoE row ", p, " of expert ", e, " is not receive row ", source);
+          if (quantized) checkQuantizedRow(e, p, &moe[packed_row * size_t(hidden)]);
           for (int64_t h = 0; h < hidden; ++h)
             moe_out[packed_row * size_t(hidden) + size_t(h)] =
                 encode_bf16(decode_bf16(moe[packed_row * size_t(hidden) + size_t(h)]) * (1.0f + float(e) / 8.0f));

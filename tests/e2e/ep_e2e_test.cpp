@@ -252,6 +252,26 @@ std::vector<EpCase> matrix() {
        .experts_per_rank = 8, .max_tokens = 8, .calls = {1, 7, 0, 8}, .std_moe = true, .entry_combine = true});
   add({.name = "entries_source_order_w3_processes", .world = 3, .ranks = Ranks::Processes, .std_moe = true,
        .entry_combine = true, .source_order = true});
+  // Standard MoE in fp8 (std_moe_quant, DeepEP's low-latency fp8 dispatch):
+  // every live packed row's codes and scales are numerics.h's DeepEP cast of
+  // it, in DeepEP's column-major layouts; a hidden of 640 ends in a partial
+  // piece of 512; tiny calls pack by block; gfx942 converts OCP E4M3 in
+  // software.
+  const StdMoeQuant deepep = StdMoeQuant::DeepEpFp8, pow2 = StdMoeQuant::DeepEpFp8Pow2,
+                    ue8m0 = StdMoeQuant::DeepEpFp8Ue8m0;
+  add({.name = "fp8_entries_w1", .world = 1, .hidden = 384, .std_moe = true, .entry_combine = true,
+       .std_moe_quant = deepep});
+  add({.name = "fp8_pow2_entries_w3", .world = 3, .hidden = 640, .std_moe = true, .entry_combine = true,
+       .std_moe_quant = pow2});
+  add({.name = "fp8_ue8m0_repeats_entries_w4", .world = 4, .hidden = 1024, .routing = RoutingKind::Repeats,
+       .std_moe = true, .entry_combine = true, .std_moe_quant = ue8m0});
+  add({.name = "fp8_ue8m0_tiny_hidden7168_top8_gfx942_w2", .target = "host-gfx942", .hidden = 7168, .topk = 8,
+       .experts_per_rank = 8, .max_tokens = 8, .calls = {1, 7, 0, 8}, .std_moe = true, .entry_combine = true,
+       .std_moe_quant = ue8m0});
+  add({.name = "fp8_rank_sums_masked_w2", .hidden = 256, .routing = RoutingKind::Masked, .std_moe = true,
+       .std_moe_quant = deepep});
+  add({.name = "fp8_source_order_w3_processes", .world = 3, .ranks = Ranks::Processes, .hidden = 512,
+       .std_moe = true, .entry_combine = true, .std_moe_quant = pow2, .source_order = true});
   // More chunks of 8 tokens than warps: a warp orders several chunks.
   add({.name = "source_order_2100_tokens_w2", .hidden = 64, .max_tokens = 2100, .calls = {2100, 5, 2049},
        .dispatch_blocks = 3, .warps_per_block = 4, .source_order = true});
@@ -285,7 +305,7 @@ std::vector<EpCase> matrix() {
                                      "split_low_latency_bf16_scatter_w2", "split_std_moe_scatter_w4",
                                      "source_order_w4", "source_order_tiny_by_block_w4",
                                      "split_source_order_device_count_w3", "entries_w3",
-                                     "split_entries_repeats_w4"};
+                                     "split_entries_repeats_w4", "fp8_ue8m0_repeats_entries_w4"};
   if (std::string(EPJIT_E2E_SANITIZER) != "thread")
     subset.insert(subset.end(), {"bf16_scatter_w4_processes", "quant_direct_fp8_dispatch_w4_processes"});
   std::erase_if(cases, [&](const EpCase& c) { return std::find(subset.begin(), subset.end(), c.name) == subset.end(); });

@@ -155,6 +155,15 @@ std::vector<EpCase> gpuCases(int world) {
   add({.name = "entries_hidden7168_top8_zero_copy", .hidden = 7168, .topk = 8, .experts_per_rank = 8,
        .max_tokens = 64, .routing = RoutingKind::Masked, .calls = {64, 0, 1, 37}, .std_moe = true,
        .entry_combine = true, .zero_copy = true});
+  // Standard MoE in fp8 (std_moe_quant: DeepEP's low-latency fp8 dispatch),
+  // each scale form: codes and scales bit for bit against numerics.h.
+  add({.name = "entries_fp8_hidden7168_top8", .hidden = 7168, .topk = 8, .experts_per_rank = 8, .max_tokens = 64,
+       .calls = {64, 0, 1, 37}, .std_moe = true, .entry_combine = true, .std_moe_quant = StdMoeQuant::DeepEpFp8});
+  add({.name = "entries_fp8_pow2_masked", .hidden = 640, .routing = RoutingKind::Masked, .std_moe = true,
+       .entry_combine = true, .std_moe_quant = StdMoeQuant::DeepEpFp8Pow2});
+  add({.name = "entries_fp8_ue8m0_hidden7168_top8", .hidden = 7168, .topk = 8, .experts_per_rank = 8,
+       .max_tokens = 128, .calls = {128, 1, 7}, .std_moe = true, .entry_combine = true,
+       .std_moe_quant = StdMoeQuant::DeepEpFp8Ue8m0});
   // Every case that could run either combine protocol also runs the one
   // auto does not pick for it (otherProtocol).
   for (size_t i = 0, n = cases.size(); i < n; ++i)

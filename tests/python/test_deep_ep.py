@@ -234,6 +234,87 @@ def low_latency_round_trip(buffer, world, rank, seed, counts, max_tokens, failed
     return got_counts
 
 
+def deepep_cast_reference(x, round_scale):
+    """DeepEP's per-128 cast of [n, hidden] bf16 rows, modelled in float32: amax
+    floored at 1e-4; scale_inv = amax * (1/448) and codes x * (448 / amax), or
+    with round_scale a power of two 2^e >= amax * (1/448) and codes x * 2^-e.
+    Returns (codes float8_e4m3fn [n, hidden], scale_inv float32 [n, hidden / 128])."""
+    n, hidden = x.shape
+    v = x.float().reshape(n, hidden // 128, 128)
+    amax = v.abs().amax(-1).clamp(min=1e-4)
+    scale_inv = amax * torch.tensor(1 / 448, dtype=torch.float32)
+    factor = torch.full_like(amax, 448) / amax  # a division (448 / amax is torch's reciprocal times 448)
+    if round_scale:
+        bits = scale_inv.view(torch.int32)
+        e = ((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0).int()
+        scale_inv = ((e + 127) << 23).view(torch.float32)
+        factor = ((127 - e) << 23).view(torch.float32)
+    codes = (v * factor[..., None]).to(torch.float8_e4m3fn).reshape(n, hidden)
+    return codes, scale_inv
+
+
+def low_latency_fp8(buffer, world, rank, failed):
+    """use_fp8 in its three scale forms: codes and scales are DeepEP's cast of each
+    row that reached the expert, scales in its column-major layout (float
+    [experts, rows, hidden / 128] or int32 words of four UE8M0 bytes [experts, rows,
+    hidden / 512]); then the experts return their rows dequantized, times 1 + e / 8,
+    and the combine sums them as in bf16."""
+    hidden, tokens, max_tokens = 512, 7, 16
+    experts = world * EXPERTS_PER_RANK
+    rows_per_expert = world * max_tokens
+
+    def inputs(source):
+        g = torch.Generator().manual_seed(70 + source)
+        magnitude = torch.exp2(torch.randint(-9, 9, (tokens, hidden // 128), generator=g).float())
+        x = (torch.randn(tokens, hidden, generator=g) * magnitude.repeat_interleave(128, 1)).to(torch.bfloat16)
+        _, w, idx = rank_inputs(world, source, 70, tokens)
+        return x, w.cpu(), idx.cpu()
+
+    x, w, idx = inputs(rank)
+    for round_scale, ue8m0 in ((False, False), (True, False), (True, True)):
+        form = "ue8m0" if ue8m0 else "pow2" if round_scale else "float"
+        (codes, scales), count, handle, _, _ = buffer.low_latency_dispatch(
+            x.to(DEVICE), idx.to(DEVICE), max_tokens, experts, use_fp8=True, round_scale=round_scale,
+            use_ue8m0=ue8m0)
+        check(codes.dtype == torch.float8_e4m3fn and tuple(codes.shape) == (EXPERTS_PER_RANK, rows_per_expert, hidden),
+              f"{form}: codes are {codes.dtype} {tuple(codes.shape)}", failed)
+        words = hidden // 512 if ue8m0 else hidden // 128
+        check(scales.dtype == (torch.int32 if ue8m0 else torch.float32) and
+              tuple(scales.shape) == (EXPERTS_PER_RANK, rows_per_expert, words) and
+              scales.stride() == (words * rows_per_expert, 1, rows_per_expert),
+              f"{form}: scales are {scales.dtype} {tuple(scales.shape)} strides {scales.stride()} (expected "
+              "DeepEP's column-major layout)", failed)
+        # Per expert, the reference's (codes, scale bytes) of every row sent to it.
+        want = {}
+        for source in range(world):
+            sx, _, sidx = inputs(source)
+            ref_codes, ref_scales = deepep_cast_reference(sx, round_scale)
+            for t in range(tokens):
+                for e in {int(v) for v in sidx[t].tolist() if v >= 0 and v // EXPERTS_PER_RANK == rank}:
+                    stored = (ref_scales[t].view(torch.int32) >> 23).to(torch.uint8) if ue8m0 else ref_scales[t]
+                    want.setdefault(e % EXPERTS_PER_RANK, []).append(
+                        (ref_codes[t].view(torch.uint8).tolist(), stored.view(torch.uint8).tolist()))
+        got_count = count.cpu().tolist()
+        block_scales = torch.empty(scales.shape, dtype=scales.dtype).copy_(scales.cpu())  # row-major
+        if ue8m0:  # byte b % 4 of word b / 4 is block b's
+            block_scales = block_scales.view(torch.uint8).view(EXPERTS_PER_RANK, rows_per_expert, -1)
+        expert_out = torch.zeros(EXPERTS_PER_RANK, rows_per_expert, hidden, dtype=torch.bfloat16, device=x.device)
+        for e in range(EXPERTS_PER_RANK):
+            n = got_count[e]
+            got = [(codes[e, p].cpu().view(torch.uint8).tolist(),
+                    block_scales[e, p].view(torch.uint8).tolist())
+                   for p in range(n)]
+            check(sorted(got) == sorted(want.get(e, [])), f"{form}: expert {e}'s codes and scales", failed)
+            scale = torch.exp2(block_scales[e, :n].float() - 127) if ue8m0 else block_scales[e, :n]
+            deq = (codes[e, :n].cpu().float().view(n, -1, 128) * scale[..., None]).view(n, hidden).to(torch.bfloat16)
+            expert_out[e, :n] = (deq.float() * (1 + e / 8)).to(torch.bfloat16)
+        combined, _, _ = buffer.low_latency_combine(expert_out.to(DEVICE), idx.to(DEVICE), w.to(DEVICE), handle)
+        ref_codes, ref_scales = deepep_cast_reference(x, round_scale)
+        x_deq = (ref_codes.float().view(tokens, -1, 128) * ref_scales[..., None]).view(tokens, hidden)
+        reference = low_latency_reference(x_deq.to(torch.bfloat16), idx, w)
+        check(torch.equal(combined.cpu(), reference), f"{form}: the combine of the dequantized rows", failed)
+
+
 def low_latency_mode(deep_ep, group, world, rank, device, failed):
     options = {} if device == "cuda" else dict(device="host")
     hint = deep_ep.Buffer.get_low_latency_rdma_size_hint(16, HIDDEN, world, world * EXPERTS_PER_RANK)
@@ -271,9 +352,15 @@ def low_latency_mode(deep_ep, group, world, rank, device, failed):
           failed)
     # What epjit does not do is refused with the reason.
     x, w, idx = rank_inputs(world, rank, 50, 3)
-    for kwargs, words in ((dict(use_fp8=True), ["use_fp8=True", "use_fp8=False"]),
-                          (dict(use_fp8=False, dispatch_wait_recv_cost_stats=torch.zeros(world, world)),
-                           ["dispatch_wait_recv_cost_stats"])):
+    low_latency_fp8(buffer, world, rank, failed)
+    try:
+        buffer.low_latency_dispatch(x, idx, 16, experts, use_fp8=True, round_scale=False, use_ue8m0=True)
+    except AssertionError as error:
+        check("round_scale" in str(error), f"UE8M0 without round_scale: {error}", failed)
+    else:
+        failed.append("use_ue8m0 without round_scale was not refused (DeepEP asserts)")
+    for kwargs, words in ((dict(use_fp8=False, dispatch_wait_recv_cost_stats=torch.zeros(world, world)),
+                           ["dispatch_wait_recv_cost_stats"]),):
         try:
             buffer.low_latency_dispatch(x, idx, 16, experts, **kwargs)
         except NotImplementedError as error:

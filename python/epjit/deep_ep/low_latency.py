@@ -9,7 +9,10 @@ layout [num_local_experts, num_ranks * num_max_dispatch_tokens_per_rank,
 hidden] with per-expert counts, and the combine returns each (token, expert)
 row to its origin, which sums them with its own top-k weights in top-k order
 (fused multiply-adds from +0.0, rounded once: DeepEP's bits), all by the op's
-kernels. The calls run on torch's current stream, as DeepEP's do; the hook of
+kernels. With use_fp8 the op's std_moe_quant also casts the packed rows to
+OCP E4M3 with DeepEP's per-128 scales (float, power-of-two float, or UE8M0
+bytes four to an int32) in DeepEP's column-major layout: its codes and
+scales bit for bit. The calls run on torch's current stream, as DeepEP's do; the hook of
 return_recv_hook is the op's receive half (dispatch_recv + std_moe_pack, or
 combine_recv), so work queued between the call and the hook overlaps the
 transfers. Differences from DeepEP: docs/PYTHON.md "DeepEP".
@@ -69,14 +72,14 @@ class LowLatency:
         self._turn.clear()
         self._zeros.clear()
 
-    def _next_op(self, x, topk, num_experts, max_tokens):
+    def _next_op(self, x, topk, num_experts, max_tokens, quant):
         buffer = self._buffer
         world = buffer.group_size
         if num_experts % world:
             raise ValueError(f"num_experts={num_experts} is not a multiple of the group's {world} ranks "
                              "(expected every rank to hold the same number of experts)")
         hidden = x.shape[1]
-        key = (hidden, topk, num_experts, max_tokens)
+        key = (hidden, topk, num_experts, max_tokens, quant)
         pair = self._ops.setdefault(key, [None, None])
         turn = self._turn.get(key, 0)
         self._turn[key] = turn ^ 1
@@ -85,7 +88,7 @@ class LowLatency:
             config = epjit.EpDispatchCombineConfig(
                 rank=buffer.rank, world_size=world, hidden_dim=hidden, max_num_inp_token_per_rank=max_tokens,
                 num_experts_per_rank=num_experts // world, num_experts_per_token=topk, data_type="bf16",
-                enable_std_moe=True, std_moe_combine="weighted_entries",
+                enable_std_moe=True, std_moe_combine="weighted_entries", std_moe_quant=quant,
                 dispatch_block_num=buffer.num_sms, combine_block_num=buffer.num_sms)
             op = pair[turn] = epjit.EpDispatchCombineOp(config, buffer._comm)
             self._zeros[op] = _torch().zeros(max_tokens, topk, dtype=_torch().float32, device=x.device)
@@ -100,9 +103,9 @@ class LowLatency:
                     "leave it None (epjit-bench and the op's check() report slow or dead peers)")
         if use_ue8m0 and not round_scale:
             raise AssertionError("UE8M0 SF requires `round_scale=True`")
+        quant = "none"
         if use_fp8:
-            _refuse("low_latency_dispatch(use_fp8=True)", "the fp8 cast of DeepEP's low-latency dispatch is not "
-                    "built into epjit's pack yet", "pass use_fp8=False (bf16 rows) and quantize after the call")
+            quant = "deepep_fp8_ue8m0" if use_ue8m0 else "deepep_fp8_pow2" if round_scale else "deepep_fp8"
         if x.dim() != 2 or x.dtype != torch.bfloat16:
             raise ValueError(f"x is {x.dtype} {tuple(x.shape)}: low_latency_dispatch moves bfloat16 [tokens, hidden]")
         tokens, topk = topk_idx.shape
@@ -111,7 +114,7 @@ class LowLatency:
         if tokens > num_max_dispatch_tokens_per_rank:
             raise ValueError(f"{tokens} tokens: more than num_max_dispatch_tokens_per_rank="
                              f"{num_max_dispatch_tokens_per_rank} (expected at most that, on every rank)")
-        op = self._next_op(x, topk, num_experts, num_max_dispatch_tokens_per_rank)
+        op = self._next_op(x, topk, num_experts, num_max_dispatch_tokens_per_rank, quant)
         indices = topk_idx if topk_idx.dtype == torch.int32 else topk_idx.to(torch.int32)
         weights = self._zeros[op][:tokens]
         stats = cumulative_local_expert_recv_stats
@@ -134,6 +137,9 @@ class LowLatency:
             op.dispatch(x, weights, None, indices)
             packed = pack()
         recv_x, recv_count, sources = packed
+        if use_fp8:
+            codes, scales = op.std_moe_fp8()
+            recv_x = (codes, scales.transpose(1, 2))  # DeepEP's [experts, rows, scales] view, column-major
         handle = LowLatencyHandle(sources, num_max_dispatch_tokens_per_rank, x.shape[1], num_experts, op, topk_idx,
                                   indices)
         event = self._buffer._low_latency_event(async_finish, (x, topk_idx, recv_x, recv_count))

@@ -86,6 +86,39 @@ const Rule kRules[] = {
        c.gpu_per_node = 4;
      },
      {"std_moe_combine = weighted_entries", "one node's windows", "gpu_per_node 4 < world_size 8"}},
+    {"fp8_std_moe_needs_std_moe",
+     [](auto& c) { c.std_moe_quant = StdMoeQuant::DeepEpFp8; },
+     {"std_moe_quant = deepep_fp8", "enable_std_moe is off"}},
+    {"fp8_std_moe_needs_bf16_dispatch",
+     [](auto& c) {
+       c.enable_std_moe = true;
+       c.std_moe_quant = StdMoeQuant::DeepEpFp8Pow2;
+       c.combine_mode = CombineMode::Scatter;
+       c.quant_type = QuantType::Fp8DirectCast;
+     },
+     {"std_moe_quant = deepep_fp8_pow2", "bf16 dispatch", "quant_type fp8_direct_cast"}},
+    {"fp8_std_moe_one_node",
+     [](auto& c) {
+       c.enable_std_moe = true;
+       c.std_moe_quant = StdMoeQuant::DeepEpFp8;
+       c.gpu_per_node = 4;
+     },
+     {"std_moe_quant = deepep_fp8", "one node", "gpu_per_node 4 < world_size 8"}},
+    {"fp8_std_moe_whole_blocks",
+     [](auto& c) {
+       c.enable_std_moe = true;
+       c.std_moe_quant = StdMoeQuant::DeepEpFp8;
+       c.hidden_dim = 7168 + 64;
+     },
+     {"std_moe_quant = deepep_fp8", "hidden_dim 7232 is not a multiple of 128"}},
+    {"fp8_std_moe_ue8m0_whole_words",
+     [](auto& c) {
+       c.enable_std_moe = true;
+       c.std_moe_quant = StdMoeQuant::DeepEpFp8Ue8m0;
+       c.hidden_dim = 7168 + 128;
+     },
+     {"std_moe_quant = deepep_fp8_ue8m0", "packed four to an int32 word", "not a multiple of 512",
+      "deepep_fp8_pow2"}},
     {"token_bytes_multiple_of_16", [](auto& c) { c.hidden_dim = 7164; }, {"hidden_dim = 7164", "multiple of 16 bytes"}},
     {"asymmetric_needs_gather",
      [](auto& c) {
@@ -228,6 +261,9 @@ TEST(Config, ParsesNamesAndRejectsUnknownOnes) {
   EXPECT_EQ(parse_std_moe_combine("weighted_entries"), StdMoeCombine::WeightedEntries);
   EXPECT_STREQ(name_of(StdMoeCombine::RankSums), "rank_sums");
   EXPECT_THROW(parse_std_moe_combine("weighted"), Error);
+  EXPECT_EQ(parse_std_moe_quant("deepep_fp8_ue8m0"), StdMoeQuant::DeepEpFp8Ue8m0);
+  EXPECT_STREQ(name_of(StdMoeQuant::DeepEpFp8Pow2), "deepep_fp8_pow2");
+  EXPECT_THROW(parse_std_moe_quant("fp8"), Error);
   try {
     parse_combine_mode("reduce");
     FAIL();

@@ -37,6 +37,10 @@ enum class ReceiveOrder : uint8_t { Arrival, Source };
 // them weighted by its top-k weights in top-k order, as DeepEP's low-latency
 // combine does; docs/EP.md "Standard MoE").
 enum class StdMoeCombine : uint8_t { RankSums, WeightedEntries };
+// Standard MoE's packed rows also in OCP E4M3 with DeepEP's per-128 scales
+// (its low-latency fp8 dispatch; docs/EP.md "Standard MoE in fp8"): none, or
+// float scales amax / 448, power-of-two float scales, or UE8M0 bytes.
+enum class StdMoeQuant : uint8_t { None, DeepEpFp8, DeepEpFp8Pow2, DeepEpFp8Ue8m0 };
 
 // "bf16", "f32"/"fp32"/"float32", "fp8", "fp4"; throws epjit::Error naming `field`.
 DataType parse_data_type(const std::string& text, const char* field = "data_type");
@@ -47,12 +51,14 @@ QuantType parse_quant_type(const std::string& text);
 InternodeKernel parse_internode_kernel(const std::string& text);
 ReceiveOrder parse_receive_order(const std::string& text);
 StdMoeCombine parse_std_moe_combine(const std::string& text);
+StdMoeQuant parse_std_moe_quant(const std::string& text);
 const char* name_of(DataType type);
 const char* name_of(CombineMode mode);
 const char* name_of(QuantType quant);
 const char* name_of(InternodeKernel kernel);
 const char* name_of(ReceiveOrder order);
 const char* name_of(StdMoeCombine combine);
+const char* name_of(StdMoeQuant quant);
 
 // Bytes of `elements` elements of a type (fp4 packs two per byte).
 size_t payload_bytes(DataType type, size_t elements);
@@ -119,6 +125,10 @@ struct EpDispatchCombineConfig {
   // entries need gather, bf16, one node; std_moe_combine then takes the
   // origin's top-k weights and indices.
   StdMoeCombine std_moe_combine = StdMoeCombine::RankSums;
+  // With enable_std_moe: std_moe_pack also writes the packed rows in fp8
+  // (StdMoeQuant). Needs bf16 dispatch (quant_type none), one node, hidden a
+  // multiple of 128 (of 512 for UE8M0).
+  StdMoeQuant std_moe_quant = StdMoeQuant::None;
   std::string target;                 // "" = the device's target, or EPJIT_TARGET
   // How long a kernel waits for a peer before it reports error_peer_timeout
   // (check() throws; later calls fail at once until reset()). 0 = the

@@ -75,6 +75,15 @@ struct StdMoeResult {
   TensorRef tokens;   // [experts_per_rank, world_size * max tokens, hidden] bf16
   TensorRef counts;   // [experts_per_rank] i32 on the device
   TensorRef sources;  // [experts_per_rank, world_size * max tokens] i32: receive row of each packed row
+  // With std_moe_quant (data null without): the packed rows in OCP E4M3,
+  // [experts_per_rank, rows, hidden], and their DeepEP per-128 scales stored
+  // column-major per expert: f32 [experts_per_rank, hidden / 128, rows]
+  // (amax / 448, or its power of two), or for deepep_fp8_ue8m0 i32 words
+  // [experts_per_rank, hidden / 512, rows] whose byte b % 4 is block b's
+  // UE8M0 scale. DeepEP's packed_recv_x_scales is this tensor's
+  // transpose(1, 2). Rows past an expert's count hold stale values.
+  TensorRef codes;
+  TensorRef scales;
 };
 
 class EpDispatchCombineOp;
