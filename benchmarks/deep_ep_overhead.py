@@ -20,7 +20,9 @@ Low-latency mode (num_max_dispatch_tokens_per_rank = the largest count, bf16):
   native: the op the layer built (std-MoE, weighted entries): dispatch,
           std_moe_pack, std_moe_combine into a preallocated output;
   layer:  low_latency_dispatch + low_latency_combine (a fresh output each call);
-  hook:   the same with return_recv_hook, each hook called at once.
+  hook:   the same with return_recv_hook, each hook called at once;
+  fp8:    the layer's round trip with use_fp8=True (float scales; the op's
+          std_moe_quant cast after the pack), bf16 expert outputs back.
 Shape: hidden 7168, top-8, 256 experts (all local at EP1), bf16.
 """
 import argparse
@@ -111,9 +113,15 @@ def low_latency(buffer, x, idx, w, max_tokens, iters):
         _, _, hook = buffer.low_latency_combine(got, idx, w, got_handle, return_recv_hook=True)
         hook()
 
-    native_us, layer_us, hook_us = (timed(f, iters) for f in (native_round, layer_round, hook_round))
+    def fp8_round():
+        _, _, got_handle, _, _ = buffer.low_latency_dispatch(x, idx, max_tokens, EXPERTS, use_fp8=True)
+        buffer.low_latency_combine(recv, idx, w, got_handle)
+
+    native_us, layer_us, hook_us, fp8_us = (timed(f, iters) for f in (native_round, layer_round, hook_round,
+                                                                       fp8_round))
     print(f"low latency, tokens {n}: native {native_us:.1f}, epjit.deep_ep {layer_us:.1f} "
-          f"(+{layer_us - native_us:.1f}), with hooks {hook_us:.1f} (+{hook_us - native_us:.1f})", flush=True)
+          f"(+{layer_us - native_us:.1f}), with hooks {hook_us:.1f} (+{hook_us - native_us:.1f}), "
+          f"fp8 {fp8_us:.1f}", flush=True)
     return layer_round
 
 
