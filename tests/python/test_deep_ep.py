@@ -257,8 +257,8 @@ def low_latency_fp8(buffer, world, rank, failed):
     """use_fp8 in its three scale forms: codes and scales are DeepEP's cast of each
     row that reached the expert, scales in its column-major layout (float
     [experts, rows, hidden / 128] or int32 words of four UE8M0 bytes [experts, rows,
-    hidden / 512]); then the experts return their rows dequantized, times 1 + e / 8,
-    and the combine sums them as in bf16."""
+    hidden / 512], this one through the receive hook); then the experts return their
+    rows dequantized, times 1 + e / 8, and the combine sums them as in bf16."""
     hidden, tokens, max_tokens = 512, 7, 16
     experts = world * EXPERTS_PER_RANK
     rows_per_expert = world * max_tokens
@@ -273,9 +273,11 @@ def low_latency_fp8(buffer, world, rank, failed):
     x, w, idx = inputs(rank)
     for round_scale, ue8m0 in ((False, False), (True, False), (True, True)):
         form = "ue8m0" if ue8m0 else "pow2" if round_scale else "float"
-        (codes, scales), count, handle, _, _ = buffer.low_latency_dispatch(
+        (codes, scales), count, handle, _, hook = buffer.low_latency_dispatch(
             x.to(DEVICE), idx.to(DEVICE), max_tokens, experts, use_fp8=True, round_scale=round_scale,
-            use_ue8m0=ue8m0)
+            use_ue8m0=ue8m0, return_recv_hook=ue8m0)
+        if hook is not None:  # the cast runs in the hook, after the pack
+            hook()
         check(codes.dtype == torch.float8_e4m3fn and tuple(codes.shape) == (EXPERTS_PER_RANK, rows_per_expert, hidden),
               f"{form}: codes are {codes.dtype} {tuple(codes.shape)}", failed)
         words = hidden // 512 if ue8m0 else hidden // 128
