@@ -29,7 +29,9 @@ StdMoeResult EpDispatchCombineOp::std_moe_pack() {
     // other, and a warp's pieces are latency-bound (the dispatch grid left
     // the cast at 128 tokens 125 us behind the bf16 round trip on an H100).
     const uint32_t warps = uint32_t(geometry.dispatch_warps);
-    const uint32_t blocks = std::max(uint32_t(geometry.dispatch_blocks), op.device.resident_blocks(*quantize, warps));
+    auto [resident, added] = op.quantize_resident_blocks.try_emplace(warps, 0);
+    if (added) resident->second = op.device.resident_blocks(*quantize, warps);  // once per block size, not per pack
+    const uint32_t blocks = std::max(uint32_t(geometry.dispatch_blocks), resident->second);
     op.device.launch(*quantize, {blocks, warps},
                      LaunchArgs(*quantize)
                          .set("packed", op.moe_tokens)
