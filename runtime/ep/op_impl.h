@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
-#include <map>
 #include <mutex>
 #include <span>
 
@@ -105,8 +104,6 @@ struct EpDispatchCombineOp::Impl {
   void* moe_combine_in = nullptr;
   void* moe_codes = nullptr;   // std_moe_quant
   void* moe_scales = nullptr;
-  // ep_std_moe_quantize's grid: the blocks the device holds, by warps per block.
-  std::map<uint32_t, uint32_t> quantize_resident_blocks;
   void* expert_counts = nullptr;  // local_expert_counts_device()'s output
 
   double fetch_seconds = 0;

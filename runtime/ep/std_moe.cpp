@@ -1,8 +1,6 @@
 // The standard-MoE layout (pack, combine) and the received tokens per local expert.
 #include "op_impl.h"
 
-#include <algorithm>
-
 namespace epjit::ep {
 
 StdMoeResult EpDispatchCombineOp::std_moe_pack() {
@@ -24,15 +22,8 @@ StdMoeResult EpDispatchCombineOp::std_moe_pack() {
                        .build(),
                    *op.stream);
   if (const Kernel* quantize = op.kernels.std_moe_quantize) {
-    // The packed rows in fp8 (std_moe_quant), after the pack on the same
-    // stream, on every block the device holds: its blocks never wait for each
-    // other, and a warp's pieces are latency-bound (the dispatch grid left
-    // the cast at 128 tokens 125 us behind the bf16 round trip on an H100).
-    const uint32_t warps = uint32_t(geometry.dispatch_warps);
-    auto [resident, added] = op.quantize_resident_blocks.try_emplace(warps, 0);
-    if (added) resident->second = op.device.resident_blocks(*quantize, warps);  // once per block size, not per pack
-    const uint32_t blocks = std::max(uint32_t(geometry.dispatch_blocks), resident->second);
-    op.device.launch(*quantize, {blocks, warps},
+    // The packed rows in fp8 (std_moe_quant), after the pack on the same stream.
+    op.device.launch(*quantize, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
                      LaunchArgs(*quantize)
                          .set("packed", op.moe_tokens)
                          .set("codes", op.moe_codes)
