@@ -56,6 +56,22 @@ func.func private @take_packed_row(%expert_i32: i32, %indices: !ep.ptr<i32>, %mo
   return %packed_row : index
 }
 
+// Whether entry j of the token whose entries start at `row` (its expert
+// `expert`) took a packed row on this rank: its expert is here and no
+// earlier entry of the token named it. What reads the packed rows back (the
+// unpack, the fp8 cast) asks this of every entry.
+func.func private @entry_packed_here(%indices: !ep.ptr<i32>, %row: index, %j: index, %expert: index,
+                                     %rank: index) -> i1 {
+  %true = arith.constant true
+  %epr = ep.param_value @experts_per_rank : index
+  %owner = arith.divui %expert, %epr : index
+  %here = arith.cmpi eq, %owner, %rank : index
+  %repeat = func.call @expert_repeats_earlier(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i1
+  %fresh = arith.xori %repeat, %true : i1
+  %valid = arith.andi %here, %fresh : i1
+  return %valid : i1
+}
+
 // A tiny pack (no more top-k entries than blocks): block b packs entry b.
 // Warp 0 takes the packed row (its expert `lead_expert` read early) while
 // every warp loads its share of the token's row (ep.warp.copy_row_around);
@@ -254,10 +270,8 @@ func.func private @unpack_piece(%expert_out: !ep.ptr<bf16>, %dst: !ep.ptr<!ep.ro
                                 %w: !ep.window, %rank: index, %i: index, %first_block: index, %n: index) {
   %c0 = arith.constant 0 : index
   %c128 = arith.constant 128 : index
-  %true = arith.constant true
   %hidden = ep.param_value @hidden : index
   %topk = ep.param_value @topk : index
-  %epr = ep.param_value @experts_per_rank : index
   %indices = ep.peer_ptr %w[%rank] @recv_indices[%c0] : !ep.ptr<i32>
   %slots = ep.peer_ptr %w[%rank] @moe_slots[%c0] : !ep.ptr<i32>
   %c = arith.muli %first_block, %c128 : index
@@ -268,11 +282,8 @@ func.func private @unpack_piece(%expert_out: !ep.ptr<bf16>, %dst: !ep.ptr<!ep.ro
     %at = arith.addi %row, %j : index
     %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
     %expert = arith.index_cast %expert_i32 : i32 to index
-    %owner = arith.divui %expert, %epr : index
-    %here = arith.cmpi eq, %owner, %rank : index
-    %repeat = func.call @expert_repeats_earlier(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i1
-    %fresh = arith.xori %repeat, %true : i1
-    %valid = arith.andi %here, %fresh : i1
+    %valid = func.call @entry_packed_here(%indices, %row, %j, %expert, %rank)
+        : (!ep.ptr<i32>, index, index, index, index) -> i1
     %position_i32 = ep.load %slots[%at] : !ep.ptr<i32>
     %position = arith.index_cast %position_i32 : i32 to index
     %packed_row = func.call @expert_row(%expert, %position) : (index, index) -> index

@@ -21,7 +21,6 @@ ep.kernel @ep_std_moe_quantize(%packed: !ep.ptr<bf16>, %codes: !ep.ptr<i8>, %sca
   %c4 = arith.constant 4 : index
   %c128 = arith.constant 128 : index
   %c512 = arith.constant 512 : index
-  %true = arith.constant true
   %quant = ep.param_value @std_moe_quant : index
   %pow2 = arith.cmpi eq, %quant, %c2 : index
   %ue8m0 = arith.cmpi eq, %quant, %c3 : index
@@ -53,11 +52,8 @@ ep.kernel @ep_std_moe_quantize(%packed: !ep.ptr<bf16>, %codes: !ep.ptr<i8>, %sca
     %row = arith.muli %i, %topk : index
     %expert_i32 = ep.load %indices[%entry] : !ep.ptr<i32>
     %expert = arith.index_cast %expert_i32 : i32 to index
-    %owner = arith.divui %expert, %epr : index
-    %here = arith.cmpi eq, %owner, %rank : index
-    %repeat = func.call @expert_repeats_earlier(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i1
-    %fresh = arith.xori %repeat, %true : i1
-    %valid = arith.andi %here, %fresh : i1
+    %valid = func.call @entry_packed_here(%indices, %row, %j, %expert, %rank)
+        : (!ep.ptr<i32>, index, index, index, index) -> i1
     scf.if %valid {
       %position_i32 = ep.load %slots[%entry] : !ep.ptr<i32>
       %position = arith.index_cast %position_i32 : i32 to index
