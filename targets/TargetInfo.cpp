@@ -25,11 +25,20 @@ constexpr ScheduleRow kWave32Schedule[] = {{128, 32, 16, 32, 16}, {1024, 64, 16,
 // at 6.3 (264 blocks of 8 warps: 7.00 at 32, 6.8 at 16); 4 warps still load
 // a 14336-byte row in one round.
 constexpr ScheduleRow kSm90Schedule[] = {{32, 256, 4, 128, 16}, {128, 128, 8, 128, 16}, {0, 128, 16, 128, 16}};
+// sm100 (B200: 148 SMs, 227 KiB of shared memory per block): sm90's block
+// counts, but no block of more than 8 warps. One binary serves every row, its
+// launch bounds set by the largest block, and ptxas 13.0 plans the combines
+// for sm_100a at 158 (gather) to 197 (scatter with fp8 quant) registers: in
+// 16-warp blocks (128 registers a thread) they spilled 116 and 260 bytes to
+// local memory. Large dispatches take twice the 8-warp blocks instead (two
+// per SM at 99 registers). Unmeasured on a Blackwell.
+constexpr ScheduleRow kSm100Schedule[] = {{32, 256, 4, 128, 8}, {128, 128, 8, 128, 8}, {0, 256, 8, 128, 8}};
 // The host runs a warp per CPU thread: a few of them per rank.
 constexpr ScheduleRow kHostSchedule[] = {{64, 1, 4, 1, 4}, {0, 2, 4, 2, 4}};
 
 // LDS is what one block may allocate: 64 KiB on gfx942 and gfx1200, 160 KiB
-// on gfx950, 320 KiB on gfx1250, 227 KiB of shared memory per block on sm90.
+// on gfx950, 320 KiB on gfx1250, 227 KiB of shared memory per block on sm90
+// and sm100.
 constexpr TargetInfo kGfx942{
     .name = "gfx942",
     .arch = "gfx942",
@@ -109,8 +118,8 @@ constexpr TargetInfo kSm90{
     .lanes = LaneExecution::Simt,
     .wave_size = 32,
     .fp8_conversion = Fp8Conversion::PtxSatfinite,
-    .fp4 = Fp4Support::None,
-    .fp4_software_fallback = true,
+    // No FP4 instructions: the numerics.h codec, the same bits as every target.
+    .fp4 = Fp4Support::Software,
     .lds_bytes = 227 * KiB,
     .copy_loads_in_flight = 8,
     .dependent_launch = true,
@@ -118,6 +127,28 @@ constexpr TargetInfo kSm90{
     .numerics_of = "sm90",
     .cuda_capability = 90,
     .schedule = kSm90Schedule,
+};
+
+// Blackwell (B200/GB200). sm_100a, not sm_100: the FP4 conversions are
+// architecture-specific instructions, so its cubins run on compute
+// capability 10.0 alone. Loads in flight and dependent launch as on sm90
+// (unmeasured on Blackwell).
+constexpr TargetInfo kSm100{
+    .name = "sm100",
+    .arch = "sm_100a",
+    .prelude = "epjit/targets/sm100/prelude.h",
+    .vendor = Vendor::Nvidia,
+    .lanes = LaneExecution::Simt,
+    .wave_size = 32,
+    .fp8_conversion = Fp8Conversion::PtxSatfinite,
+    .fp4 = Fp4Support::PtxPair,
+    .lds_bytes = 227 * KiB,
+    .copy_loads_in_flight = 8,
+    .dependent_launch = true,
+    .toolchain = DefaultToolchain::Nvrtc,
+    .numerics_of = "sm100",
+    .cuda_capability = 100,
+    .schedule = kSm100Schedule,
 };
 
 constexpr TargetInfo kHost{
@@ -157,10 +188,12 @@ constexpr std::array kTargets = {
     kGfx1250,
     kGfx1200,
     kSm90,
+    kSm100,
     kHost,
     host_variant_of(kGfx942, "host-gfx942"),
     host_variant_of(kGfx950, "host-gfx950"),
     host_variant_of(kGfx1250, "host-gfx1250"),
+    host_variant_of(kSm100, "host-sm100"),
 };
 
 std::string opt_flag(const char* prefix, int opt_level) {

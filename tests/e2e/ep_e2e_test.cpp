@@ -33,8 +33,10 @@ std::vector<EpCase> matrix() {
   add({.name = "fp8_gfx950_scatter_w4", .target = "host-gfx950", .world = 4, .data_type = FP8, .mode = scatter});
   add({.name = "fp4_gfx950_gather_w2", .target = "host-gfx950", .data_type = FP4});
   add({.name = "fp4_gfx1250_scatter_w4", .target = "host-gfx1250", .world = 4, .data_type = FP4, .mode = scatter});
+  add({.name = "fp4_sm100_scatter_w3", .target = "host-sm100", .world = 3, .data_type = FP4, .mode = scatter,
+       .quant = QuantType::Fp8Blockwise});
   // FP4 tokens on a target without FP4 conversions (gfx942's numerics, as
-  // sm90 and gfx1200): the op moves their bytes and converts nothing.
+  // gfx1200's): the op moves their bytes and converts nothing.
   add({.name = "fp4_gfx942_gather_w3", .target = "host-gfx942", .world = 3, .data_type = FP4});
   add({.name = "fp8_scales_gfx950_w2", .target = "host-gfx950", .data_type = FP8, .scale_dim = 7,
        .scale_type_size = 4});

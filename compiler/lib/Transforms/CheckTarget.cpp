@@ -14,18 +14,18 @@ namespace {
 
 using namespace mlir;
 
-LogicalResult checkFp4(Operation* op, const TargetInfo& target, bool softwareFallback) {
+// FP4 needs a target that converts it, in hardware or with the numerics.h
+// codec (sm90); software_fallback does not bring the codec to gfx942 or
+// gfx1200, whose numerics have no FP4 (NUMERICS.md).
+LogicalResult checkFp4(Operation* op, const TargetInfo& target) {
   if (target.has_fp4()) return success();
-  if (softwareFallback && target.fp4_software_fallback) return success();
   const std::string withHardware =
       target_names_where([](const TargetInfo& t) { return t.converts_fp4_in_hardware(); });
-  auto diagnostic = op->emitError() << "target " << target.name
-                                    << " has no FP4 (E2M1) conversion instructions; targets with them: "
-                                    << withHardware;
-  if (target.fp4_software_fallback)
-    diagnostic << " (" << target.name
-               << " may use the numerics.h software codec if the template asks for it with `software_fallback`)";
-  return diagnostic;
+  const std::string inSoftware =
+      target_names_where([](const TargetInfo& t) { return !t.is_host() && t.fp4 == Fp4Support::Software; });
+  return op->emitError() << "target " << target.name
+                         << " has no FP4 (E2M1) conversion instructions; targets with them: " << withHardware
+                         << "; in software (the numerics.h codec): " << inSoftware;
 }
 
 LogicalResult checkFp8(Operation* op, const TargetInfo& target, ep::Fp8Kind kind, bool softwareFallback) {
@@ -42,7 +42,7 @@ LogicalResult checkFp8(Operation* op, const TargetInfo& target, ep::Fp8Kind kind
 template <typename OpT>
 LogicalResult checkConversion(OpT op, const TargetInfo& target) {
   const bool fallback = op.getSoftwareFallback().has_value();
-  if (isa<ep::Fp4KindAttr>(op.getFormat())) return checkFp4(op, target, fallback);
+  if (isa<ep::Fp4KindAttr>(op.getFormat())) return checkFp4(op, target);
   return checkFp8(op, target, cast<ep::Fp8KindAttr>(op.getFormat()).getValue(), fallback);
 }
 

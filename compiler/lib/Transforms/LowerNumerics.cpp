@@ -18,8 +18,9 @@ ep::ConversionMethod fp4Method(const TargetInfo& target) {
   switch (target.fp4) {
     case Fp4Support::Pack2: return ep::ConversionMethod::amdgcn_scalef32_pk_fp4;
     case Fp4Support::Pack8: return ep::ConversionMethod::amdgcn_scalef32_pk8_fp4;
+    case Fp4Support::PtxPair: return ep::ConversionMethod::ptx_cvt_e2m1x2;
     case Fp4Support::Software:
-    case Fp4Support::None:  // only reached with software_fallback (ep-check-target)
+    case Fp4Support::None:  // not reached: ep-check-target refuses FP4 there
       return ep::ConversionMethod::software;
   }
   return ep::ConversionMethod::software;

@@ -1,5 +1,10 @@
 // epjit-compile: listing, dumps, and one clear line for each kind of bad input.
 // RUN: epjit-compile --template list | FileCheck %s --check-prefix=LIST
+// RUN: epjit-compile --list-targets | FileCheck %s --check-prefix=TARGETS
+// TARGETS: gfx942: vendor amd, arch gfx942, wave 64, fp8 e4m3fnuz, fp4 none, numerics of gfx942
+// TARGETS: sm90: vendor nvidia, arch sm_90, wave 32, fp8 e4m3fn, fp4 software, numerics of sm90
+// TARGETS-NEXT: sm100: vendor nvidia, arch sm_100a, wave 32, fp8 e4m3fn, fp4 hardware, numerics of sm100
+// TARGETS: host-sm100: vendor cpu, arch native, wave 32, fp8 e4m3fn, fp4 software, numerics of sm100
 // RUN: rm -rf %t && epjit-compile --template quantize_fp8_blockwise --set hidden=256 --target gfx950 --emit hip --dump-stages %t -o %t.hip && ls %t | FileCheck %s --check-prefix=DUMP
 // RUN: epjit-compile --template quantize_fp8_direct --set hidden=64 --target gfx950 --emit mlir | FileCheck %s --check-prefix=MLIR
 // RUN: epjit-compile --input %epjit_src/templates/quantize_fp8_direct.mlir --set hidden=64 --target host --emit mlir --stop-after-stage=specialize | FileCheck %s --check-prefix=INPUT
@@ -38,7 +43,7 @@
 // MISSING: error: parameter 'hidden' is not bound: pass hidden=VALUE (index)
 // ILLTYPED: error: parameter 'hidden' takes an integer (index); got 'lots'
 // CONSTRAINT: error: parameter 'hidden' = 7 must be a multiple of 2
-// TARGET: epjit-compile: error: unknown target 'gfx90a'; targets: gfx942, gfx950, gfx1250, gfx1200, sm90, host, host-gfx942, host-gfx950, host-gfx1250
+// TARGET: epjit-compile: error: unknown target 'gfx90a'; targets: gfx942, gfx950, gfx1250, gfx1200, sm90, sm100, host, host-gfx942, host-gfx950, host-gfx1250, host-sm100
 // EMIT: epjit-compile: error: --emit takes mlir, hip, interface, bin or asm; got 'elf'
 // BOTH: epjit-compile: error: give exactly one of --template NAME and --input FILE.mlir
 // NOTARGET: epjit-compile: error: --target is required

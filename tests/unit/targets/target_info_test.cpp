@@ -17,14 +17,20 @@ bool contains(const std::vector<std::string>& flags, const std::string& flag) {
   return std::find(flags.begin(), flags.end(), flag) != flags.end();
 }
 
-TEST(TargetLookup, CudaComputeCapability90IsSm90AndNothingElseIs) {
+TEST(TargetLookup, CudaComputeCapabilities90And100AndNothingElse) {
   const TargetInfo* hopper = target_for_cuda_capability(9, 0);
   ASSERT_NE(hopper, nullptr);
   EXPECT_EQ(hopper->name, "sm90");
   EXPECT_EQ(hopper->wave_size, 32);
-  for (auto [major, minor] : {std::pair{8, 0}, {8, 9}, {9, 1}, {10, 0}, {12, 0}, {0, 0}})
+  const TargetInfo* blackwell = target_for_cuda_capability(10, 0);
+  ASSERT_NE(blackwell, nullptr);
+  EXPECT_EQ(blackwell->name, "sm100");
+  EXPECT_EQ(blackwell->arch, "sm_100a") << "the FP4 conversions are sm_100a instructions";
+  EXPECT_EQ(blackwell->wave_size, 32);
+  // sm_100a code runs on 10.0 alone: B300 (10.3) and RTX Blackwell (12.0) are other targets.
+  for (auto [major, minor] : {std::pair{8, 0}, {8, 9}, {9, 1}, {10, 3}, {12, 0}, {0, 0}})
     EXPECT_EQ(target_for_cuda_capability(major, minor), nullptr) << major << "." << minor;
-  EXPECT_EQ(device_targets_of(Vendor::Nvidia), "sm90 (compute capability 9.0)");
+  EXPECT_EQ(device_targets_of(Vendor::Nvidia), "sm90 (compute capability 9.0), sm100 (compute capability 10.0)");
 }
 
 TEST(TargetLookup, GcnArchNamesWithAndWithoutFeatureSuffixes) {
@@ -68,7 +74,14 @@ TEST(TargetFacts, WaveSizesFp8FormatsAndFp4) {
   EXPECT_TRUE(find_target("gfx950")->converts_fp4_in_hardware());
   EXPECT_TRUE(find_target("gfx1250")->converts_fp4_in_hardware());
   EXPECT_FALSE(find_target("sm90")->converts_fp4_in_hardware());
-  EXPECT_EQ(target_names_where([](const TargetInfo& t) { return t.converts_fp4_in_hardware(); }), "gfx950, gfx1250");
+  EXPECT_EQ(find_target("sm90")->fp4, Fp4Support::Software) << "sm90 converts FP4 with the numerics.h codec";
+  EXPECT_EQ(find_target("sm100")->fp4, Fp4Support::PtxPair);
+  EXPECT_TRUE(find_target("sm100")->converts_fp8_in_hardware(Fp8Format::E4M3FN));
+  EXPECT_TRUE(find_target("sm100")->dependent_launch);
+  EXPECT_EQ(target_names_where([](const TargetInfo& t) { return t.converts_fp4_in_hardware(); }),
+            "gfx950, gfx1250, sm100");
+  EXPECT_EQ(target_names_where([](const TargetInfo& t) { return t.has_fp4() && !t.is_host(); }),
+            "gfx950, gfx1250, sm90, sm100");
 }
 
 TEST(TargetFacts, HostRowsCarryTheirGpusNumerics) {
@@ -115,6 +128,7 @@ TEST(CompileFlags, OneSourceForTheOfflineToolsAndTheRuntime) {
   EXPECT_TRUE(contains(nvcc, "--gpu-architecture=sm_90"));
   EXPECT_TRUE(contains(nvrtc, "-Xptxas=-O3"));
   EXPECT_TRUE(contains(nvcc, "-Xptxas=-O3"));
+  EXPECT_TRUE(contains(compile_flags(*find_target("sm100"), Compiler::Nvrtc, 3), "--gpu-architecture=sm_100a"));
   const auto host = compile_flags(*find_target("host"), Compiler::HostCxx, 1);
   EXPECT_TRUE(contains(host, "-O1"));
   EXPECT_TRUE(contains(host, "-shared"));

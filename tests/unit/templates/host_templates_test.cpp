@@ -35,6 +35,7 @@ constexpr HostTarget kHostTargets[] = {
     {"host-gfx942", Fp8Format::E4M3FNUZ, false},
     {"host-gfx950", Fp8Format::E4M3FN, true},
     {"host-gfx1250", Fp8Format::E4M3FN, true},
+    {"host-sm100", Fp8Format::E4M3FN, true},
 };
 
 using testing::TemplateKind;

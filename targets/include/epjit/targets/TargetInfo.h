@@ -28,7 +28,8 @@ enum class Fp4Support : uint8_t {
   None,      // no conversion instructions (gfx942, gfx1200) and no emulation
   Pack2,     // gfx950 v_cvt_scalef32_pk_fp4_f32: two values per instruction
   Pack8,     // gfx1250 v_cvt_scalef32_pk8_fp4_f32: eight values per instruction
-  Software,  // numerics.h codec (host targets that carry such numerics)
+  PtxPair,   // sm100a cvt.rn.satfinite.e2m1x2.f32 / cvt.rn.f16x2.e2m1x2: two values per instruction
+  Software,  // numerics.h codec (host targets, and sm90, which has no FP4 instructions)
 };
 
 // How FP8 conversions are done.
@@ -104,7 +105,6 @@ struct TargetInfo {
   Fp8Format fp8_e5m2 = Fp8Format::E5M2;
   Fp8Conversion fp8_conversion = Fp8Conversion::Software;
   Fp4Support fp4 = Fp4Support::None;
-  bool fp4_software_fallback = false;  // a template may ask for the numerics.h codec instead
   int64_t lds_bytes = 0;               // shared memory per block available to a kernel
   int vector_bytes = 16;               // widest per-lane global load/store
   // 16-byte loads a lane issues before its first store when it copies a row:
@@ -136,7 +136,9 @@ struct TargetInfo {
   constexpr bool is_simt() const { return lanes == LaneExecution::Simt; }
   // Any FP4 (E2M1) conversion, in hardware or the numerics.h codec.
   constexpr bool has_fp4() const { return fp4 != Fp4Support::None; }
-  constexpr bool converts_fp4_in_hardware() const { return fp4 == Fp4Support::Pack2 || fp4 == Fp4Support::Pack8; }
+  constexpr bool converts_fp4_in_hardware() const {
+    return fp4 == Fp4Support::Pack2 || fp4 == Fp4Support::Pack8 || fp4 == Fp4Support::PtxPair;
+  }
   // True when the target's hardware converts `format` (false for host
   // targets, which convert everything in software).
   constexpr bool converts_fp8_in_hardware(Fp8Format format) const {
@@ -162,7 +164,8 @@ std::span<const TargetInfo> all_targets();
 // The target named `name`, or nullptr.
 const TargetInfo* find_target(std::string_view name);
 
-// "gfx942, gfx950, gfx1250, gfx1200, sm90, host, host-gfx942, host-gfx950, host-gfx1250"
+// "gfx942, gfx950, gfx1250, gfx1200, sm90, sm100, host, host-gfx942, host-gfx950,
+// host-gfx1250, host-sm100"
 std::string target_names();
 
 // Names of the targets for which `has(target)` holds, comma-separated, e.g.

@@ -58,8 +58,10 @@ def Ep_ConversionMethod : I32EnumAttr<"ConversionMethod", "conversion primitive"
     I32EnumAttrCase<"amdgcn_scalef32_pk_fp4", 2>,
     // gfx1250 v_cvt_scalef32_pk8_fp4_f32: eight values per instruction.
     I32EnumAttrCase<"amdgcn_scalef32_pk8_fp4", 3>,
-    // sm90 cvt.rn.satfinite.e4m3x2.f32 / e5m2x2 (operands swapped: a is the high byte).
-    I32EnumAttrCase<"ptx_cvt_satfinite", 4>]> {
+    // sm90 and sm100 cvt.rn.satfinite.e4m3x2.f32 / e5m2x2 (operands swapped: a is the high byte).
+    I32EnumAttrCase<"ptx_cvt_satfinite", 4>,
+    // sm100a cvt.rn.satfinite.e2m1x2.f32 / cvt.rn.f16x2.e2m1x2: FP4 two values per instruction.
+    I32EnumAttrCase<"ptx_cvt_e2m1x2", 5>]> {
   let cppNamespace = "::epjit::ep";
   let genSpecializedAttr = 0;
 }
