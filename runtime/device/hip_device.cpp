@@ -23,8 +23,10 @@ void check(hipError_t status, const std::string& what) {
   if (status == 0) return;
   const char* text = hip_driver().hipGetErrorString(status);
   const DriverErrorAdvice advice = driver_error_advice(int(status), "AMD GPU", "rocm-smi", "HIP_VISIBLE_DEVICES");
-  throw Error(std::string("HIP ") + what + " failed: " + (text ? text : "unknown error") + " (" +
-                  std::to_string(status) + ")",
+  // The library is named: a runtime that loads where no AMD GPU is (Debian's
+  // libamdhip64 on a CPU or NVIDIA machine) fails here, not at the load.
+  throw Error(std::string("HIP ") + what + " failed in " + hip_driver().library.path() + ": " +
+                  (text ? text : "unknown error") + " (" + std::to_string(status) + ")",
               advice.expected, advice.fix);
 }
 

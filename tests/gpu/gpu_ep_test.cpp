@@ -1,12 +1,14 @@
-// The EP op on CUDA GPUs (sm90), one process per rank and GPU (or ranks
-// sharing GPUs, EPJIT_GPU_TEST_RANKS_PER_GPU): the host e2e matrix
-// against the reference on world 1 and on every GPU present (2 on
-// nvidia-h200-x2), dispatch->combine captured in one CUDA graph and replayed
-// 50 times with fresh inputs, 10,000 alternating calls with random token
-// counts, and a peer that never arrives turning into the timeout error.
-// Skipped, with the reason, where no GPU is present. With
-// EPJIT_GPU_WARM_ONLY=DIR it instead builds every kernel these tests use into
-// the cache at DIR (NVRTC needs no GPU), for scripts/gpu/prepare.sh to ship.
+// The EP op on GPUs, every suite once per vendor API (Cuda/..., Hip/...) on
+// the target of the GPU found (gpu_devices.h), one process per rank and GPU
+// (or ranks sharing GPUs, EPJIT_GPU_TEST_RANKS_PER_GPU): the host e2e matrix
+// against the reference on world 1 and on every GPU present,
+// dispatch->combine captured in one graph and replayed 50 times with fresh
+// inputs, 10,000 alternating calls with random token counts, a peer that
+// never arrives turning into the timeout error, and internode over NCCL
+// (CUDA) or RCCL (HIP). Skipped, with the reason, where an API has no GPU.
+// With EPJIT_GPU_WARM_ONLY=DIR it instead builds every kernel these tests use
+// for the targets of EPJIT_GPU_WARM_TARGETS into the cache at DIR (no GPU
+// needed), for scripts/gpu/prepare.sh to ship.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -15,58 +17,18 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <sstream>
 #include <thread>
 
 #include "../common/ep_harness.h"
 #include "../common/errors.h"
+#include "gpu_devices.h"
 #include "epjit/comm/nccl.h"
 #include "epjit/error.h"
+#include "epjit/targets/TargetInfo.h"
 
 namespace epjit::testing {
 namespace {
-
-// How many CUDA GPUs a child process sees (CUDA must not be initialized in
-// this process before it forks the rank processes).
-struct Gpus {
-  int count = 0;
-  std::string why_not;
-};
-
-const Gpus& gpus() {
-  static const Gpus found = [] {
-    Gpus g;
-    int fds[2];
-    if (pipe(fds) != 0) return Gpus{0, "pipe failed"};
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[0]);
-      int count = 0;
-      std::string why;
-      for (int ordinal = 0; ordinal < 8; ++ordinal) {
-        try {
-          make_cuda_device(ordinal);
-          ++count;
-        } catch (const std::exception& error) {
-          if (count == 0) why = error.what();
-          break;
-        }
-      }
-      if (!why.empty() && write(fds[1], why.data(), why.size()) < 0) _exit(100);
-      _exit(count);
-    }
-    close(fds[1]);
-    char buffer[2048];
-    const ssize_t got = read(fds[0], buffer, sizeof buffer);
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    g.count = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-    if (got > 0) g.why_not.assign(buffer, size_t(got));
-    if (g.count == 0 && g.why_not.empty()) g.why_not = "no CUDA device";
-    return g;
-  }();
-  return found;
-}
 
 // EPJIT_GPU_TEST_RANKS_PER_GPU=N (default 1) lets up to N ranks share each
 // GPU: the multi-rank cases then run where fewer GPUs are lent. Ranks are
@@ -74,7 +36,7 @@ const Gpus& gpus() {
 // alone; a meeting inside a kernel waits for the peers' slices. (Under MPS
 // they run side by side, but MPS does not keep every rank's grid resident at
 // once: at world 4 the meetings time out.) It checks the protocol on one
-// GPU's memory model, not NVLink, and times nothing.
+// GPU's memory model, not NVLink or xGMI, and times nothing.
 int ranksPerGpu() {
   static const int n = [] {
     const char* text = std::getenv("EPJIT_GPU_TEST_RANKS_PER_GPU");
@@ -89,14 +51,15 @@ int ranksPerGpu() {
   return n;
 }
 
-// The most ranks a test may run here.
-int rankSlots() { return gpus().count * ranksPerGpu(); }
+// The most ranks a test may run here on the API's GPUs.
+int rankSlots(GpuApi api) { return gpusOf(api).count * ranksPerGpu(); }
 
-// Why a case of `world` ranks cannot run here, or "".
-std::string worldSkip(int world) {
-  if (gpus().count == 0) return "no CUDA device: " + gpus().why_not;
-  if (rankSlots() < world)
-    return std::to_string(world) + " GPUs needed, " + std::to_string(gpus().count) +
+// Why a case of `world` ranks cannot run here on the API's GPUs, or "".
+std::string worldSkip(GpuApi api, int world) {
+  if (std::string none = noGpu(api); !none.empty()) return none;
+  const int count = gpusOf(api).count;
+  if (rankSlots(api) < world)
+    return std::to_string(world) + " GPUs needed, " + std::to_string(count) +
            " present (EPJIT_GPU_TEST_RANKS_PER_GPU lets ranks share them)";
   return "";
 }
@@ -106,9 +69,37 @@ KernelCache& gpuCache() {
   return cache;
 }
 
-DeviceFactory cudaRanks() {
-  return [](int rank) { return make_cuda_device(rank % std::max(1, gpus().count)); };
+// Rank r on GPU r (or r modulo the GPUs present, where ranks share them).
+DeviceFactory gpuRanks(GpuApi api) {
+  return [api](int rank) { return makeGpu(api, rank % std::max(1, gpusOf(api).count)); };
 }
+
+// `c` on the target of the API's GPUs (cases are written without one).
+EpCase onGpu(GpuApi api, EpCase c) {
+  c.target = gpusOf(api).target;
+  return c;
+}
+
+// A suite's case and the API it runs on; named by the case.
+struct GpuCase {
+  GpuApi api;
+  EpCase c;
+};
+void PrintTo(const GpuCase& gpu_case, std::ostream* os) { *os << apiName(gpu_case.api) << " " << gpu_case.c.name; }
+std::string gpuCaseName(const ::testing::TestParamInfo<GpuCase>& info) { return info.param.c.name; }
+
+std::vector<GpuCase> onApi(GpuApi api, std::vector<EpCase> cases) {
+  std::vector<GpuCase> out;
+  for (EpCase& c : cases) out.push_back({api, std::move(c)});
+  return out;
+}
+
+// The suites without cases of their own run once per API, named by it.
+class OnEveryGpuApi : public ::testing::TestWithParam<GpuApi> {};
+std::string apiParamName(const ::testing::TestParamInfo<GpuApi>& info) { return apiName(info.param); }
+#define EPJIT_INSTANTIATE_PER_GPU_API(suite)                                                          \
+  INSTANTIATE_TEST_SUITE_P(Cuda, suite, ::testing::Values(GpuApi::Cuda), apiParamName); \
+  INSTANTIATE_TEST_SUITE_P(Hip, suite, ::testing::Values(GpuApi::Hip), apiParamName)
 
 std::vector<EpCase> gpuCases(int world) {
   using enum DataType;
@@ -118,7 +109,6 @@ std::vector<EpCase> gpuCases(int world) {
   auto add = [&](EpCase c) {
     c.name += w;
     c.world = world;
-    c.target = "sm90";
     c.ranks = Ranks::Processes;
     cases.push_back(std::move(c));
   };
@@ -213,7 +203,6 @@ std::vector<EpCase> internodeGpuCases() {
         c.gpu_per_node = per_node;
         c.internode_kernel = kernel;
         c.internode_transport = transport;
-        c.target = "sm90";
         c.ranks = Ranks::Processes;
         cases.push_back(std::move(c));
       };
@@ -234,52 +223,57 @@ std::vector<EpCase> internodeGpuCases() {
     for (auto [world, per_node] : {std::pair{2, 1}, {3, 1}, {4, 2}})
       cases.push_back({.name = std::string("internode_auto_straddling_") + transport + "_w" + std::to_string(world) +
                                "_g" + std::to_string(per_node),
-                       .target = "sm90", .world = world, .ranks = Ranks::Processes, .hidden = 128, .max_tokens = 60,
+                       .world = world, .ranks = Ranks::Processes, .hidden = 128, .max_tokens = 60,
                        .calls = {41, 7, 41, 60, 1}, .replay = true, .gpu_per_node = per_node,
                        .internode_auto_ll_max_tokens = 40, .pass_max_tokens_across_ranks = true,
                        .internode_transport = transport});
   return cases;
 }
 
-// Why an internode case cannot run here, or "".
-std::string internodeSkip(const EpCase& c) {
-  if (gpus().count == 0) return "no CUDA device: " + gpus().why_not;
-  const bool shares_gpus = gpus().count < c.world;
+// Why an internode case cannot run here on the API's GPUs, or "".
+std::string internodeSkip(GpuApi api, const EpCase& c) {
+  if (std::string none = noGpu(api); !none.empty()) return none;
+  const int count = gpusOf(api).count;
+  const bool shares_gpus = count < c.world;
   if (shares_gpus && c.internode_transport == "nccl")
-    return "NCCL needs a GPU per rank: " + std::to_string(c.world) + " needed, " + std::to_string(gpus().count) +
-           " present";
-  if (shares_gpus && c.gpu_per_node.value_or(c.world) > 1) return worldSkip(c.world);
+    return std::string(api == GpuApi::Cuda ? "NCCL" : "RCCL") + " needs a GPU per rank: " +
+           std::to_string(c.world) + " needed, " + std::to_string(count) + " present";
+  if (shares_gpus && c.gpu_per_node.value_or(c.world) > 1) return worldSkip(api, c.world);
   return "";
 }
 
-class GpuEp : public ::testing::TestWithParam<EpCase> {};
-class GpuEpInternode : public ::testing::TestWithParam<EpCase> {};
+class GpuEp : public ::testing::TestWithParam<GpuCase> {};
+class GpuEpInternode : public ::testing::TestWithParam<GpuCase> {};
 
 TEST_P(GpuEpInternode, MatchesTheReference) {
-  const EpCase& c = GetParam();
-  if (const std::string why = internodeSkip(c); !why.empty()) GTEST_SKIP() << why;
+  const GpuApi api = GetParam().api;
+  if (const std::string why = internodeSkip(api, GetParam().c); !why.empty()) GTEST_SKIP() << why;
+  const EpCase c = onGpu(api, GetParam().c);
   const std::string failures =
       runRanks(c.world, Ranks::Processes, gpuCache(),
                [&](int rank, Communicator& comm, KernelCache& cache) { return runRank(c, rank, comm, cache); },
-               c.gpu_per_node, cudaRanks());
+               c.gpu_per_node, gpuRanks(api));
   EXPECT_EQ(failures, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Sm90, GpuEpInternode, ::testing::ValuesIn(internodeGpuCases()),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Cuda, GpuEpInternode, ::testing::ValuesIn(onApi(GpuApi::Cuda, internodeGpuCases())),
+                         gpuCaseName);
+INSTANTIATE_TEST_SUITE_P(Hip, GpuEpInternode, ::testing::ValuesIn(onApi(GpuApi::Hip, internodeGpuCases())),
+                         gpuCaseName);
 
 TEST_P(GpuEp, MatchesTheReference) {
-  const EpCase& c = GetParam();
-  if (const std::string why = worldSkip(c.world); !why.empty()) GTEST_SKIP() << why;
+  const GpuApi api = GetParam().api;
+  if (const std::string why = worldSkip(api, GetParam().c.world); !why.empty()) GTEST_SKIP() << why;
+  const EpCase c = onGpu(api, GetParam().c);
   const std::string failures =
       runRanks(c.world, Ranks::Processes, gpuCache(),
                [&](int rank, Communicator& comm, KernelCache& cache) { return runRank(c, rank, comm, cache); },
-               std::nullopt, cudaRanks());
+               std::nullopt, gpuRanks(api));
   EXPECT_EQ(failures, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Sm90, GpuEp, ::testing::ValuesIn(allGpuCases()),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Cuda, GpuEp, ::testing::ValuesIn(onApi(GpuApi::Cuda, allGpuCases())), gpuCaseName);
+INSTANTIATE_TEST_SUITE_P(Hip, GpuEp, ::testing::ValuesIn(onApi(GpuApi::Hip, allGpuCases())), gpuCaseName);
 
 // dispatch -> combine (identity experts: combine reads the dispatched rows
 // themselves) captured once in a CUDA graph, checked eagerly first, then 50
@@ -416,8 +410,11 @@ std::string graphRank(const EpCase& c, int rank, Communicator& comm, KernelCache
 // use, on one GPU: loaded by dlopen, created over epjit's bootstrap, and a
 // grouped send to itself of an odd number of bytes arrives intact; adopting
 // a null communicator is an error.
-TEST(GpuNccl, AOneRankCommunicatorMovesBytesToItself) {
-  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
+class GpuNccl : public OnEveryGpuApi {};
+
+TEST_P(GpuNccl, AOneRankCommunicatorMovesBytesToItself) {
+  const GpuApi api = GetParam();
+  if (const std::string none = noGpu(api); !none.empty()) GTEST_SKIP() << none;
   const std::string failures = runRanks(
       1, Ranks::Processes, gpuCache(),
       [&](int, Communicator& comm, KernelCache&) -> std::string {
@@ -444,46 +441,59 @@ TEST(GpuNccl, AOneRankCommunicatorMovesBytesToItself) {
         std::fprintf(stderr, "NCCL library: %s\n", nccl->library().c_str());
         return f;
       },
-      std::nullopt, cudaRanks());
+      std::nullopt, gpuRanks(api));
   EXPECT_EQ(failures, "");
 }
 
-// The tests run once per internode kernel, named by it.
+EPJIT_INSTANTIATE_PER_GPU_API(GpuNccl);
+
+// The tests run once per API and internode kernel, named by the kernel.
+using ApiAndKernel = std::tuple<GpuApi, InternodeKernel>;
 const auto kBothInternodeKernels = ::testing::Values(InternodeKernel::V2LowLatency, InternodeKernel::V2);
-std::string internodeKernelName(const ::testing::TestParamInfo<InternodeKernel>& info) {
-  return info.param == InternodeKernel::V2 ? "v2" : "v2_ll";
+std::string internodeKernelName(const ::testing::TestParamInfo<ApiAndKernel>& info) {
+  return std::get<1>(info.param) == InternodeKernel::V2 ? "v2" : "v2_ll";
 }
+#define EPJIT_INSTANTIATE_PER_INTERNODE_KERNEL(suite)                                                         \
+  INSTANTIATE_TEST_SUITE_P(Cuda, suite, ::testing::Combine(::testing::Values(GpuApi::Cuda), kBothInternodeKernels), \
+                           internodeKernelName);                                                              \
+  INSTANTIATE_TEST_SUITE_P(Hip, suite, ::testing::Combine(::testing::Values(GpuApi::Hip), kBothInternodeKernels),   \
+                           internodeKernelName)
 
 // The internode kernels' NCCL sends and receives are captured with them
 // (both modes move fixed sizes, so nothing is read on the host): two nodes
 // of one GPU each, replayed with fresh inputs, every replay exact.
-class GpuEpInternodeGraph : public ::testing::TestWithParam<InternodeKernel> {};
+class GpuEpInternodeGraph : public ::testing::TestWithParam<ApiAndKernel> {};
 
 TEST_P(GpuEpInternodeGraph, ReplaysFromAGraph) {
-  EpCase c{.name = "graph_internode", .target = "sm90", .world = 2, .hidden = 7168, .topk = 8,
-           .experts_per_rank = 16, .max_tokens = 96, .gpu_per_node = 1, .internode_kernel = GetParam(),
-           .internode_transport = "nccl"};
-  if (const std::string why = internodeSkip(c); !why.empty()) GTEST_SKIP() << why;
+  const auto [api, kernel] = GetParam();
+  EpCase c{.name = "graph_internode", .world = 2, .hidden = 7168, .topk = 8, .experts_per_rank = 16,
+           .max_tokens = 96, .gpu_per_node = 1, .internode_kernel = kernel, .internode_transport = "nccl"};
+  if (const std::string why = internodeSkip(api, c); !why.empty()) GTEST_SKIP() << why;
+  c = onGpu(api, c);
   const std::string failures = runRanks(
       c.world, Ranks::Processes, gpuCache(),
       [&](int rank, Communicator& comm, KernelCache& cache) {
         ::setenv("EPJIT_INTERNODE_TRANSPORT", "nccl", 1);
         return graphRank(c, rank, comm, cache, 50);
       },
-      c.gpu_per_node, cudaRanks());
+      c.gpu_per_node, gpuRanks(api));
   EXPECT_EQ(failures, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, GpuEpInternodeGraph, kBothInternodeKernels, internodeKernelName);
+EPJIT_INSTANTIATE_PER_INTERNODE_KERNEL(GpuEpInternodeGraph);
 
 // The host transport waits for the stream on the host, so a capture of an
 // op that uses it is refused with an epjit::Error before anything crosses;
 // the op then runs eagerly as before.
-TEST(GpuEpGraph, TheHostTransportRefusesACapture) {
-  EpCase c{.name = "capture_host_transport", .target = "sm90", .world = 2, .hidden = 128, .topk = 2,
-           .experts_per_rank = 4, .max_tokens = 8, .gpu_per_node = 1,
-           .internode_kernel = InternodeKernel::V2LowLatency, .internode_transport = "host"};
-  if (const std::string why = internodeSkip(c); !why.empty()) GTEST_SKIP() << why;
+class GpuEpGraph : public OnEveryGpuApi {};
+
+TEST_P(GpuEpGraph, TheHostTransportRefusesACapture) {
+  const GpuApi api = GetParam();
+  EpCase c{.name = "capture_host_transport", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4,
+           .max_tokens = 8, .gpu_per_node = 1, .internode_kernel = InternodeKernel::V2LowLatency,
+           .internode_transport = "host"};
+  if (const std::string why = internodeSkip(api, c); !why.empty()) GTEST_SKIP() << why;
+  c = onGpu(api, c);
   const std::string failures = runRanks(
       c.world, Ranks::Processes, gpuCache(),
       [&](int rank, Communicator& comm, KernelCache& cache) {
@@ -514,65 +524,77 @@ TEST(GpuEpGraph, TheHostTransportRefusesACapture) {
         for (void* p : {x, w, idx}) device.release(p);
         return f;
       },
-      c.gpu_per_node, cudaRanks());
+      c.gpu_per_node, gpuRanks(api));
   EXPECT_EQ(failures, "");
 }
 
+EPJIT_INSTANTIATE_PER_GPU_API(GpuEpGraph);
+
 // Graph replays and the 10,000-call stress run with each combine protocol
 // (auto picks the staged one at these sizes).
-class GpuEpGraphReplay : public ::testing::TestWithParam<bool> {};
-class GpuEpStress : public ::testing::TestWithParam<bool> {};
-std::string protocolName(const ::testing::TestParamInfo<bool>& info) {
-  return info.param ? "LowLatency" : "Staged";
+using ApiAndProtocol = std::tuple<GpuApi, bool>;  // bool: the low-latency combine protocol
+class GpuEpGraphReplay : public ::testing::TestWithParam<ApiAndProtocol> {};
+class GpuEpStress : public ::testing::TestWithParam<ApiAndProtocol> {};
+std::string protocolName(const ::testing::TestParamInfo<ApiAndProtocol>& info) {
+  return std::get<1>(info.param) ? "LowLatency" : "Staged";
 }
+#define EPJIT_INSTANTIATE_PER_PROTOCOL(suite)                                                                       \
+  INSTANTIATE_TEST_SUITE_P(Cuda, suite, ::testing::Combine(::testing::Values(GpuApi::Cuda), ::testing::Bool()), \
+                           protocolName);                                                                          \
+  INSTANTIATE_TEST_SUITE_P(Hip, suite, ::testing::Combine(::testing::Values(GpuApi::Hip), ::testing::Bool()),   \
+                           protocolName)
 
 // The graph replays' case: 96 tokens of hidden 7168, top-8, on as many rank
 // processes as the host holds (up to 4), with the combine protocol `low_latency`.
-EpCase graphCase(const char* name, bool low_latency) {
-  return {.name = name, .target = "sm90", .world = std::min(rankSlots(), 4), .hidden = 7168, .topk = 8,
-          .experts_per_rank = 16, .max_tokens = 96, .low_latency_combine = low_latency};
+EpCase graphCase(const char* name, GpuApi api, bool low_latency) {
+  return onGpu(api, {.name = name, .world = std::min(rankSlots(api), 4), .hidden = 7168, .topk = 8,
+                     .experts_per_rank = 16, .max_tokens = 96, .low_latency_combine = low_latency});
 }
 
 // What graphRank reports on every rank of `c`.
-std::string replayGraphs(const EpCase& c, int replays) {
+std::string replayGraphs(GpuApi api, const EpCase& c, int replays) {
   return runRanks(
       c.world, Ranks::Processes, gpuCache(),
       [&](int rank, Communicator& comm, KernelCache& cache) { return graphRank(c, rank, comm, cache, replays); },
-      std::nullopt, cudaRanks());
+      std::nullopt, gpuRanks(api));
 }
 
 TEST_P(GpuEpGraphReplay, CapturedDispatchCombineReplaysWithFreshInputs) {
-  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
-  EXPECT_EQ(replayGraphs(graphCase("graph", GetParam()), 50), "");
+  const auto [api, low_latency] = GetParam();
+  if (const std::string none = noGpu(api); !none.empty()) GTEST_SKIP() << none;
+  EXPECT_EQ(replayGraphs(api, graphCase("graph", api, low_latency), 50), "");
 }
-
-INSTANTIATE_TEST_SUITE_P(Protocols, GpuEpGraphReplay, ::testing::Bool(), protocolName);
 
 // One graph captured at the op's maximum replayed at 37 token counts from 0
 // to 96, each count written to device memory before its replay
 // (DispatchOptions::token_count): only the count's rows move.
 TEST_P(GpuEpGraphReplay, OneGraphAtTheMaximumServesEveryTokenCount) {
-  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
-  EpCase c = graphCase("count_graph", GetParam());
+  const auto [api, low_latency] = GetParam();
+  if (const std::string none = noGpu(api); !none.empty()) GTEST_SKIP() << none;
+  EpCase c = graphCase("count_graph", api, low_latency);
   c.device_count = true;
-  EXPECT_EQ(replayGraphs(c, 37), "");
+  EXPECT_EQ(replayGraphs(api, c, 37), "");
 }
 
 // The same with split calls: dispatch_send in one graph, dispatch_recv and
 // the split combine in another, another stream's copy between them.
 TEST_P(GpuEpGraphReplay, SplitCallsReplayFromTwoGraphsWithOtherWorkBetweenTheHalves) {
-  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
-  EpCase c = graphCase("split_graph", GetParam());
+  const auto [api, low_latency] = GetParam();
+  if (const std::string none = noGpu(api); !none.empty()) GTEST_SKIP() << none;
+  EpCase c = graphCase("split_graph", api, low_latency);
   c.split_phase = true;
-  EXPECT_EQ(replayGraphs(c, 50), "");
+  EXPECT_EQ(replayGraphs(api, c, 50), "");
 }
+
+EPJIT_INSTANTIATE_PER_PROTOCOL(GpuEpGraphReplay);
 
 // 10,000 dispatch/combine pairs with random token counts, no reset: every
 // call's identity combine checked against the reference.
 TEST_P(GpuEpStress, TenThousandAlternatingCalls) {
-  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
-  EpCase c{.name = "stress", .target = "sm90", .world = std::min(rankSlots(), 4), .hidden = 256, .topk = 4,
-           .experts_per_rank = 4, .max_tokens = 64, .low_latency_combine = GetParam()};
+  const auto [api, low_latency] = GetParam();
+  if (const std::string none = noGpu(api); !none.empty()) GTEST_SKIP() << none;
+  const EpCase c = onGpu(api, {.name = "stress", .world = std::min(rankSlots(api), 4), .hidden = 256, .topk = 4,
+                               .experts_per_rank = 4, .max_tokens = 64, .low_latency_combine = low_latency});
   const std::string failures = runRanks(
       c.world, Ranks::Processes, gpuCache(),
       [&](int rank, Communicator& comm, KernelCache& cache) {
@@ -614,20 +636,23 @@ TEST_P(GpuEpStress, TenThousandAlternatingCalls) {
         for (void* p : {x, w, idx}) device.release(p);
         return f.text();
       },
-      std::nullopt, cudaRanks());
+      std::nullopt, gpuRanks(api));
   EXPECT_EQ(failures, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Protocols, GpuEpStress, ::testing::Bool(), protocolName);
+EPJIT_INSTANTIATE_PER_PROTOCOL(GpuEpStress);
 
 // Rank 1 never dispatches: rank 0's dispatch wait gives up after the peer
 // timeout measured on the GPU (%globaltimer), not after a spin count; the 20
 // rounds queued behind it fail at once; reset() on both recovers.
-TEST(GpuEpTimeout, APeerThatNeverArrivesIsATimeout) {
-  if (const std::string why = worldSkip(2); !why.empty()) GTEST_SKIP() << why;
+class GpuEpTimeout : public OnEveryGpuApi {};
+
+TEST_P(GpuEpTimeout, APeerThatNeverArrivesIsATimeout) {
+  const GpuApi api = GetParam();
+  if (const std::string why = worldSkip(api, 2); !why.empty()) GTEST_SKIP() << why;
   constexpr double kTimeout = 3.0;
-  EpCase c{.name = "timeout", .target = "sm90", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4,
-           .max_tokens = 4};
+  EpCase c = onGpu(api, {.name = "timeout", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4,
+                         .max_tokens = 4});
   c.peer_timeout_s = kTimeout;
   const std::string failures = runRanks(
       2, Ranks::Processes, gpuCache(),
@@ -675,24 +700,27 @@ TEST(GpuEpTimeout, APeerThatNeverArrivesIsATimeout) {
         for (void* p : {x, w, idx}) device.release(p);
         return f;
       },
-      std::nullopt, cudaRanks());
+      std::nullopt, gpuRanks(api));
   EXPECT_EQ(failures, "");
 }
+
+EPJIT_INSTANTIATE_PER_GPU_API(GpuEpTimeout);
 
 // Internode over NCCL, rank 1 never calls: rank 0's transfer waits in
 // NCCL's kernels, which have no timeout of their own. The transfer watch
 // aborts the NCCL communicator one peer timeout after the transfer could
 // start, so check() returns (with why) instead of hanging, a call before
 // reset() is refused, and reset() on both ranks makes a new communicator.
-class GpuEpInternodeTimeout : public ::testing::TestWithParam<InternodeKernel> {};
+class GpuEpInternodeTimeout : public ::testing::TestWithParam<ApiAndKernel> {};
 
 TEST_P(GpuEpInternodeTimeout, AnOffNodePeerThatNeverArrivesAbortsTheTransfer) {
+  const auto [api, kernel] = GetParam();
   constexpr double kTimeout = 3.0;
-  EpCase c{.name = "internode_timeout", .target = "sm90", .world = 2, .hidden = 128, .topk = 2,
-           .experts_per_rank = 4, .max_tokens = 4, .gpu_per_node = 1, .internode_kernel = GetParam(),
-           .internode_transport = "nccl"};
+  EpCase c{.name = "internode_timeout", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4,
+           .max_tokens = 4, .gpu_per_node = 1, .internode_kernel = kernel, .internode_transport = "nccl"};
   c.peer_timeout_s = kTimeout;
-  if (const std::string why = internodeSkip(c); !why.empty()) GTEST_SKIP() << why;
+  if (const std::string why = internodeSkip(api, c); !why.empty()) GTEST_SKIP() << why;
+  c = onGpu(api, c);
   const std::string failures = runRanks(
       2, Ranks::Processes, gpuCache(),
       [&](int rank, Communicator& comm, KernelCache& cache) {
@@ -737,38 +765,62 @@ TEST_P(GpuEpInternodeTimeout, AnOffNodePeerThatNeverArrivesAbortsTheTransfer) {
         for (void* p : {x, w, idx}) device.release(p);
         return f;
       },
-      c.gpu_per_node, cudaRanks());
+      c.gpu_per_node, gpuRanks(api));
   EXPECT_EQ(failures, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, GpuEpInternodeTimeout, kBothInternodeKernels, internodeKernelName);
+EPJIT_INSTANTIATE_PER_INTERNODE_KERNEL(GpuEpInternodeTimeout);
 
-// CUDA's stream memory operations, from the driver library itself (epjit's
-// runtime has no use for them): a stream held at a wait on a device word
-// stands for a framework's stream that is busy for as long as it likes.
+// Stream memory operations from the driver library itself (epjit's runtime
+// has no use for them): CUDA's cuStreamWaitValue32_v2 / cuStreamWriteValue32_v2,
+// HIP's hipStreamWaitValue32 / hipStreamWriteValue32 (the runtime epjit
+// loaded). A stream held at a wait on a device word stands for a
+// framework's stream that is busy for as long as it likes.
 class StreamGate {
  public:
-  StreamGate() {
-    library_ = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  explicit StreamGate(GpuApi api) : api_(api) {
+    if (api == GpuApi::Cuda) {
+      library_ = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+      if (!library_) return;
+      cuda_wait_ = reinterpret_cast<CudaOp>(dlsym(library_, "cuStreamWaitValue32_v2"));
+      cuda_write_ = reinterpret_cast<CudaOp>(dlsym(library_, "cuStreamWriteValue32_v2"));
+      return;
+    }
+    for (const char* name : {"libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"})
+      if ((library_ = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD))) break;
     if (!library_) return;
-    wait_ = reinterpret_cast<Op>(dlsym(library_, "cuStreamWaitValue32_v2"));
-    write_ = reinterpret_cast<Op>(dlsym(library_, "cuStreamWriteValue32_v2"));
+    hip_wait_ = reinterpret_cast<HipWait>(dlsym(library_, "hipStreamWaitValue32"));
+    hip_write_ = reinterpret_cast<HipWrite>(dlsym(library_, "hipStreamWriteValue32"));
   }
   ~StreamGate() {
     if (library_) dlclose(library_);
   }
-  bool ok() const { return wait_ && write_; }
-  // `stream` stops until *word >= value; `write` (on another stream) sets it.
-  int hold(Stream& stream, void* word, uint32_t value) const { return call(wait_, stream, word, value); }
-  int open(Stream& stream, void* word, uint32_t value) const { return call(write_, stream, word, value); }
+  bool ok() const { return api_ == GpuApi::Cuda ? cuda_wait_ && cuda_write_ : hip_wait_ && hip_write_; }
+  std::string missing() const {
+    return api_ == GpuApi::Cuda ? "cuStreamWaitValue32_v2 / cuStreamWriteValue32_v2 not in libcuda.so.1\n"
+                                : "hipStreamWaitValue32 / hipStreamWriteValue32 not in the loaded libamdhip64\n";
+  }
+  // `stream` stops until *word >= value; `open` (on another stream) sets it. 0 or the driver's error code.
+  int hold(Stream& stream, void* word, uint32_t value) const {
+    if (api_ == GpuApi::Cuda)
+      return cuda_wait_(stream.native_handle(), reinterpret_cast<unsigned long long>(word), value, 0 /*GEQ*/);
+    return hip_wait_(stream.native_handle(), word, value, 0 /*hipStreamWaitValueGte*/, 0xFFFFFFFFu);
+  }
+  int open(Stream& stream, void* word, uint32_t value) const {
+    if (api_ == GpuApi::Cuda)
+      return cuda_write_(stream.native_handle(), reinterpret_cast<unsigned long long>(word), value, 0);
+    return hip_write_(stream.native_handle(), word, value, 0);
+  }
 
  private:
-  using Op = int (*)(void* stream, unsigned long long word, uint32_t value, unsigned flags);
-  static int call(Op op, Stream& stream, void* word, uint32_t value) {
-    return op(stream.native_handle(), reinterpret_cast<unsigned long long>(word), value, 0 /*GEQ / default*/);
-  }
+  using CudaOp = int (*)(void* stream, unsigned long long word, uint32_t value, unsigned flags);
+  using HipWait = int (*)(void* stream, void* word, uint32_t value, unsigned flags, uint32_t mask);
+  using HipWrite = int (*)(void* stream, void* word, uint32_t value, unsigned flags);
+  GpuApi api_;
   void* library_ = nullptr;
-  Op wait_ = nullptr, write_ = nullptr;
+  CudaOp cuda_wait_ = nullptr, cuda_write_ = nullptr;
+  HipWait hip_wait_ = nullptr;
+  HipWrite hip_write_ = nullptr;
 };
 
 // One world-1 rank of `c` whose streams a StreamGate holds: its dispatch
@@ -810,16 +862,19 @@ struct GatedRank {
 // counts, check(), make_routing(), load_routing(), reset()) waits for the
 // op's stream only. Another stream of the device, held at a stream wait the
 // whole time, must not hold them up; they used to synchronize the context.
-TEST(GpuEpStreams, ReadBacksWaitForTheOpsStreamOnly) {
-  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
-  const EpCase c{.name = "stress", .target = "sm90", .world = 1, .hidden = 256, .topk = 4, .experts_per_rank = 4,
-                 .max_tokens = 64};
+class GpuEpStreams : public OnEveryGpuApi {};
+
+TEST_P(GpuEpStreams, ReadBacksWaitForTheOpsStreamOnly) {
+  const GpuApi api = GetParam();
+  if (const std::string none = noGpu(api); !none.empty()) GTEST_SKIP() << none;
+  const EpCase c = onGpu(api, {.name = "stress", .world = 1, .hidden = 256, .topk = 4, .experts_per_rank = 4,
+                               .max_tokens = 64});
   const std::string failures = runRanks(
       1, Ranks::Processes, gpuCache(),
       [&](int rank, Communicator& comm, KernelCache& cache) {
         Failures f(rank);
-        const StreamGate gate;
-        if (!gate.ok()) return std::string("cuStreamWaitValue32_v2 / cuStreamWriteValue32_v2 not in libcuda.so.1\n");
+        const StreamGate gate(api);
+        if (!gate.ok()) return gate.missing();
         EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
         const EpDispatchCombineConfig& config = op.config();
         Device& device = comm.device();
@@ -828,7 +883,7 @@ TEST(GpuEpStreams, ReadBacksWaitForTheOpsStreamOnly) {
         const std::vector<reference::RankInput>& inputs = gated.inputs;
         const reference::RankInput& mine = inputs[0];
         if (const int status = gated.hold(gate); status != 0)
-          return "cuStreamWaitValue32_v2 failed with CUresult " + std::to_string(status) + "\n";
+          return "the stream wait failed with driver status " + std::to_string(status) + "\n";
 
         std::atomic<const char*> step{"make_routing"};
         std::vector<uint8_t> got(size_t(n * hidden) * 2);
@@ -857,7 +912,7 @@ TEST(GpuEpStreams, ReadBacksWaitForTheOpsStreamOnly) {
         if (calls.wait_for(std::chrono::seconds(30)) != std::future_status::ready)
           f.add("the op's ", step.load(), " waited for another stream (30 s) while that stream was held");
         if (const int status = gated.open(gate); status != 0)
-          f.add("cuStreamWriteValue32_v2 failed with CUresult ", status);
+          f.add("the stream write failed with driver status ", status);
         gated.held->synchronize();
         calls.get();
         // The calls were right, too: the expert counts and combine(dispatch(x)).
@@ -877,7 +932,7 @@ TEST(GpuEpStreams, ReadBacksWaitForTheOpsStreamOnly) {
         op.close();
         return f.text();
       },
-      std::nullopt, cudaRanks());
+      std::nullopt, gpuRanks(api));
   EXPECT_EQ(failures, "");
 }
 
@@ -885,16 +940,17 @@ TEST(GpuEpStreams, ReadBacksWaitForTheOpsStreamOnly) {
 // after wait_for(event) does not start until the event's stream passes the
 // record (here a stream held by the gate), and the host is not blocked
 // meanwhile; record() marks the call's end for another stream to wait for.
-TEST(GpuEpStreams, ACallWaitsOnTheDeviceForAnEventOfAnotherStream) {
-  if (gpus().count == 0) GTEST_SKIP() << "no CUDA device: " << gpus().why_not;
-  const EpCase c{.name = "events", .target = "sm90", .world = 1, .hidden = 256, .topk = 4, .experts_per_rank = 4,
-                 .max_tokens = 64};
+TEST_P(GpuEpStreams, ACallWaitsOnTheDeviceForAnEventOfAnotherStream) {
+  const GpuApi api = GetParam();
+  if (const std::string none = noGpu(api); !none.empty()) GTEST_SKIP() << none;
+  const EpCase c = onGpu(api, {.name = "events", .world = 1, .hidden = 256, .topk = 4, .experts_per_rank = 4,
+                               .max_tokens = 64});
   const std::string failures = runRanks(
       1, Ranks::Processes, gpuCache(),
       [&](int rank, Communicator& comm, KernelCache& cache) {
         Failures f(rank);
-        const StreamGate gate;
-        if (!gate.ok()) return std::string("cuStreamWaitValue32_v2 / cuStreamWriteValue32_v2 not in libcuda.so.1\n");
+        const StreamGate gate(api);
+        if (!gate.ok()) return gate.missing();
         EpDispatchCombineOp op(configFor(c, rank), comm, {&cache, nullptr});
         const EpDispatchCombineConfig& config = op.config();
         Device& device = comm.device();
@@ -902,7 +958,7 @@ TEST(GpuEpStreams, ACallWaitsOnTheDeviceForAnEventOfAnotherStream) {
         std::unique_ptr<Event> before = device.create_event(EventUse::completion);
         std::unique_ptr<Event> after = device.create_event(EventUse::completion);
         if (const int status = gated.hold(gate); status != 0)
-          return "cuStreamWaitValue32_v2 failed with CUresult " + std::to_string(status) + "\n";
+          return "the stream wait failed with driver status " + std::to_string(status) + "\n";
         before->record(*gated.held);
         op.wait_for(*before);
         const DispatchResult d = gated.dispatch(op);
@@ -910,7 +966,7 @@ TEST(GpuEpStreams, ACallWaitsOnTheDeviceForAnEventOfAnotherStream) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         if (after->completed()) f.add("the dispatch ran before the event it waits for");
         if (const int status = gated.open(gate); status != 0)
-          f.add("cuStreamWriteValue32_v2 failed with CUresult ", status);
+          f.add("the stream write failed with driver status ", status);
         after->synchronize();
         if (!before->completed()) f.add("the op's event completed before the one it waited for");
         int32_t total = -1;
@@ -922,38 +978,63 @@ TEST(GpuEpStreams, ACallWaitsOnTheDeviceForAnEventOfAnotherStream) {
         op.close();
         return f.text();
       },
-      std::nullopt, cudaRanks());
+      std::nullopt, gpuRanks(api));
   EXPECT_EQ(failures, "");
 }
 
-// Not a test of its own: with EPJIT_GPU_WARM_ONLY=DIR, builds every sm90
-// kernel the tests above use into DIR (run on the build machine).
+EPJIT_INSTANTIATE_PER_GPU_API(GpuEpStreams);
+
+// The targets EPJIT_GPU_WARM_TARGETS names (comma-separated; default sm90).
+std::vector<std::string> warmTargets() {
+  const char* text = std::getenv("EPJIT_GPU_WARM_TARGETS");
+  std::vector<std::string> targets;
+  std::stringstream list(text && *text ? text : "sm90");
+  for (std::string name; std::getline(list, name, ',');) {
+    const TargetInfo* target = find_target(name);
+    if (!target || target->is_host())
+      throw Error("EPJIT_GPU_WARM_TARGETS names '" + name + "'", "GPU targets: " + target_names_where([](auto& t) {
+                    return !t.is_host();
+                  }),
+                  "list the targets of the GPU hosts the bundle is for, e.g. sm90,sm100 or gfx942");
+    targets.push_back(name);
+  }
+  return targets;
+}
+
+// Not a test of its own: with EPJIT_GPU_WARM_ONLY=DIR, builds every kernel
+// the tests above use, for each target of EPJIT_GPU_WARM_TARGETS, into DIR
+// (run on the build machine: NVRTC needs no GPU, nor clang for AMD).
 TEST(GpuEpWarm, BuildsTheKernelsForAGpuHost) {
   const char* dir = std::getenv("EPJIT_GPU_WARM_ONLY");
-  if (!dir || !*dir) GTEST_SKIP() << "set EPJIT_GPU_WARM_ONLY=DIR to warm the sm90 kernels";
+  if (!dir || !*dir) GTEST_SKIP() << "set EPJIT_GPU_WARM_ONLY=DIR (and EPJIT_GPU_WARM_TARGETS) to warm the kernels";
   CacheOptions options = CacheOptions::from_environment();
   options.dir = dir;
   KernelCache cache(options);
-  std::vector<EpCase> cases = allGpuCases();
+  std::vector<EpCase> shapes = allGpuCases();
   for (int world = 1; world <= 4; ++world) {
     for (const bool low_latency : {false, true}) {
-      cases.push_back({.name = "graph", .target = "sm90", .world = world, .hidden = 7168, .topk = 8,
-                       .experts_per_rank = 16, .max_tokens = 96, .low_latency_combine = low_latency});
-      cases.push_back({.name = "stress", .target = "sm90", .world = world, .hidden = 256, .topk = 4,
-                       .experts_per_rank = 4, .max_tokens = 64, .low_latency_combine = low_latency});
+      shapes.push_back({.name = "graph", .world = world, .hidden = 7168, .topk = 8, .experts_per_rank = 16,
+                        .max_tokens = 96, .low_latency_combine = low_latency});
+      shapes.push_back({.name = "stress", .world = world, .hidden = 256, .topk = 4, .experts_per_rank = 4,
+                        .max_tokens = 64, .low_latency_combine = low_latency});
     }
   }
-  cases.push_back({.name = "timeout", .target = "sm90", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4, .max_tokens = 4});
-  for (EpCase& c : internodeGpuCases()) cases.push_back(std::move(c));
-  cases.push_back({.name = "capture_host_transport", .target = "sm90", .world = 2, .hidden = 128, .topk = 2,
-                   .experts_per_rank = 4, .max_tokens = 8, .gpu_per_node = 1,
-                   .internode_kernel = InternodeKernel::V2LowLatency});
+  shapes.push_back({.name = "timeout", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4, .max_tokens = 4});
+  for (EpCase& c : internodeGpuCases()) shapes.push_back(std::move(c));
+  shapes.push_back({.name = "capture_host_transport", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4,
+                    .max_tokens = 8, .gpu_per_node = 1, .internode_kernel = InternodeKernel::V2LowLatency});
   for (const InternodeKernel kernel : {InternodeKernel::V2LowLatency, InternodeKernel::V2}) {
-    cases.push_back({.name = "graph_internode", .target = "sm90", .world = 2, .hidden = 7168, .topk = 8,
-                     .experts_per_rank = 16, .max_tokens = 96, .gpu_per_node = 1, .internode_kernel = kernel});
-    cases.push_back({.name = "internode_timeout", .target = "sm90", .world = 2, .hidden = 128, .topk = 2,
-                     .experts_per_rank = 4, .max_tokens = 4, .gpu_per_node = 1, .internode_kernel = kernel});
+    shapes.push_back({.name = "graph_internode", .world = 2, .hidden = 7168, .topk = 8, .experts_per_rank = 16,
+                      .max_tokens = 96, .gpu_per_node = 1, .internode_kernel = kernel});
+    shapes.push_back({.name = "internode_timeout", .world = 2, .hidden = 128, .topk = 2, .experts_per_rank = 4,
+                      .max_tokens = 4, .gpu_per_node = 1, .internode_kernel = kernel});
   }
+  std::vector<EpCase> cases;
+  for (const std::string& target : warmTargets())
+    for (EpCase c : shapes) {
+      c.target = target;
+      cases.push_back(std::move(c));
+    }
   for (const EpCase& c : cases) {
     const KernelSpec spec = kernel_spec(configFor(c, 0));
     EXPECT_NO_THROW(cache.get(spec)) << spec.canonical();

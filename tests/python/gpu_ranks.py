@@ -12,6 +12,20 @@ def ranks_per_gpu():
     return int(text)
 
 
+def gpu_device():
+    """epjit's device kind for torch's GPUs: "hip" under a ROCm build of torch, else
+    "cuda". Ops on it take the GPU's own target (sm90, sm100, gfx942, ...) when
+    their config names none."""
+    import torch
+    return "hip" if getattr(torch.version, "hip", None) else "cuda"
+
+
+def warm_targets():
+    """The targets `--warm` builds kernels for: EPJIT_GPU_WARM_TARGETS (comma-separated,
+    as scripts/gpu/prepare.sh passes GPU_TARGETS), default sm90."""
+    return [t for t in os.environ.get("EPJIT_GPU_WARM_TARGETS", "sm90").split(",") if t]
+
+
 def gpu_of(rank):
     return rank // ranks_per_gpu()
 

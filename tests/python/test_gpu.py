@@ -5,8 +5,10 @@ torch's current stream, dispatch->combine captured in one torch.cuda.CUDAGraph
 and replayed with fresh inputs, and communicators made from torch.distributed
 groups (gloo and nccl) with the expert counts on the device. Skipped without
 torch or a GPU.
-`python test_gpu.py --warm DIR` builds the sm90 kernels these tests use
-into DIR (on a machine without a GPU; NVRTC needs none).
+The ops run on the GPU's own target (sm90, sm100 on NVIDIA; gfx942, ... under a
+ROCm build of torch). `python test_gpu.py --warm DIR` builds the kernels these
+tests use for EPJIT_GPU_WARM_TARGETS (default sm90) into DIR (on a machine
+without a GPU; NVRTC and clang need none).
 """
 import os
 import sys
@@ -14,16 +16,17 @@ import sys
 import pytest
 
 import epjit
-from gpu_ranks import cuda_ranks, gpu_of
+from gpu_ranks import cuda_ranks, gpu_device, gpu_of, warm_targets
 
 HIDDEN, TOPK, EPR, MAX_TOKENS = 1024, 4, 8, 64
 
 
-def make_config(world, rank, mode, data_type="bf16"):
+def make_config(world, rank, mode, data_type="bf16", target=None):
+    """target None: the communicator's GPU's own."""
+    fields = dict(target=target) if target else {}
     return epjit.EpDispatchCombineConfig(rank=rank, world_size=world, hidden_dim=HIDDEN,
                                          max_num_inp_token_per_rank=MAX_TOKENS, num_experts_per_rank=EPR,
-                                         num_experts_per_token=TOPK, data_type=data_type, combine_mode=mode,
-                                         target="sm90")
+                                         num_experts_per_token=TOPK, data_type=data_type, combine_mode=mode, **fields)
 
 
 def inputs(torch, world, rank, tokens, seed):
@@ -57,7 +60,7 @@ def rank_main(world, rank, uid, failures):
     import torch
     try:
         torch.cuda.set_device(gpu_of(rank))
-        comm = epjit.Communicator.init(world, rank, uid, target="sm90", device_ordinal=gpu_of(rank))
+        comm = epjit.Communicator.init(world, rank, uid, device=gpu_device(), device_ordinal=gpu_of(rank))
         for mode in ("gather", "scatter"):
             with epjit.EpDispatchCombineOp(make_config(world, rank, mode), comm) as op:
                 for call, tokens in enumerate([MAX_TOKENS, 1, 37 - rank]):
@@ -72,15 +75,16 @@ def rank_main(world, rank, uid, failures):
                     if not torch.equal(out.view(torch.int16), want.view(torch.int16)):
                         raise AssertionError(f"{mode} call {call}: combine(dispatch(x)) != U * x")
                     comm.barrier()
-        # fp8 in as torch.float8_e4m3fn, out as torch.float8_e4m3fn: the received rows
-        # are the sent ones (compared as bytes, per origin).
+        # fp8 in and out as the target's e4m3 (torch.float8_e4m3fn; e4m3fnuz on gfx942):
+        # the received rows are the sent ones (compared as bytes, per origin).
         with epjit.EpDispatchCombineOp(make_config(world, rank, "gather", "fp8"), comm) as op:
+            fp8 = getattr(torch, "float8_" + next(t["fp8"] for t in epjit.targets() if t["name"] == op.target))
             x, w, idx = inputs(torch, world, rank, 16, 300)
-            x8 = x.to(torch.float8_e4m3fn)
+            x8 = x.to(fp8)
             recv, _, _, _, total = op.dispatch(x8, w, None, idx)
             n = int(total.item())
-            if recv.dtype != torch.float8_e4m3fn:
-                raise AssertionError(f"fp8 dispatch returned {recv.dtype}, not torch.float8_e4m3fn")
+            if recv.dtype != fp8:
+                raise AssertionError(f"fp8 dispatch returned {recv.dtype}, not {fp8}")
             sent = {bytes(row.cpu().view(torch.uint8).numpy()) for row in x8}
             if world == 1 and {bytes(row.cpu().view(torch.uint8).numpy()) for row in recv[:n]} != sent:
                 raise AssertionError("fp8 rows changed on the way")
@@ -148,7 +152,7 @@ def group_rank_main(backend, world, rank, port, failures):
     try:
         torch.cuda.set_device(gpu_of(rank))
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        comm = epjit.Communicator.from_process_group(target="sm90", device_ordinal=gpu_of(rank))
+        comm = epjit.Communicator.from_process_group(device=gpu_device(), device_ordinal=gpu_of(rank))
         if (comm.rank, comm.world_size) != (rank, world):
             raise AssertionError(f"from_process_group gave rank {comm.rank} of {comm.world_size}")
         with epjit.EpDispatchCombineOp(make_config(world, rank, "gather"), comm) as op:
@@ -189,12 +193,13 @@ def test_communicator_from_process_group(backend):
 
 
 def torch_and_one_rank():
-    """torch and a one-rank sm90 communicator on GPU 0; skips without torch or a GPU."""
+    """torch and a one-rank communicator on GPU 0 (its own target); skips without torch or a GPU."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     torch.cuda.set_device(0)
-    return torch, epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target="sm90", device_ordinal=0)
+    return torch, epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), device=gpu_device(),
+                                          device_ordinal=0)
 
 
 def test_torch_arguments_are_checked_as_dlpack_ones():
@@ -425,7 +430,8 @@ def test_from_process_group_needs_an_initialized_group():
 
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--warm":
     os.environ["EPJIT_CACHE_DIR"] = sys.argv[2]
-    for world in (1, 2):
-        for mode in ("gather", "scatter"):
-            print(epjit.cache.warm_op(make_config(world, 0, mode)))
-        print(epjit.cache.warm_op(make_config(world, 0, "gather", "fp8")))
+    for target in warm_targets():
+        for world in (1, 2):
+            for mode in ("gather", "scatter"):
+                print(epjit.cache.warm_op(make_config(world, 0, mode, target=target)))
+            print(epjit.cache.warm_op(make_config(world, 0, "gather", "fp8", target=target)))

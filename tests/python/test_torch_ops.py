@@ -1,6 +1,7 @@
 """epjit.torch_ops: the op's calls as torch custom ops under torch.compile.
-On host ranks (CPU tensors) always, on a GPU (sm90) where one is found, with
-mode="reduce-overhead" (CUDA graphs) there. What a compiled function returns
+On host ranks (CPU tensors) always, on a GPU (its own target: sm90, sm100,
+gfx942, ...) where torch finds one, with mode="reduce-overhead" (CUDA or HIP
+graphs) there. What a compiled function returns
 must equal eager execution of the same calls, also for an output kept across
 the op's next call (copy semantics: docs/PYTHON.md "torch.compile"), with no
 graph break. Skipped without torch."""
@@ -17,21 +18,20 @@ HIDDEN, TOPK, EPR, MAX_TOKENS = 64, 3, 5, 13
 def devices():
     found = ["host"]
     if torch.cuda.is_available():
-        found.append("sm90")
+        found.append("hip" if getattr(torch.version, "hip", None) else "cuda")
     return found
 
 
 @pytest.fixture(params=devices())
 def op(request):
-    target = request.param
-    comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), target=target,
-                                   device_ordinal=0 if target != "host" else -1)
+    device = request.param  # a GPU's ops take its own target
+    comm = epjit.Communicator.init(1, 0, epjit.Communicator.get_unique_id(), device=device,
+                                   device_ordinal=0 if device != "host" else -1)
     config = epjit.EpDispatchCombineConfig(rank=0, world_size=1, hidden_dim=HIDDEN,
                                            max_num_inp_token_per_rank=MAX_TOKENS, num_experts_per_rank=EPR,
-                                           num_experts_per_token=TOPK, data_type="bf16", enable_std_moe=True,
-                                           target=target)
+                                           num_experts_per_token=TOPK, data_type="bf16", enable_std_moe=True)
     made = epjit.EpDispatchCombineOp(config, comm)
-    made.device = "cpu" if target == "host" else "cuda"
+    made.device = "cpu" if device == "host" else "cuda"  # torch's name for its GPUs, ROCm's too
     torch._dynamo.reset()
     yield made
     made.close()

@@ -25,6 +25,7 @@
 
 #include "baselines.h"
 #include "bench.h"
+#include "gpu_target.h"
 #include "epjit/ep/op.h"
 #include "epjit/error.h"
 #include "epjit/logging.h"
@@ -186,8 +187,8 @@ int main(int argc, char** argv) {
   std::string tokens = "1,37,128", ranks_as = "threads", dtype = "bf16", combine_dtype, quant = "none",
               combine_mode = "gather", routing = "uniform";
   app.add_option("--target", o.target,
-                 "target (" + target_names() + "; default: host on the host device, else the vendor's one GPU target "
-                 "where it has one)");
+                 "target (" + target_names() + "; default: host on the host device, else the GPU's own: "
+                 "sm90 or sm100 by compute capability, gfx942, gfx950, gfx1250 or gfx1200 by its architecture)");
   app.add_option("--device", o.device,
                  "host, cuda (NVIDIA) or hip (AMD); one GPU per rank: use --ranks-as processes")
       ->check(CLI::IsMember({"host", "cuda", "hip"}));
@@ -260,20 +261,17 @@ int main(int argc, char** argv) {
     o.receive_order = ep::parse_receive_order(receive_order);
     const Vendor vendor = o.device == "hip" ? Vendor::Amd : o.device == "cuda" ? Vendor::Nvidia : Vendor::Cpu;
     if (o.target.empty()) {
-      // The device is not opened here (the rank processes open it): a GPU
-      // vendor with one target needs no --target, one with several does.
-      std::vector<std::string> gpu_targets;
-      for (const TargetInfo& t : all_targets())
-        if (t.vendor == vendor) gpu_targets.emplace_back(t.name);
+      // The GPU's own target, read from it (in a child: the rank processes
+      // open the device); --warm-only builds for a GPU that need not be here.
       if (vendor == Vendor::Cpu) {
         o.target = "host";
-      } else if (gpu_targets.size() == 1) {
-        o.target = gpu_targets.front();
-      } else {
-        throw Error("--device " + o.device + " without --target",
-                    "the GPU's target, one of " +
+      } else if (o.warm_only) {
+        throw Error("--warm-only on --device " + o.device + " without --target",
+                    "the target of the GPUs the kernels are for, one of " +
                         target_names_where([vendor](const TargetInfo& t) { return t.vendor == vendor; }),
-                    "pass --target with the GPU's target");
+                    "pass --target");
+      } else {
+        o.target = bench::detected_gpu_target(o.device);
       }
     }
     if (o.replay && o.device_count)

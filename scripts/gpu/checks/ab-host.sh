@@ -11,7 +11,7 @@ ab_world=${AB_WORLD:-1}
 for n in "${!cases[@]}"; do
   for pass in 1 2 3; do
     for side in before after; do
-      EPJIT_CACHE_DIR=$(side_cache $side) timeout 100 $(side_bench $side) --target sm90 --device cuda \
+      EPJIT_CACHE_DIR=$(side_cache $side) timeout 100 $(side_bench $side) $on_gpu \
         --ranks-as processes --world $ab_world --hidden 7168 --topk 8 --experts-per-rank $((256 / ab_world)) \
         --tokens 1,8,128,8192 --dtype bf16 --iters 500 --warmup 20 ${cases[$n]} \
         --json "$logs/host-c$n-$side-$pass.json" > "$logs/host-c$n-$side-$pass.txt" 2>&1

@@ -1,9 +1,9 @@
 # help: DeepEP's API on epjit: the weighted-entries and fp8 (std_moe_quant) cases of gpu_ep_test, the weighted sum and DeepEP's fp8 cast of gpu_templates_test, test_deep_ep.py (world 1, and 2-3 ranks sharing a GPU), examples/deepep_style.py at 1 and 2 ranks, and the layer's cost per round trip against the native op (benchmarks/deep_ep_overhead.py; DEEPEP_OVERHEAD_ARGS: its arguments)
-timeout 200 ./gpu_templates_test --gtest_filter='GpuWeightedSum.*:GpuDeepEpCast.*' > "$logs/gpu_weighted_sum.log" 2>&1
+timeout 200 ./gpu_templates_test --gtest_filter="${gpu_api}/GpuWeightedSum.*:${gpu_api}/GpuDeepEpCast.*" > "$logs/gpu_weighted_sum.log" 2>&1
 echo "weighted sum, DeepEP cast: exit $?"; grep -E '^\[  (PASSED|FAILED) |FAILED \]' "$logs/gpu_weighted_sum.log" | tail -3
-timeout 200 ./gpu_ep_test --gtest_filter='Sm90/GpuEp.*entries*_w1' > "$logs/gpu_ep_entries_w1.log" 2>&1
+timeout 200 ./gpu_ep_test --gtest_filter="${gpu_api}/GpuEp.*entries*_w1" > "$logs/gpu_ep_entries_w1.log" 2>&1
 echo "entries world 1: exit $?"; grep -E '^\[  (PASSED|FAILED) |FAILED \]' "$logs/gpu_ep_entries_w1.log" | tail -6
-EPJIT_GPU_TEST_RANKS_PER_GPU=3 timeout 300 ./gpu_ep_test --gtest_filter='Sm90/GpuEp.*entries*_w2:Sm90/GpuEp.*entries*_w3' \
+EPJIT_GPU_TEST_RANKS_PER_GPU=3 timeout 300 ./gpu_ep_test --gtest_filter="${gpu_api}/GpuEp.*entries*_w2:${gpu_api}/GpuEp.*entries*_w3" \
   > "$logs/gpu_ep_entries_shared.log" 2>&1
 echo "entries shared: exit $?"; grep -E '^\[  (PASSED|FAILED) |FAILED \]' "$logs/gpu_ep_entries_shared.log" | tail -6
 this_python_module

@@ -4,7 +4,7 @@ for flags in "" "--std-moe" "--std-moe --combine-mode scatter" "--combine-mode s
   "--combine-mode scatter --quant fp8_direct_cast" "--std-moe --combine-mode scatter --quant fp8_direct_cast" \
   "--std-moe --combine-mode scatter --quant fp8_blockwise"; do
   n=$((n + 1))
-  CUDA_VISIBLE_DEVICES=0 timeout 100 ./epjit-bench --target sm90 --device cuda --ranks-as processes \
+  CUDA_VISIBLE_DEVICES=0 timeout 100 ./epjit-bench $on_gpu --ranks-as processes \
     $(cat bench-shape-1.txt) --dtype bf16 $flags --graph --iters 20 --warmup 3 --json "$logs/ep1-$n.json" \
     > "$logs/ep1-$n.txt" 2>&1
   echo "EP1 ${flags:-gather}: exit $?"

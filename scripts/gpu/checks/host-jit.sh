@@ -4,7 +4,7 @@
 # check must pass.
 fresh=/tmp/epjit-host-jit && rm -rf "$fresh"
 for run in cold warm; do
-  env -u EPJIT_KERNEL_SOURCE_LIBRARY -u EPJIT_CACHE_DIR timeout 200 ./epjit-bench --target sm90 --device cuda \
+  env -u EPJIT_KERNEL_SOURCE_LIBRARY -u EPJIT_CACHE_DIR timeout 200 ./epjit-bench $on_gpu \
     --ranks-as processes --world "$world" --hidden 6144 --topk 6 --experts-per-rank 40 --tokens 1,77,300 \
     --dtype bf16 --check-only --cache-dir "$fresh" --json "$logs/host-jit-$run.json" 2>&1 \
     | tee "$logs/host-jit-$run.txt" | grep -E 'JIT|passed|FAIL|rror'

@@ -19,7 +19,7 @@ side_env() {
 n=0
 for flags in "" "--combine-mode scatter --quant fp8_blockwise"; do
   n=$((n + 1))
-  common=(--target sm90 --device cuda --ranks-as processes --world 1 --hidden 7168 --topk 8 --experts-per-rank 256
+  common=($on_gpu --ranks-as processes --world 1 --hidden 7168 --topk 8 --experts-per-rank 256
           --tokens "$tokens" --dtype bf16 $flags)
   for pass in 1 2; do
     for side in runtime constants; do

@@ -4,7 +4,7 @@
 # Reads: PROTOCOL_WORLD (2 on a 2-GPU host: time EP2 only, where ncu cannot),
 # PROTOCOL_FLAGS (more epjit-bench flags, e.g. --combine-mode scatter).
 pworld=${PROTOCOL_WORLD:-1}
-pflags=(--target sm90 --device cuda --ranks-as processes --world $pworld --hidden 7168 --topk 8
+pflags=($on_gpu --ranks-as processes --world $pworld --hidden 7168 --topk 8
         --experts-per-rank $((256 / pworld)) --tokens 1,8,32,128 --dtype bf16 ${PROTOCOL_FLAGS:-})
 if (( pworld == 1 )); then
   for pass in 1 2; do

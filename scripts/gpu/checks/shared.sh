@@ -16,16 +16,16 @@ if [[ ${SHARED_MPS:-0} == 1 ]]; then
   trap 'echo quit | nvidia-cuda-mps-control' EXIT
 fi
 EPJIT_GPU_TEST_RANKS_PER_GPU=4 timeout ${SHARED_TIMEOUT:-300} ./gpu_ep_test \
-  --gtest_filter="${SHARED_FILTER:-Sm90/GpuEp.*_w2:Sm90/GpuEp.*_w3:Sm90/GpuEp.*_w4:*GraphReplay*:GpuEpTimeout.*:*Internode*host_w4_g2*}" \
+  --gtest_filter="${SHARED_FILTER:-${gpu_api}/GpuEp.*_w2:${gpu_api}/GpuEp.*_w3:${gpu_api}/GpuEp.*_w4:${gpu_api}/*GraphReplay*:${gpu_api}/GpuEpTimeout.*:${gpu_api}/*Internode*host_w4_g2*}" \
   > "$logs/gpu_ep_shared.log" 2>&1
 echo "gpu_ep_test shared (4 ranks per GPU) exit $?"
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |FAILED \]' "$logs/gpu_ep_shared.log" | tail -40
-EPJIT_GPU_TEST_RANKS_PER_GPU=2 timeout 300 ./gpu_ep_test --gtest_filter='*Stress*' > "$logs/gpu_ep_shared_stress.log" 2>&1
+EPJIT_GPU_TEST_RANKS_PER_GPU=2 timeout 300 ./gpu_ep_test --gtest_filter="${gpu_api}/*Stress*" > "$logs/gpu_ep_shared_stress.log" 2>&1
 echo "gpu_ep_test shared stress (2 ranks per GPU) exit $?"
 grep -E 'OK \]|FAILED \]' "$logs/gpu_ep_shared_stress.log"
 if [[ ${SHARED_MPS:-0} == 1 ]]; then
   for protocol in off on; do
-    timeout 100 ./epjit-bench --target sm90 --device cuda --ranks-as processes --ranks-per-gpu 2 --world 2 \
+    timeout 100 ./epjit-bench $on_gpu --ranks-as processes --ranks-per-gpu 2 --world 2 \
       --hidden 7168 --topk 8 --experts-per-rank 128 --tokens 1,8,32,128 --dtype bf16 --low-latency-combine $protocol \
       --iters 200 --warmup 20 --graph --json "$logs/shared-bench-$protocol.json" > "$logs/shared-bench-$protocol.txt" 2>&1
     echo "EP2 on one GPU under MPS, low-latency combine $protocol: exit $?"
