@@ -40,7 +40,6 @@ if [[ -z $gpu_target ]] || ! grep -qx "$gpu_target" targets.txt; then
   echo "prepare for it: GPU_TARGETS=<target> scripts/gpu/prepare.sh" >&2
   exit 2
 fi
-export EPJIT_GPU_TARGET=$gpu_target
 ./epjit-warm --import gpu.bundle --cache-dir "$cache" --json > "$logs/import.json" || exit 1
 ./epjit-cache --cache-dir "$cache" verify > "$logs/verify.txt" || exit 1
 export EPJIT_CACHE_DIR=$cache EPJIT_KERNEL_SOURCE_LIBRARY=/nonexistent
