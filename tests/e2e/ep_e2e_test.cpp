@@ -33,6 +33,8 @@ std::vector<EpCase> matrix() {
   add({.name = "fp8_gfx950_scatter_w4", .target = "host-gfx950", .world = 4, .data_type = FP8, .mode = scatter});
   add({.name = "fp4_gfx950_gather_w2", .target = "host-gfx950", .data_type = FP4});
   add({.name = "fp4_gfx1250_scatter_w4", .target = "host-gfx1250", .world = 4, .data_type = FP4, .mode = scatter});
+  // MX FP4 tokens with their E8M0 scales (hidden / 32 bytes), as gpu_ep_test runs them.
+  add({.name = "fp4_scales_gather_w3", .world = 3, .data_type = FP4, .scale_dim = 10, .scale_type_size = 1});
   add({.name = "fp4_sm100_scatter_w3", .target = "host-sm100", .world = 3, .data_type = FP4, .mode = scatter,
        .quant = QuantType::Fp8Blockwise});
   // FP4 tokens on a target without FP4 conversions (gfx942's numerics, as

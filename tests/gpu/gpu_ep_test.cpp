@@ -118,6 +118,9 @@ std::vector<EpCase> gpuCases(int world) {
   add({.name = "fp8_gather", .data_type = FP8});
   add({.name = "fp8_scales_scatter", .data_type = FP8, .mode = scatter, .scale_dim = 7, .scale_type_size = 4});
   add({.name = "asym_fp8_bf16", .dispatch_type = FP8, .combine_type = BF16});
+  // FP4 tokens (E2M1 two to a byte, MX scales beside them) dispatched, their
+  // combine leg bf16: every target moves them, sm90 included.
+  add({.name = "fp4_scales_gather", .data_type = FP4, .scale_dim = 10, .scale_type_size = 1});
   add({.name = "quant_direct", .mode = scatter, .quant = QuantType::Fp8DirectCast});
   add({.name = "quant_blockwise", .mode = scatter, .quant = QuantType::Fp8Blockwise});
   add({.name = "std_moe", .mode = scatter, .std_moe = true});
