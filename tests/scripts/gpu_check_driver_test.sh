@@ -28,5 +28,15 @@ done
 status=$?
 [[ $status == 2 ]] || fail "an unknown check exited $status, not 2"
 grep -q "no check named 'no-such-check'" "$dir/err" || fail "an unknown check is not named in the error"
+grep -q "what to carry: .gpu.tgz" <<<"$listing" || fail "run --help does not say what to carry"
+# A host without GPUs (no nvidia-smi or rocminfo that lists one): a check is
+# refused with status 2 and the way to run it anyway, before anything runs.
+if ! { command -v nvidia-smi && nvidia-smi -L; } > /dev/null 2>&1 && ! { command -v rocminfo && rocminfo; } > /dev/null 2>&1; then
+  printf 'sm90\n' > "$dir/targets.txt"
+  "$dir/run" suite "$dir/logs" > /dev/null 2> "$dir/err"
+  status=$?
+  [[ $status == 2 ]] || fail "a check without a GPU exited $status, not 2"
+  grep -q "no GPU found: .*GPU_DRY_RUN=1" "$dir/err" || fail "a check without a GPU does not say why: $(cat "$dir/err")"
+fi
 bash -n "$src/scripts/gpu/prepare.sh" || fail "prepare.sh does not parse"
 echo "gpu check driver: $count checks listed, each with its help"
