@@ -11,7 +11,7 @@
 #   cd .gpu && ./run CHECK OUTDIR    one check, its logs under OUTDIR
 #   scripts/gpu/prepare.sh [BUILD_DIR]   (default build; BEFORE=<an older .gpu>
 #   adds its bundle and tools for the ab checks, BEFORE_TREE=<commit> its
-#   sources for py-ab)
+#   sources for py-ab; DEEPEP_SOURCE=<deepep_source.sh's archive> DeepEP for the peers check)
 # With BEFORE= (two bundles) .gpu and the tree pass the device tool's 64 MiB
 # carry; .gpu.tgz (about a third of the size) travels instead:
 #   carry [".gpu.tgz"]: rm -rf .gpu && tar xzf .gpu.tgz && cd .gpu && ./run CHECK OUTDIR
@@ -178,6 +178,11 @@ git describe --always --dirty --abbrev=12 > "$out/revision"
 cp benchmarks/gpu/meeting_latency.cu benchmarks/gpu/cuda_check.h "$out/"
 # The bulk-copy probe (the bulk check): built there with the host's nvcc.
 cp benchmarks/gpu/bulk_copy_probe.cu "$out/"
+# The peer comparison (the peers check): its scripts, and DeepEP's sources
+# when DEEPEP_SOURCE names the archive benchmarks/peers/deepep_source.sh made.
+mkdir -p "$out/peers"
+cp benchmarks/peers/deep_ep_paths.py benchmarks/peers/table.py benchmarks/peers/build_deepep.sh "$out/peers/"
+[[ -n ${DEEPEP_SOURCE:-} ]] && cp "$DEEPEP_SOURCE" "$out/deepep-src.tgz"
 # The named checks and their driver (scripts/gpu/run --help lists them).
 cp scripts/gpu/run "$out/run"
 cp -r scripts/gpu/checks "$out/checks"
