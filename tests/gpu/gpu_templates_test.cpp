@@ -259,6 +259,8 @@ TEST_P(GpuOccupancy, ResidentBlocksCountWholeMultiprocessors) {
                kWarpsPerBlock, 1024 / device.wave_size(), single, full, largest);
 }
 
+EPJIT_INSTANTIATE_PER_GPU_API(GpuOccupancy);
+
 // quantize_fp8_direct captured once, replayed 50 times with fresh inputs
 // copied into the captured buffers before each replay.
 class GpuGraph : public OnEveryGpuApi {};
@@ -295,6 +297,8 @@ TEST_P(GpuGraph, CapturedQuantizeReplaysWithFreshInputs) {
   device.release(input);
   device.release(output);
 }
+
+EPJIT_INSTANTIATE_PER_GPU_API(GpuGraph);
 
 }  // namespace
 }  // namespace epjit

@@ -12,7 +12,7 @@ if [[ $gpu_device == cuda ]]; then
 else
   ./epjit-bench --device cuda --target sm90 --world 1 --tokens 1 2>&1 | tee "$logs/other-vendor-absent.txt"
 fi
-echo "the other vendor's bench exit ${PIPESTATUS[0]} (expected 2: refused with the reason)"
+echo "the other vendor's bench exit ${PIPESTATUS[0]} (expected 3: the device refused, with the reason; never a crash)"
 echo "the bench on this host's GPU without --target (the target read from the GPU):"
 timeout 60 ./epjit-bench --device $gpu_device --ranks-as processes --world 1 --hidden 7168 --topk 8 \
   --experts-per-rank 256 --tokens 1,128 --dtype bf16 --check-only 2>&1 | tee "$logs/bench-own-target.txt"
