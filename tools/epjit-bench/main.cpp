@@ -25,7 +25,6 @@
 
 #include "baselines.h"
 #include "bench.h"
-#include "gpu_target.h"
 #include "epjit/ep/op.h"
 #include "epjit/error.h"
 #include "epjit/logging.h"
@@ -271,7 +270,10 @@ int main(int argc, char** argv) {
                         target_names_where([vendor](const TargetInfo& t) { return t.vendor == vendor; }),
                     "pass --target");
       } else {
-        o.target = bench::detected_gpu_target(o.device);
+        // The GPU's own target, read in a child: the rank processes open the device.
+        GpuSurvey survey = survey_gpus(o.device);
+        if (survey.error) throw *survey.error;
+        o.target = survey.target;
       }
     }
     if (o.replay && o.device_count)

@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
+#include "epjit/error.h"
 #include "epjit/kernel_interface.h"
 #include "epjit/targets/TargetInfo.h"
 
@@ -267,6 +269,19 @@ std::unique_ptr<Device> make_cuda_device(int ordinal = 0);
 std::unique_ptr<Device> make_hip_device(int ordinal = 0);
 // "host", "cuda" or "hip"; throws epjit::Error naming them for anything else.
 std::unique_ptr<Device> make_device(std::string_view kind, int ordinal = 0);
+
+// What this host has of one GPU API ("cuda" or "hip"), read in a child
+// process so that the driver is not initialized in this one (a process that
+// forks rank processes must not have it): how many GPUs open (up to 8), the
+// first one's target (Device::default_target), or, where none opens or the
+// first has no target, the error that gave (carried over from the child).
+struct GpuSurvey {
+  int count = 0;
+  std::string target;
+  std::optional<Error> error;
+};
+// Throws epjit::Error for a kind other than "cuda" or "hip".
+GpuSurvey survey_gpus(std::string_view kind);
 
 // What every Device::launch checks before enqueuing: a non-empty grid, and,
 // for a kernel with a signature, the block against its launch bound and every

@@ -1,5 +1,6 @@
 // Devices: templates fetched from the cache and run on the host device match
 // numerics.h; the GPU drivers load their symbol tables or say what is missing.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <sys/resource.h>
@@ -286,6 +287,36 @@ TEST(CudaDevice, WithoutADriverTheErrorNamesWhatWasLookedFor) {
     const std::string what = error.what();
     EXPECT_NE(what.find("libcuda.so.1"), std::string::npos) << what;
     EXPECT_NE(what.find("NVIDIA driver"), std::string::npos) << what;
+  }
+}
+
+// A survey reads an API's GPUs in a child process: whatever it finds, this
+// process has not loaded the driver (a process that forks rank processes
+// must not have), and where no GPU opens the error names what was missing.
+TEST(GpuSurvey, ReadsTheGpusInAChildAndLeavesTheDriverUnloadedHere) {
+  const std::pair<const char*, std::vector<const char*>> apis[] = {
+      {"cuda", {"libcuda.so.1", "libcuda.so"}},
+      {"hip", {"libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"}}};
+  for (const auto& [kind, libraries] : apis) {
+    const GpuSurvey survey = survey_gpus(kind);
+    for (const char* library : libraries)
+      EXPECT_EQ(dlopen(library, RTLD_LAZY | RTLD_NOLOAD), nullptr) << kind << ": " << library << " loaded here";
+    if (survey.count > 0) {
+      EXPECT_FALSE(survey.target.empty()) << kind;
+      EXPECT_FALSE(survey.error.has_value()) << kind;
+      EXPECT_NE(find_target(survey.target), nullptr) << survey.target;
+      continue;
+    }
+    ASSERT_TRUE(survey.error.has_value()) << kind << ": no GPU and no reason";
+    const std::string what = survey.error->what();
+    EXPECT_NE(what.find(std::string(kind) == "cuda" ? "libcuda" : "libamdhip64"), std::string::npos) << what;
+    EXPECT_FALSE(survey.error->fix().empty()) << what;
+  }
+  try {
+    survey_gpus("host");
+    FAIL() << "a survey of the host device";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("cuda or hip"), std::string::npos) << error.what();
   }
 }
 
