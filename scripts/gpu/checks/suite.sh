@@ -19,12 +19,12 @@ timeout 60 ./epjit-bench --device $gpu_device --ranks-as processes --world 1 --h
 timeout 120 ./gpu_templates_test > "$logs/gpu_templates_test.log" 2>&1
 echo "gpu_templates_test exit $?"
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |FAILED \]' "$logs/gpu_templates_test.log" | grep -v "\] $other_api/" | tail -20
-echo "$(grep -c "SKIPPED \] $other_api/" "$logs/gpu_templates_test.log") $other_api cases skipped, the first with:"
+echo "$(grep -c "SKIPPED \] $other_api/.* ms)$" "$logs/gpu_templates_test.log") $other_api cases skipped, the first with:"
 grep -m1 -B1 "SKIPPED \] $other_api/" "$logs/gpu_templates_test.log" | head -1
 timeout 300 ./gpu_ep_test ${GPU_EP_FILTER:+--gtest_filter=$GPU_EP_FILTER} > "$logs/gpu_ep_test.log" 2>&1
 echo "gpu_ep_test exit $?"
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |OK \]|FAILED \]|gave up' "$logs/gpu_ep_test.log" | grep -v "\] $other_api/" | tail -40
-echo "$(grep -c "SKIPPED \] $other_api/" "$logs/gpu_ep_test.log") $other_api cases skipped"
+echo "$(grep -c "SKIPPED \] $other_api/.* ms)$" "$logs/gpu_ep_test.log") $other_api cases skipped"
 for dtype in bf16 fp8; do
   timeout 100 ./epjit-bench $on_gpu --ranks-as processes $shape --dtype $dtype --graph --baselines \
     --iters 20 --warmup 3 --json "$logs/bench-$dtype.json" 2>&1 | tee "$logs/bench-$dtype.txt"
