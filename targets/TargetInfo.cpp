@@ -31,7 +31,7 @@ constexpr ScheduleRow kSm90Schedule[] = {{32, 256, 4, 128, 16}, {128, 128, 8, 12
 // for sm_100a at 158 (gather) to 197 (scatter with fp8 quant) registers: in
 // 16-warp blocks (128 registers a thread) they spilled 116 and 260 bytes to
 // local memory. Large dispatches take twice the 8-warp blocks instead (two
-// per SM at 99 registers). Unmeasured on a Blackwell.
+// per SM at 114 registers). Unmeasured on a Blackwell.
 constexpr ScheduleRow kSm100Schedule[] = {{32, 256, 4, 128, 8}, {128, 128, 8, 128, 8}, {0, 256, 8, 128, 8}};
 // The host runs a warp per CPU thread: a few of them per rank.
 constexpr ScheduleRow kHostSchedule[] = {{64, 1, 4, 1, 4}, {0, 2, 4, 2, 4}};
