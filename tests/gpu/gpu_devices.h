@@ -18,42 +18,30 @@ enum class GpuApi { Cuda, Hip };
 
 inline const char* apiName(GpuApi api) { return api == GpuApi::Cuda ? "CUDA" : "HIP"; }
 
-inline std::unique_ptr<Device> makeGpu(GpuApi api, int ordinal) {
-  return api == GpuApi::Cuda ? make_cuda_device(ordinal) : make_hip_device(ordinal);
-}
+// epjit's device kind of the API: "cuda" or "hip".
+inline const char* kindOf(GpuApi api) { return api == GpuApi::Cuda ? "cuda" : "hip"; }
 
-// What a GPU test finds of one API (epjit::survey_gpus: read in a child
+inline std::unique_ptr<Device> makeGpu(GpuApi api, int ordinal) { return make_device(kindOf(api), ordinal); }
+
+// What this host has of the API (epjit::survey_gpus: read once, in a child
 // process, since the driver must not be initialized in the parent before it
 // forks the rank processes): how many GPUs, the target of the first (all of a
-// host's GPUs are one kind here), or why there is none.
-struct GpuProbe {
-  int count = 0;
-  std::string target;
-  std::string why_not;
-};
-
-inline GpuProbe probeInChild(GpuApi api) {
-  const GpuSurvey survey = survey_gpus(api == GpuApi::Cuda ? "cuda" : "hip");
-  GpuProbe probe{survey.count, survey.target, survey.error ? survey.error->what() : ""};
-  if (probe.count == 0 && probe.why_not.empty()) probe.why_not = std::string("no ") + apiName(api) + " device";
-  return probe;
-}
-
-inline const GpuProbe& gpusOf(GpuApi api) {
+// host's GPUs are one kind here), or the error that opening them gave.
+inline const GpuSurvey& gpusOf(GpuApi api) {
   if (api == GpuApi::Cuda) {
-    static const GpuProbe cuda = probeInChild(GpuApi::Cuda);
+    static const GpuSurvey cuda = survey_gpus(kindOf(GpuApi::Cuda));
     return cuda;
   }
-  static const GpuProbe hip = probeInChild(GpuApi::Hip);
+  static const GpuSurvey hip = survey_gpus(kindOf(GpuApi::Hip));
   return hip;
 }
 
 // "no HIP device: <the driver's reason>", the skip message of a case the API
 // cannot run here; "" where it has a GPU.
 inline std::string noGpu(GpuApi api) {
-  const GpuProbe& found = gpusOf(api);
+  const GpuSurvey& found = gpusOf(api);
   if (found.count > 0) return "";
-  return std::string("no ") + apiName(api) + " device: " + found.why_not;
+  return std::string("no ") + apiName(api) + " device" + (found.error ? std::string(": ") + found.error->what() : "");
 }
 
 }  // namespace epjit::testing
