@@ -317,10 +317,9 @@ def make_buffer(lib, name, mode, world, max_tokens, host):
     group = dist.group.WORLD
     extra = dict(device="host") if host and name == "epjit" else {}
     if mode == "normal":
-        hidden_bytes = HIDDEN * 2
-        nvl = max(lib.Buffer.get_dispatch_config(world).get_nvl_buffer_size_hint(hidden_bytes, world),
-                  lib.Buffer.get_combine_config(world).get_nvl_buffer_size_hint(hidden_bytes, world)) \
-            if hasattr(lib.Buffer.get_dispatch_config(world), "get_nvl_buffer_size_hint") else int(2e9)
+        # Megatron-LM's sizing (fused_a2a.py): the larger of the two configs' hints.
+        nvl = max(config.get_nvl_buffer_size_hint(HIDDEN * 2, world)
+                  for config in (lib.Buffer.get_dispatch_config(world), lib.Buffer.get_combine_config(world)))
         if name == "epjit":
             extra["max_tokens_per_rank"] = max_tokens
         return lib.Buffer(group, nvl, 0, **extra)
