@@ -270,8 +270,7 @@ int main(int argc, char** argv) {
                         target_names_where([vendor](const TargetInfo& t) { return t.vendor == vendor; }),
                     "pass --target");
       } else {
-        // The GPU's own target, read in a child: the rank processes open the device.
-        GpuSurvey survey = survey_gpus(o.device);
+        const GpuSurvey survey = survey_gpus(o.device);
         if (survey.error) throw *survey.error;
         o.target = survey.target;
       }
