@@ -76,6 +76,17 @@ def stages(buffer, native, x, idx, w, layout, iters):
         native.local_expert_counts()
         native.combine(out, out_w)
 
+    def native_delivered():
+        # What the layer's dispatch asks of the op, without the layer: the counts in
+        # one read, the rows and local ids into fresh tensors by one kernel.
+        native.dispatch(x, w, None, idx32)
+        received, _ = native.received_counts()
+        rows = torch.empty(received, HIDDEN, dtype=x.dtype, device=x.device)
+        ids = torch.empty(received, TOPK, dtype=torch.int64, device=x.device)
+        weights = torch.empty(received, TOPK, dtype=torch.float32, device=x.device)
+        native.deliver_received(rows, ids, weights=weights)
+        native.combine(native.combine_input(), None)
+
     def native_on_side_stream():
         with torch.cuda.stream(buffer.get_comm_stream()):
             out, out_w, _, _, total = native.dispatch(x, w, None, idx32)
@@ -83,7 +94,9 @@ def stages(buffer, native, x, idx, w, layout, iters):
             native.combine(out, out_w)
 
     for name, fn in (("get_dispatch_layout", layout_only), ("dispatch + combine", dispatch_combine),
-                     ("native + local_expert_counts", native_counts), ("native on the comm stream", native_on_side_stream)):
+                     ("native + local_expert_counts", native_counts),
+                     ("native + received_counts + deliver_received", native_delivered),
+                     ("native on the comm stream", native_on_side_stream)):
         print(f"  stage {name}: {timed(fn, iters):.1f} us", flush=True)
 
 

@@ -17,6 +17,10 @@
 //   ep/combine_low_latency ep_combine_low_latency (flagged inboxes, no staging:
 //                       the combine of an op built with low_latency)
 //   ep/counts           ep_count_experts (received tokens per local expert, on the device)
+//   ep/layout           ep_dispatch_layout (what a dispatch of a batch's top-k would send:
+//                       tokens per rank and per expert, each token's ranks)
+//   ep/received         ep_deliver_received (the received rows in the caller's tensors, top-k
+//                       as local expert ids: a framework's normal-mode dispatch outputs)
 //   ep/internode        ep_internode_ingest, ep_internode_return_pack, ep_internode_return_unpack
 //                       (v2_ll; included by ep/dispatch, whose last block seals the outboxes)
 //   ep/internode_v2     ep_internode_forward, ep_internode_partials, ep_internode_sum (v2)
@@ -38,4 +42,6 @@ ep.include "ep/combine_entries"
 ep.include "ep/combine_scatter"
 ep.include "ep/combine_low_latency"
 ep.include "ep/counts"
+ep.include "ep/received"
+ep.include "ep/layout"
 ep.include "ep/internode_v2"

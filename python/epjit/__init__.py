@@ -458,12 +458,19 @@ class EpDispatchCombineOp:
         self._origins_id = ids[5]
         return result + (record,) if return_routing else result
 
-    def combine(self, input, weights=None, indices=None, *, routing=None, stream=None):
+    def combine(self, input, weights=None, indices=None, *, routing=None, stream=None, output=None,
+                output_weights=None):
         """Returns (out [tokens, hidden], out_weights or None). `indices` and `routing`
-        are accepted for MORI compatibility: combine always answers the last dispatch."""
+        are accepted for MORI compatibility: combine always answers the last dispatch.
+        output [tokens, hidden] of the combine type and output_weights [tokens, top-k]
+        float32 (with weights): arrays of the caller's that the combine writes instead of
+        the op's buffers, returned as out and out_weights (one node only)."""
         self._follow_stream(input, stream)
-        ids = self._op.combine(_to_native(input, self._target, self._fp8), weights)
-        return self._final_on_return((self._view(ids[0], self._combine_type), self._view(ids[1])))
+        ids = self._op.combine(_to_native(input, self._target, self._fp8), weights, False,
+                               _to_native(output, self._target, self._fp8), output_weights)
+        out = output if ids[0] is None else self._view(ids[0], self._combine_type)
+        out_weights = output_weights if ids[1] is None else self._view(ids[1])
+        return self._final_on_return((out, out_weights))
 
     def combine_send(self, input, weights=None, indices=None, *, routing=None, stream=None):
         """A split combine's send half (combine()'s arguments): the rows leave and this
@@ -553,6 +560,39 @@ class EpDispatchCombineOp:
         if on_device:
             return self._final_on_return(self._view(self._op.local_expert_counts_device(every_entry)))
         return self._op.local_expert_counts(every_entry)
+
+    def received_counts(self, every_entry=False):
+        """(received rows, per-local-expert counts as local_expert_counts() gives them)
+        for the dispatch awaiting combine, counted on the device and read in one copy
+        (synchronizes the op's stream)."""
+        return self._op.received_counts(every_entry)
+
+    def dispatch_layout(self, indices, per_rank, per_expert, in_rank, *, stream=None):
+        """What a dispatch of `indices` ([n, top-k] int64, -1 for none) would send,
+        before it runs (DeepEP's get_dispatch_layout), into the caller's arrays:
+        per_rank [world_size] int32 (tokens per rank, a token once per rank),
+        per_expert [num_experts] int32 (entries per expert, repeats too) and in_rank
+        [n, world_size] bool or uint8 (1 where the token goes to the rank). Negative ids
+        and experts past the last count nowhere. One launch on the op's stream (the
+        caller's, as for dispatch), no synchronization, at any time between calls."""
+        self._torch = _is_torch(indices)
+        self._follow_stream(indices, stream)
+        self._op.dispatch_layout(indices, per_rank, per_expert, in_rank)
+        self._final_on_return(None)
+
+    def deliver_received(self, tokens, local_experts=None, *, scales=None, weights=None, stream=None):
+        """Copies the dispatch awaiting combine's received rows into the caller's arrays,
+        `rows` each (tokens' first dimension, at most capacity): tokens [rows, hidden] of
+        the dispatch type, scales [rows, scale_dim] (ops with scales), and each row's
+        top-k as local expert ids into local_experts [rows, top-k] int64 (-1 where the
+        expert is on another rank), with their weights into weights [rows, top-k]
+        float32 (0 elsewhere), each where given: DeepEP's normal-mode dispatch outputs, in one launch
+        that does not synchronize. Rows past the received count keep their token and
+        scale bytes and get -1 and 0."""
+        self._follow_stream(tokens, stream)
+        self._op.deliver_received(_to_native(tokens, self._target, self._fp8), _to_native(scales, self._target,
+                                  self._fp8), local_experts, weights)
+        self._final_on_return(None)
 
     def route_map(self, routing):
         """A recorded routing's map, int32 on the op's device, laid out as

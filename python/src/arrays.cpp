@@ -41,16 +41,19 @@ DType dtype_of(nb::dlpack::dtype t, const char* argument, std::optional<DType> e
   const auto code = nb::dlpack::dtype_code(t.code);
   if (code == nb::dlpack::dtype_code::Float && t.bits == 32) return DType::F32;
   if (code == nb::dlpack::dtype_code::Int && t.bits == 32) return DType::I32;
+  if (code == nb::dlpack::dtype_code::Int && t.bits == 64) return DType::I64;
   if (code == nb::dlpack::dtype_code::Bfloat && t.bits == 16) return DType::BF16;
   if (code == nb::dlpack::dtype_code::Float8_E4M3FN) return DType::FP8_E4M3FN;
   if (code == nb::dlpack::dtype_code::Float8_E4M3FNUZ) return DType::FP8_E4M3FNUZ;
   if (code == nb::dlpack::dtype_code::Float4_E2M1FN) return DType::FP4_E2M1;
   // Raw bit containers stand for the types numpy lacks: uint16 for bf16, uint8
-  // for fp8 (or scales). Never for f32 or i32: a uint32 array holds numbers,
+  // for fp8 (or scales). Never for f32, i32 or i64: a uint32 array holds numbers,
   // and reading them as float or signed bits would be a silent reinterpretation.
-  const bool numpy_lacks = expected && *expected != DType::F32 && *expected != DType::I32;
+  const bool numpy_lacks =
+      expected && *expected != DType::F32 && *expected != DType::I32 && *expected != DType::I64;
   if (code == nb::dlpack::dtype_code::UInt && numpy_lacks && ep::bits_of(*expected) == t.bits) return *expected;
   if ((code == nb::dlpack::dtype_code::UInt || code == nb::dlpack::dtype_code::Int) && t.bits == 8) return DType::U8;
+  if (code == nb::dlpack::dtype_code::Bool && t.bits == 8) return DType::U8;  // one byte, 0 or 1
   throw Error(std::string(argument) + " has a DLPack dtype (code " + std::to_string(t.code) + ", " +
                   std::to_string(t.bits) + " bits) the op does not take",
               expected ? ep::name_of(*expected) : "a supported dtype", "convert " + std::string(argument) + " first");
@@ -188,6 +191,7 @@ nb::object view(const TensorRef& t, const PyCommunicator& rank, nb::handle owner
     case DType::BF16: dtype = nb::dtype<uint16_t>(); break;  // bits; __init__.py views them as bfloat16
     case DType::F32: dtype = nb::dtype<float>(); break;
     case DType::I32: dtype = nb::dtype<int32_t>(); break;
+    case DType::I64: dtype = nb::dtype<int64_t>(); break;
     case DType::FP4_E2M1:
       dtype = nb::dtype<uint8_t>();
       if (!shape.empty()) shape.back() /= 2;

@@ -119,28 +119,33 @@ struct PyOp {
   }
   // A combine-like call: `input` (as `name`, of `dtype`) and optional f32
   // weights in, run without the GIL, held until the stream has read them;
-  // returns the view numbers of (tokens, weights).
+  // returns the view numbers of (tokens, weights), None for what went to the
+  // caller's `output` (of `dtype`) or `output_weights`: the caller has those
+  // already, and numbering every caller tensor would grow the views without end.
   // A split call's send half (send_only) keeps them for its receive half.
   template <typename Call>
   nb::tuple combine_call(nb::handle input, const char* name, DType dtype, nb::handle weights, bool send_only,
-                         Call&& call, nb::handle indices = nb::none(), nb::handle output = nb::none()) {
+                         Call&& call, nb::handle indices = nb::none(), nb::handle output = nb::none(),
+                         nb::handle output_weights = nb::none()) {
     std::vector<ArgumentArray> inputs{import(input, name, dtype)};
-    std::optional<TensorRef> w, idx, out;
+    std::optional<TensorRef> w, idx, out, out_w;
     if (!weights.is_none()) w = inputs.emplace_back(import(weights, "weights", DType::F32)).ref;
     if (!indices.is_none()) idx = inputs.emplace_back(import(indices, "indices", DType::I32)).ref;
-    if (!output.is_none()) out = inputs.emplace_back(import(output, "output", DType::BF16)).ref;
+    if (!output.is_none()) out = inputs.emplace_back(import(output, "output", dtype)).ref;
+    if (!output_weights.is_none())
+      out_w = inputs.emplace_back(import(output_weights, "output_weights", DType::F32)).ref;
     const TensorRef in = inputs.front().ref;
     CombineResult r;
     drop_passed();
     {
       nb::gil_scoped_release release;
-      r = call(in, w, idx, out);
+      r = call(in, w, idx, out, out_w);
     }
     for (ArgumentArray& count : token_count) inputs.push_back(std::move(count));
     token_count.clear();
     if (send_only) split_inputs = std::move(inputs);
     else hold(std::move(inputs));
-    return nb::make_tuple(views.id_of(r.tokens), views.id_of(r.weights));
+    return nb::make_tuple(out ? nb::none() : views.id_of(r.tokens), out_w ? nb::none() : views.id_of(r.weights));
   }
   // A split call's receive half, then its inputs held until the stream passes it.
   template <typename Call>
@@ -365,18 +370,24 @@ NB_MODULE(_epjit, m) {
       .def("dispatch_recv", [](PyOp& self) { self.receive_half([&] { self.op->dispatch_recv(); }); })
       .def(
           "combine",
-          [](PyOp& self, nb::handle input, nb::handle weights, bool send_only) {
+          [](PyOp& self, nb::handle input, nb::handle weights, bool send_only, nb::handle output,
+             nb::handle output_weights) {
             const EpDispatchCombineConfig& config = self.op->config();
-            return self.combine_call(input, "input", tensor_type_of(config.combine_type(), config.target_info()),
-                                     weights, send_only,
-                                     [&](const TensorRef& in, const std::optional<TensorRef>& w,
-                                         const std::optional<TensorRef>&, const std::optional<TensorRef>&) {
-                                       if (!send_only) return self.op->combine(in, w);
-                                       self.op->combine_send(in, w);
-                                       return CombineResult{};
-                                     });
+            if (send_only && (!output.is_none() || !output_weights.is_none()))
+              throw Error("combine_send with output tensors", "output and output_weights on the one-phase combine",
+                          "call combine(), or copy combine_recv()'s result");
+            return self.combine_call(
+                input, "input", tensor_type_of(config.combine_type(), config.target_info()), weights, send_only,
+                [&](const TensorRef& in, const std::optional<TensorRef>& w, const std::optional<TensorRef>&,
+                    const std::optional<TensorRef>& out, const std::optional<TensorRef>& out_w) {
+                  if (!send_only) return self.op->combine(in, w, out, out_w);
+                  self.op->combine_send(in, w);
+                  return CombineResult{};
+                },
+                nb::none(), output, output_weights);
           },
-          "input"_a.none(), "weights"_a.none() = nb::none(), "send_only"_a = false)
+          "input"_a.none(), "weights"_a.none() = nb::none(), "send_only"_a = false, "output"_a.none() = nb::none(),
+          "output_weights"_a.none() = nb::none())
       .def("combine_recv",
            [](PyOp& self) {
              CombineResult r;
@@ -416,7 +427,7 @@ NB_MODULE(_epjit, m) {
             return self.combine_call(
                 expert_out, "expert_out", DType::BF16, weights, send_only,
                 [&](const TensorRef& in, const std::optional<TensorRef>& w, const std::optional<TensorRef>& idx,
-                    const std::optional<TensorRef>& out) {
+                    const std::optional<TensorRef>& out, const std::optional<TensorRef>&) {
                   if (!send_only) return self.op->std_moe_combine(in, w, idx, out);
                   self.op->std_moe_combine_send(in, w, idx, out);
                   return CombineResult{};
@@ -431,6 +442,54 @@ NB_MODULE(_epjit, m) {
             return self.views.id_of(self.op->local_expert_counts_device(count_rule(every_entry)));
           },
           "every_entry"_a = false)
+      .def(
+          "received_counts",
+          [](PyOp& self, bool every_entry) {
+            EpDispatchCombineOp::ReceivedCounts counts;
+            self.synchronized([&] { counts = self.op->received_counts(count_rule(every_entry)); });
+            return nb::make_tuple(counts.total, counts.per_expert);
+          },
+          "every_entry"_a = false)
+      .def(
+          "dispatch_layout",
+          [](PyOp& self, nb::handle indices, nb::handle per_rank, nb::handle per_expert, nb::handle in_rank) {
+            std::vector<ArgumentArray> arrays;
+            arrays.reserve(4);
+            const TensorRef idx = arrays.emplace_back(self.import(indices, "indices", DType::I64)).ref;
+            const TensorRef ranks = arrays.emplace_back(self.import(per_rank, "per_rank", DType::I32)).ref;
+            const TensorRef experts = arrays.emplace_back(self.import(per_expert, "per_expert", DType::I32)).ref;
+            const TensorRef cells = arrays.emplace_back(self.import(in_rank, "in_rank", DType::U8)).ref;
+            self.drop_passed();
+            {
+              nb::gil_scoped_release release;
+              self.op->dispatch_layout(idx, ranks, experts, cells);
+            }
+            self.hold(std::move(arrays));
+          },
+          "indices"_a.none(), "per_rank"_a.none(), "per_expert"_a.none(), "in_rank"_a.none())
+      .def(
+          "deliver_received",
+          [](PyOp& self, nb::handle tokens, nb::handle scales, nb::handle local_experts, nb::handle weights) {
+            const EpDispatchCombineConfig& config = self.op->config();
+            std::vector<ArgumentArray> outputs;
+            outputs.reserve(4);
+            EpDispatchCombineOp::ReceivedRows rows;
+            rows.tokens = outputs
+                              .emplace_back(self.import(tokens, "tokens",
+                                                        tensor_type_of(config.dispatch_type(), config.target_info())))
+                              .ref;
+            if (!local_experts.is_none())
+              rows.local_experts = outputs.emplace_back(self.import(local_experts, "local_experts", DType::I64)).ref;
+            if (!scales.is_none()) rows.scales = outputs.emplace_back(self.import(scales, "scales", DType::U8)).ref;
+            if (!weights.is_none()) rows.weights = outputs.emplace_back(self.import(weights, "weights", DType::F32)).ref;
+            self.drop_passed();
+            {
+              nb::gil_scoped_release release;
+              self.op->deliver_received(rows);
+            }
+            self.hold(std::move(outputs));
+          },
+          "tokens"_a.none(), "scales"_a.none(), "local_experts"_a.none(), "weights"_a.none())
       .def("combine_input", [](PyOp& self) { return self.views.id_of(self.op->combine_input()); })
       .def("std_moe_combine_input", [](PyOp& self) { return self.views.id_of(self.op->std_moe_combine_input()); })
       // The array behind a view number the op's calls returned; it keeps the op alive.

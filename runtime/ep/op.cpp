@@ -110,13 +110,14 @@ constexpr ElementType kElementTypes[] = {
     {DType::FP8_E4M3FN, "float8_e4m3fn", "float8_e4m3fn", 8, DataType::FP8, Fp8Format::E4M3FN},
     {DType::FP8_E4M3FNUZ, "float8_e4m3fnuz", "float8_e4m3fnuz", 8, DataType::FP8, Fp8Format::E4M3FNUZ},
     {DType::FP4_E2M1, "float4_e2m1", "float4_e2m1fn_x2", 4, DataType::FP4, std::nullopt},
+    {DType::I64, "i64", "int64", 64, std::nullopt, std::nullopt},
 };
 }  // namespace
 
 constexpr bool rows_in_enum_order() {
   for (size_t i = 0; i < std::size(kElementTypes); ++i)
     if (size_t(kElementTypes[i].dtype) != i) return false;
-  return std::size(kElementTypes) == size_t(DType::FP4_E2M1) + 1;
+  return std::size(kElementTypes) == size_t(DType::I64) + 1;
 }
 static_assert(rows_in_enum_order(), "kElementTypes has one row per DType, in enum order");
 

@@ -229,7 +229,8 @@ DispatchLaunch EpDispatchCombineOp::Impl::dispatch_call(const char* name, const 
 // standard-MoE layout itself; gather's `input` is then its staged rows.
 CombineResult EpDispatchCombineOp::Impl::launch_combine(const char* call, const TensorRef& input,
                                                         const std::optional<TensorRef>& weights, Halves halves,
-                                                        const void* expert_out) {
+                                                        const void* expert_out, const std::optional<TensorRef>& output,
+                                                        const std::optional<TensorRef>& output_weights) {
   require_open(call);
   require_working_transport(call);
   require_no_split_call_open(call);
@@ -249,14 +250,32 @@ CombineResult EpDispatchCombineOp::Impl::launch_combine(const char* call, const 
     if (weighted) require_pointer_alignment(*reader, "in_weights", weights->data, call, "weights");
   }
   const int64_t n = dispatched_tokens;
+  const bool to_output = output && output->data, to_output_weights = output_weights && output_weights->data;
+  if ((to_output || to_output_weights) && internode)
+    throw Error(std::string(call) + " into the caller's tensors on an op with ranks on other nodes",
+                "output and output_weights on one node (the internode legs write the op's buffers)",
+                "leave output and output_weights unset and copy the result, or build the op for one node");
+  if (to_output_weights && !weighted)
+    throw Error(std::string(call) + ": output_weights without weights", "output_weights only with weights",
+                "pass the weights to combine, or drop output_weights");
+  if (to_output) {
+    expect_tensor(call, "output", *output, row_type, {n, config.hidden_dim});
+    require_pointer_alignment(*combine_kernel(), "output", output->data, call, "output");
+  }
+  if (to_output_weights) {
+    expect_tensor(call, "output_weights", *output_weights, DType::F32, {n, k});
+    require_pointer_alignment(*combine_kernel(), "out_weights", output_weights->data, call, "output_weights");
+  }
   CombineLaunch launch{.input = input.data,
                        .weights = weighted ? weights->data : nullptr,
                        .expert_out = expert_out,
                        .staged = input.data == local(window.combine_rows),  // written in place: combine_input()
                        .tokens = n,
-                       .token_count = pending_token_count};
-  launch.result.tokens = {out_tokens, row_type, {n, config.hidden_dim}};
-  if (weighted) launch.result.weights = {out_weights, DType::F32, {n, k}};
+                       .token_count = pending_token_count,
+                       .output = to_output ? output->data : nullptr,
+                       .output_weights = to_output_weights ? output_weights->data : nullptr};
+  launch.result.tokens = {to_output ? output->data : out_tokens, row_type, {n, config.hidden_dim}};
+  if (weighted) launch.result.weights = {to_output_weights ? output_weights->data : out_weights, DType::F32, {n, k}};
   return enqueue_combine_call(launch, halves);
 }
 
@@ -293,7 +312,7 @@ void EpDispatchCombineOp::Impl::enqueue_combine(const CombineLaunch& call, Halve
   args.set("input", call.input)
       .set("in_weights", call.weights)
       .set("output", call.output ? call.output : out_tokens)
-      .set("out_weights", out_weights)
+      .set("out_weights", call.output_weights ? call.output_weights : out_weights)
       .set("route", route_in_use)
       .set("tokens", call.tokens)
       .set("rank", config.rank)
@@ -365,9 +384,11 @@ DispatchResult EpDispatchCombineOp::dispatch_replay(const TensorRef& input, cons
       .result;
 }
 
-CombineResult EpDispatchCombineOp::combine(const TensorRef& input, const std::optional<TensorRef>& weights) {
+CombineResult EpDispatchCombineOp::combine(const TensorRef& input, const std::optional<TensorRef>& weights,
+                                           const std::optional<TensorRef>& output,
+                                           const std::optional<TensorRef>& output_weights) {
   const OneCallAtATime one_call = impl_->one_call("combine");
-  return impl_->launch_combine("combine", input, weights, Halves::Both);
+  return impl_->launch_combine("combine", input, weights, Halves::Both, nullptr, output, output_weights);
 }
 
 void EpDispatchCombineOp::combine_send(const TensorRef& input, const std::optional<TensorRef>& weights) {

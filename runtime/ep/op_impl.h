@@ -66,7 +66,8 @@ struct CombineLaunch {
   bool staged = false;
   int64_t tokens = 0;
   const void* token_count = nullptr;  // the dispatch's (DispatchOptions::token_count)
-  void* output = nullptr;             // weighted entries: the caller's [tokens, hidden], else out_tokens
+  void* output = nullptr;             // the caller's [tokens, hidden] (combine's output=, weighted entries'), else out_tokens
+  void* output_weights = nullptr;     // the caller's [tokens, top-k] f32 (combine's output_weights=), else out_weights
   CombineResult result;
 };
 
@@ -327,7 +328,9 @@ struct EpDispatchCombineOp::Impl {
   // expert_out (std-MoE, !unpacks_apart()): the combine kernel unpacks the
   // standard-MoE layout itself; gather's `input` is then its staged rows.
   CombineResult launch_combine(const char* call, const TensorRef& input, const std::optional<TensorRef>& weights,
-                               Halves halves, const void* expert_out = nullptr);
+                               Halves halves, const void* expert_out = nullptr,
+                               const std::optional<TensorRef>& output = std::nullopt,
+                               const std::optional<TensorRef>& output_weights = std::nullopt);
   void enqueue_combine(const CombineLaunch& call, Halves halves);
   // enqueue_combine, then the op's state: a send half awaits its receive
   // half, a whole call ends the dispatch it answered.

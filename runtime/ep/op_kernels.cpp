@@ -16,6 +16,8 @@ EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineCon
   EpKernels kernels;
   kernels.dispatch = &module.kernel("ep_dispatch");
   kernels.count_experts = &module.kernel("ep_count_experts");
+  kernels.deliver_received = &module.kernel("ep_deliver_received");
+  kernels.dispatch_layout = &module.kernel("ep_dispatch_layout");
   kernels.combine_low_latency = held("ep_combine_low_latency");
   kernels.combine_gather = held("ep_combine_gather");
   kernels.combine_entries = held("ep_combine_entries");

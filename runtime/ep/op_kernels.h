@@ -24,6 +24,8 @@ struct EpKernels {
   const Kernel* std_moe_unpack = nullptr;
   const Kernel* std_moe_quantize = nullptr;  // std_moe_quant
   const Kernel* count_experts = nullptr;
+  const Kernel* deliver_received = nullptr;
+  const Kernel* dispatch_layout = nullptr;
   const Kernel* order_count = nullptr;  // receive_order source: ep/order's two kernels
   const Kernel* order_slots = nullptr;
   const Kernel* internode_ingest = nullptr;

@@ -1,4 +1,4 @@
-// The standard-MoE layout (pack, combine) and the received tokens per local expert.
+// The standard-MoE layout (pack, combine).
 #include "op_impl.h"
 
 namespace epjit::ep {
@@ -130,51 +130,6 @@ CombineResult EpDispatchCombineOp::Impl::std_moe_combine_call(const char* call, 
                        .build(),
                    *op.stream);
   return op.launch_combine(call, combine_in, weights, halves);
-}
-
-std::vector<int> EpDispatchCombineOp::local_expert_counts(ExpertCountRule rule) {
-  const OneCallAtATime one_call = impl_->one_call("local_expert_counts");
-  Impl& op = *impl_;
-  op.require_open("local_expert_counts");
-  op.require_no_split_call_open("local_expert_counts");
-  op.require_not_capturing("local_expert_counts");
-  op.require_received_rows("local_expert_counts");
-  // Read on the op's stream: after its dispatch, and a failed kernel throws here.
-  const int total = read_word(op.device, *op.stream, op.state_word(op.window.total_recv_word), 0);
-  const int k = op.config.num_experts_per_token, epr = op.config.num_experts_per_rank;
-  std::vector<int32_t> indices(size_t(total) * size_t(k));
-  if (!indices.empty())
-    op.device.copy_to_host(indices.data(), op.local(op.window.recv_indices), indices.size() * 4, *op.stream);
-  std::vector<int> counts(size_t(epr), 0);
-  for (int i = 0; i < total; ++i) {
-    const int32_t* row = &indices[size_t(i) * size_t(k)];
-    for (int j = 0; j < k; ++j) {
-      if (row[j] == kNoExpert || row[j] / epr != op.config.rank) continue;
-      if (rule == ExpertCountRule::DistinctPerToken && std::find(row, row + j, row[j]) != row + j) continue;
-      counts[size_t(row[j] % epr)]++;
-    }
-  }
-  return counts;
-}
-
-TensorRef EpDispatchCombineOp::local_expert_counts_device(ExpertCountRule rule) {
-  const OneCallAtATime one_call = impl_->one_call("local_expert_counts_device");
-  Impl& op = *impl_;
-  op.require_open("local_expert_counts_device");
-  op.require_no_split_call_open("local_expert_counts_device");
-  op.require_received_rows("local_expert_counts_device");
-  // One block: the kernel clears the counts, then counts, with a block barrier between.
-  const Kernel& kernel = *op.kernels.count_experts;
-  const ScheduleEntry geometry = op.geometry_for(op.config.max_num_inp_token_per_rank);
-  op.device.launch(kernel, {1, uint32_t(geometry.combine_warps)},
-                   LaunchArgs(kernel)
-                       .set("counts", op.expert_counts)
-                       .set("rank", op.config.rank)
-                       .set("every_entry", rule == ExpertCountRule::EveryEntry)
-                       .set("w", op.window_table)
-                       .build(),
-                   *op.stream);
-  return {op.expert_counts, DType::I32, {op.config.num_experts_per_rank}};
 }
 
 }  // namespace epjit::ep

@@ -69,9 +69,11 @@ ep.buffer_part @out_weights in "outputs" : f32 attributes {align = 16 : i64,
   ep.yield %entries : index
 }
 ep.buffer_part @expert_counts in "outputs" : i32 attributes {align = 16 : i64,
-    meaning = "ep_count_experts: received tokens per local expert"} {
+    meaning = "ep_count_experts: received tokens per local expert, then the received count"} {
+  %c1 = arith.constant 1 : index
   %experts = ep.param_value @experts_per_rank : index
-  ep.yield %experts : index
+  %words = arith.addi %experts, %c1 : index
+  ep.yield %words : index
 }
 
 // Standard MoE (bf16): the packed layout [experts_per_rank, world *

@@ -9,8 +9,10 @@ ep.include "ep/sync"
 
 // One block: its warps clear `counts`, meet at the block barrier, then count
 // the received rows (warp w takes rows w, w + warps, ...) with agent-scope
-// atomics. Launched on the op's stream after a dispatch, so the rows and the
-// received count are this call's.
+// atomics; warp 0 also writes the received count after the experts' counts
+// (counts[experts_per_rank]), so a host reads both in one copy. Launched on
+// the op's stream after a dispatch, so the rows and the received count are
+// this call's.
 ep.kernel @ep_count_experts(%counts: !ep.ptr<i32>, %rank: index, %every_entry: index, %w: !ep.window)
     warps_per_block(4) {
   %c0 = arith.constant 0 : index
@@ -32,6 +34,10 @@ ep.kernel @ep_count_experts(%counts: !ep.ptr<i32>, %rank: index, %every_entry: i
   %warps = arith.divui %all_warps, %blocks : index
   scf.for %e = %warp to %epr step %warps {
     ep.store %zero, %counts[%e] : !ep.ptr<i32>
+  }
+  %lead = arith.cmpi eq, %warp, %c0 : index
+  scf.if %lead {
+    ep.store %total_i32, %counts[%epr] : !ep.ptr<i32>
   }
   ep.block_barrier
   scf.for %i = %warp to %total step %warps {

@@ -453,7 +453,8 @@ def rank_main(device, world, rank, store, results):
         buffer = deep_ep.Buffer(dist.group.WORLD, int(1e8), 0, **options)
         deep_ep.Buffer.set_num_sms(24)
         counts = [37 - r % 2 for r in range(world)]
-        layout_and_round_trip(deep_ep, buffer, world, rank, 1, counts, failed)
+        layout_and_round_trip(deep_ep, buffer, world, rank, 1, counts, failed)  # the layout in torch ops: no op yet
+        check(len(buffer._layout_ops) == 1, "get_dispatch_layout runs the op's kernel once an op exists", failed)
         layout_and_round_trip(deep_ep, buffer, world, rank, 2, [1] * world, failed, alignment=1)
         layout_and_round_trip(deep_ep, buffer, world, rank, 3, [0] + [5] * (world - 1), failed)
         cached_dispatch_and_backward(buffer, world, rank, 4, counts, failed)

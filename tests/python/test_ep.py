@@ -52,6 +52,36 @@ def identity_expected(x, indices, quant, target_fp8):
     return out.astype(x.dtype)
 
 
+def check_delivered(op, rank, received, tokens_out, w_out, idx_out, padding):
+    """deliver_received: the received rows, their top-k as local ids (-1 for other
+    ranks' experts and -1 slots) and those entries' weights (0 elsewhere); `padding`
+    rows past the received count (a worst-case row count) keep their bytes, with -1
+    and 0. Every array poisoned first."""
+    rows = min(received + padding, op.capacity)
+    poison_row = np.arange(HIDDEN, dtype=np.float32).astype(tokens_out.dtype)
+    got_x = np.empty((rows, HIDDEN), dtype=tokens_out.dtype)
+    got_x[:] = poison_row
+    got_ids = np.full((rows, TOPK), 12345, dtype=np.int64)
+    got_w = np.full((rows, TOPK), np.nan, dtype=np.float32)
+    op.deliver_received(got_x, got_ids, weights=got_w)
+    np.testing.assert_array_equal(got_x[:received].view(np.uint8), np.asarray(tokens_out)[:received].view(np.uint8))
+    assert (got_x[received:].view(np.uint8) == np.broadcast_to(poison_row, got_x[received:].shape).view(np.uint8)).all()
+    experts = np.asarray(idx_out)[:received].astype(np.int64)
+    local = experts - rank * EPR
+    mine = (experts >= 0) & (local >= 0) & (local < EPR)
+    np.testing.assert_array_equal(got_ids[:received], np.where(mine, local, -1))
+    np.testing.assert_array_equal(got_w[:received], np.where(mine, np.asarray(w_out)[:received], 0.0))
+    assert (got_ids[received:] == -1).all() and (got_w[received:] == 0).all()
+    # The rows alone (a replayed dispatch's caller), and the checks at the boundary.
+    only_x = np.zeros((received, HIDDEN), dtype=tokens_out.dtype)
+    op.deliver_received(only_x)
+    np.testing.assert_array_equal(only_x.view(np.uint8), got_x[:received].view(np.uint8))
+    with pytest.raises(epjit.Error, match="local_experts"):
+        op.deliver_received(got_x, got_ids[:, :1])
+    with pytest.raises(epjit.Error, match="capacity"):
+        op.deliver_received(np.zeros((op.capacity + 1, HIDDEN), dtype=tokens_out.dtype))
+
+
 def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results, masked=False, gpu_per_node=None,
              internode_kernel="auto", auto_ll_max_tokens=512, pass_largest=False, split=False):
     try:
@@ -84,12 +114,26 @@ def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results, maske
                 on_device = op.local_expert_counts(on_device=True)
                 op.synchronize()
                 assert on_device.dtype == np.int32 and on_device.tolist() == want_counts
+                assert op.received_counts() == (received, want_counts)
+                if gpu_per_node is None:
+                    check_delivered(op, rank, received, tokens_out, w_out, idx_out, padding=call % 3)
                 expert = op.combine_input() if mode == "gather" else np.zeros_like(tokens_out)
                 expert[:received] = tokens_out[:received]  # identity experts
+                into_caller = gpu_per_node is None and call % 2 == 1
                 if split:
                     op.combine_send(expert, w_out)
                     np.linalg.norm(x.astype(np.float32))
                     out, out_w = op.combine_recv()
+                elif into_caller:  # the caller's arrays, poisoned first
+                    own = np.full((n, HIDDEN), np.nan, dtype=np.float32).astype(x.dtype)
+                    own_w = np.full((n, TOPK), np.nan, dtype=np.float32)
+                    out, out_w = op.combine(expert, w_out, output=own, output_weights=own_w)
+                    assert out is own and out_w is own_w
+                    w_sum = np.zeros((n, TOPK), dtype=np.float32)  # each token's weights back from each of its ranks
+                    for t in range(n):
+                        for r in {int(e) // EPR for e in idx[t] if e >= 0}:
+                            w_sum[t] += w[t]
+                    np.testing.assert_array_equal(own_w, w_sum)
                 else:
                     out, out_w = op.combine(expert, w_out)
                 op.check()

@@ -27,16 +27,6 @@ from .utils.event import EventHandle, EventOverlap
 _log = logging.getLogger("epjit.deep_ep")
 
 
-def _scales(received_scales, rows):
-    """The received scales as the caller passed them: float32 [rows, hidden // 128]
-    (the op carries them as opaque bytes)."""
-    torch = _torch()
-    scales = received_scales[:rows]
-    if scales.dtype != torch.float32:
-        scales = scales.contiguous().view(torch.float32)
-    return scales.clone()
-
-
 class _Handle:
     """A normal-mode dispatch's handle: the op that ran it, its recorded routing
     (which also keeps the call's top-k indices), the rows it delivered here and
@@ -91,6 +81,9 @@ class Buffer:
         self._comm_stream = torch.cuda.Stream() if self._gpu else None
         self._low_latency = _low_latency.LowLatency(self)
         self._ones = {}          # device -> int32 ones, the most entries seen (get_dispatch_layout's counting)
+        self._zero_weights = {}  # op -> [max tokens, top-k] f32 zeros: the weights of calls without any
+        self._layout_ops = {}    # (top-k, experts) -> an op whose kernel computes get_dispatch_layout
+        self._layout_fallback_logged = False
 
     # ------------------------------------------------------------ settings
     @staticmethod
@@ -134,6 +127,8 @@ class Buffer:
         self._ops.clear()
         self._latest.clear()
         self._weights.clear()
+        self._zero_weights.clear()
+        self._layout_ops.clear()
         if self._comm is not None:
             self._comm.destroy()
             self._comm = None
@@ -220,9 +215,19 @@ class Buffer:
             fields.update(scale_dim=scale_dim, scale_type_size=4)
         op = epjit.EpDispatchCombineOp(epjit.EpDispatchCombineConfig(**fields), self._comm)
         self._ops[key] = op
+        self._layout_ops.setdefault((topk, num_experts), op)
         _log.info("deep_ep.Buffer: rank %d built an op for %s, hidden %d, top-%d, %d experts, %d tokens per rank",
                   self.rank, x.dtype, hidden, topk, num_experts, limit)
         return op
+
+    def _unweighted(self, op, device):
+        """[max tokens, top-k] float32 zeros: what a dispatch without weights sends."""
+        zeros = self._zero_weights.get(op)
+        if zeros is None:
+            zeros = self._zero_weights[op] = _torch().zeros(op._config.max_num_inp_token_per_rank,
+                                                            op._config.num_experts_per_token, dtype=_torch().float32,
+                                                            device=device)
+        return zeros
 
     # ------------------------------------------------------------ normal mode
     def get_dispatch_layout(self, topk_idx, num_experts, previous_event=None, async_finish=False,
@@ -232,10 +237,29 @@ class Buffer:
         torch = _torch()
         if num_experts % self.group_size:
             raise ValueError(f"num_experts={num_experts} is not a multiple of the group's {self.group_size} ranks")
+        world = self.group_size
+        layout_op = self._layout_ops.get((topk_idx.shape[1], num_experts))
+        with self._begin(previous_event, async_finish):
+            if layout_op is not None:
+                device = topk_idx.device
+                num_tokens_per_rank = torch.empty(world, dtype=torch.int32, device=device)
+                num_tokens_per_expert = torch.empty(num_experts, dtype=torch.int32, device=device)
+                is_token_in_rank = torch.empty(topk_idx.shape[0], world, dtype=torch.bool, device=device)
+                indices = topk_idx if topk_idx.dtype == torch.int64 else topk_idx.long()
+                layout_op.dispatch_layout(indices.contiguous(), num_tokens_per_rank, num_tokens_per_expert,
+                                          is_token_in_rank)
+        if layout_op is not None:
+            event = self._finish(async_finish, [topk_idx],
+                                 [num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank])
+            return num_tokens_per_rank, None, num_tokens_per_expert, is_token_in_rank, event
+        if not self._layout_fallback_logged:
+            self._layout_fallback_logged = True
+            _log.info("deep_ep.Buffer.get_dispatch_layout: no op of top-%d and %d experts is built yet on rank %d, "
+                      "so this layout runs as torch ops (the same counts); once a dispatch of this shape has run, "
+                      "the op's kernel computes it", topk_idx.shape[1], num_experts, self.rank)
         with self._begin(previous_event, async_finish):
             # -1 (no expert) becomes expert num_experts, whose "rank" is the group's
             # size: one extra column and one extra counter, dropped at the end.
-            world = self.group_size
             experts = torch.where(topk_idx >= 0, topk_idx, num_experts).long()
             in_rank = torch.zeros(topk_idx.shape[0], world + 1, dtype=torch.bool, device=topk_idx.device)
             in_rank.scatter_(1, experts // (num_experts // world), True)
@@ -272,35 +296,38 @@ class Buffer:
                              f"{None if topk_weights is None else tuple(topk_weights.shape)} (expected one row each)")
         num_experts = num_tokens_per_expert.numel()
         op = self._op_for(x, x_scales, topk, num_experts, tokens)
-        per_rank = num_experts // self.group_size
+        if num_worst_tokens > op.capacity:
+            raise ValueError(f"num_worst_tokens={num_worst_tokens} is more than this rank can receive "
+                             f"({op.capacity}) (expected at most that)")
         with self._begin(previous_event, async_finish):
-            indices = topk_idx.to(torch.int32).contiguous()
-            weights = (topk_weights if topk_weights is not None
-                       else torch.zeros(tokens, topk, dtype=torch.float32, device=x.device)).float().contiguous()
-            recv, recv_w, recv_s, recv_idx, total, routing = op.dispatch(
-                x.contiguous(), weights, None if x_scales is None else x_scales.contiguous(), indices,
-                return_routing=True, keep_call=True)
-            if num_worst_tokens:
-                if num_worst_tokens > op.capacity:
-                    raise ValueError(f"num_worst_tokens={num_worst_tokens} is more than this rank can receive "
-                                     f"({op.capacity}) (expected at most that)")
-                received = num_worst_tokens
-                rows = torch.arange(received, device=recv.device)[:, None] < total[:1].long()
+            indices = topk_idx if topk_idx.dtype == torch.int32 else topk_idx.to(torch.int32)
+            if topk_weights is None:
+                weights = self._unweighted(op, x.device)[:tokens]
             else:
-                received = int(total[0].item())  # DeepEP's normal mode synchronizes here too
-                rows = None
-            local = recv_idx[:received].long() - self.rank * per_rank
-            mine = (recv_idx[:received] >= 0) & (local >= 0) & (local < per_rank)
-            if rows is not None:
-                mine &= rows
-            recv_topk_idx = torch.where(mine, local, -1).to(topk_idx.dtype)
-            recv_topk_weights = (torch.where(mine, recv_w[:received], 0.0) if topk_weights is not None else None)
-            recv_x = recv[:received].clone()
-            recv_x_scales = _scales(recv_s, received) if x_scales is not None else None
-        counts = []
-        if not num_worst_tokens:
-            counts = [(c + expert_alignment - 1) // expert_alignment * expert_alignment
-                      for c in op.local_expert_counts()]
+                weights = topk_weights if topk_weights.dtype == torch.float32 else topk_weights.float()
+            routing = op.dispatch(x.contiguous(), weights.contiguous(),
+                                  None if x_scales is None else x_scales.contiguous(), indices.contiguous(),
+                                  return_routing=True, keep_call=True)[-1]
+            counts = []
+            if num_worst_tokens:
+                received = num_worst_tokens
+            else:
+                # DeepEP's normal mode synchronizes here too: the received count and
+                # the experts' counts in one read.
+                received, per_expert = op.received_counts()
+                counts = [(c + expert_alignment - 1) // expert_alignment * expert_alignment for c in per_expert]
+            # The rows, their scales, local ids and weights into tensors of the
+            # caller's, by the op's kernel (-1 / 0 for experts elsewhere and for
+            # rows past the received count).
+            recv_x = torch.empty(received, x.shape[1], dtype=x.dtype, device=x.device)
+            recv_x_scales = (None if x_scales is None else
+                             torch.empty(received, x_scales.shape[1], dtype=torch.float32, device=x.device))
+            recv_topk_idx = torch.empty(received, topk, dtype=torch.int64, device=x.device)
+            recv_topk_weights = (None if topk_weights is None else
+                                 torch.empty(received, topk, dtype=torch.float32, device=x.device))
+            op.deliver_received(recv_x, recv_topk_idx, scales=recv_x_scales, weights=recv_topk_weights)
+            if topk_idx.dtype != torch.int64:
+                recv_topk_idx = recv_topk_idx.to(topk_idx.dtype)
         new_handle = _Handle(op, routing, received, tokens, num_worst_tokens)
         self._latest[op] = new_handle
         event = self._finish(async_finish, [x, x_scales, topk_idx, topk_weights],
@@ -319,12 +346,13 @@ class Buffer:
                              "handle's batch)")
         with self._begin(previous_event, async_finish):
             _, _, indices = op.recorded_call(handle.routing)
-            weights = torch.zeros(handle.tokens, indices.shape[1], dtype=torch.float32, device=x.device)
-            recv, _, recv_s, _, _ = op.dispatch(x.contiguous(), weights,
-                                                None if x_scales is None else x_scales.contiguous(),
-                                                indices.clone(), routing=handle.routing)
-            recv_x = recv[:handle.received].clone()
-            recv_x_scales = _scales(recv_s, handle.received) if x_scales is not None else None
+            weights = self._unweighted(op, x.device)[:handle.tokens]
+            op.dispatch(x.contiguous(), weights, None if x_scales is None else x_scales.contiguous(), indices,
+                        routing=handle.routing)
+            recv_x = torch.empty(handle.received, x.shape[1], dtype=x.dtype, device=x.device)
+            recv_x_scales = (None if x_scales is None else
+                             torch.empty(handle.received, x_scales.shape[1], dtype=torch.float32, device=x.device))
+            op.deliver_received(recv_x, scales=recv_x_scales)
         self._latest[op] = handle
         event = self._finish(async_finish, [x, x_scales], [recv_x, recv_x_scales])
         return (recv_x, recv_x_scales) if x_scales is not None else recv_x, None, None, None, None, event
@@ -349,19 +377,20 @@ class Buffer:
         with self._begin(previous_event, async_finish):
             staged = op.combine_input()
             staged[:handle.received] = x
-            weights = None
+            weights = combined_topk_weights = None
             if topk_weights is not None:
                 weights = self._weights.get(op)
                 if weights is None:
                     weights = self._weights[op] = torch.zeros(op.capacity, topk_weights.shape[1], dtype=torch.float32,
                                                               device=x.device)
                 weights[:handle.received] = topk_weights
-            out, out_w = op.combine(staged, weights)
-            combined_x = out.clone()
+                combined_topk_weights = torch.empty(handle.tokens, topk_weights.shape[1], dtype=torch.float32,
+                                                    device=x.device)
+            combined_x = torch.empty(handle.tokens, x.shape[1], dtype=torch.bfloat16, device=x.device)
+            op.combine(staged, weights, output=combined_x, output_weights=combined_topk_weights)
             for extra in (bias_0, bias_1):
                 if extra is not None:
                     combined_x = (combined_x.float() + extra.float()).to(torch.bfloat16)
-            combined_topk_weights = out_w.clone() if topk_weights is not None else None
         self._latest.pop(op, None)
         event = self._finish(async_finish, [x, topk_weights, bias_0, bias_1], [combined_x, combined_topk_weights])
         return combined_x, combined_topk_weights, event

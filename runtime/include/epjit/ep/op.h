@@ -23,7 +23,7 @@ namespace epjit::ep {
 
 // Element types of the tensors the op takes and returns. FP8 is named by its
 // format, so a tensor of the wrong fp8 flavor for the target is refused.
-enum class DType : uint8_t { BF16, F32, I32, U8, FP8_E4M3FN, FP8_E4M3FNUZ, FP4_E2M1 };
+enum class DType : uint8_t { BF16, F32, I32, U8, FP8_E4M3FN, FP8_E4M3FNUZ, FP4_E2M1, I64 };
 
 // Every element type's facts, in one table: what errors call it, what torch
 // and ml_dtypes call it, its bits, and the payload type (DataType: fp8 as
@@ -207,7 +207,12 @@ class EpDispatchCombineOp {
                                  const Routing& routing);
   // input [>= capacity, hidden] of the combine type (rows past total_recv
   // are not read), weights [>= capacity, top-k] f32 or none.
-  CombineResult combine(const TensorRef& input, const std::optional<TensorRef>& weights = std::nullopt);
+  // `output` [tokens, hidden] of the combine type and `output_weights`
+  // [tokens, top-k] f32 (with weights): the caller's tensors the combine
+  // writes instead of the op's buffers (one node only); the result names them.
+  CombineResult combine(const TensorRef& input, const std::optional<TensorRef>& weights = std::nullopt,
+                        const std::optional<TensorRef>& output = std::nullopt,
+                        const std::optional<TensorRef>& output_weights = std::nullopt);
   // Gather combine: where expert outputs can be written so combine() need
   // not stage them (pass this tensor as combine's input). [capacity, hidden];
   // valid between a dispatch and its combine (peers read it during combine).
@@ -271,6 +276,43 @@ class EpDispatchCombineOp {
   // the op's memory, enqueued on the op's stream (no synchronization): for
   // grouped GEMMs that read them on the GPU. Valid until the next call of it.
   TensorRef local_expert_counts_device(ExpertCountRule rule = ExpertCountRule::DistinctPerToken);
+  // How many rows the dispatch awaiting combine received, and the tokens each
+  // local expert got (as local_expert_counts), counted on the device and read
+  // in one copy: synchronizes the op's stream. Uses local_expert_counts_device()'s
+  // memory (its tensor then holds this rule's counts).
+  struct ReceivedCounts {
+    int64_t total = 0;
+    std::vector<int> per_expert;
+  };
+  ReceivedCounts received_counts(ExpertCountRule rule = ExpertCountRule::DistinctPerToken);
+  // What a dispatch of `indices` ([n, top-k] i64, -1 for none) would send,
+  // before it runs (DeepEP's get_dispatch_layout), into the caller's tensors:
+  // per_rank [world_size] i32 (tokens each rank gets, a token once per rank),
+  // per_expert [num_experts] i32 (entries each expert gets, repeats too) and
+  // in_rank [n, world_size] u8 (1 where the token goes to the rank, else 0).
+  // Negative ids and experts past the last count nowhere (the dispatch
+  // refuses the latter). Fills the counts with zeros and launches one kernel
+  // on the op's stream; no host synchronization, no dispatch state: callable
+  // at any time between calls.
+  void dispatch_layout(const TensorRef& indices, const TensorRef& per_rank, const TensorRef& per_expert,
+                       const TensorRef& in_rank);
+  // The caller's tensors for deliver_received(), `rows` rows each (the
+  // tokens' first dimension, at most capacity()).
+  struct ReceivedRows {
+    TensorRef tokens;                        // [rows, hidden] of the dispatch type
+    std::optional<TensorRef> scales;         // [rows, scale_dim] of scale_type_size bytes: exactly when scale_dim > 0
+    std::optional<TensorRef> local_experts;  // [rows, top-k] i64, or none
+    std::optional<TensorRef> weights;        // [rows, top-k] f32, or none
+  };
+  // Copies the received rows of the dispatch awaiting combine into the
+  // caller's tensors, with each row's top-k as local expert ids (expert -
+  // rank * num_experts_per_rank where this rank holds it, else -1) and the
+  // weights of those entries (0 elsewhere): a framework's normal-mode
+  // dispatch outputs (DeepEP's recv_x, recv_topk_idx, recv_topk_weights) in
+  // one launch on the op's stream, no host synchronization. Rows past the
+  // received count (a worst-case `rows`) keep their token and scale bytes and
+  // get -1 ids and 0 weights.
+  void deliver_received(const ReceivedRows& out);
 
   std::unique_ptr<Routing> make_routing();
   // A recorded routing's map as an i32 device tensor: per source token
