@@ -17,6 +17,8 @@
 //   ep/combine_low_latency ep_combine_low_latency (flagged inboxes, no staging:
 //                       the combine of an op built with low_latency)
 //   ep/counts           ep_count_experts (received tokens per local expert, on the device)
+//   ep/narrow           ep_narrow_indices (a framework's int64 top-k ids into the op's int32
+//                       copy, before a dispatch or a weighted-entries combine reads them)
 //   ep/layout           ep_dispatch_layout (what a dispatch of a batch's top-k would send:
 //                       tokens per rank and per expert, each token's ranks)
 //   ep/received         ep_deliver_received (the received rows in the caller's tensors, top-k
@@ -44,4 +46,5 @@ ep.include "ep/combine_low_latency"
 ep.include "ep/counts"
 ep.include "ep/received"
 ep.include "ep/layout"
+ep.include "ep/narrow"
 ep.include "ep/internode_v2"

@@ -525,7 +525,7 @@ class EpDispatchCombineOp:
         received token (its local experts in top-k order, in f32, rounded once), then
         combined as combine() would; returns (out, out_weights or None).
         With std_moe_combine="weighted_entries": weights and indices are this rank's
-        dispatched top-k weights [n, k] f32 and indices [n, k] int32, and each token is
+        dispatched top-k weights [n, k] f32 and indices [n, k] int32 or int64, and each token is
         the sum of its expert rows times its own weights, in top-k order (fused
         multiply-adds in f32 from +0.0, rounded once: DeepEP's low-latency combine);
         returns (out, None), out being `output` ([n, hidden] bfloat16) when given."""

@@ -27,7 +27,7 @@ void EpDispatchCombineOp::Impl::check_dispatch_inputs(const char* call, const Te
   expect_tensor(call, "input", input, tensor_type_of(config.dispatch_type(), config.target_info()),
                 {n, config.hidden_dim});
   expect_tensor(call, "weights", weights, DType::F32, {n, k});
-  expect_tensor(call, "indices", indices, DType::I32, {n, k});
+  expect_tensor(call, "indices", indices, index_type_of(indices), {n, k});
   if (config.scale_dim > 0) {
     if (!scales)
       throw Error(std::string(call) + ": no scales", "[tokens, scale_dim = " + std::to_string(config.scale_dim) + "]",
@@ -46,16 +46,18 @@ void EpDispatchCombineOp::Impl::check_dispatch_inputs(const char* call, const Te
   require_pointer_alignment(dispatch_kernel, "input", input.data, call, "input");
   require_pointer_alignment(dispatch_kernel, "weights", weights.data, call, "weights");
   if (scales) require_pointer_alignment(dispatch_kernel, "scales", scales->data, call, "scales");
-  require_pointer_alignment(dispatch_kernel, "indices", indices.data, call, "indices");
+  if (indices.dtype == DType::I32) require_pointer_alignment(dispatch_kernel, "indices", indices.data, call, "indices");
   // Memory the host addresses can be read now; GPU kernels flag bad experts
   // (check()), as every kernel does for a count on the device: which rows
   // are padding is known only when the call runs.
   if (device.host_addressable() && !token_count) {
-    const auto* experts = static_cast<const int32_t*>(indices.data);
+    const bool wide = indices.dtype == DType::I64;
     for (int64_t i = 0; i < n * k; ++i) {
-      if (experts[i] != kNoExpert && (experts[i] < 0 || experts[i] >= config.num_experts()))
+      const int64_t expert = wide ? static_cast<const int64_t*>(indices.data)[i]
+                                  : static_cast<const int32_t*>(indices.data)[i];
+      if (expert != kNoExpert && (expert < 0 || expert >= config.num_experts()))
         throw Error(std::string(call) + ": indices[" + std::to_string(i / k) + ", " + std::to_string(i % k) +
-                        "] = " + std::to_string(experts[i]) + " on rank " + std::to_string(config.rank),
+                        "] = " + std::to_string(expert) + " on rank " + std::to_string(config.rank),
                     "an expert in [0, " + std::to_string(config.num_experts()) + "), or -1 for none",
                     "fix the router's indices");
     }
@@ -189,9 +191,9 @@ void EpDispatchCombineOp::Impl::enqueue_source_order(int64_t tokens, const void*
 DispatchLaunch EpDispatchCombineOp::Impl::dispatch_call(const char* name, const TensorRef& input,
                                                         const TensorRef& weights,
                                                         const std::optional<TensorRef>& scales,
-                                                        const TensorRef& indices, Routing* record,
+                                                        const TensorRef& given_indices, Routing* record,
                                                         const DispatchOptions& options, Halves halves) {
-  check_dispatch_inputs(name, input, weights, scales, indices, /*counts_slots=*/true, options.token_count);
+  check_dispatch_inputs(name, input, weights, scales, given_indices, /*counts_slots=*/true, options.token_count);
   check_token_count(name, options.token_count, record);
   if (record && record->op_id_ != id)
     throw Error(std::string(name) + ": the routing to record into belongs to another op",
@@ -200,6 +202,7 @@ DispatchLaunch EpDispatchCombineOp::Impl::dispatch_call(const char* name, const 
     throw Error(std::string(name) + ": keep_call without a routing to record into",
                 "keep_call together with a record", "pass a make_routing() as the record, or leave keep_call unset");
   const bool v2 = call_runs_internode_v2(name, input.shape[0], options);
+  const TensorRef indices = indices_for_kernels(given_indices);
   route_in_use = record ? record->route_ : route;
   const bool indices_by_kernel = options.keep_call && kernel_keeps_indices(indices);
   const bool origins_by_kernel = options.keep_call && kernel_keeps_origins(input.shape[0]);
@@ -380,7 +383,8 @@ DispatchResult EpDispatchCombineOp::dispatch_replay(const TensorRef& input, cons
                 "replay the recorded routing itself, load the whole route_map(), or build the op with "
                 "internode_kernel v2_ll");
   op.route_in_use = routing.route_;
-  return op.launch_dispatch(input, weights, scales, indices, routing.route_, true, routing.internode_v2_, Halves::Both)
+  return op.launch_dispatch(input, weights, scales, op.indices_for_kernels(indices), routing.route_, true,
+                            routing.internode_v2_, Halves::Both)
       .result;
 }
 

@@ -106,6 +106,7 @@ struct EpDispatchCombineOp::Impl {
   void* moe_codes = nullptr;   // std_moe_quant
   void* moe_scales = nullptr;
   void* expert_counts = nullptr;  // local_expert_counts_device()'s output
+  void* narrow_indices = nullptr;  // ep_narrow_indices' output: a call's int64 ids as int32
 
   double fetch_seconds = 0;
   int32_t peer_timeout_ms = 0;  // resolved once (config, else EPJIT_PEER_TIMEOUT_S, else 30 s)
@@ -282,6 +283,32 @@ struct EpDispatchCombineOp::Impl {
     const size_t bytes = size_t(indices.shape[0]) * size_t(config.num_experts_per_token) * 4;
     if (bytes) device.copy_async(kept_indices_of(routing), indices.data, bytes, *stream);
   }
+
+  // The top-k ids as the kernels read them: int32 ids as they are; int64 ids
+  // (frameworks' type) narrowed into the op's narrow_indices by
+  // ep_narrow_indices on the op's stream (an id outside int32 becomes
+  // INT32_MAX, which the kernels report as out of range). Checked before.
+  TensorRef indices_for_kernels(const TensorRef& indices) {
+    if (indices.dtype != DType::I64) return indices;
+    const int64_t entries = indices.shape[0] * config.num_experts_per_token;
+    if (entries > 0) {
+      const Kernel& kernel = *kernels.narrow_indices;
+      const ScheduleEntry& geometry = geometry_for(indices.shape[0]);
+      constexpr int64_t kSegment = 1024;  // ep/narrow's entries per warp
+      const int64_t warps = geometry.dispatch_warps;
+      const int64_t blocks = std::min<int64_t>(geometry.dispatch_blocks, (entries + kSegment * warps - 1) / (kSegment * warps));
+      device.launch(kernel, {uint32_t(blocks), uint32_t(warps)},
+                    LaunchArgs(kernel)
+                        .set("wide", indices.data)
+                        .set("narrow", narrow_indices)
+                        .set("entries", entries)
+                        .build(),
+                    *stream);
+    }
+    return {narrow_indices, DType::I32, indices.shape};
+  }
+  // The top-k ids' dtype a call takes: int32, or int64 (narrowed for the kernels).
+  static DType index_type_of(const TensorRef& indices) { return indices.dtype == DType::I64 ? DType::I64 : DType::I32; }
 
   void check_dispatch_inputs(const char* call, const TensorRef& input, const TensorRef& weights,
                              const std::optional<TensorRef>& scales, const TensorRef& indices, bool counts_slots,

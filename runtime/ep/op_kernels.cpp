@@ -18,6 +18,7 @@ EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineCon
   kernels.count_experts = &module.kernel("ep_count_experts");
   kernels.deliver_received = &module.kernel("ep_deliver_received");
   kernels.dispatch_layout = &module.kernel("ep_dispatch_layout");
+  kernels.narrow_indices = &module.kernel("ep_narrow_indices");
   kernels.combine_low_latency = held("ep_combine_low_latency");
   kernels.combine_gather = held("ep_combine_gather");
   kernels.combine_entries = held("ep_combine_entries");
@@ -72,6 +73,7 @@ EpBuffers EpBuffers::of(const ModuleInterface& record) {
   buffers.out_tokens = &buffers.outputs->part("out_tokens");
   buffers.out_weights = &buffers.outputs->part("out_weights");
   buffers.expert_counts = &buffers.outputs->part("expert_counts");
+  buffers.narrow_indices = &buffers.outputs->part("narrow_indices");
   buffers.std_moe = &record.buffer("std_moe");
   buffers.moe_tokens = &buffers.std_moe->part("moe_tokens");
   buffers.moe_counts = &buffers.std_moe->part("moe_counts_out");

@@ -26,6 +26,7 @@ struct EpKernels {
   const Kernel* count_experts = nullptr;
   const Kernel* deliver_received = nullptr;
   const Kernel* dispatch_layout = nullptr;
+  const Kernel* narrow_indices = nullptr;  // int64 top-k ids into the op's int32 copy
   const Kernel* order_count = nullptr;  // receive_order source: ep/order's two kernels
   const Kernel* order_slots = nullptr;
   const Kernel* internode_ingest = nullptr;
@@ -67,7 +68,8 @@ struct EpBuffers {
   const BufferInfo* kept = nullptr;  // a Routing's kept call
   const BufferPartInfo *kept_origins = nullptr, *kept_indices = nullptr;
   const BufferInfo* outputs = nullptr;
-  const BufferPartInfo *out_tokens = nullptr, *out_weights = nullptr, *expert_counts = nullptr;
+  const BufferPartInfo *out_tokens = nullptr, *out_weights = nullptr, *expert_counts = nullptr,
+                       *narrow_indices = nullptr;
   const BufferInfo* std_moe = nullptr;
   const BufferPartInfo *moe_tokens = nullptr, *moe_counts = nullptr, *moe_sources = nullptr,
                        *moe_combine_in = nullptr, *moe_codes = nullptr, *moe_scales = nullptr;

@@ -158,6 +158,7 @@ void EpDispatchCombineOp::Impl::allocate() {
   out_tokens = part_of(outputs_memory, *buffers.out_tokens);
   out_weights = part_of(outputs_memory, *buffers.out_weights);
   expert_counts = part_of(outputs_memory, *buffers.expert_counts);
+  narrow_indices = part_of(outputs_memory, *buffers.narrow_indices);
   if (config.enable_std_moe) {
     std_moe_memory = allocate_zeroed(buffers.std_moe->bytes);
     moe_tokens = part_of(std_moe_memory, *buffers.moe_tokens);

@@ -155,19 +155,20 @@ CombineResult EpDispatchCombineOp::Impl::entries_combine_call(const char* call, 
                     "weights each token's expert rows with its own top-k weights)",
                 "pass the dispatch's top-k weights and indices");
   expect_tensor(call, "weights", *weights, DType::F32, {n, k});
-  expect_tensor(call, "indices", *indices, DType::I32, {n, k});
+  expect_tensor(call, "indices", *indices, index_type_of(*indices), {n, k});
   const Kernel& kernel = *kernels.combine_entries;
   require_pointer_alignment(kernel, "expert_out", expert_out.data, call, "expert_out");
   require_pointer_alignment(kernel, "in_weights", weights->data, call, "weights");
-  require_pointer_alignment(kernel, "indices", indices->data, call, "indices");
+  if (indices->dtype == DType::I32) require_pointer_alignment(kernel, "indices", indices->data, call, "indices");
   const bool to_output = output && output->data;
   if (to_output) {
     expect_tensor(call, "output", *output, DType::BF16, {n, config.hidden_dim});
     require_pointer_alignment(kernel, "output", output->data, call, "output");
   }
+  const void* kernel_indices = indices_for_kernels(*indices).data;
   CombineLaunch launch{.weights = weights->data,
                        .expert_out = expert_out.data,
-                       .indices = indices->data,
+                       .indices = kernel_indices,
                        .staged = expert_out.data == local(window.moe_entry_rows),  // std_moe_combine_input()
                        .tokens = n,
                        .token_count = pending_token_count,

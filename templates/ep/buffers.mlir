@@ -76,6 +76,15 @@ ep.buffer_part @expert_counts in "outputs" : i32 attributes {align = 16 : i64,
   ep.yield %words : index
 }
 
+// ep_narrow_indices' output: int64 top-k ids as the kernels read them.
+ep.buffer_part @narrow_indices in "outputs" : i32 attributes {align = 16 : i64,
+    meaning = "a call's int64 top-k ids narrowed to int32 (ep_narrow_indices), top-k per token"} {
+  %topk = ep.param_value @topk : index
+  %max_tokens = ep.param_value @max_tokens : index
+  %entries = arith.muli %max_tokens, %topk : index
+  ep.yield %entries : index
+}
+
 // Standard MoE (bf16): the packed layout [experts_per_rank, world *
 // max_tokens, hidden] the experts read, its counts and source map, and the
 // rows scatter sums before they leave (internode, or under quant).

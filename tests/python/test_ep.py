@@ -1018,3 +1018,106 @@ def test_a_token_count_on_the_device_moves_only_its_rows():
         op.dispatch(x, w, None, idx, token_count=np.array([1, 2], dtype=np.int32))
     op.close()
     comm.destroy()
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_the_dispatch_layout_counts_what_a_dispatch_would_send(world):
+    # DeepEP's get_dispatch_layout on the op's kernel, against a count in numpy:
+    # odd token counts, -1 and other negative ids, a repeated expert (counted
+    # per entry, its rank once), an id past the last expert (counted nowhere).
+    # Every output poisoned first.
+    def rank(r, uid, results):
+        try:
+            comm = epjit.Communicator.init(world, r, uid, target="host")
+            config = epjit.EpDispatchCombineConfig(rank=r, world_size=world, hidden_dim=HIDDEN,
+                                                   max_num_inp_token_per_rank=MAX_TOKENS, num_experts_per_rank=EPR,
+                                                   num_experts_per_token=TOPK)
+            experts = world * EPR
+            with epjit.EpDispatchCombineOp(config, comm) as op:
+                rng = np.random.default_rng(41 + r)
+                for tokens in (0, 1, 7, 23):
+                    idx = rng.integers(-3, experts, (tokens, TOPK)).astype(np.int64)
+                    if tokens > 2:
+                        idx[1] = [idx[1, 0]] * TOPK
+                        idx[2, 0] = experts + 5
+                    per_rank = np.full(world, -7, dtype=np.int32)
+                    per_expert = np.full(experts, -7, dtype=np.int32)
+                    in_rank = np.full((tokens, world), 9, dtype=np.uint8)
+                    op.dispatch_layout(idx, per_rank, per_expert, in_rank)
+                    valid = (idx >= 0) & (idx < experts)
+                    want_expert = np.array([int((idx[valid] == e).sum()) for e in range(experts)], dtype=np.int32)
+                    want_in = np.zeros((tokens, world), dtype=np.uint8)
+                    for t in range(tokens):
+                        for e in idx[t][valid[t]]:
+                            want_in[t, e // EPR] = 1
+                    np.testing.assert_array_equal(per_expert, want_expert)
+                    np.testing.assert_array_equal(in_rank, want_in)
+                    np.testing.assert_array_equal(per_rank, want_in.sum(0).astype(np.int32))
+                with pytest.raises(epjit.Error, match="indices"):
+                    op.dispatch_layout(np.zeros((2, TOPK), dtype=np.int32), per_rank, per_expert,
+                                       np.zeros((2, world), dtype=np.uint8))
+                with pytest.raises(epjit.Error, match="in_rank"):
+                    op.dispatch_layout(np.zeros((2, TOPK), dtype=np.int64), per_rank, per_expert,
+                                       np.zeros((2, world + 1), dtype=np.uint8))
+            comm.destroy()
+            results[r] = None
+        except Exception as error:  # reported by the test
+            results[r] = f"rank {r}: {type(error).__name__}: {error}"
+
+    uid = epjit.Communicator.get_unique_id()
+    results = [None] * world
+    threads = [threading.Thread(target=rank, args=(r, uid, results)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert [r for r in results if r] == []
+
+
+def test_int64_ids_dispatch_and_combine_as_int32_ones_do():
+    # Frameworks' int64 top-k go to the op as they are (ep_narrow_indices on
+    # the op's stream): the same received rows, weights, ids and combined sums
+    # as the int32 copy; a view starting mid-line is taken; an id past int32
+    # is refused naming its value, never wrapped to its low word. Source order,
+    # so the calls' rows arrive in the same places.
+    world = 2
+
+    def rank(r, uid, results):
+        try:
+            comm = epjit.Communicator.init(world, r, uid, target="host")
+            config = epjit.EpDispatchCombineConfig(rank=r, world_size=world, hidden_dim=HIDDEN,
+                                                   max_num_inp_token_per_rank=MAX_TOKENS, num_experts_per_rank=EPR,
+                                                   num_experts_per_token=TOPK, receive_order="source")
+            with epjit.EpDispatchCombineOp(config, comm) as op:
+                x, w, idx = make_inputs(r, world, 13, "bf16", seed=5, masked=True)
+                got = []
+                for ids in (idx, idx.astype(np.int64), np.concatenate([np.zeros((1, TOPK), np.int64),
+                                                                       idx.astype(np.int64)])[1:]):
+                    tokens, weights, _, indices, total = op.dispatch(x, w, None, ids)
+                    op.synchronize()
+                    n = int(total[0])
+                    got.append((n, np.array(tokens[:n]).view(np.uint16), np.array(weights[:n]),
+                                np.array(indices[:n])))
+                    out, _ = op.combine(tokens, weights)
+                    got[-1] += (np.array(out).view(np.uint16),)
+                for other in got[1:]:
+                    assert other[0] == got[0][0]
+                    for a, b in zip(other[1:], got[0][1:]):
+                        np.testing.assert_array_equal(a, b)
+                wrapped = idx.astype(np.int64)
+                wrapped[2, 1] = (1 << 32) + 1  # its low word is expert 1
+                with pytest.raises(epjit.Error, match=r"indices\[2, 1\] = 4294967297"):
+                    op.dispatch(x, w, None, wrapped)
+            comm.destroy()
+            results[r] = None
+        except Exception as error:  # reported by the test
+            results[r] = f"rank {r}: {type(error).__name__}: {error}"
+
+    uid = epjit.Communicator.get_unique_id()
+    results = [None] * world
+    threads = [threading.Thread(target=rank, args=(r, uid, results)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert [r for r in results if r] == []

@@ -398,8 +398,11 @@ LogicalResult lowerCopy(ep::WarpCopyRowOp op, Lowering& l) {
                           << chunk << " elements from a window region or a pointer argument";
   Value src = ep::PtrAddOp::create(l.b, op.getSrc().getType(), op.getSrc(), op.getSrcOffset());
   Value dst = ep::PtrAddOp::create(l.b, op.getDst().getType(), op.getDst(), op.getDstOffset());
-  copyChunkSteps(l, src, dst, op.getCount(), chunk, unroll, op.getFlag() ? srcAligned : srcAligned && dstAligned,
-                 /*from=*/0, op.getFlag());
+  // Narrowed ids (i64 -> i32) go element by element, so no alignment is
+  // asked of them: a framework's view of its top-k may start mid-line.
+  const bool narrowing = ep::elementTypeOf(op.getSrc()).isInteger(64) && ep::elementTypeOf(op.getDst()).isInteger(32);
+  const bool aligned = !narrowing && (op.getFlag() ? srcAligned : srcAligned && dstAligned);
+  copyChunkSteps(l, src, dst, op.getCount(), chunk, unroll, aligned, /*from=*/0, op.getFlag());
   return success();
 }
 

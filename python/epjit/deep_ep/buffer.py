@@ -300,7 +300,8 @@ class Buffer:
             raise ValueError(f"num_worst_tokens={num_worst_tokens} is more than this rank can receive "
                              f"({op.capacity}) (expected at most that)")
         with self._begin(previous_event, async_finish):
-            indices = topk_idx if topk_idx.dtype == torch.int32 else topk_idx.to(torch.int32)
+            # int64 (DeepEP's topk_idx_t) and int32 ids go as they are: the op narrows int64 itself.
+            indices = topk_idx if topk_idx.dtype in (torch.int64, torch.int32) else topk_idx.long()
             if topk_weights is None:
                 weights = self._unweighted(op, x.device)[:tokens]
             else:

@@ -28,19 +28,17 @@ class LowLatencyHandle(tuple):
     packed row, not DeepEP's source token index) and layout_range is None; the
     op that ran the dispatch rides along."""
 
-    def __new__(cls, sources, max_tokens, hidden, num_experts, op, topk_idx, indices):
+    def __new__(cls, sources, max_tokens, hidden, num_experts, op):
         handle = super().__new__(cls, (sources, None, max_tokens, hidden, num_experts))
         handle.op = op
-        # The dispatch's top-k and its int32 copy: a combine passed the same
-        # tensor, unchanged since (torch's version counter), reuses the copy.
-        handle.topk_idx, handle.topk_version, handle.indices = topk_idx, topk_idx._version, indices
         return handle
 
-    def indices_for(self, topk_idx):
-        """topk_idx as the op's int32, converted once per dispatch where it can be."""
-        if topk_idx is self.topk_idx and topk_idx._version == self.topk_version:
-            return self.indices
-        return topk_idx if topk_idx.dtype == _torch().int32 else topk_idx.to(_torch().int32)
+
+def _ids(topk_idx):
+    """topk_idx as the op takes it: int64 (DeepEP's topk_idx_t; the op narrows it on the
+    device) and int32 as they are, other integer types as int64."""
+    torch = _torch()
+    return topk_idx if topk_idx.dtype in (torch.int64, torch.int32) else topk_idx.long()
 
 
 def size_hint(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts):
@@ -115,7 +113,7 @@ class LowLatency:
             raise ValueError(f"{tokens} tokens: more than num_max_dispatch_tokens_per_rank="
                              f"{num_max_dispatch_tokens_per_rank} (expected at most that, on every rank)")
         op = self._next_op(x, topk, num_experts, num_max_dispatch_tokens_per_rank, quant)
-        indices = topk_idx if topk_idx.dtype == torch.int32 else topk_idx.to(torch.int32)
+        indices = _ids(topk_idx)
         weights = self._zeros[op][:tokens]
         stats = cumulative_local_expert_recv_stats
 
@@ -140,8 +138,7 @@ class LowLatency:
         if use_fp8:
             codes, scales = op.std_moe_fp8()
             recv_x = (codes, scales.transpose(1, 2))  # DeepEP's [experts, rows, scales] view, column-major
-        handle = LowLatencyHandle(sources, num_max_dispatch_tokens_per_rank, x.shape[1], num_experts, op, topk_idx,
-                                  indices)
+        handle = LowLatencyHandle(sources, num_max_dispatch_tokens_per_rank, x.shape[1], num_experts, op)
         event = self._buffer._low_latency_event(async_finish, (x, topk_idx, recv_x, recv_count))
         return recv_x, recv_count, handle, event, hook
 
@@ -159,7 +156,7 @@ class LowLatency:
         tokens = topk_idx.shape[0]
         expert_out = op.std_moe_combine_input() if zero_copy else x
         weights = topk_weights if topk_weights.dtype == torch.float32 else topk_weights.float()
-        indices = handle.indices_for(topk_idx)
+        indices = _ids(topk_idx)
         if out is None:
             out = torch.empty(tokens, handle[3], dtype=torch.bfloat16, device=topk_idx.device)
         hook = None

@@ -297,8 +297,17 @@ func.func @codes_are_bytes(%x: !ep.ptr<bf16>, %q: !ep.ptr<i16>, %n: index) {
 // -----
 
 func.func @copy_converts_bf16_f32_only(%x: !ep.ptr<bf16>, %q: !ep.ptr<i8>, %n: index) {
-  // expected-error @+1 {{copies between equal element types or between bf16 and f32; got 'bf16' -> 'i8'}}
+  // expected-error @+1 {{copies between equal element types, between bf16 and f32, or i64 to i32; got 'bf16' -> 'i8'}}
   ep.warp.copy_row %x[%n], %q[%n], %n : !ep.ptr<bf16> -> !ep.ptr<i8>
+  return
+}
+
+// -----
+
+// Ids narrow (i64 -> i32); they never widen through a copy.
+func.func @copy_never_widens_ids(%narrow: !ep.ptr<i32>, %wide: !ep.ptr<i64>, %n: index) {
+  // expected-error @+1 {{copies between equal element types, between bf16 and f32, or i64 to i32; got 'i32' -> 'i64'}}
+  ep.warp.copy_row %narrow[%n], %wide[%n], %n : !ep.ptr<i32> -> !ep.ptr<i64>
   return
 }
 

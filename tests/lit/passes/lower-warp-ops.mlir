@@ -253,6 +253,17 @@ func.func @copy_difference(%x: !ep.ptr<i32>, %parity: index, %n: index) {
   return
 }
 
+// Narrowed ids (i64 -> i32) go element by element even at aligned offsets:
+// chunks of two i64 (16 bytes), no alignment asked of a framework's view.
+// CHECK-LABEL: func.func @copy_narrows_ids
+// CHECK: ep.lane.copy_chunks {{.*}}{aligned = false, chunk = 2 : i64{{.*}}} : !ep.ptr<i64> -> !ep.ptr<i32>
+func.func @copy_narrows_ids(%wide: !ep.ptr<i64>, %narrow: !ep.ptr<i32>) {
+  %c0 = arith.constant 0 : index
+  %c1024 = arith.constant 1024 : index
+  ep.warp.copy_row %wide[%c0], %narrow[%c0], %c1024 : !ep.ptr<i64> -> !ep.ptr<i32>
+  return
+}
+
 // Unaligned offsets keep the element-wise path.
 // CHECK-LABEL: func.func @copy_unaligned
 // CHECK: ep.lane.copy_chunks {{.*}}aligned = false

@@ -39,7 +39,7 @@
 // MLIR: ep.lane.quantize_chunk
 // INPUT: ep.specialization = {hidden = 64 : index}
 // INPUT: ep.warp.quantize
-// UNKNOWN: epjit-compile: error: unknown template 'quantize_fp9'; templates: dequantize_fp8_blockwise, dequantize_fp8_direct, dequantize_mxfp4, ep/buffers, ep/combine, ep/combine_entries, ep/combine_gather, ep/combine_low_latency, ep/combine_scatter, ep/common, ep/counts, ep/dispatch, ep/internode, ep/internode_v2, ep/layout, ep/order, ep/received, ep/std_moe, ep/std_moe_quantize, ep/sync, ep_dispatch_combine, ep_peer_copy, quantize_fp8_blockwise, quantize_fp8_direct, quantize_mxfp4
+// UNKNOWN: epjit-compile: error: unknown template 'quantize_fp9'; templates: dequantize_fp8_blockwise, dequantize_fp8_direct, dequantize_mxfp4, ep/buffers, ep/combine, ep/combine_entries, ep/combine_gather, ep/combine_low_latency, ep/combine_scatter, ep/common, ep/counts, ep/dispatch, ep/internode, ep/internode_v2, ep/layout, ep/narrow, ep/order, ep/received, ep/std_moe, ep/std_moe_quantize, ep/sync, ep_dispatch_combine, ep_peer_copy, quantize_fp8_blockwise, quantize_fp8_direct, quantize_mxfp4
 // MISSING: error: parameter 'hidden' is not bound: pass hidden=VALUE (index)
 // ILLTYPED: error: parameter 'hidden' takes an integer (index); got 'lots'
 // CONSTRAINT: error: parameter 'hidden' = 7 must be a multiple of 2

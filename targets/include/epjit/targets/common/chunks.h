@@ -142,6 +142,22 @@ EPJIT_HD void copy_chunks(const Src* src, Dst* dst, size_t count, size_t start, 
   }
 }
 
+// i64 -> i32: a framework's int64 top-k ids into the op's int32 copy. A value
+// outside int32 becomes INT32_MAX, which no expert id reaches, so the kernels
+// reading the copy report an expert out of range instead of taking the
+// wrapped low word for an expert.
+template <int Chunk, int Unroll, bool Aligned>
+EPJIT_HD void copy_chunks(const int64_t* src, int32_t* dst, size_t count, size_t start, size_t stride) {
+  for (int k = 0; k < Unroll; ++k) {
+    const size_t at = start + size_t(k) * stride;
+    const size_t end = at + Chunk < count ? at + Chunk : count;
+    for (size_t i = at; i < end; ++i) {
+      const int64_t value = src[i];
+      dst[i] = value < -2147483648LL || value > 2147483647LL ? int32_t(2147483647) : int32_t(value);
+    }
+  }
+}
+
 // acc[i] = fma(weight, src[i], acc[i]): one explicit fused multiply-add on
 // every target, so GPU contraction and host code cannot disagree.
 template <int Chunk, bool Aligned, typename Src>

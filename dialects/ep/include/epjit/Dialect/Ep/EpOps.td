@@ -513,7 +513,10 @@ def Ep_WarpCopyRowOp : Ep_Op<"warp.copy_row"> {
     ep.warp.copy_row %src[%a], %dst[%b], %count : !ep.ptr<bf16> -> !ep.ptr<bf16>
     ```
     f32 -> bf16 rounds to nearest even; bf16 -> f32 is exact; equal element
-    types copy bits (i8 rows move fp8/fp4 payloads and scales as bytes).
+    types copy bits (i8 rows move fp8/fp4 payloads and scales as bytes);
+    i64 -> i32 narrows a framework's int64 ids, a value outside int32
+    becoming INT32_MAX (no expert id reaches it, so it is reported as out
+    of range instead of being taken for its low word).
 
     With `flagged(%flag)` the destination is a flagged row (the low-latency
     combine's transport, NCCL's LL): every 8 bytes of the bf16 or f32 row go
