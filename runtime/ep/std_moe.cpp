@@ -22,8 +22,20 @@ StdMoeResult EpDispatchCombineOp::std_moe_pack() {
                        .build(),
                    *op.stream);
   if (const Kernel* quantize = op.kernels.std_moe_quantize) {
-    // The packed rows in fp8 (std_moe_quant), after the pack on the same stream.
-    op.device.launch(*quantize, {uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)},
+    // The packed rows in fp8 (std_moe_quant), after the pack on the same
+    // stream. Its items (entry, 512-element piece) are latency-bound warp
+    // work: on the dispatch's grid a warp took 14 of them one after another
+    // at 128 tokens (+125 us on an H100), so the grid grows with this call's
+    // entries (balanced routing brings a rank about tokens * top-k of them)
+    // to about two items a warp, up to 8x the dispatch's blocks.
+    constexpr int64_t kItemsPerWarp = 2, kPieceElements = 512, kMostBlocksPerDispatchBlock = 8;
+    const int64_t pieces = (op.config.hidden_dim + kPieceElements - 1) / kPieceElements;
+    const int64_t items = op.dispatched_tokens * op.config.num_experts_per_token * pieces;
+    const int64_t warps = geometry.dispatch_warps;
+    const int64_t blocks = std::clamp<int64_t>((items + warps * kItemsPerWarp - 1) / (warps * kItemsPerWarp),
+                                               geometry.dispatch_blocks,
+                                               geometry.dispatch_blocks * kMostBlocksPerDispatchBlock);
+    op.device.launch(*quantize, {uint32_t(blocks), uint32_t(warps)},
                      LaunchArgs(*quantize)
                          .set("packed", op.moe_tokens)
                          .set("codes", op.moe_codes)
