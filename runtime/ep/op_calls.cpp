@@ -128,6 +128,7 @@ DispatchLaunch EpDispatchCombineOp::Impl::launch_dispatch(const TensorRef& input
 
   enqueue_dispatch(call, halves);
   dispatched_tokens = call.tokens;
+  received_read = -1;
   packed_since_dispatch = false;
   pending_counted_slots = !replay;
   pending_v2 = v2;
@@ -242,9 +243,13 @@ CombineResult EpDispatchCombineOp::Impl::launch_combine(const char* call, const 
                 "call dispatch() first");
   const int64_t cap = capacity(), k = config.num_experts_per_token;
   const DType row_type = tensor_type_of(config.combine_type(), config.target_info());
-  expect_tensor(call, "input", input, row_type, {cap, config.hidden_dim}, /*at_least_rows=*/true);
+  // The kernels read the received rows: capacity rows cover any count; once
+  // received_counts() has read the count, that many do (one node, plain
+  // rows: the internode legs and the std-MoE unpack read by capacity).
+  const int64_t rows = received_read >= 0 && !internode && !expert_out ? received_read : cap;
+  expect_tensor(call, "input", input, row_type, {rows, config.hidden_dim}, /*at_least_rows=*/true);
   const bool weighted = weights.has_value() && weights->data != nullptr;
-  if (weighted) expect_tensor(call, "weights", *weights, DType::F32, {cap, k}, true);
+  if (weighted) expect_tensor(call, "weights", *weights, DType::F32, {rows, k}, true);
   // Every kernel the caller's rows and weights may go to, before any is
   // launched: a misaligned vector access would fault the device.
   for (const Kernel* reader : {combine_kernel(), kernels.internode_return_pack, kernels.internode_partials}) {

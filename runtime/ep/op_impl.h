@@ -112,6 +112,10 @@ struct EpDispatchCombineOp::Impl {
   int32_t peer_timeout_ms = 0;  // resolved once (config, else EPJIT_PEER_TIMEOUT_S, else 30 s)
 
   int64_t dispatched_tokens = -1;  // tokens of the dispatch awaiting combine; -1 none
+  // The received count of the dispatch awaiting combine once the host has
+  // read it (received_counts()); -1 until then. Its combine then takes
+  // inputs of that many rows: the kernel reads no more.
+  int64_t received_read = -1;
   bool packed_since_dispatch = false;  // std_moe_pack ran after the dispatch awaiting combine
   // The dispatch awaiting combine took slots from the receive counters (not a
   // replay). Another such dispatch must wait for a combine: a peer that has

@@ -44,6 +44,7 @@ EpDispatchCombineOp::ReceivedCounts EpDispatchCombineOp::received_counts(ExpertC
   op.device.copy_to_host(words.data(), op.expert_counts, words.size() * 4, *op.stream);
   ReceivedCounts counts;
   counts.total = words[experts];
+  op.received_read = counts.total;
   counts.per_expert.assign(words.begin(), words.begin() + std::ptrdiff_t(experts));
   return counts;
 }

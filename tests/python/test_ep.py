@@ -127,7 +127,8 @@ def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results, maske
                 elif into_caller:  # the caller's arrays, poisoned first
                     own = np.full((n, HIDDEN), np.nan, dtype=np.float32).astype(x.dtype)
                     own_w = np.full((n, TOPK), np.nan, dtype=np.float32)
-                    out, out_w = op.combine(expert, w_out, output=own, output_weights=own_w)
+                    # The received rows alone: received_counts() read their count.
+                    out, out_w = op.combine(expert[:received], w_out[:received], output=own, output_weights=own_w)
                     assert out is own and out_w is own_w
                     w_sum = np.zeros((n, TOPK), dtype=np.float32)  # each token's weights back from each of its ranks
                     for t in range(n):
@@ -1104,6 +1105,13 @@ def test_int64_ids_dispatch_and_combine_as_int32_ones_do():
                     assert other[0] == got[0][0]
                     for a, b in zip(other[1:], got[0][1:]):
                         np.testing.assert_array_equal(a, b)
+                # Fewer rows than capacity only once received_counts() read the count.
+                tokens, weights, _, _, _ = op.dispatch(x, w, None, idx.astype(np.int64))
+                with pytest.raises(epjit.Error, match="input"):
+                    op.combine(tokens[:got[0][0]], weights[:got[0][0]])
+                assert op.received_counts()[0] == got[0][0]
+                out, _ = op.combine(np.array(tokens[:got[0][0]]), np.array(weights[:got[0][0]]))
+                np.testing.assert_array_equal(np.array(out).view(np.uint16), got[0][4])
                 wrapped = idx.astype(np.int64)
                 wrapped[2, 1] = (1 << 32) + 1  # its low word is expert 1
                 with pytest.raises(epjit.Error, match=r"indices\[2, 1\] = 4294967297"):

@@ -77,6 +77,7 @@ class Buffer:
         self._gpu = self._comm.device in ("cuda", "hip")
         self._ops = {}
         self._latest = {}        # op -> the handle of its dispatch awaiting combine
+        self._counted = {}       # op -> whether that dispatch read its received count (received_counts)
         self._weights = {}       # op -> [capacity, top-k] f32 staging for combine's weights
         self._comm_stream = torch.cuda.Stream() if self._gpu else None
         self._low_latency = _low_latency.LowLatency(self)
@@ -126,6 +127,7 @@ class Buffer:
             op.close()
         self._ops.clear()
         self._latest.clear()
+        self._counted.clear()
         self._weights.clear()
         self._zero_weights.clear()
         self._layout_ops.clear()
@@ -331,6 +333,7 @@ class Buffer:
                 recv_topk_idx = recv_topk_idx.to(topk_idx.dtype)
         new_handle = _Handle(op, routing, received, tokens, num_worst_tokens)
         self._latest[op] = new_handle
+        self._counted[op] = not num_worst_tokens
         event = self._finish(async_finish, [x, x_scales, topk_idx, topk_weights],
                              [recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights])
         return ((recv_x, recv_x_scales) if x_scales is not None else recv_x, recv_topk_idx, recv_topk_weights,
@@ -355,6 +358,7 @@ class Buffer:
                              torch.empty(handle.received, x_scales.shape[1], dtype=torch.float32, device=x.device))
             op.deliver_received(recv_x, scales=recv_x_scales)
         self._latest[op] = handle
+        self._counted[op] = False
         event = self._finish(async_finish, [x, x_scales], [recv_x, recv_x_scales])
         return (recv_x, recv_x_scales) if x_scales is not None else recv_x, None, None, None, None, event
 
@@ -376,15 +380,27 @@ class Buffer:
                              "(the dispatch's received rows)")
         bias_0, bias_1 = (bias if isinstance(bias, tuple) else (bias, None))
         with self._begin(previous_event, async_finish):
-            staged = op.combine_input()
-            staged[:handle.received] = x
             weights = combined_topk_weights = None
+            if not self._counted.get(op):
+                # The op never read this call's received count (num_worst_tokens, a
+                # cached dispatch): it takes capacity rows, so the rows and weights
+                # go to its window first.
+                staged = op.combine_input()
+                staged[:handle.received] = x
+                if topk_weights is not None:
+                    weights = self._weights.get(op)
+                    if weights is None:
+                        weights = self._weights[op] = torch.zeros(op.capacity, topk_weights.shape[1],
+                                                                  dtype=torch.float32, device=x.device)
+                    weights[:handle.received] = topk_weights
+            else:
+                # The op read the received count at the dispatch (received_counts):
+                # it takes that many rows where they are (its kernel stages them).
+                staged = x if x.is_contiguous() else x.contiguous()
+                if topk_weights is not None:
+                    weights = topk_weights if topk_weights.dtype == torch.float32 else topk_weights.float()
+                    weights = weights.contiguous()
             if topk_weights is not None:
-                weights = self._weights.get(op)
-                if weights is None:
-                    weights = self._weights[op] = torch.zeros(op.capacity, topk_weights.shape[1], dtype=torch.float32,
-                                                              device=x.device)
-                weights[:handle.received] = topk_weights
                 combined_topk_weights = torch.empty(handle.tokens, topk_weights.shape[1], dtype=torch.float32,
                                                     device=x.device)
             combined_x = torch.empty(handle.tokens, x.shape[1], dtype=torch.bfloat16, device=x.device)

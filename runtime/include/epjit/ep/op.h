@@ -206,7 +206,8 @@ class EpDispatchCombineOp {
                                  const std::optional<TensorRef>& scales, const TensorRef& indices,
                                  const Routing& routing);
   // input [>= capacity, hidden] of the combine type (rows past total_recv
-  // are not read), weights [>= capacity, top-k] f32 or none.
+  // are not read), weights [>= capacity, top-k] f32 or none; after
+  // received_counts() (one node), at least the received count's rows.
   // `output` [tokens, hidden] of the combine type and `output_weights`
   // [tokens, top-k] f32 (with weights): the caller's tensors the combine
   // writes instead of the op's buffers (one node only); the result names them.
