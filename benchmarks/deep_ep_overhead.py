@@ -14,11 +14,18 @@ Normal mode, each a round trip from torch's current stream:
   native: the op built as the layer builds it (receive_order="source"), its
           dispatch, the received count read back (DeepEP's normal dispatch
           synchronizes on it too), its combine;
+  same work: the op's calls doing what the layer's do, from Python without
+          the layer: dispatch_layout into fresh tensors, dispatch of the int64
+          top-k, received_counts, deliver_received into fresh tensors, combine
+          of the received rows into fresh tensors (layer - same work = the
+          layer's own cost);
   layer:  get_dispatch_layout + dispatch + combine through deep_ep.Buffer;
   cached: dispatch with the handle + combine (a backward pass's pair).
 Low-latency mode (num_max_dispatch_tokens_per_rank = the largest count, bf16):
   native: the op the layer built (std-MoE, weighted entries): dispatch,
-          std_moe_pack, std_moe_combine into a preallocated output;
+          std_moe_pack, std_moe_combine into a preallocated output, int32 ids;
+  same work: the same with the int64 top-k (narrowed by the op) and a fresh
+          output, as the layer's calls run them;
   layer:  low_latency_dispatch + low_latency_combine (a fresh output each call);
   hook:   the same with return_recv_hook, each hook called at once;
   fp8:    the layer's round trip with use_fp8=True (float scales; the op's
@@ -126,7 +133,13 @@ def low_latency(buffer, x, idx, w, max_tokens, iters):
         _, _, hook = buffer.low_latency_combine(got, idx, w, got_handle, return_recv_hook=True)
         hook()
 
-    native_us, layer_us, hook_us = (timed(f, iters) for f in (native_round, layer_round, hook_round))
+    def same_work_round():
+        native.dispatch(x, zeros, None, idx)
+        packed = native.std_moe_pack()[0]
+        native.std_moe_combine(packed, w, idx, torch.empty(n, HIDDEN, dtype=torch.bfloat16, device=x.device))
+
+    native_us, same_us, layer_us, hook_us = (timed(f, iters) for f in (native_round, same_work_round, layer_round,
+                                                                        hook_round))
     # The fp8 ops after the bf16 ones are freed (four ops of a large
     # max_tokens do not fit one 80 GB GPU), with expert outputs of the caller's.
     shape = tuple(recv.shape)
@@ -139,9 +152,9 @@ def low_latency(buffer, x, idx, w, max_tokens, iters):
 
     fp8_us = timed(fp8_round, iters)
     buffer._low_latency.close()
-    print(f"low latency, tokens {n}: native {native_us:.1f}, epjit.deep_ep {layer_us:.1f} "
-          f"(+{layer_us - native_us:.1f}), with hooks {hook_us:.1f} (+{hook_us - native_us:.1f}), "
-          f"fp8 {fp8_us:.1f}", flush=True)
+    print(f"low latency, tokens {n}: native {native_us:.1f}, same work {same_us:.1f}, epjit.deep_ep {layer_us:.1f} "
+          f"(+{layer_us - native_us:.1f}; +{layer_us - same_us:.1f} over the same work), with hooks {hook_us:.1f} "
+          f"(+{hook_us - native_us:.1f}), fp8 {fp8_us:.1f}", flush=True)
     return layer_round
 
 
@@ -152,7 +165,10 @@ def main():
     parser.add_argument("--host", action="store_true")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--stages", action="store_true")
+    parser.add_argument("--modes", default="normal,low_latency",
+                        help="which of normal, low_latency to time (four low-latency ops of 4096 tokens need an H200)")
     args = parser.parse_args()
+    modes = set(args.modes.split(","))
     if not args.host and not torch.cuda.is_available():
         raise SystemExit("deep_ep_overhead.py times GPU calls; torch sees no GPU (--host checks the script on CPUs)")
     device = "cpu" if args.host else "cuda"
@@ -183,6 +199,21 @@ def main():
             int(total[0].item())
             native.combine(out, out_w)
 
+        def same_work_round():
+            per_rank = torch.empty(1, dtype=torch.int32, device=device)
+            per_expert = torch.empty(EXPERTS, dtype=torch.int32, device=device)
+            in_rank = torch.empty(n, 1, dtype=torch.bool, device=device)
+            native.dispatch_layout(idx, per_rank, per_expert, in_rank)
+            native.dispatch(x, w32, None, idx, return_routing=True, keep_call=True)
+            received, _ = native.received_counts()
+            rows = torch.empty(received, HIDDEN, dtype=x.dtype, device=device)
+            ids = torch.empty(received, TOPK, dtype=torch.int64, device=device)
+            weights = torch.empty(received, TOPK, dtype=torch.float32, device=device)
+            native.deliver_received(rows, ids, weights=weights)
+            out = torch.empty(n, HIDDEN, dtype=torch.bfloat16, device=device)
+            out_w = torch.empty(n, TOPK, dtype=torch.float32, device=device)
+            native.combine(rows, weights, output=out, output_weights=out_w)
+
         def layer_round():
             nt_rank, _, nt_expert, in_rank, _ = buffer.get_dispatch_layout(idx, EXPERTS)
             got, _, got_w, _, got_handle, _ = buffer.dispatch(x, topk_idx=idx, topk_weights=w,
@@ -194,9 +225,14 @@ def main():
             got = buffer.dispatch(x, handle=handle)[0]
             buffer.combine(got, handle)
 
-        native_us, layer_us, cached_us = (timed(f, args.iters) for f in (native_round, layer_round, cached_round))
-        print(f"normal, tokens {n}: native {native_us:.1f}, epjit.deep_ep {layer_us:.1f} "
-              f"(+{layer_us - native_us:.1f}), cached handle {cached_us:.1f} (+{cached_us - native_us:.1f})", flush=True)
+        if "normal" in modes:
+            native_us, same_us, layer_us, cached_us = (timed(f, args.iters) for f in (native_round, same_work_round,
+                                                                                       layer_round, cached_round))
+            print(f"normal, tokens {n}: native {native_us:.1f}, same work {same_us:.1f}, epjit.deep_ep {layer_us:.1f} "
+                  f"(+{layer_us - native_us:.1f}; +{layer_us - same_us:.1f} over the same work), cached handle "
+                  f"{cached_us:.1f} (+{cached_us - native_us:.1f})", flush=True)
+        if "low_latency" not in modes:
+            continue
         ll_round = low_latency(ll_buffer, x, idx, w, max(counts), args.iters)
         if args.stages and n == counts[0]:
             stages(buffer, native, x, idx, w, layout, args.iters)

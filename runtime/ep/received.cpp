@@ -29,28 +29,33 @@ void launch_count_experts(EpDispatchCombineOp::Impl& op, EpDispatchCombineOp::Ex
                    *op.stream);
 }
 
-}  // namespace
-
-EpDispatchCombineOp::ReceivedCounts EpDispatchCombineOp::received_counts(ExpertCountRule rule) {
-  const OneCallAtATime one_call = impl_->one_call("received_counts");
-  Impl& op = *impl_;
-  require_received(op, "received_counts");
-  op.require_not_capturing("received_counts");
+// received_counts() under the name of the call that asked (its errors name it).
+EpDispatchCombineOp::ReceivedCounts read_received_counts(EpDispatchCombineOp::Impl& op, const char* call,
+                                                         EpDispatchCombineOp::ExpertCountRule rule) {
+  const OneCallAtATime one_call = op.one_call(call);
+  require_received(op, call);
+  op.require_not_capturing(call);
   launch_count_experts(op, rule);
   // The kernel writes the received count after the experts' counts: one copy,
   // on the op's stream, after its dispatch (a failed kernel throws here).
   const size_t experts = size_t(op.config.num_experts_per_rank);
   std::vector<int32_t> words(experts + 1);
   op.device.copy_to_host(words.data(), op.expert_counts, words.size() * 4, *op.stream);
-  ReceivedCounts counts;
+  EpDispatchCombineOp::ReceivedCounts counts;
   counts.total = words[experts];
   op.received_read = counts.total;
   counts.per_expert.assign(words.begin(), words.begin() + std::ptrdiff_t(experts));
   return counts;
 }
 
+}  // namespace
+
+EpDispatchCombineOp::ReceivedCounts EpDispatchCombineOp::received_counts(ExpertCountRule rule) {
+  return read_received_counts(*impl_, "received_counts", rule);
+}
+
 std::vector<int> EpDispatchCombineOp::local_expert_counts(ExpertCountRule rule) {
-  return received_counts(rule).per_expert;
+  return read_received_counts(*impl_, "local_expert_counts", rule).per_expert;
 }
 
 TensorRef EpDispatchCombineOp::local_expert_counts_device(ExpertCountRule rule) {
