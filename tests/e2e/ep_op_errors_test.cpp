@@ -69,6 +69,66 @@ std::string onOneRank(const EpCase& c, Body&& body) {
   });
 }
 
+// The calls a framework's normal-mode layer runs (dispatch_layout, int64
+// top-k, received_counts, deliver_received, combine into the caller's
+// tensors) check what crosses them before any launch.
+TEST(EpOpErrors, TheFrameworkCallsCheckTheirTensors) {
+  const EpCase c = smallCase();
+  const std::string failures = onOneRank(c, [&](EpDispatchCombineOp& op, Communicator& comm, Buffers& b) {
+    std::string f;
+    auto [x, w, idx, y, yw, s] = b.pointers;
+    const TensorRef input{x, DType::BF16, {3, 64}}, weights{w, DType::F32, {3, 2}};
+    const TensorRef wide{idx, DType::I64, {3, 2}};
+    f += expectParts("layout of int32 ids",
+                     thrown([&] { op.dispatch_layout({idx, DType::I32, {3, 2}}, {y, DType::I32, {1}},
+                                                     {yw, DType::I32, {4}}, {s, DType::U8, {3, 1}}); }),
+                     {"indices is i32", "i64"});
+    f += expectParts("layout counts per expert",
+                     thrown([&] { op.dispatch_layout(wide, {y, DType::I32, {1}}, {yw, DType::I32, {3}},
+                                                     {s, DType::U8, {3, 1}}); }),
+                     {"per_expert has shape [3]", "[4]"});
+    f += expectParts("received rows before a dispatch", thrown([&] { op.received_counts(); }),
+                     {"received_counts without a dispatch awaiting combine"});
+    const int64_t wrapped[6] = {0, 1, (int64_t(1) << 32) + 1, 2, 3, 0};  // the low word of [1, 0] is expert 1
+    comm.device().copy_to_device(idx, wrapped, sizeof wrapped);
+    f += expectParts("int64 id past int32", thrown([&] { op.dispatch(input, weights, std::nullopt, wide); }),
+                     {"indices[1, 0] = 4294967297", "[0, 4)"});
+    const int64_t good[6] = {0, 1, 2, -1, 3, 0};
+    comm.device().copy_to_device(idx, good, sizeof good);
+    op.dispatch(input, weights, std::nullopt, wide);
+    f += expectParts("fewer combine rows before the count is read",
+                     thrown([&] { op.combine({y, DType::BF16, {3, 64}}); }), {"input has shape [3, 64]", "at least [8, 64]"});
+    f += expectParts("delivered ids dtype",
+                     thrown([&] { op.deliver_received({{y, DType::BF16, {3, 64}}, std::nullopt,
+                                                       TensorRef{yw, DType::I32, {3, 2}}, std::nullopt}); }),
+                     {"local_experts is i32", "i64"});
+    f += expectParts("delivered rows past capacity",
+                     thrown([&] { op.deliver_received({{y, DType::BF16, {op.capacity() + 1, 64}}}); }),
+                     {"capacity"});
+    f += expectParts("scales to an op without",
+                     thrown([&] { op.deliver_received({{y, DType::BF16, {3, 64}}, TensorRef{s, DType::F32, {3, 1}}}); }),
+                     {"a scales tensor", "scale_dim = 0"});
+    const EpDispatchCombineOp::ReceivedCounts counts = op.received_counts();
+    if (counts.total != 3) f += "received_counts: total " + std::to_string(counts.total) + ", expected 3\n";
+    if (counts.per_expert != std::vector<int>{2, 1, 1, 1})
+      f += "received_counts: per expert not {2, 1, 1, 1}\n";
+    f += expectParts("output_weights without weights",
+                     thrown([&] { op.combine({x, DType::BF16, {3, 64}}, std::nullopt, TensorRef{y, DType::BF16, {3, 64}},
+                                             TensorRef{yw, DType::F32, {3, 2}}); }),
+                     {"output_weights without weights"});
+    f += expectParts("output rows",
+                     thrown([&] { op.combine({x, DType::BF16, {3, 64}}, std::nullopt, TensorRef{y, DType::BF16, {2, 64}}); }),
+                     {"output has shape [2, 64]", "[3, 64]"});
+    // The received rows alone now, into the caller's output.
+    if (const std::string why = thrown([&] { op.combine({x, DType::BF16, {3, 64}}, std::nullopt, TensorRef{y, DType::BF16, {3, 64}}); });
+        !why.empty())
+      f += "combine of the counted rows threw: " + why + "\n";
+    op.check();
+    return f;
+  });
+  EXPECT_EQ(failures, "");
+}
+
 TEST(EpOpErrors, BadCallsFailBeforeAnyLaunch) {
   const EpCase c = smallCase();
   const std::string failures = onOneRank(c, [&](EpDispatchCombineOp& op, Communicator& comm, Buffers& b) {
