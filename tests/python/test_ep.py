@@ -166,6 +166,28 @@ def run_threads(world, **kwargs):
     assert [r for r in results if r] == []
 
 
+def on_rank_threads(world, body, target="host"):
+    """body(rank, comm) on `world` Python threads, a rank each on a new communicator;
+    fails with what any rank raised."""
+    uid = epjit.Communicator.get_unique_id()
+    results = [None] * world
+
+    def rank(r):
+        try:
+            comm = epjit.Communicator.init(world, r, uid, target=target)
+            body(r, comm)
+            comm.destroy()
+        except Exception as error:  # reported by the test
+            results[r] = f"rank {r}: {type(error).__name__}: {error}"
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert [r for r in results if r] == []
+
+
 @pytest.mark.parametrize("world", [1, 2, 4])
 @pytest.mark.parametrize("dtype,mode,quant,target", [
     ("bf16", "gather", "none", "host"),
@@ -1027,52 +1049,39 @@ def test_the_dispatch_layout_counts_what_a_dispatch_would_send(world):
     # odd token counts, -1 and other negative ids, a repeated expert (counted
     # per entry, its rank once), an id past the last expert (counted nowhere).
     # Every output poisoned first.
-    def rank(r, uid, results):
-        try:
-            comm = epjit.Communicator.init(world, r, uid, target="host")
-            config = epjit.EpDispatchCombineConfig(rank=r, world_size=world, hidden_dim=HIDDEN,
-                                                   max_num_inp_token_per_rank=MAX_TOKENS, num_experts_per_rank=EPR,
-                                                   num_experts_per_token=TOPK)
-            experts = world * EPR
-            with epjit.EpDispatchCombineOp(config, comm) as op:
-                rng = np.random.default_rng(41 + r)
-                for tokens in (0, 1, 7, 23):
-                    idx = rng.integers(-3, experts, (tokens, TOPK)).astype(np.int64)
-                    if tokens > 2:
-                        idx[1] = [idx[1, 0]] * TOPK
-                        idx[2, 0] = experts + 5
-                    per_rank = np.full(world, -7, dtype=np.int32)
-                    per_expert = np.full(experts, -7, dtype=np.int32)
-                    in_rank = np.full((tokens, world), 9, dtype=np.uint8)
-                    op.dispatch_layout(idx, per_rank, per_expert, in_rank)
-                    valid = (idx >= 0) & (idx < experts)
-                    want_expert = np.array([int((idx[valid] == e).sum()) for e in range(experts)], dtype=np.int32)
-                    want_in = np.zeros((tokens, world), dtype=np.uint8)
-                    for t in range(tokens):
-                        for e in idx[t][valid[t]]:
-                            want_in[t, e // EPR] = 1
-                    np.testing.assert_array_equal(per_expert, want_expert)
-                    np.testing.assert_array_equal(in_rank, want_in)
-                    np.testing.assert_array_equal(per_rank, want_in.sum(0).astype(np.int32))
-                with pytest.raises(epjit.Error, match="indices"):
-                    op.dispatch_layout(np.zeros((2, TOPK), dtype=np.int32), per_rank, per_expert,
-                                       np.zeros((2, world), dtype=np.uint8))
-                with pytest.raises(epjit.Error, match="in_rank"):
-                    op.dispatch_layout(np.zeros((2, TOPK), dtype=np.int64), per_rank, per_expert,
-                                       np.zeros((2, world + 1), dtype=np.uint8))
-            comm.destroy()
-            results[r] = None
-        except Exception as error:  # reported by the test
-            results[r] = f"rank {r}: {type(error).__name__}: {error}"
+    def rank(r, comm):
+        config = epjit.EpDispatchCombineConfig(rank=r, world_size=world, hidden_dim=HIDDEN,
+                                               max_num_inp_token_per_rank=MAX_TOKENS, num_experts_per_rank=EPR,
+                                               num_experts_per_token=TOPK)
+        experts = world * EPR
+        with epjit.EpDispatchCombineOp(config, comm) as op:
+            rng = np.random.default_rng(41 + r)
+            for tokens in (0, 1, 7, 23):
+                idx = rng.integers(-3, experts, (tokens, TOPK)).astype(np.int64)
+                if tokens > 2:
+                    idx[1] = [idx[1, 0]] * TOPK
+                    idx[2, 0] = experts + 5
+                per_rank = np.full(world, -7, dtype=np.int32)
+                per_expert = np.full(experts, -7, dtype=np.int32)
+                in_rank = np.full((tokens, world), 9, dtype=np.uint8)
+                op.dispatch_layout(idx, per_rank, per_expert, in_rank)
+                valid = (idx >= 0) & (idx < experts)
+                want_expert = np.array([int((idx[valid] == e).sum()) for e in range(experts)], dtype=np.int32)
+                want_in = np.zeros((tokens, world), dtype=np.uint8)
+                for t in range(tokens):
+                    for e in idx[t][valid[t]]:
+                        want_in[t, e // EPR] = 1
+                np.testing.assert_array_equal(per_expert, want_expert)
+                np.testing.assert_array_equal(in_rank, want_in)
+                np.testing.assert_array_equal(per_rank, want_in.sum(0).astype(np.int32))
+            with pytest.raises(epjit.Error, match="indices"):
+                op.dispatch_layout(np.zeros((2, TOPK), dtype=np.int32), per_rank, per_expert,
+                                   np.zeros((2, world), dtype=np.uint8))
+            with pytest.raises(epjit.Error, match="in_rank"):
+                op.dispatch_layout(np.zeros((2, TOPK), dtype=np.int64), per_rank, per_expert,
+                                   np.zeros((2, world + 1), dtype=np.uint8))
 
-    uid = epjit.Communicator.get_unique_id()
-    results = [None] * world
-    threads = [threading.Thread(target=rank, args=(r, uid, results)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert [r for r in results if r] == []
+    on_rank_threads(world, rank)
 
 
 def test_int64_ids_dispatch_and_combine_as_int32_ones_do():
@@ -1083,49 +1092,36 @@ def test_int64_ids_dispatch_and_combine_as_int32_ones_do():
     # so the calls' rows arrive in the same places.
     world = 2
 
-    def rank(r, uid, results):
-        try:
-            comm = epjit.Communicator.init(world, r, uid, target="host")
-            config = epjit.EpDispatchCombineConfig(rank=r, world_size=world, hidden_dim=HIDDEN,
-                                                   max_num_inp_token_per_rank=MAX_TOKENS, num_experts_per_rank=EPR,
-                                                   num_experts_per_token=TOPK, receive_order="source")
-            with epjit.EpDispatchCombineOp(config, comm) as op:
-                x, w, idx = make_inputs(r, world, 13, "bf16", seed=5, masked=True)
-                got = []
-                for ids in (idx, idx.astype(np.int64), np.concatenate([np.zeros((1, TOPK), np.int64),
-                                                                       idx.astype(np.int64)])[1:]):
-                    tokens, weights, _, indices, total = op.dispatch(x, w, None, ids)
-                    op.synchronize()
-                    n = int(total[0])
-                    got.append((n, np.array(tokens[:n]).view(np.uint16), np.array(weights[:n]),
-                                np.array(indices[:n])))
-                    out, _ = op.combine(tokens, weights)
-                    got[-1] += (np.array(out).view(np.uint16),)
-                for other in got[1:]:
-                    assert other[0] == got[0][0]
-                    for a, b in zip(other[1:], got[0][1:]):
-                        np.testing.assert_array_equal(a, b)
-                # Fewer rows than capacity only once received_counts() read the count.
-                tokens, weights, _, _, _ = op.dispatch(x, w, None, idx.astype(np.int64))
-                with pytest.raises(epjit.Error, match="input"):
-                    op.combine(tokens[:got[0][0]], weights[:got[0][0]])
-                assert op.received_counts()[0] == got[0][0]
-                out, _ = op.combine(np.array(tokens[:got[0][0]]), np.array(weights[:got[0][0]]))
-                np.testing.assert_array_equal(np.array(out).view(np.uint16), got[0][4])
-                wrapped = idx.astype(np.int64)
-                wrapped[2, 1] = (1 << 32) + 1  # its low word is expert 1
-                with pytest.raises(epjit.Error, match=r"indices\[2, 1\] = 4294967297"):
-                    op.dispatch(x, w, None, wrapped)
-            comm.destroy()
-            results[r] = None
-        except Exception as error:  # reported by the test
-            results[r] = f"rank {r}: {type(error).__name__}: {error}"
+    def rank(r, comm):
+        config = epjit.EpDispatchCombineConfig(rank=r, world_size=world, hidden_dim=HIDDEN,
+                                               max_num_inp_token_per_rank=MAX_TOKENS, num_experts_per_rank=EPR,
+                                               num_experts_per_token=TOPK, receive_order="source")
+        with epjit.EpDispatchCombineOp(config, comm) as op:
+            x, w, idx = make_inputs(r, world, 13, "bf16", seed=5, masked=True)
+            got = []
+            for ids in (idx, idx.astype(np.int64), np.concatenate([np.zeros((1, TOPK), np.int64),
+                                                                   idx.astype(np.int64)])[1:]):
+                tokens, weights, _, indices, total = op.dispatch(x, w, None, ids)
+                op.synchronize()
+                n = int(total[0])
+                got.append((n, np.array(tokens[:n]).view(np.uint16), np.array(weights[:n]),
+                            np.array(indices[:n])))
+                out, _ = op.combine(tokens, weights)
+                got[-1] += (np.array(out).view(np.uint16),)
+            for other in got[1:]:
+                assert other[0] == got[0][0]
+                for a, b in zip(other[1:], got[0][1:]):
+                    np.testing.assert_array_equal(a, b)
+            # Fewer rows than capacity only once received_counts() read the count.
+            tokens, weights, _, _, _ = op.dispatch(x, w, None, idx.astype(np.int64))
+            with pytest.raises(epjit.Error, match="input"):
+                op.combine(tokens[:got[0][0]], weights[:got[0][0]])
+            assert op.received_counts()[0] == got[0][0]
+            out, _ = op.combine(np.array(tokens[:got[0][0]]), np.array(weights[:got[0][0]]))
+            np.testing.assert_array_equal(np.array(out).view(np.uint16), got[0][4])
+            wrapped = idx.astype(np.int64)
+            wrapped[2, 1] = (1 << 32) + 1  # its low word is expert 1
+            with pytest.raises(epjit.Error, match=r"indices\[2, 1\] = 4294967297"):
+                op.dispatch(x, w, None, wrapped)
 
-    uid = epjit.Communicator.get_unique_id()
-    results = [None] * world
-    threads = [threading.Thread(target=rank, args=(r, uid, results)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert [r for r in results if r] == []
+    on_rank_threads(world, rank)
