@@ -23,13 +23,12 @@ void EpDispatchCombineOp::dispatch_layout(const TensorRef& indices, const Tensor
   require_pointer_alignment(kernel, "indices", indices.data, call, "indices");
   require_pointer_alignment(kernel, "per_rank", per_rank.data, call, "per_rank");
   require_pointer_alignment(kernel, "per_expert", per_expert.data, call, "per_expert");
-  op.device.fill_zero(per_rank.data, size_t(world) * 4, *op.stream);
-  op.device.fill_zero(per_expert.data, size_t(op.config.num_experts()) * 4, *op.stream);
-  if (n == 0) return;
-  // A warp per token, up to the dispatch's grid for this many tokens.
-  const ScheduleEntry& geometry = op.geometry_for(std::min<int64_t>(n, op.config.max_num_inp_token_per_rank));
+  // A warp per token, up to the dispatch's grid for this many tokens; one
+  // block when there are none (it publishes the zero counts). The kernel
+  // clears its counts itself: no fill before it, nothing the host waits for.
+  const ScheduleEntry& geometry = op.geometry_for(std::clamp<int64_t>(n, 1, op.config.max_num_inp_token_per_rank));
   const int64_t warps = geometry.dispatch_warps;
-  const int64_t blocks = std::min<int64_t>(geometry.dispatch_blocks, (n + warps - 1) / warps);
+  const int64_t blocks = std::clamp<int64_t>((n + warps - 1) / warps, 1, geometry.dispatch_blocks);
   op.device.launch(kernel, {uint32_t(blocks), uint32_t(warps)},
                    LaunchArgs(kernel)
                        .set("indices", indices.data)
@@ -37,6 +36,8 @@ void EpDispatchCombineOp::dispatch_layout(const TensorRef& indices, const Tensor
                        .set("per_rank", per_rank.data)
                        .set("per_expert", per_expert.data)
                        .set("in_rank", in_rank.data)
+                       .set("rank", op.config.rank)
+                       .set("w", op.window_table)
                        .build(),
                    *op.stream);
 }

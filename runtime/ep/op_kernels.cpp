@@ -111,6 +111,10 @@ EpWindowMap EpWindowMap::of(const ModuleInterface& record, const WindowLayout& l
   map.state_bytes = bytes("state");
   map.signals_bytes = bytes("signals");
   map.moe_counts_bytes = bytes("moe_counts");
+  map.layout_counts = offset("layout_counts");
+  map.layout_counts_bytes = bytes("layout_counts");
+  map.expert_count_buffers = offset("expert_count_buffers");
+  map.expert_count_buffers_bytes = bytes("expert_count_buffers");
   map.moe_entry_rows = offset("moe_entry_rows");
   map.moe_entry_rows_bytes = bytes("moe_entry_rows");
   map.flagged_rows = offset("flagged_rows");

@@ -46,6 +46,8 @@ struct EpWindowMap {
   size_t state = 0, signals = 0, recv_tokens = 0, recv_weights = 0, recv_scales = 0, recv_indices = 0,
          recv_origin = 0, combine_rows = 0, combine_weights = 0, moe_counts = 0, moe_entry_rows = 0;
   size_t signals_bytes = 0, state_bytes = 0, moe_counts_bytes = 0, moe_entry_rows_bytes = 0;
+  // ep_dispatch_layout's and ep_count_experts' two buffers and zeros: reset() clears them.
+  size_t layout_counts = 0, layout_counts_bytes = 0, expert_count_buffers = 0, expert_count_buffers_bytes = 0;
   // The low-latency combine's flagged inboxes (empty without it): reset()
   // clears them, or a line of an earlier epoch would pass for a new one.
   size_t flagged_rows = 0, flagged_rows_bytes = 0, flagged_weights = 0, flagged_weights_bytes = 0;

@@ -16,10 +16,14 @@ void require_received(EpDispatchCombineOp::Impl& op, const char* call) {
 }
 
 void launch_count_experts(EpDispatchCombineOp::Impl& op, EpDispatchCombineOp::ExpertCountRule rule) {
-  // One block: the kernel clears the counts, then counts, with a block barrier between.
+  // A warp per received row, up to the dispatch's grid: rows come from every
+  // rank, so the grid is sized for the dispatch's tokens times the world
+  // (balanced routing), at least one block (it publishes the counts).
   const Kernel& kernel = *op.kernels.count_experts;
-  const ScheduleEntry geometry = op.geometry_for(op.config.max_num_inp_token_per_rank);
-  op.device.launch(kernel, {1, uint32_t(geometry.combine_warps)},
+  const ScheduleEntry& geometry = op.geometry_for(std::max<int64_t>(op.dispatched_tokens, 1));
+  const int64_t rows = op.dispatched_tokens * op.config.world_size, warps = geometry.dispatch_warps;
+  const int64_t blocks = std::clamp<int64_t>((rows + warps - 1) / warps, 1, geometry.dispatch_blocks);
+  op.device.launch(kernel, {uint32_t(blocks), uint32_t(warps)},
                    LaunchArgs(kernel)
                        .set("counts", op.expert_counts)
                        .set("rank", op.config.rank)

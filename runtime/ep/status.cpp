@@ -68,6 +68,8 @@ void EpDispatchCombineOp::reset() {
   for (auto [offset, bytes] : {std::pair{op.window.state, op.window.state_bytes},
                                 {op.window.signals, op.window.signals_bytes},
                                 {op.window.moe_counts, op.window.moe_counts_bytes},
+                                {op.window.layout_counts, op.window.layout_counts_bytes},
+                                {op.window.expert_count_buffers, op.window.expert_count_buffers_bytes},
                                 {op.window.flagged_rows, op.window.flagged_rows_bytes},
                                 {op.window.flagged_weights, op.window.flagged_weights_bytes}})
     if (bytes) op.device.fill_zero(op.local(offset), bytes, *op.stream);

@@ -49,6 +49,10 @@ ep.constant @state_stopped = 8 : index             // nonzero: a dispatch's peer
 ep.constant @state_node_recv = 9 : index           // of state_total_recv, the tokens that came from this rank's node
 ep.constant @state_forward_arrivals = 10 : index   // blocks of this rank done forwarding (internode v2)
 ep.constant @state_moe_packs = 11 : index          // std-MoE packs so far; the low bit picks @moe_counts' buffer
+ep.constant @state_layouts = 12 : index            // dispatch layouts so far; the low bit picks @layout_counts' buffer
+ep.constant @state_layout_arrivals = 13 : index    // blocks of the running layout done counting (reset by the last)
+ep.constant @state_expert_counts = 14 : index      // expert counts so far; the low bit picks @expert_count_buffers' buffer
+ep.constant @state_count_arrivals = 15 : index     // blocks of the running expert count done (reset by the last)
 ep.constant @state_words = 16 : index
 
 // What a kernel writes into state_error (EpDispatchCombineOp::check() names them).
@@ -465,6 +469,25 @@ ep.window_region @moe_counts : i32 {
   %thrice = arith.muli %experts, %c3 : index
   %count = arith.select %std_moe, %thrice, %c0 : index
   ep.yield %count : index
+}
+// ep_dispatch_layout's counts (per rank, then per expert): the one its call
+// counts into, the one it clears for the next call, and zeros to clear from.
+ep.window_region @layout_counts : i32 {
+  %c3 = arith.constant 3 : index
+  %world = ep.param_value @world : index
+  %epr = ep.param_value @experts_per_rank : index
+  %experts = arith.muli %world, %epr : index
+  %counts = arith.addi %world, %experts : index
+  %thrice = arith.muli %counts, %c3 : index
+  ep.yield %thrice : index
+}
+// ep_count_experts' counts per local expert: the one its call counts into,
+// the one it clears for the next call, and zeros to clear from.
+ep.window_region @expert_count_buffers : i32 {
+  %c3 = arith.constant 3 : index
+  %epr = ep.param_value @experts_per_rank : index
+  %thrice = arith.muli %epr, %c3 : index
+  ep.yield %thrice : index
 }
 ep.window_region @moe_slots : i32 {
   %c0 = arith.constant 0 : index

@@ -4,18 +4,25 @@
 // size and plan their expert work; one launch where a framework layer would
 // run several tensor ops.
 ep.include "ep/common"
+ep.include "ep/sync"
 
 // A warp per token (warp w takes tokens w, w + warps, ... of the grid). The
 // top-k are int64 (frameworks' index type); -1, any negative, and experts
 // past the last count nowhere (the dispatch refuses the latter with its
 // error). Every entry counts for its expert, repeats too; a token counts
-// once for each rank it goes to. `per_rank` and `per_expert` start zeroed
-// (the runtime fills them on the stream first); in_rank[t * world + r] is 1
-// or 0.
+// once for each rank it goes to; in_rank[t * world + r] is 1 or 0.
+// The counts gather with agent-scope atomics in one of @layout_counts' two
+// buffers (per rank, then per expert), picked by @state_layouts' low bit,
+// while the grid's last warp clears the other for the next call; the last
+// block to finish copies them to per_rank and per_expert and hands the
+// other buffer on. No clearing before the launch, no host wait: a graph can
+// hold it.
 ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank: !ep.ptr<i32>,
-                              %per_expert: !ep.ptr<i32>, %in_rank: !ep.ptr<i8>) warps_per_block(4) {
+                              %per_expert: !ep.ptr<i32>, %in_rank: !ep.ptr<i8>, %rank: index, %w: !ep.window)
+    warps_per_block(4) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
   %one = arith.constant 1 : i32
   %zero_i64 = arith.constant 0 : i64
   %one_i64 = arith.constant 1 : i64
@@ -24,8 +31,25 @@ ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank:
   %epr = ep.param_value @experts_per_rank : index
   %experts = arith.muli %world, %epr : index
   %experts_i64 = arith.index_cast %experts : index to i64
+  %counts = arith.addi %world, %experts : index
+  %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
+  %layouts_word = ep.constant_value @state_layouts : index
+  %layouts = ep.load %state[%layouts_word] : !ep.ptr<i32>
+  %parity_i32 = arith.andi %layouts, %one : i32
+  %parity = arith.index_cast %parity_i32 : i32 to index
+  %counting_at = arith.muli %parity, %counts : index
+  %clearing_at = arith.subi %counts, %counting_at : index
+  %layout_counts = ep.peer_ptr %w[%rank] @layout_counts[%c0] : !ep.ptr<i32>
+  %per_rank_counts = ep.ptr_add %layout_counts, %counting_at : !ep.ptr<i32>
+  %per_expert_counts = ep.ptr_add %per_rank_counts, %world : !ep.ptr<i32>
   %first = ep.global_warp_index : index
   %warps = ep.global_warp_count : index
+  %last_warp = arith.subi %warps, %c1 : index
+  %clears = arith.cmpi eq, %first, %last_warp : index
+  scf.if %clears {
+    %zeros_at = arith.muli %counts, %c2 : index
+    ep.warp.copy_row %layout_counts[%zeros_at], %layout_counts[%clearing_at], %counts : !ep.ptr<i32> -> !ep.ptr<i32>
+  }
   scf.for %t = %first to %tokens step %warps {
     %row = arith.muli %t, %topk : index
     %mask = scf.for %j = %c0 to %topk step %c1 iter_args(%bits = %zero_i64) -> (i64) {
@@ -36,7 +60,7 @@ ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank:
       %valid = arith.andi %not_negative, %in_range : i1
       %more = scf.if %valid -> (i64) {
         %expert = arith.index_cast %expert_i64 : i64 to index
-        %before = ep.atomic_rmw add %per_expert[%expert], %one scope(agent) order(relaxed) : !ep.ptr<i32>
+        %before = ep.atomic_rmw add %per_expert_counts[%expert], %one scope(agent) order(relaxed) : !ep.ptr<i32>
         %owner = arith.divui %expert, %epr : index
         %owner_i64 = arith.index_cast %owner : index to i64
         %bit = arith.shli %one_i64, %owner_i64 : i64
@@ -57,8 +81,24 @@ ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank:
       ep.store %flag, %in_rank[%cell] : !ep.ptr<i8>
       %goes = arith.cmpi ne, %bit, %zero_i64 : i64
       scf.if %goes {
-        %before = ep.atomic_rmw add %per_rank[%r], %one scope(agent) order(relaxed) : !ep.ptr<i32>
+        %before = ep.atomic_rmw add %per_rank_counts[%r], %one scope(agent) order(relaxed) : !ep.ptr<i32>
       }
+    }
+  }
+  // The last block publishes the counts and hands the other buffer to the
+  // next layout, which the stream runs after this one.
+  ep.block_barrier
+  %warp = ep.warp_index : index
+  %lead = arith.cmpi eq, %warp, %c0 : index
+  scf.if %lead {
+    %arrivals = ep.constant_value @state_layout_arrivals : index
+    %last = func.call @count_block_arrival(%w, %rank, %arrivals) : (!ep.window, index, index) -> i1
+    scf.if %last {
+      %next_layouts = arith.addi %layouts, %one : i32
+      ep.store %next_layouts, %state[%layouts_word] : !ep.ptr<i32>
+      ep.fence scope(agent) order(acquire)
+      ep.warp.copy_row %per_rank_counts[%c0], %per_rank[%c0], %world : !ep.ptr<i32> -> !ep.ptr<i32>
+      ep.warp.copy_row %per_expert_counts[%c0], %per_expert[%c0], %experts : !ep.ptr<i32> -> !ep.ptr<i32>
     }
   }
 }

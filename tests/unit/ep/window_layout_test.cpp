@@ -38,7 +38,8 @@ TEST(WindowLayout, TheTemplatesRecordSizesEveryRegionForTheConfig) {
   const std::vector<std::string> order = {
       "state",       "signals",      "recv_tokens",  "recv_weights",   "recv_scales",     "recv_indices",
       "recv_origin", "combine_rows", "combine_weights", "scatter_rows", "scatter_codes", "scatter_scales",
-      "scatter_weights", "moe_counts", "moe_slots", "flagged_rows", "flagged_weights",
+      "scatter_weights", "moe_counts", "layout_counts", "expert_count_buffers", "moe_slots", "flagged_rows",
+      "flagged_weights",
       "order_chunk_counts", "order_matrix", "order_offsets", "moe_entry_rows"};
   ASSERT_EQ(record.window_regions.size(), order.size());
   for (size_t r = 0; r < order.size(); ++r) EXPECT_EQ(record.window_regions[r].name, order[r]) << "region " << r;
@@ -50,6 +51,9 @@ TEST(WindowLayout, TheTemplatesRecordSizesEveryRegionForTheConfig) {
   EXPECT_EQ(countOf(record, "scatter_rows"), 0u);                         // plain rows only without quant
   EXPECT_EQ(countOf(record, "combine_rows"), 0u);                         // gather only
   EXPECT_EQ(countOf(record, "moe_counts"), 0u);                           // std-MoE off
+  // Two buffers and zeros: per rank then per expert (8 + 8 x 32), per local expert.
+  EXPECT_EQ(countOf(record, "layout_counts"), 3u * (8 + 8 * 32));
+  EXPECT_EQ(countOf(record, "expert_count_buffers"), 3u * 32);
   EXPECT_EQ(countOf(record, "flagged_rows"), 0u);                              // the staged combine under quant
   EXPECT_EQ(countOf(record, "flagged_weights"), 0u);
   EXPECT_EQ(countOf(record, "order_chunk_counts"), 0u);                   // arrival order
