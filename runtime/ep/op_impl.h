@@ -298,7 +298,7 @@ struct EpDispatchCombineOp::Impl {
     if (entries > 0) {
       const Kernel& kernel = *kernels.narrow_indices;
       const ScheduleEntry& geometry = geometry_for(indices.shape[0]);
-      constexpr int64_t kSegment = 1024;  // ep/narrow's entries per warp
+      constexpr int64_t kSegment = 512;  // ep/narrow's entries per warp
       const int64_t warps = geometry.dispatch_warps;
       const int64_t blocks = std::min<int64_t>(geometry.dispatch_blocks, (entries + kSegment * warps - 1) / (kSegment * warps));
       device.launch(kernel, {uint32_t(blocks), uint32_t(warps)},

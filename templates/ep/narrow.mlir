@@ -6,9 +6,11 @@
 // expert out of range instead of routing a wrapped id.
 ep.include "ep/common"
 
-// Warp w copies segments w, w + warps, ... of 1024 entries each.
+// Warp w copies segments w, w + warps, ... of 512 entries each: one step of
+// a warp's lanes at sm90's 8 chunks of two in flight, so every lane's loads
+// are out before its first store.
 ep.kernel @ep_narrow_indices(%wide: !ep.ptr<i64>, %narrow: !ep.ptr<i32>, %entries: index) warps_per_block(4) {
-  %segment = arith.constant 1024 : index
+  %segment = arith.constant 512 : index
   %segments = func.call @ceil_div(%entries, %segment) : (index, index) -> index
   %first = ep.global_warp_index : index
   %warps = ep.global_warp_count : index

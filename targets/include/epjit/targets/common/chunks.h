@@ -145,15 +145,27 @@ EPJIT_HD void copy_chunks(const Src* src, Dst* dst, size_t count, size_t start, 
 // i64 -> i32: a framework's int64 top-k ids into the op's int32 copy. A value
 // outside int32 becomes INT32_MAX, which no expert id reaches, so the kernels
 // reading the copy report an expert out of range instead of taking the
-// wrapped low word for an expert.
+// wrapped low word for an expert. Every element of the lane's chunks is
+// loaded before the first store (the compiler cannot tell the two rows
+// apart, so a load after a store would wait for it): Unroll * Chunk loads in
+// flight, element by element (no alignment asked of a framework's view).
 template <int Chunk, int Unroll, bool Aligned>
 EPJIT_HD void copy_chunks(const int64_t* src, int32_t* dst, size_t count, size_t start, size_t stride) {
+  int64_t held[Unroll][Chunk];
+#pragma unroll
   for (int k = 0; k < Unroll; ++k) {
     const size_t at = start + size_t(k) * stride;
-    const size_t end = at + Chunk < count ? at + Chunk : count;
-    for (size_t i = at; i < end; ++i) {
-      const int64_t value = src[i];
-      dst[i] = value < -2147483648LL || value > 2147483647LL ? int32_t(2147483647) : int32_t(value);
+#pragma unroll
+    for (int i = 0; i < Chunk; ++i) held[k][i] = at + size_t(i) < count ? src[at + size_t(i)] : 0;
+  }
+#pragma unroll
+  for (int k = 0; k < Unroll; ++k) {
+    const size_t at = start + size_t(k) * stride;
+#pragma unroll
+    for (int i = 0; i < Chunk; ++i) {
+      const int64_t value = held[k][i];
+      if (at + size_t(i) < count)
+        dst[at + size_t(i)] = value < -2147483648LL || value > 2147483647LL ? int32_t(2147483647) : int32_t(value);
     }
   }
 }
