@@ -23,12 +23,13 @@ void EpDispatchCombineOp::dispatch_layout(const TensorRef& indices, const Tensor
   require_pointer_alignment(kernel, "indices", indices.data, call, "indices");
   require_pointer_alignment(kernel, "per_rank", per_rank.data, call, "per_rank");
   require_pointer_alignment(kernel, "per_expert", per_expert.data, call, "per_expert");
-  // A warp per token, up to the dispatch's grid for this many tokens; one
-  // block when there are none (it publishes the zero counts). The kernel
-  // clears its counts itself: no fill before it, nothing the host waits for.
+  // A warp per top-k entry, up to the dispatch's grid for this many tokens;
+  // one block when there are none (it publishes the zero counts). The
+  // kernel clears its counts itself: no fill before it, nothing the host
+  // waits for.
   const ScheduleEntry& geometry = op.geometry_for(std::clamp<int64_t>(n, 1, op.config.max_num_inp_token_per_rank));
   const int64_t warps = geometry.dispatch_warps;
-  const int64_t blocks = std::clamp<int64_t>((n + warps - 1) / warps, 1, geometry.dispatch_blocks);
+  const int64_t blocks = std::clamp<int64_t>((n * k + warps - 1) / warps, 1, geometry.dispatch_blocks);
   op.device.launch(kernel, {uint32_t(blocks), uint32_t(warps)},
                    LaunchArgs(kernel)
                        .set("indices", indices.data)

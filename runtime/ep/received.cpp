@@ -16,13 +16,15 @@ void require_received(EpDispatchCombineOp::Impl& op, const char* call) {
 }
 
 void launch_count_experts(EpDispatchCombineOp::Impl& op, EpDispatchCombineOp::ExpertCountRule rule) {
-  // A warp per received row, up to the dispatch's grid: rows come from every
-  // rank, so the grid is sized for the dispatch's tokens times the world
-  // (balanced routing), at least one block (it publishes the counts).
+  // A warp per received entry, up to the dispatch's grid: rows come from
+  // every rank, so the grid is sized for the dispatch's tokens times the
+  // world (balanced routing) times top-k, at least one block (it publishes
+  // the counts).
   const Kernel& kernel = *op.kernels.count_experts;
   const ScheduleEntry& geometry = op.geometry_for(std::max<int64_t>(op.dispatched_tokens, 1));
-  const int64_t rows = op.dispatched_tokens * op.config.world_size, warps = geometry.dispatch_warps;
-  const int64_t blocks = std::clamp<int64_t>((rows + warps - 1) / warps, 1, geometry.dispatch_blocks);
+  const int64_t entries = op.dispatched_tokens * op.config.world_size * op.config.num_experts_per_token;
+  const int64_t warps = geometry.dispatch_warps;
+  const int64_t blocks = std::clamp<int64_t>((entries + warps - 1) / warps, 1, geometry.dispatch_blocks);
   op.device.launch(kernel, {uint32_t(blocks), uint32_t(warps)},
                    LaunchArgs(kernel)
                        .set("counts", op.expert_counts)
@@ -106,10 +108,11 @@ void EpDispatchCombineOp::deliver_received(const ReceivedRows& out) {
     require_pointer_alignment(kernel, "local_ids", out.local_experts->data, call, "local_experts");
   if (out.weights) require_pointer_alignment(kernel, "weights_out", out.weights->data, call, "weights");
   if (rows == 0) return;
-  // A warp per row, up to the combine's grid: a handful of rows is one small launch.
+  // A warp per top-k entry (and per row for the copies), up to the combine's
+  // grid: a handful of rows is one small launch.
   const ScheduleEntry geometry = op.geometry_for(op.dispatched_tokens);
-  const int64_t warps = geometry.combine_warps;
-  const int64_t blocks = std::min<int64_t>(geometry.combine_blocks, (rows + warps - 1) / warps);
+  const int64_t warps = geometry.combine_warps, items = rows * std::max<int64_t>(1, k);
+  const int64_t blocks = std::min<int64_t>(geometry.combine_blocks, (items + warps - 1) / warps);
   op.device.launch(kernel, {uint32_t(blocks), uint32_t(warps)},
                    LaunchArgs(kernel)
                        .set("tokens_out", out.tokens.data)

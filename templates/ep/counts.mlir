@@ -7,7 +7,8 @@
 ep.include "ep/common"
 ep.include "ep/sync"
 
-// Warp w of the grid takes received rows w, w + warps, ...; the counts
+// Warp w of the grid takes received entries (row * top-k + j) w, w + warps,
+// ... (the row's earlier ids read without a store between, for repeats); the counts
 // gather with agent-scope atomics in one of @expert_count_buffers' two
 // buffers, picked by @state_expert_counts' low bit, while the grid's last
 // warp clears the other for the next count. The last block to finish
@@ -48,25 +49,24 @@ ep.kernel @ep_count_experts(%counts: !ep.ptr<i32>, %rank: index, %every_entry: i
     %zeros_at = arith.muli %epr, %c2 : index
     ep.warp.copy_row %buffers[%zeros_at], %buffers[%clearing_at], %epr : !ep.ptr<i32> -> !ep.ptr<i32>
   }
-  scf.for %i = %first to %total step %warps {
-    %row = arith.muli %i, %topk : index
-    scf.for %j = %c0 to %topk step %c1 {
-      %at = arith.addi %row, %j : index
-      %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
-      %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
-      %valid = arith.xori %invalid, %true : i1
-      scf.if %valid {
-        %expert = arith.index_cast %expert_i32 : i32 to index
-        %owner = arith.divui %expert, %epr : index
-        %here = arith.cmpi eq, %owner, %rank : index
-        scf.if %here {
-          %repeat = func.call @expert_repeats_earlier(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i1
-          %fresh = arith.xori %repeat, %true : i1
-          %counts_it = arith.ori %fresh, %counts_repeats : i1
-          scf.if %counts_it {
-            %local = arith.remui %expert, %epr : index
-            %before = ep.atomic_rmw add %counting[%local], %one scope(agent) order(relaxed) : !ep.ptr<i32>
-          }
+  %entries = arith.muli %total, %topk : index
+  scf.for %at = %first to %entries step %warps {
+    %j = arith.remui %at, %topk : index
+    %row = arith.subi %at, %j : index
+    %expert_i32 = ep.load %indices[%at] : !ep.ptr<i32>
+    %invalid = func.call @invalid_expert(%expert_i32) : (i32) -> i1
+    %valid = arith.xori %invalid, %true : i1
+    scf.if %valid {
+      %expert = arith.index_cast %expert_i32 : i32 to index
+      %owner = arith.divui %expert, %epr : index
+      %here = arith.cmpi eq, %owner, %rank : index
+      scf.if %here {
+        %repeat = func.call @expert_repeats_earlier(%indices, %row, %j) : (!ep.ptr<i32>, index, index) -> i1
+        %fresh = arith.xori %repeat, %true : i1
+        %counts_it = arith.ori %fresh, %counts_repeats : i1
+        scf.if %counts_it {
+          %local = arith.remui %expert, %epr : index
+          %before = ep.atomic_rmw add %counting[%local], %one scope(agent) order(relaxed) : !ep.ptr<i32>
         }
       }
     }

@@ -6,17 +6,33 @@
 ep.include "ep/common"
 ep.include "ep/sync"
 
-// A warp per token (warp w takes tokens w, w + warps, ... of the grid). The
-// top-k are int64 (frameworks' index type); -1, any negative, and experts
-// past the last count nowhere (the dispatch refuses the latter with its
-// error). Every entry counts for its expert, repeats too; a token counts
-// once for each rank it goes to; in_rank[t * world + r] is 1 or 0.
+// Warp w of the grid takes entries (token * top-k + j) w, w + warps, ... for
+// the counts, and tokens w, w + warps, ... for in_rank, reading a token's
+// ids with no store between (they are in flight together). The top-k are
+// int64 (frameworks' index type); -1, any negative, and experts past the
+// last count nowhere (the dispatch refuses the latter with its error).
+// Every entry counts for its expert, repeats too; a token counts once for
+// each rank it goes to (at its first entry there); in_rank[t * world + r]
+// is 1 or 0.
 // The counts gather with agent-scope atomics in one of @layout_counts' two
 // buffers (per rank, then per expert), picked by @state_layouts' low bit,
 // while the grid's last warp clears the other for the next call; the last
 // block to finish copies them to per_rank and per_expert and hands the
 // other buffer on. No clearing before the launch, no host wait: a graph can
 // hold it.
+// An id a layout counts: in [0, world * experts_per_rank).
+func.func private @layout_expert(%expert: i64) -> i1 {
+  %zero = arith.constant 0 : i64
+  %world = ep.param_value @world : index
+  %epr = ep.param_value @experts_per_rank : index
+  %experts = arith.muli %world, %epr : index
+  %experts_i64 = arith.index_cast %experts : index to i64
+  %not_negative = arith.cmpi sge, %expert, %zero : i64
+  %in_range = arith.cmpi slt, %expert, %experts_i64 : i64
+  %valid = arith.andi %not_negative, %in_range : i1
+  return %valid : i1
+}
+
 ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank: !ep.ptr<i32>,
                               %per_expert: !ep.ptr<i32>, %in_rank: !ep.ptr<i8>, %rank: index, %w: !ep.window)
     warps_per_block(4) {
@@ -26,11 +42,12 @@ ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank:
   %one = arith.constant 1 : i32
   %zero_i64 = arith.constant 0 : i64
   %one_i64 = arith.constant 1 : i64
+  %false = arith.constant false
+  %true = arith.constant true
   %topk = ep.param_value @topk : index
   %world = ep.param_value @world : index
   %epr = ep.param_value @experts_per_rank : index
   %experts = arith.muli %world, %epr : index
-  %experts_i64 = arith.index_cast %experts : index to i64
   %counts = arith.addi %world, %experts : index
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
   %layouts_word = ep.constant_value @state_layouts : index
@@ -50,25 +67,47 @@ ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank:
     %zeros_at = arith.muli %counts, %c2 : index
     ep.warp.copy_row %layout_counts[%zeros_at], %layout_counts[%clearing_at], %counts : !ep.ptr<i32> -> !ep.ptr<i32>
   }
+  %entries = arith.muli %tokens, %topk : index
+  scf.for %at = %first to %entries step %warps {
+    %j = arith.remui %at, %topk : index
+    %row = arith.subi %at, %j : index
+    %expert_i64 = ep.load %indices[%at] : !ep.ptr<i64>
+    %valid = func.call @layout_expert(%expert_i64) : (i64) -> i1
+    scf.if %valid {
+      %expert = arith.index_cast %expert_i64 : i64 to index
+      %before = ep.atomic_rmw add %per_expert_counts[%expert], %one scope(agent) order(relaxed) : !ep.ptr<i32>
+      %owner = arith.divui %expert, %epr : index
+      // The token's first entry on this rank counts it there.
+      %seen = scf.for %i = %c0 to %j step %c1 iter_args(%found = %false) -> (i1) {
+        %earlier_at = arith.addi %row, %i : index
+        %earlier = ep.load %indices[%earlier_at] : !ep.ptr<i64>
+        %earlier_valid = func.call @layout_expert(%earlier) : (i64) -> i1
+        %earlier_index = arith.index_cast %earlier : i64 to index
+        %earlier_owner = arith.divui %earlier_index, %epr : index
+        %same = arith.cmpi eq, %earlier_owner, %owner : index
+        %match = arith.andi %earlier_valid, %same : i1
+        %any = arith.ori %found, %match : i1
+        scf.yield %any : i1
+      }
+      %first_there = arith.xori %seen, %true : i1
+      scf.if %first_there {
+        %counted = ep.atomic_rmw add %per_rank_counts[%owner], %one scope(agent) order(relaxed) : !ep.ptr<i32>
+      }
+    }
+  }
   scf.for %t = %first to %tokens step %warps {
     %row = arith.muli %t, %topk : index
     %mask = scf.for %j = %c0 to %topk step %c1 iter_args(%bits = %zero_i64) -> (i64) {
       %at = arith.addi %row, %j : index
       %expert_i64 = ep.load %indices[%at] : !ep.ptr<i64>
-      %not_negative = arith.cmpi sge, %expert_i64, %zero_i64 : i64
-      %in_range = arith.cmpi slt, %expert_i64, %experts_i64 : i64
-      %valid = arith.andi %not_negative, %in_range : i1
-      %more = scf.if %valid -> (i64) {
-        %expert = arith.index_cast %expert_i64 : i64 to index
-        %before = ep.atomic_rmw add %per_expert_counts[%expert], %one scope(agent) order(relaxed) : !ep.ptr<i32>
-        %owner = arith.divui %expert, %epr : index
-        %owner_i64 = arith.index_cast %owner : index to i64
-        %bit = arith.shli %one_i64, %owner_i64 : i64
-        %with = arith.ori %bits, %bit : i64
-        scf.yield %with : i64
-      } else {
-        scf.yield %bits : i64
-      }
+      %valid = func.call @layout_expert(%expert_i64) : (i64) -> i1
+      %counted_id = arith.select %valid, %expert_i64, %zero_i64 : i64  // no shift by a stray id's owner
+      %expert = arith.index_cast %counted_id : i64 to index
+      %owner = arith.divui %expert, %epr : index
+      %owner_i64 = arith.index_cast %owner : index to i64
+      %bit = arith.shli %one_i64, %owner_i64 : i64
+      %with = arith.ori %bits, %bit : i64
+      %more = arith.select %valid, %with, %bits : i64
       scf.yield %more : i64
     }
     %cells = arith.muli %t, %world : index
@@ -79,10 +118,6 @@ ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank:
       %flag = arith.trunci %bit : i64 to i8
       %cell = arith.addi %cells, %r : index
       ep.store %flag, %in_rank[%cell] : !ep.ptr<i8>
-      %goes = arith.cmpi ne, %bit, %zero_i64 : i64
-      scf.if %goes {
-        %before = ep.atomic_rmw add %per_rank_counts[%r], %one scope(agent) order(relaxed) : !ep.ptr<i32>
-      }
     }
   }
   // The last block publishes the counts and hands the other buffer to the

@@ -13,7 +13,9 @@ ep.include "ep/common"
 // count first) keeps its token and scale bytes as they were and gets -1 ids
 // and 0 weights. The ids and the weights are written where asked for
 // (has_ids, has_weights): a replayed dispatch's caller takes the rows alone.
-// Warp w takes rows w, w + warps, ... of the grid.
+// Warp w of the grid copies rows w, w + warps, ... and takes top-k entries
+// (row * top-k + j) w, w + warps, ...: an entry's two loads, then its two
+// stores, so a row's entries are not a chain of dependent round trips.
 ep.kernel @ep_deliver_received(%tokens_out: !ep.ptr<i32>, %scales_out: !ep.ptr<i8>, %local_ids: !ep.ptr<i64>,
                                %weights_out: !ep.ptr<f32>, %has_ids: index, %has_weights: index, %rows: index, %rank: index,
                                %w: !ep.window) warps_per_block(4) {
@@ -50,35 +52,39 @@ ep.kernel @ep_deliver_received(%tokens_out: !ep.ptr<i32>, %scales_out: !ep.ptr<i
       %scale_at = arith.muli %row, %scale_bytes : index
       ep.warp.copy_row %recv_scales[%scale_at], %scales_out[%scale_at], %scale_bytes : !ep.ptr<i8> -> !ep.ptr<i8>
     }
-    %entries = arith.muli %row, %topk : index
-    %entries_end = arith.select %entries_wanted, %topk, %c0 : index
-    scf.for %j = %c0 to %entries_end step %c1 {
-      %at = arith.addi %entries, %j : index
-      %local = scf.if %received -> (i64) {
-        %expert_i32 = ep.load %recv_indices[%at] : !ep.ptr<i32>
-        %expert = arith.extsi %expert_i32 : i32 to i64
-        %offset = arith.subi %expert, %first_local_i64 : i64
-        %above = arith.cmpi sge, %offset, %zero_i64 : i64
-        %below = arith.cmpi slt, %offset, %epr_i64 : i64
-        %here = arith.andi %above, %below : i1
-        %id = arith.select %here, %offset, %none : i64
-        scf.yield %id : i64
-      } else {
-        scf.yield %none : i64
-      }
-      scf.if %with_ids {
-        ep.store %local, %local_ids[%at] : !ep.ptr<i64>
-      }
-      scf.if %weighted {
-        %mine = arith.cmpi sge, %local, %zero_i64 : i64
-        %weight = scf.if %mine -> (f32) {
-          %value = ep.load %recv_weights[%at] : !ep.ptr<f32>
-          scf.yield %value : f32
-        } else {
-          scf.yield %no_weight : f32
-        }
-        ep.store %weight, %weights_out[%at] : !ep.ptr<f32>
-      }
+  }
+  %all_entries = arith.muli %rows, %topk : index
+  %entries = arith.select %entries_wanted, %all_entries, %c0 : index
+  scf.for %at = %first to %entries step %warps {
+    %row = arith.divui %at, %topk : index
+    %received = arith.cmpi ult, %row, %total : index
+    %expert_i32 = scf.if %received -> (i32) {
+      %loaded = ep.load %recv_indices[%at] : !ep.ptr<i32>
+      scf.yield %loaded : i32
+    } else {
+      %none_i32 = arith.constant -1 : i32
+      scf.yield %none_i32 : i32
+    }
+    %weight_read = arith.andi %received, %weighted : i1
+    %received_weight = scf.if %weight_read -> (f32) {
+      %value = ep.load %recv_weights[%at] : !ep.ptr<f32>
+      scf.yield %value : f32
+    } else {
+      scf.yield %no_weight : f32
+    }
+    %expert = arith.extsi %expert_i32 : i32 to i64
+    %offset = arith.subi %expert, %first_local_i64 : i64
+    %above = arith.cmpi sge, %offset, %zero_i64 : i64
+    %below = arith.cmpi slt, %offset, %epr_i64 : i64
+    %in_range = arith.andi %above, %below : i1
+    %here = arith.andi %in_range, %received : i1
+    %local = arith.select %here, %offset, %none : i64
+    scf.if %with_ids {
+      ep.store %local, %local_ids[%at] : !ep.ptr<i64>
+    }
+    scf.if %weighted {
+      %weight = arith.select %here, %received_weight, %no_weight : f32
+      ep.store %weight, %weights_out[%at] : !ep.ptr<f32>
     }
   }
 }
