@@ -29,7 +29,7 @@ void EpDispatchCombineOp::dispatch_layout(const TensorRef& indices, const Tensor
   // waits for.
   const ScheduleEntry& geometry = op.geometry_for(std::clamp<int64_t>(n, 1, op.config.max_num_inp_token_per_rank));
   const int64_t warps = geometry.dispatch_warps;
-  const int64_t blocks = std::clamp<int64_t>((n * k + warps - 1) / warps, 1, geometry.dispatch_blocks);
+  const int64_t blocks = blocks_for(n * k, warps, geometry.dispatch_blocks);
   op.device.launch(kernel, {uint32_t(blocks), uint32_t(warps)},
                    LaunchArgs(kernel)
                        .set("indices", indices.data)

@@ -38,6 +38,11 @@ std::string shape_text(std::span<const int64_t> shape);
 // has data; throws epjit::Error naming the call and the argument.
 void expect_tensor(const char* call, const char* what, const TensorRef& tensor, DType dtype,
                    std::initializer_list<int64_t> expected, bool at_least_rows = false);
+// Blocks for `items` pieces of work, `per_block` to a block: at least one,
+// at most `most` (the schedule's grid; the kernels stride over the rest).
+inline int64_t blocks_for(int64_t items, int64_t per_block, int64_t most) {
+  return std::clamp<int64_t>((items + per_block - 1) / per_block, 1, most);
+}
 // A word of the op's memory, read after the op's stream's work (only).
 int32_t read_word(Device& device, Stream& stream, const void* base, size_t byte_offset);
 
@@ -300,7 +305,7 @@ struct EpDispatchCombineOp::Impl {
       const ScheduleEntry& geometry = geometry_for(indices.shape[0]);
       constexpr int64_t kSegment = 512;  // ep/narrow's entries per warp
       const int64_t warps = geometry.dispatch_warps;
-      const int64_t blocks = std::min<int64_t>(geometry.dispatch_blocks, (entries + kSegment * warps - 1) / (kSegment * warps));
+      const int64_t blocks = blocks_for(entries, kSegment * warps, geometry.dispatch_blocks);
       device.launch(kernel, {uint32_t(blocks), uint32_t(warps)},
                     LaunchArgs(kernel)
                         .set("wide", indices.data)

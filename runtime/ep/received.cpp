@@ -24,7 +24,7 @@ void launch_count_experts(EpDispatchCombineOp::Impl& op, EpDispatchCombineOp::Ex
   const ScheduleEntry& geometry = op.geometry_for(std::max<int64_t>(op.dispatched_tokens, 1));
   const int64_t entries = op.dispatched_tokens * op.config.world_size * op.config.num_experts_per_token;
   const int64_t warps = geometry.dispatch_warps;
-  const int64_t blocks = std::clamp<int64_t>((entries + warps - 1) / warps, 1, geometry.dispatch_blocks);
+  const int64_t blocks = blocks_for(entries, warps, geometry.dispatch_blocks);
   op.device.launch(kernel, {uint32_t(blocks), uint32_t(warps)},
                    LaunchArgs(kernel)
                        .set("counts", op.expert_counts)
@@ -112,7 +112,7 @@ void EpDispatchCombineOp::deliver_received(const ReceivedRows& out) {
   // grid: a handful of rows is one small launch.
   const ScheduleEntry geometry = op.geometry_for(op.dispatched_tokens);
   const int64_t warps = geometry.combine_warps, items = rows * std::max<int64_t>(1, k);
-  const int64_t blocks = std::min<int64_t>(geometry.combine_blocks, (items + warps - 1) / warps);
+  const int64_t blocks = blocks_for(items, warps, geometry.combine_blocks);
   op.device.launch(kernel, {uint32_t(blocks), uint32_t(warps)},
                    LaunchArgs(kernel)
                        .set("tokens_out", out.tokens.data)

@@ -32,9 +32,9 @@ StdMoeResult EpDispatchCombineOp::std_moe_pack() {
     const int64_t pieces = (op.config.hidden_dim + kPieceElements - 1) / kPieceElements;
     const int64_t items = op.dispatched_tokens * op.config.num_experts_per_token * pieces;
     const int64_t warps = geometry.dispatch_warps;
-    const int64_t blocks = std::clamp<int64_t>((items + warps * kItemsPerWarp - 1) / (warps * kItemsPerWarp),
-                                               geometry.dispatch_blocks,
-                                               geometry.dispatch_blocks * kMostBlocksPerDispatchBlock);
+    const int64_t blocks = std::max<int64_t>(
+        blocks_for(items, warps * kItemsPerWarp, geometry.dispatch_blocks * kMostBlocksPerDispatchBlock),
+        geometry.dispatch_blocks);
     op.device.launch(*quantize, {uint32_t(blocks), uint32_t(warps)},
                      LaunchArgs(*quantize)
                          .set("packed", op.moe_tokens)
