@@ -20,7 +20,7 @@ import epjit
 from epjit._arrays import _torch_device
 
 from . import low_latency as _low_latency
-from ._common import _refuse, _torch
+from ._common import _ids, _refuse, _torch
 from .config import Config
 from .utils.event import EventHandle, EventOverlap
 
@@ -302,8 +302,7 @@ class Buffer:
             raise ValueError(f"num_worst_tokens={num_worst_tokens} is more than this rank can receive "
                              f"({op.capacity}) (expected at most that)")
         with self._begin(previous_event, async_finish):
-            # int64 (DeepEP's topk_idx_t) and int32 ids go as they are: the op narrows int64 itself.
-            indices = topk_idx if topk_idx.dtype in (torch.int64, torch.int32) else topk_idx.long()
+            indices = _ids(topk_idx)
             if topk_weights is None:
                 weights = self._unweighted(op, x.device)[:tokens]
             else:

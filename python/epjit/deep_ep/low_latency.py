@@ -19,7 +19,7 @@ transfers. Differences from DeepEP: docs/PYTHON.md "DeepEP".
 """
 import epjit
 
-from ._common import _refuse, _torch
+from ._common import _ids, _refuse, _torch
 
 
 class LowLatencyHandle(tuple):
@@ -32,13 +32,6 @@ class LowLatencyHandle(tuple):
         handle = super().__new__(cls, (sources, None, max_tokens, hidden, num_experts))
         handle.op = op
         return handle
-
-
-def _ids(topk_idx):
-    """topk_idx as the op takes it: int64 (DeepEP's topk_idx_t; the op narrows it on the
-    device) and int32 as they are, other integer types as int64."""
-    torch = _torch()
-    return topk_idx if topk_idx.dtype in (torch.int64, torch.int32) else topk_idx.long()
 
 
 def size_hint(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts):
