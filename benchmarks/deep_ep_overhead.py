@@ -7,6 +7,9 @@ trip. Host-bound at 1 token, so it is the layer's Python and torch calls.
 --profile: then cProfile of the layer's rounds at the first token count (the
 functions with the most time of their own), to see what the layer spends.
 --stages: then the normal mode's pieces timed alone at the first token count.
+--trace DIR: then torch.profiler over the layer's and the native op's rounds at the
+first token count: each kernel's and copy's device time per round printed, and a
+Chrome trace per mode in DIR (where the round trip waits: the device, or the host).
 
 --host: host ranks with CPU tensors (a check of the script where no GPU is, not a number).
 
@@ -107,6 +110,28 @@ def stages(buffer, native, x, idx, w, layout, iters):
         print(f"  stage {name}: {timed(fn, iters):.1f} us", flush=True)
 
 
+def trace(directory, n, rounds, count=50):
+    """Each round under torch.profiler (CUPTI sees the op's driver-API launches
+    too): device time per round of each kernel and copy, and the trace."""
+    from torch.profiler import ProfilerActivity, profile
+    os.makedirs(directory, exist_ok=True)
+    for name, fn in rounds:
+        for _ in range(10):
+            fn()
+        synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(count):
+                fn()
+            synchronize()
+        path = os.path.join(directory, f"{name.replace(' ', '-')}-{n}.json")
+        prof.export_chrome_trace(path)
+        device = [e for e in prof.key_averages() if e.device_time_total > 0]
+        device.sort(key=lambda e: -e.device_time_total)
+        print(f"--- trace {name}, {n} tokens, {count} rounds ({path}): device us per round", flush=True)
+        for e in device[:16]:
+            print(f"  {e.device_time_total / count:8.2f}  x{e.count / count:.0f}  {e.key[:90]}", flush=True)
+
+
 def low_latency(buffer, x, idx, w, max_tokens, iters):
     """One low-latency round trip through the layer, and through the op it built."""
     n = x.shape[0]
@@ -165,6 +190,7 @@ def main():
     parser.add_argument("--host", action="store_true")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--stages", action="store_true")
+    parser.add_argument("--trace", metavar="DIR")
     parser.add_argument("--modes", default="normal,low_latency",
                         help="which of normal, low_latency to time (four low-latency ops of 4096 tokens need an H200)")
     args = parser.parse_args()
@@ -231,13 +257,15 @@ def main():
             print(f"normal, tokens {n}: native {native_us:.1f}, same work {same_us:.1f}, epjit.deep_ep {layer_us:.1f} "
                   f"(+{layer_us - native_us:.1f}; +{layer_us - same_us:.1f} over the same work), cached handle "
                   f"{cached_us:.1f} (+{cached_us - native_us:.1f})", flush=True)
-        if "low_latency" not in modes:
-            continue
-        ll_round = low_latency(ll_buffer, x, idx, w, max(counts), args.iters)
+        rounds = [("normal mode", layer_round)]
+        if "low_latency" in modes:
+            rounds.append(("low latency", low_latency(ll_buffer, x, idx, w, max(counts), args.iters)))
         if args.stages and n == counts[0]:
             stages(buffer, native, x, idx, w, layout, args.iters)
+        if args.trace and n == counts[0] and not args.host:
+            trace(args.trace, n, [("native normal", native_round), ("same work normal", same_work_round)] + rounds)
         if args.profile and n == counts[0]:
-            for name, fn in (("normal mode", layer_round), ("low latency", ll_round)):
+            for name, fn in rounds:
                 profile = cProfile.Profile()
                 profile.enable()
                 for _ in range(args.iters):

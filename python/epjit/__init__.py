@@ -561,11 +561,12 @@ class EpDispatchCombineOp:
             return self._final_on_return(self._view(self._op.local_expert_counts_device(every_entry)))
         return self._op.local_expert_counts(every_entry)
 
-    def received_counts(self, every_entry=False):
+    def received_counts(self, every_entry=False, expert_alignment=1):
         """(received rows, per-local-expert counts as local_expert_counts() gives them)
         for the dispatch awaiting combine, counted on the device and read in one copy
-        (synchronizes the op's stream)."""
-        return self._op.received_counts(every_entry)
+        (synchronizes the op's stream). expert_alignment > 1 rounds each expert's count
+        up to a multiple of it (DeepEP's expert_alignment); the rows stay as received."""
+        return self._op.received_counts(every_entry, expert_alignment)
 
     def dispatch_layout(self, indices, per_rank, per_expert, in_rank, *, stream=None):
         """What a dispatch of `indices` ([n, top-k] int64, -1 for none) would send,

@@ -106,6 +106,8 @@ const Torch* torch_if_imported() {
   add("bfloat16", nb::dlpack::dtype_code::Bfloat, 16);
   add("float32", nb::dlpack::dtype_code::Float, 32);
   add("int32", nb::dlpack::dtype_code::Int, 32);
+  add("int64", nb::dlpack::dtype_code::Int, 64);  // frameworks' top-k ids
+  add("bool", nb::dlpack::dtype_code::Bool, 8);   // DeepEP's is_token_in_rank
   add("uint8", nb::dlpack::dtype_code::UInt, 8);
   add("int8", nb::dlpack::dtype_code::Int, 8);
   add("uint16", nb::dlpack::dtype_code::UInt, 16);

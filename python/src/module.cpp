@@ -444,12 +444,13 @@ NB_MODULE(_epjit, m) {
           "every_entry"_a = false)
       .def(
           "received_counts",
-          [](PyOp& self, bool every_entry) {
+          [](PyOp& self, bool every_entry, int64_t expert_alignment) {
             EpDispatchCombineOp::ReceivedCounts counts;
-            self.synchronized([&] { counts = self.op->received_counts(count_rule(every_entry)); });
+            self.synchronized(
+                [&] { counts = self.op->received_counts(count_rule(every_entry), expert_alignment); });
             return nb::make_tuple(counts.total, counts.per_expert);
           },
-          "every_entry"_a = false)
+          "every_entry"_a = false, "expert_alignment"_a = 1)
       .def(
           "dispatch_layout",
           [](PyOp& self, nb::handle indices, nb::handle per_rank, nb::handle per_expert, nb::handle in_rank) {

@@ -3,6 +3,8 @@
 // and the rows in the caller's tensors (deliver_received).
 #include "op_impl.h"
 
+#include <limits>
+
 namespace epjit::ep {
 
 namespace {
@@ -56,8 +58,18 @@ EpDispatchCombineOp::ReceivedCounts read_received_counts(EpDispatchCombineOp::Im
 
 }  // namespace
 
-EpDispatchCombineOp::ReceivedCounts EpDispatchCombineOp::received_counts(ExpertCountRule rule) {
-  return read_received_counts(*impl_, "received_counts", rule);
+EpDispatchCombineOp::ReceivedCounts EpDispatchCombineOp::received_counts(ExpertCountRule rule,
+                                                                         int64_t expert_alignment) {
+  if (expert_alignment < 1 || expert_alignment > std::numeric_limits<int>::max())
+    throw Error("received_counts: expert_alignment is " + std::to_string(expert_alignment),
+                "a positive multiple to round each expert's count up to (1: the counts as they are)",
+                "pass expert_alignment >= 1");
+  ReceivedCounts counts = read_received_counts(*impl_, "received_counts", rule);
+  if (expert_alignment > 1) {
+    const int64_t a = expert_alignment;
+    for (int& count : counts.per_expert) count = int((count + a - 1) / a * a);
+  }
+  return counts;
 }
 
 std::vector<int> EpDispatchCombineOp::local_expert_counts(ExpertCountRule rule) {

@@ -112,6 +112,14 @@ TEST(EpOpErrors, TheFrameworkCallsCheckTheirTensors) {
     if (counts.total != 3) f += "received_counts: total " + std::to_string(counts.total) + ", expected 3\n";
     if (counts.per_expert != std::vector<int>{2, 1, 1, 1})
       f += "received_counts: per expert not {2, 1, 1, 1}\n";
+    // Padded per expert (DeepEP's expert_alignment); the rows stay as received.
+    const EpDispatchCombineOp::ReceivedCounts padded =
+        op.received_counts(EpDispatchCombineOp::ExpertCountRule::DistinctPerToken, 3);
+    if (padded.total != 3 || padded.per_expert != std::vector<int>{3, 3, 3, 3})
+      f += "received_counts(alignment 3): not 3 rows and {3, 3, 3, 3}\n";
+    f += expectParts("expert alignment 0",
+                     thrown([&] { op.received_counts(EpDispatchCombineOp::ExpertCountRule::DistinctPerToken, 0); }),
+                     {"expert_alignment is 0", "expert_alignment >= 1"});
     f += expectParts("output_weights without weights",
                      thrown([&] { op.combine({x, DType::BF16, {3, 64}}, std::nullopt, TensorRef{y, DType::BF16, {3, 64}},
                                              TensorRef{yw, DType::F32, {3, 2}}); }),

@@ -115,6 +115,9 @@ def run_rank(world, rank, uid, dtype, mode, quant, target, calls, results, maske
                 op.synchronize()
                 assert on_device.dtype == np.int32 and on_device.tolist() == want_counts
                 assert op.received_counts() == (received, want_counts)
+                alignment = 2 + call  # odd and even multiples
+                assert op.received_counts(expert_alignment=alignment) == (
+                    received, [-(-c // alignment) * alignment for c in want_counts])
                 if gpu_per_node is None:
                     check_delivered(op, rank, received, tokens_out, w_out, idx_out, padding=call % 3)
                 expert = op.combine_input() if mode == "gather" else np.zeros_like(tokens_out)

@@ -3,9 +3,15 @@ package imports without it), top-k ids as the op takes them, and the refusal
 of what epjit does not serve."""
 
 
+_TORCH = None
+
+
 def _torch():
-    import torch
-    return torch
+    global _TORCH
+    if _TORCH is None:
+        import torch
+        _TORCH = torch
+    return _TORCH
 
 
 def _ids(topk_idx):

@@ -315,9 +315,8 @@ class Buffer:
                 received = num_worst_tokens
             else:
                 # DeepEP's normal mode synchronizes here too: the received count and
-                # the experts' counts in one read.
-                received, per_expert = op.received_counts()
-                counts = [(c + expert_alignment - 1) // expert_alignment * expert_alignment for c in per_expert]
+                # the experts' counts (padded to expert_alignment) in one read.
+                received, counts = op.received_counts(expert_alignment=expert_alignment)
             # The rows, their scales, local ids and weights into tensors of the
             # caller's, by the op's kernel (-1 / 0 for experts elsewhere and for
             # rows past the received count).

@@ -280,12 +280,16 @@ class EpDispatchCombineOp {
   // How many rows the dispatch awaiting combine received, and the tokens each
   // local expert got (as local_expert_counts), counted on the device and read
   // in one copy: synchronizes the op's stream. Uses local_expert_counts_device()'s
-  // memory (its tensor then holds this rule's counts).
+  // memory (its tensor then holds this rule's counts). expert_alignment > 1
+  // rounds each expert's count up to a multiple of it (DeepEP's
+  // num_recv_tokens_per_expert_list, the rows a grouped GEMM pads to); the
+  // total stays the rows received.
   struct ReceivedCounts {
     int64_t total = 0;
     std::vector<int> per_expert;
   };
-  ReceivedCounts received_counts(ExpertCountRule rule = ExpertCountRule::DistinctPerToken);
+  ReceivedCounts received_counts(ExpertCountRule rule = ExpertCountRule::DistinctPerToken,
+                                 int64_t expert_alignment = 1);
   // What a dispatch of `indices` ([n, top-k] i64, -1 for none) would send,
   // before it runs (DeepEP's get_dispatch_layout), into the caller's tensors:
   // per_rank [world_size] i32 (tokens each rank gets, a token once per rank),
