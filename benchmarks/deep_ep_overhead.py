@@ -7,6 +7,10 @@ trip. Host-bound at 1 token, so it is the layer's Python and torch calls.
 --profile: then cProfile of the layer's rounds at the first token count (the
 functions with the most time of their own), to see what the layer spends.
 --stages: then the normal mode's pieces timed alone at the first token count.
+--python-only: then the Python alone at each token count: the layer's rounds and the
+op's calls doing the same work with each native launching call answering with its
+first result (epjit's wrapper and the layer run; no argument import, launch or wait),
+so layer - same work is the layer's own Python, on any host (with --host too).
 --trace DIR: then torch.profiler over the layer's and the native op's rounds at the
 first token count: each kernel's and copy's device time per round printed, and a
 Chrome trace per mode in DIR (where the round trip waits: the device, or the host).
@@ -110,6 +114,41 @@ def stages(buffer, native, x, idx, w, layout, iters):
         print(f"  stage {name}: {timed(fn, iters):.1f} us", flush=True)
 
 
+class _Replayed:
+    """An op's native object whose launching calls answer with their first result:
+    what is left of a round is Python (the layer's and epjit's wrapper's)."""
+
+    LAUNCHES = {"dispatch", "received_counts", "deliver_received", "combine", "dispatch_layout", "std_moe_pack",
+                "std_moe_combine"}
+
+    def __init__(self, native):
+        self.native, self._first = native, {}
+
+    def __getattr__(self, name):
+        real = getattr(self.native, name)
+        if name not in self.LAUNCHES:
+            return real
+
+        def replay(*args, **kwargs):
+            if name not in self._first:
+                self._first[name] = real(*args, **kwargs)
+            return self._first[name]
+        return replay
+
+
+def python_only(n, ops, rounds, iters):
+    """Each round's Python per round trip, the ops' native launching calls replayed."""
+    for op in ops:
+        op._op = _Replayed(op._op)
+    try:
+        times = {name: timed(fn, iters * 10, warmup=100) for name, fn in rounds}
+    finally:
+        synchronize()
+        for op in ops:
+            op._op = op._op.native
+    print(f"python only, tokens {n}: " + ", ".join(f"{name} {us:.1f}" for name, us in times.items()), flush=True)
+
+
 def trace(directory, n, rounds, count=50):
     """Each round under torch.profiler (CUPTI sees the op's driver-API launches
     too): device time per round of each kernel and copy, and the trace."""
@@ -132,7 +171,7 @@ def trace(directory, n, rounds, count=50):
             print(f"  {e.device_time_total / count:8.2f}  x{e.count / count:.0f}  {e.key[:90]}", flush=True)
 
 
-def low_latency(buffer, x, idx, w, max_tokens, iters):
+def low_latency(buffer, x, idx, w, max_tokens, iters, python=False):
     """One low-latency round trip through the layer, and through the op it built."""
     n = x.shape[0]
     for _ in range(2):  # both of its ops built
@@ -165,6 +204,9 @@ def low_latency(buffer, x, idx, w, max_tokens, iters):
 
     native_us, same_us, layer_us, hook_us = (timed(f, iters) for f in (native_round, same_work_round, layer_round,
                                                                         hook_round))
+    if python:
+        python_only(n, list(buffer._low_latency._zeros), [("low latency same work", same_work_round),
+                                                          ("low latency layer", layer_round)], iters)
     # The fp8 ops after the bf16 ones are freed (four ops of a large
     # max_tokens do not fit one 80 GB GPU), with expert outputs of the caller's.
     shape = tuple(recv.shape)
@@ -191,6 +233,7 @@ def main():
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--stages", action="store_true")
     parser.add_argument("--trace", metavar="DIR")
+    parser.add_argument("--python-only", action="store_true")
     parser.add_argument("--modes", default="normal,low_latency",
                         help="which of normal, low_latency to time (four low-latency ops of 4096 tokens need an H200)")
     args = parser.parse_args()
@@ -257,9 +300,12 @@ def main():
             print(f"normal, tokens {n}: native {native_us:.1f}, same work {same_us:.1f}, epjit.deep_ep {layer_us:.1f} "
                   f"(+{layer_us - native_us:.1f}; +{layer_us - same_us:.1f} over the same work), cached handle "
                   f"{cached_us:.1f} (+{cached_us - native_us:.1f})", flush=True)
+        if args.python_only and "normal" in modes:
+            python_only(n, [native], [("normal same work", same_work_round), ("normal layer", layer_round)],
+                        args.iters)
         rounds = [("normal mode", layer_round)]
         if "low_latency" in modes:
-            rounds.append(("low latency", low_latency(ll_buffer, x, idx, w, max(counts), args.iters)))
+            rounds.append(("low latency", low_latency(ll_buffer, x, idx, w, max(counts), args.iters, args.python_only)))
         if args.stages and n == counts[0]:
             stages(buffer, native, x, idx, w, layout, args.iters)
         if args.trace and n == counts[0] and not args.host:
