@@ -25,6 +25,7 @@ from .config import Config
 from .utils.event import EventHandle, EventOverlap
 
 _log = logging.getLogger("epjit.deep_ep")
+_ON_THE_CURRENT_STREAM = contextlib.nullcontext()  # reusable: a call that needs no other stream
 
 
 class _Handle:
@@ -142,16 +143,16 @@ class Buffer:
         DeepEP runs it. Without, torch's current stream after previous_event: DeepEP
         would make the current stream wait for its stream at once, so running there
         gives the same order without the hop between streams."""
-        torch = _torch()
         if not self._gpu:
-            return contextlib.nullcontext()
+            return _ON_THE_CURRENT_STREAM
+        torch = _torch()
         waits_for = None
         if previous_event is not None and previous_event.event is not None:
             waits_for = previous_event.event._event
         if not async_finish:
             if waits_for is not None:
                 torch.cuda.current_stream().wait_event(waits_for)
-            return contextlib.nullcontext()
+            return _ON_THE_CURRENT_STREAM
         if waits_for is not None:
             self._comm_stream.wait_event(waits_for)
         else:
@@ -192,7 +193,7 @@ class Buffer:
             raise ValueError(f"x is {x.dtype}: DeepEP's normal mode moves bfloat16 tokens, or fp8 ones with scales")
         hidden = x.shape[1]
         scale_dim = x_scales.shape[1] if fp8 else 0
-        key = (str(x.dtype), hidden, scale_dim, topk, num_experts)
+        key = (x.dtype, hidden, scale_dim, topk, num_experts)
         op = self._ops.get(key)
         if op is not None and tokens <= op._config.max_num_inp_token_per_rank:
             return op
