@@ -3,8 +3,6 @@
 // and the rows in the caller's tensors (deliver_received).
 #include "op_impl.h"
 
-#include <limits>
-
 namespace epjit::ep {
 
 namespace {
@@ -60,10 +58,12 @@ EpDispatchCombineOp::ReceivedCounts read_received_counts(EpDispatchCombineOp::Im
 
 EpDispatchCombineOp::ReceivedCounts EpDispatchCombineOp::received_counts(ExpertCountRule rule,
                                                                          int64_t expert_alignment) {
-  if (expert_alignment < 1 || expert_alignment > std::numeric_limits<int>::max())
+  // The padded counts stay ints: an alignment past 2^30 could round a count beyond one.
+  constexpr int64_t kLargestAlignment = int64_t(1) << 30;
+  if (expert_alignment < 1 || expert_alignment > kLargestAlignment)
     throw Error("received_counts: expert_alignment is " + std::to_string(expert_alignment),
-                "a positive multiple to round each expert's count up to (1: the counts as they are)",
-                "pass expert_alignment >= 1");
+                "a multiple in [1, 2^30] to round each expert's count up to (1: the counts as they are)",
+                "pass expert_alignment >= 1 (DeepEP's are 1 to a few hundred)");
   ReceivedCounts counts = read_received_counts(*impl_, "received_counts", rule);
   if (expert_alignment > 1) {
     const int64_t a = expert_alignment;

@@ -120,6 +120,11 @@ TEST(EpOpErrors, TheFrameworkCallsCheckTheirTensors) {
     f += expectParts("expert alignment 0",
                      thrown([&] { op.received_counts(EpDispatchCombineOp::ExpertCountRule::DistinctPerToken, 0); }),
                      {"expert_alignment is 0", "expert_alignment >= 1"});
+    f += expectParts("expert alignment past 2^30",
+                     thrown([&] {
+                       op.received_counts(EpDispatchCombineOp::ExpertCountRule::DistinctPerToken, int64_t(1) << 31);
+                     }),
+                     {"expert_alignment is 2147483648", "[1, 2^30]"});
     f += expectParts("output_weights without weights",
                      thrown([&] { op.combine({x, DType::BF16, {3, 64}}, std::nullopt, TensorRef{y, DType::BF16, {3, 64}},
                                              TensorRef{yw, DType::F32, {3, 2}}); }),
