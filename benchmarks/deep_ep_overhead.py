@@ -303,13 +303,15 @@ def main():
         if args.python_only and "normal" in modes:
             python_only(n, [native], [("normal same work", same_work_round), ("normal layer", layer_round)],
                         args.iters)
-        rounds = [("normal mode", layer_round)]
+        rounds = [("normal mode", layer_round)] if "normal" in modes else []
         if "low_latency" in modes:
             rounds.append(("low latency", low_latency(ll_buffer, x, idx, w, max(counts), args.iters, args.python_only)))
         if args.stages and n == counts[0]:
             stages(buffer, native, x, idx, w, layout, args.iters)
         if args.trace and n == counts[0] and not args.host:
-            trace(args.trace, n, [("native normal", native_round), ("same work normal", same_work_round)] + rounds)
+            normal = ([("native normal", native_round), ("same work normal", same_work_round)]
+                      if "normal" in modes else [])
+            trace(args.trace, n, normal + rounds)
         if args.profile and n == counts[0]:
             for name, fn in rounds:
                 profile = cProfile.Profile()
