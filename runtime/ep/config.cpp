@@ -273,11 +273,15 @@ void EpDispatchCombineConfig::validate() const {
              "leave low_latency_combine unset (auto) or set it to false");
   }
   if (receive_order == ReceiveOrder::Source) {
-    if (internode())
+    // Across nodes the order's totals cross before the dispatch and every
+    // off-node rank gets its rows directly: v2_ll's transfers. v2 forwards
+    // through a rail peer, whose arrival order the slots cannot fix.
+    if (internode() && internode_kernel != InternodeKernel::V2LowLatency)
       reject("receive_order", "source",
-             "source order is served on one node (gpu_per_node " + text(nodes_gpu_count()) + " < world_size " +
-                 text(world_size) + ")",
-             "use receive_order 'arrival' across nodes, or build the op for one node");
+             "source order across nodes (gpu_per_node " + text(nodes_gpu_count()) + " < world_size " +
+                 text(world_size) + ") runs the v2_ll kernels, but internode_kernel is " +
+                 std::string(name_of(internode_kernel)),
+             "set internode_kernel 'v2_ll' with receive_order 'source', or use receive_order 'arrival'");
     // ep/order keeps its counts as f32, exact below 2^24.
     if (total_recv_tokens() >= (int64_t(1) << 24))
       reject("receive_order", "source",

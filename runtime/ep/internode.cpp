@@ -90,6 +90,8 @@ InternodeExchange::InternodeExchange(const EpDispatchCombineConfig& config, Comm
   const size_t rows = size_t(v2_ll_built_ ? world_ : nodes_) * size_t(rows_per_peer_);
   const size_t k = size_t(config.num_experts_per_token);
   counts_ = allocate_zeroed(size_t(world_) * 4);
+  if (config.receive_order == ReceiveOrder::Source)
+    order_rows_ = allocate_zeroed(size_t(world_ + 1) * size_t(world_) * 4);
   tokens_ = allocate_zeroed(rows * config.dispatch_token_bytes());
   weights_ = allocate_zeroed(rows * k * 4);
   scales_ = allocate_zeroed(rows * config.scale_bytes_per_token());
@@ -221,6 +223,33 @@ void InternodeExchange::after_dispatch(const EpKernels& kernels, LaunchGeometry 
   device_.launch(kernel, geometry, args.build(), stream);
 }
 
+void InternodeExchange::exchange_order_totals(const EpKernels& kernels, LaunchGeometry geometry,
+                                              const Window& table, int64_t tokens, const void* token_count,
+                                              Stream& stream) {
+  const Kernel& totals = *kernels.order_totals;
+  device_.launch(totals, geometry,
+                 LaunchArgs(totals)
+                     .set("tokens", tokens)
+                     .set("rank", rank_)
+                     .set("token_count", token_count)
+                     .set("count_on_device", token_count != nullptr)
+                     .set("rows", order_rows_)
+                     .set("w", table)
+                     .build(),
+                 stream);
+  // Row r of the order rows is rank r's totals: this rank's goes to every
+  // off-node rank, whose rows land at their own index here.
+  const size_t row_bytes = size_t(world_) * 4;
+  char* rows = static_cast<char*>(order_rows_);
+  std::vector<TransferSegment> sends, receives;
+  for (int peer = 0; peer < world_; ++peer) {
+    if (!off_node(peer)) continue;
+    sends.push_back({peer, rows + size_t(rank_) * row_bytes, row_bytes});
+    receives.push_back({peer, rows + size_t(peer) * row_bytes, row_bytes});
+  }
+  transport_->exchange(sends, receives, stream);
+}
+
 void InternodeExchange::before_combine(const EpKernels& kernels, LaunchGeometry geometry, const Window& table,
                                        const void* input, const void* weights, bool weighted, const void* route,
                                        Stream& stream) {
@@ -233,6 +262,7 @@ void InternodeExchange::before_combine(const EpKernels& kernels, LaunchGeometry 
                      .set("counts", counts_)
                      .set("rows_out", rows_out_)
                      .set("weights_out", weights_out_)
+                     .set("route", route)
                      .set("per_source", rows_per_peer_)
                      .set("rank", rank_)
                      .set("w", table)

@@ -62,6 +62,14 @@ class InternodeExchange {
   // `forward_route` is where the route keeps v2's forward route).
   void after_dispatch(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, void* route,
                       void* forward_route, bool replay, bool v2, Stream& stream);
+  // Source order (ep/order), between ep_order_count and ep_order_slots: this
+  // rank's totals per destination (ep_order_totals) to every off-node rank's
+  // order rows, and theirs into this rank's.
+  void exchange_order_totals(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, int64_t tokens,
+                             const void* token_count, Stream& stream);
+  // The order rows ep_order_slots reads: [world] rows of each rank's totals
+  // per destination, then the prefix row it writes (null without source order).
+  void* order_rows() const { return order_rows_; }
   // v2_ll, before the combine kernel: each off-node source's expert outputs go back.
   void before_combine(const EpKernels& kernels, LaunchGeometry geometry, const Window& table, const void* input,
                       const void* weights, bool weighted, const void* route, Stream& stream);
@@ -131,6 +139,7 @@ class InternodeExchange {
   void* idle_outbox_ = nullptr;  // v2 only: state words for the off-node ranks no token goes to
   std::vector<void*> owned_;     // everything allocate_zeroed returned
   // Inboxes, [world][rows_per_peer] rows of each kind (on-node entries unused).
+  void* order_rows_ = nullptr;  // receive_order source: [world + 1][world] f32
   void *counts_ = nullptr, *tokens_ = nullptr, *weights_ = nullptr, *scales_ = nullptr, *indices_ = nullptr,
        *origins_ = nullptr;
   // v2_ll's return leg: what this rank sends back, and (scatter) what comes back.

@@ -175,8 +175,11 @@ void EpDispatchCombineOp::Impl::enqueue_source_order(int64_t tokens, const void*
   const ScheduleEntry& geometry = geometry_for(tokens);
   const LaunchGeometry grid =
       split_grid({uint32_t(geometry.dispatch_blocks), uint32_t(geometry.dispatch_warps)}, halves, /*dispatch=*/true);
-  // The two kernels take the same arguments but the route, which only ep_order_slots writes.
+  // Both take the call's tokens; ep_order_slots also writes the route and,
+  // across nodes, reads the order rows the transport filled in between.
   for (const Kernel* kernel : {kernels.order_count, kernels.order_slots}) {
+    if (kernel == kernels.order_slots && internode)
+      internode->exchange_order_totals(kernels, grid, window_table, tokens, token_count, *stream);
     LaunchArgs args(*kernel);
     args.set("indices", indices)
         .set("tokens", tokens)
@@ -184,7 +187,8 @@ void EpDispatchCombineOp::Impl::enqueue_source_order(int64_t tokens, const void*
         .set("token_count", token_count)
         .set("count_on_device", token_count != nullptr)
         .set("w", window_table);
-    if (kernel == kernels.order_slots) args.set("route", route_map);
+    if (kernel == kernels.order_slots)
+      args.set("route", route_map).set("rows", internode ? internode->order_rows() : nullptr);
     device.launch(*kernel, grid, args.build(), *stream);
   }
 }

@@ -28,6 +28,7 @@ EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineCon
   kernels.std_moe_quantize = held("ep_std_moe_quantize");
   kernels.order_count = held("ep_order_count");
   kernels.order_slots = held("ep_order_slots");
+  kernels.order_totals = held("ep_order_totals");
   kernels.internode_ingest = held("ep_internode_ingest");
   kernels.internode_return_pack = held("ep_internode_return_pack");
   kernels.internode_return_unpack = held("ep_internode_return_unpack");
@@ -52,6 +53,10 @@ EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineCon
   if ((config.receive_order == ReceiveOrder::Source) != (kernels.order_count && kernels.order_slots))
     disagree(std::string("receive_order ") + name_of(config.receive_order) + ", but the ep_order_* kernels " +
              (kernels.order_count ? "are there" : "are not"));
+  if ((config.receive_order == ReceiveOrder::Source && config.internode()) != (kernels.order_totals != nullptr))
+    disagree(std::string("receive_order ") + name_of(config.receive_order) + (config.internode() ? " across" : " on one") +
+             " node" + (config.internode() ? "s" : "") + ", but ep_order_totals " +
+             (kernels.order_totals ? "is there" : "is not"));
   if (config.internode() && !(kernels.internode_ingest && kernels.internode_return_pack &&
                               kernels.internode_return_unpack && kernels.internode_forward &&
                               kernels.internode_partials && kernels.internode_sum))
@@ -65,6 +70,7 @@ EpBuffers EpBuffers::of(const ModuleInterface& record) {
   buffers.route_entries = &buffers.route->part("route_entries");
   buffers.route_received = &buffers.route->part("route_received");
   buffers.route_sent = &buffers.route->part("route_sent");
+  buffers.route_source_first = &buffers.route->part("route_source_first");
   buffers.route_forward = &buffers.route->part("route_forward");
   buffers.kept = &record.buffer("kept");
   buffers.kept_origins = &buffers.kept->part("kept_origins");

@@ -27,8 +27,9 @@ struct EpKernels {
   const Kernel* deliver_received = nullptr;
   const Kernel* dispatch_layout = nullptr;
   const Kernel* narrow_indices = nullptr;  // int64 top-k ids into the op's int32 copy
-  const Kernel* order_count = nullptr;  // receive_order source: ep/order's two kernels
+  const Kernel* order_count = nullptr;  // receive_order source: ep/order's kernels
   const Kernel* order_slots = nullptr;
+  const Kernel* order_totals = nullptr;  // receive_order source across nodes
   const Kernel* internode_ingest = nullptr;
   const Kernel* internode_return_pack = nullptr;
   const Kernel* internode_return_unpack = nullptr;
@@ -66,7 +67,7 @@ struct EpWindowMap {
 struct EpBuffers {
   const BufferInfo* route = nullptr;  // one per op and one per Routing
   const BufferPartInfo *route_entries = nullptr, *route_received = nullptr, *route_sent = nullptr,
-                       *route_forward = nullptr;
+                       *route_source_first = nullptr, *route_forward = nullptr;
   const BufferInfo* kept = nullptr;  // a Routing's kept call
   const BufferPartInfo *kept_origins = nullptr, *kept_indices = nullptr;
   const BufferInfo* outputs = nullptr;

@@ -103,6 +103,17 @@ void EpDispatchCombineOp::load_routing(Routing& routing, const TensorRef& map, i
                       std::to_string(peer) + ") = " + std::to_string(sent),
                   "in [0, " + std::to_string(most) + "]", "pass a map route_map() returned for this op's configuration");
   }
+  // Source order across nodes: the row each off-node source's first token
+  // took here, which ep_internode_ingest writes that source's rows from.
+  const auto first_at = int64_t(parts.route_source_first->element_offset());
+  for (int64_t source = 0; source < int64_t(parts.route_source_first->count); ++source) {
+    const int32_t first = host[size_t(first_at + source)];
+    if (first < 0 || first > std::max(received, 0))
+      throw Error("load_routing: map[" + std::to_string(first_at + source) + "] (the first row from rank " +
+                      std::to_string(source) + ") = " + std::to_string(first),
+                  "in [0, the received count " + std::to_string(received) + "]",
+                  "pass a map route_map() returned for this op's configuration");
+  }
   // An entry naming another node's rank names a slot of this rank's outbox
   // for it, which holds only the tokens sent there: a slot past them would
   // reach past the outbox.

@@ -27,6 +27,17 @@ ep.buffer_part @route_sent in "route" : i32 attributes {
   %world = ep.param_value @world : index
   ep.yield %world : index
 }
+ep.buffer_part @route_source_first in "route" : i32 attributes {
+    meaning = "source order across nodes: per world rank, the received row its first token took here (off-node ranks; 0 for the node's); no words otherwise"} {
+  %c0 = arith.constant 0 : index
+  %source_order = ep.param_value @source_order : i1
+  %world = ep.param_value @world : index
+  %per_node = ep.param_value @gpu_per_node : index
+  %internode = arith.cmpi ult, %per_node, %world : index
+  %kept = arith.andi %source_order, %internode : i1
+  %words = arith.select %kept, %world, %c0 : index
+  ep.yield %words : index
+}
 ep.buffer_part @route_forward in "route" : i32 attributes {
     meaning = "internode v2: per inbox row and top-k entry, where this rank forwarded it inside its node (rank * capacity + slot, or -1)"} {
   %topk = ep.param_value @topk : index

@@ -533,8 +533,8 @@ ep.window_region @flagged_weights : f32 {
 }
 // Source order (ep/order): per chunk of tokens, how many go to each rank
 // (f32: a prefix is one lane-parallel sum), local; every rank's totals per
-// destination, written by each rank into every rank's copy; each chunk's
-// next slot on each rank, local.
+// destination, written by each rank into every node rank's copy; each
+// chunk's next slot on each rank, local.
 ep.window_region @order_chunk_counts : f32 {
   %c0 = arith.constant 0 : index
   %source_order = ep.param_value @source_order : i1
@@ -557,8 +557,13 @@ ep.window_region @order_offsets : i32 {
   %source_order = ep.param_value @source_order : i1
   %world = ep.param_value @world : index
   %max_tokens = ep.param_value @max_tokens : index
+  %per_node = ep.param_value @gpu_per_node : index
   %cells = arith.muli %world, %max_tokens : index
-  %count = arith.select %source_order, %cells, %c0 : index
+  // Across nodes, as many again: each chunk's shift to outbox places (ep/order).
+  %across = arith.cmpi ult, %per_node, %world : index
+  %doubled = arith.addi %cells, %cells : index
+  %all = arith.select %across, %doubled, %cells : index
+  %count = arith.select %source_order, %all, %c0 : index
   ep.yield %count : index
 }
 // Entry combine: the packed expert outputs [experts_per_rank, world *

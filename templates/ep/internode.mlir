@@ -98,9 +98,30 @@ func.func private @inbox_base(%counts: !ep.ptr<i32>, %source: index, %node_rows:
   return %base : index
 }
 
+// Where off-node source `source`'s rows go: in source order (ep/order), the
+// row its route recorded (rows of every lower rank come first, the node's
+// included); else after the node's rows and the earlier off-node sources'.
+func.func private @source_rows_at(%counts: !ep.ptr<i32>, %source: index, %node_rows: index, %per_source: index,
+                                  %rank: index, %w: !ep.window, %route: !ep.ptr<i32>) -> index {
+  %source_order = ep.param_value @source_order : i1
+  %at = scf.if %source_order -> (index) {
+    %first_at = ep.buffer_offset @route_source_first : index
+    %word = arith.addi %first_at, %source : index
+    %recorded_i32 = ep.load %route[%word] : !ep.ptr<i32>
+    %recorded = arith.index_cast %recorded_i32 : i32 to index
+    scf.yield %recorded : index
+  } else {
+    %after_node = func.call @inbox_base(%counts, %source, %node_rows, %per_source, %rank, %w)
+        : (!ep.ptr<i32>, index, index, index, index, !ep.window) -> index
+    scf.yield %after_node : index
+  }
+  return %at : index
+}
+
 // After the transfer: appends every off-node source's inbox rows (in source
-// order, each source's in the order it sent them) to the received rows, and
-// publishes the new total. Rows past capacity are dropped with error 2, as
+// order, each source's in the order it sent them) to the received rows (in
+// receive_order source, puts them where the route says), and publishes the
+// new total. Rows past capacity are dropped with error 2, as
 // intranode.
 ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, %weights_in: !ep.ptr<f32>,
                                %scales_in: !ep.ptr<i8>, %indices_in: !ep.ptr<i32>, %origins_in: !ep.ptr<i32>,
@@ -157,8 +178,8 @@ ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, 
       scf.if %off {
         %count = func.call @inbox_count(%counts, %source, %per_source, %rank, %w)
             : (!ep.ptr<i32>, index, index, index, !ep.window) -> index
-        %base = func.call @inbox_base(%counts, %source, %node_rows, %per_source, %rank, %w)
-            : (!ep.ptr<i32>, index, index, index, index, !ep.window) -> index
+        %base = func.call @source_rows_at(%counts, %source, %node_rows, %per_source, %rank, %w, %route)
+            : (!ep.ptr<i32>, index, index, index, index, !ep.window, !ep.ptr<i32>) -> index
         %box_base = arith.muli %source, %per_source : index
         scf.for %i = %first to %count step %stride {
           %slot = arith.addi %base, %i : index
@@ -215,8 +236,8 @@ ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, 
 ep.kernel @ep_internode_return_pack(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,
                                     %has_weights: index, %counts: !ep.ptr<i32>,
                                     %rows_out: !ep.ptr<!ep.row_elem<"combine_elem">>, %weights_out: !ep.ptr<f32>,
-                                    %per_source: index, %rank: index, %w: !ep.window) warps_per_block(4)
-    when(@gpu_per_node lt @world) {
+                                    %route: !ep.ptr<i32>, %per_source: index, %rank: index, %w: !ep.window)
+    warps_per_block(4) when(@gpu_per_node lt @world) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %answered = func.call @peers_answered(%w, %rank) : (!ep.window, index) -> i1
@@ -237,8 +258,8 @@ ep.kernel @ep_internode_return_pack(%input: !ep.ptr<!ep.row_elem<"combine_elem">
       scf.if %off {
         %count = func.call @inbox_count(%counts, %source, %per_source, %rank, %w)
             : (!ep.ptr<i32>, index, index, index, !ep.window) -> index
-        %base = func.call @inbox_base(%counts, %source, %node_rows, %per_source, %rank, %w)
-            : (!ep.ptr<i32>, index, index, index, index, !ep.window) -> index
+        %base = func.call @source_rows_at(%counts, %source, %node_rows, %per_source, %rank, %w, %route)
+            : (!ep.ptr<i32>, index, index, index, index, !ep.window, !ep.ptr<i32>) -> index
         %box_base = arith.muli %source, %per_source : index
         scf.for %i = %first to %count step %stride {
           %slot = arith.addi %base, %i : index

@@ -243,6 +243,26 @@ std::vector<EpCase> matrix() {
        .source_order = true});
   add({.name = "source_order_replay_std_moe_w2", .std_moe = true, .replay = true, .source_order = true});
   add({.name = "source_order_alternating_200_w4", .world = 4, .hidden = 128, .calls = counts, .source_order = true});
+  // Across nodes (v2_ll): rows from other nodes where their ranks come, not
+  // after the node's; replays, both combines, rank processes, uneven nodes.
+  auto across_nodes = [&](EpCase c) {
+    c.name = "source_order_internode_" + c.name;
+    c.source_order = true;
+    c.internode_kernel = InternodeKernel::V2LowLatency;
+    add(c);
+  };
+  across_nodes({.name = "w4_g2", .world = 4, .gpu_per_node = 2});
+  across_nodes({.name = "w6_g2_skewed_top8_scatter", .world = 6, .topk = 8, .experts_per_rank = 3, .mode = scatter,
+                .routing = RoutingKind::Skewed, .gpu_per_node = 2});
+  across_nodes({.name = "w3_g1_masked_repeats_replay", .world = 3, .routing = RoutingKind::Masked, .replay = true,
+                .gpu_per_node = 1});
+  across_nodes({.name = "w4_g2_processes_replay_through_map_scatter", .world = 4, .ranks = Ranks::Processes,
+                .mode = scatter, .replay = true, .replay_through_map = true, .gpu_per_node = 2});
+  across_nodes({.name = "w6_g3_f32_zero_copy_calls", .world = 6, .data_type = F32, .calls = {37, 0, 1, 20},
+                .zero_copy = true, .gpu_per_node = 3});
+  across_nodes({.name = "w4_g2_alternating_200", .world = 4, .hidden = 64, .calls = counts, .gpu_per_node = 2});
+  across_nodes({.name = "w4_g2_tiny_by_block", .world = 4, .calls = tiny, .gpu_per_node = 2, .dispatch_blocks = 9,
+                .warps_per_block = 3});
   // Standard MoE with weighted entries (DeepEP's low-latency combine): each
   // origin token is its own expert rows times its own weights, fma in top-k
   // order, whatever the world; repeats read the row their first entry took.

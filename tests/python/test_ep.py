@@ -918,7 +918,8 @@ def test_the_route_map_is_laid_out_as_the_record_says():
     comm, op = single_rank_op(max_tokens=7)
     with op:
         parts = op.buffer_parts("route")
-        assert list(parts) == ["route_entries", "route_received", "route_sent", "route_forward"]
+        assert list(parts) == ["route_entries", "route_received", "route_sent", "route_source_first", "route_forward"]
+        assert parts["route_source_first"][1] == 0  # source order across nodes only
         assert parts["route_entries"][:2] == (0, 7 * TOPK)
         assert parts["route_received"][:2] == (7 * TOPK, 1) and "received" in parts["route_received"][2]
         assert parts["route_forward"] == (7 * TOPK + 2, 0, parts["route_forward"][2])  # intranode: no forward route

@@ -57,12 +57,20 @@ const Rule kRules[] = {
        c.gpu_per_node = 4;
      },
      {"quant_type = fp8_direct_cast", "intranode only", "gpu_per_node 4"}},
-    {"source_order_one_node",
+    {"source_order_across_nodes_needs_v2_ll",
      [](auto& c) {
        c.receive_order = ReceiveOrder::Source;
        c.gpu_per_node = 4;
      },
-     {"receive_order = source", "one node", "gpu_per_node 4 < world_size 8"}},
+     {"receive_order = source", "runs the v2_ll kernels", "internode_kernel is auto", "gpu_per_node 4 < world_size 8",
+      "set internode_kernel 'v2_ll'"}},
+    {"source_order_across_nodes_not_v2",
+     [](auto& c) {
+       c.receive_order = ReceiveOrder::Source;
+       c.gpu_per_node = 4;
+       c.internode_kernel = InternodeKernel::V2;
+     },
+     {"receive_order = source", "internode_kernel is v2"}},
     {"source_order_counts_below_2_24",
      [](auto& c) {
        c.receive_order = ReceiveOrder::Source;
