@@ -568,17 +568,19 @@ class EpDispatchCombineOp:
         up to a multiple of it (DeepEP's expert_alignment); the rows stay as received."""
         return self._op.received_counts(every_entry, expert_alignment)
 
-    def dispatch_layout(self, indices, per_rank, per_expert, in_rank, *, stream=None):
+    def dispatch_layout(self, indices, per_rank, per_expert, in_rank, *, per_node=None, stream=None):
         """What a dispatch of `indices` ([n, top-k] int64, -1 for none) would send,
         before it runs (DeepEP's get_dispatch_layout), into the caller's arrays:
         per_rank [world_size] int32 (tokens per rank, a token once per rank),
         per_expert [num_experts] int32 (entries per expert, repeats too) and in_rank
-        [n, world_size] bool or uint8 (1 where the token goes to the rank). Negative ids
+        [n, world_size] bool or uint8 (1 where the token goes to the rank); across
+        nodes also per_node [world_size // gpu_per_node] int32 (tokens per node, a
+        token once per node: DeepEP's num_tokens_per_rdma_rank). Negative ids
         and experts past the last count nowhere. One launch on the op's stream (the
         caller's, as for dispatch), no synchronization, at any time between calls."""
         self._torch = _is_torch(indices)
         self._follow_stream(indices, stream)
-        self._op.dispatch_layout(indices, per_rank, per_expert, in_rank)
+        self._op.dispatch_layout(indices, per_rank, per_expert, in_rank, per_node)
         self._final_on_return(None)
 
     def deliver_received(self, tokens, local_experts=None, *, scales=None, weights=None, stream=None):

@@ -453,21 +453,25 @@ NB_MODULE(_epjit, m) {
           "every_entry"_a = false, "expert_alignment"_a = 1)
       .def(
           "dispatch_layout",
-          [](PyOp& self, nb::handle indices, nb::handle per_rank, nb::handle per_expert, nb::handle in_rank) {
+          [](PyOp& self, nb::handle indices, nb::handle per_rank, nb::handle per_expert, nb::handle in_rank,
+             nb::handle per_node) {
             std::vector<ArgumentArray> arrays;
-            arrays.reserve(4);
+            arrays.reserve(5);
             const TensorRef idx = arrays.emplace_back(self.import(indices, "indices", DType::I64)).ref;
             const TensorRef ranks = arrays.emplace_back(self.import(per_rank, "per_rank", DType::I32)).ref;
             const TensorRef experts = arrays.emplace_back(self.import(per_expert, "per_expert", DType::I32)).ref;
             const TensorRef cells = arrays.emplace_back(self.import(in_rank, "in_rank", DType::U8)).ref;
+            std::optional<TensorRef> nodes;
+            if (!per_node.is_none()) nodes = arrays.emplace_back(self.import(per_node, "per_node", DType::I32)).ref;
             self.drop_passed();
             {
               nb::gil_scoped_release release;
-              self.op->dispatch_layout(idx, ranks, experts, cells);
+              self.op->dispatch_layout(idx, ranks, experts, cells, nodes);
             }
             self.hold(std::move(arrays));
           },
-          "indices"_a.none(), "per_rank"_a.none(), "per_expert"_a.none(), "in_rank"_a.none())
+          "indices"_a.none(), "per_rank"_a.none(), "per_expert"_a.none(), "in_rank"_a.none(),
+          "per_node"_a.none() = nb::none())
       .def(
           "deliver_received",
           [](PyOp& self, nb::handle tokens, nb::handle scales, nb::handle local_experts, nb::handle weights) {

@@ -5,7 +5,8 @@
 namespace epjit::ep {
 
 void EpDispatchCombineOp::dispatch_layout(const TensorRef& indices, const TensorRef& per_rank,
-                                          const TensorRef& per_expert, const TensorRef& in_rank) {
+                                          const TensorRef& per_expert, const TensorRef& in_rank,
+                                          const std::optional<TensorRef>& per_node) {
   static constexpr const char* call = "dispatch_layout";
   const OneCallAtATime one_call = impl_->one_call(call);
   Impl& op = *impl_;
@@ -19,10 +20,18 @@ void EpDispatchCombineOp::dispatch_layout(const TensorRef& indices, const Tensor
   expect_tensor(call, "per_rank", per_rank, DType::I32, {world});
   expect_tensor(call, "per_expert", per_expert, DType::I32, {op.config.num_experts()});
   if (n > 0) expect_tensor(call, "in_rank", in_rank, DType::U8, {n, world});
+  if (per_node) {
+    if (!op.config.internode())
+      throw Error(std::string(call) + ": per_node counts for an op on one node",
+                  "per_node only across nodes (gpu_per_node < world_size)",
+                  "leave per_node out (one node: per_rank's total is the node's), or build the op across nodes");
+    expect_tensor(call, "per_node", *per_node, DType::I32, {world / op.config.nodes_gpu_count()});
+  }
   const Kernel& kernel = *op.kernels.dispatch_layout;
   require_pointer_alignment(kernel, "indices", indices.data, call, "indices");
   require_pointer_alignment(kernel, "per_rank", per_rank.data, call, "per_rank");
   require_pointer_alignment(kernel, "per_expert", per_expert.data, call, "per_expert");
+  if (per_node) require_pointer_alignment(kernel, "per_node", per_node->data, call, "per_node");
   // A warp per top-k entry, up to the dispatch's grid for this many tokens;
   // one block when there are none (it publishes the zero counts). The
   // kernel clears its counts itself: no fill before it, nothing the host
@@ -37,6 +46,8 @@ void EpDispatchCombineOp::dispatch_layout(const TensorRef& indices, const Tensor
                        .set("per_rank", per_rank.data)
                        .set("per_expert", per_expert.data)
                        .set("in_rank", in_rank.data)
+                       .set("per_node", per_node ? per_node->data : nullptr)
+                       .set("has_per_node", per_node.has_value())
                        .set("rank", op.config.rank)
                        .set("w", op.window_table)
                        .build(),

@@ -470,14 +470,18 @@ ep.window_region @moe_counts : i32 {
   %count = arith.select %std_moe, %thrice, %c0 : index
   ep.yield %count : index
 }
-// ep_dispatch_layout's counts (per rank, then per expert): the one its call
-// counts into, the one it clears for the next call, and zeros to clear from.
+// ep_dispatch_layout's counts (per rank, per expert, then per node): the one
+// its call counts into, the one it clears for the next call, and zeros to
+// clear from.
 ep.window_region @layout_counts : i32 {
   %c3 = arith.constant 3 : index
   %world = ep.param_value @world : index
   %epr = ep.param_value @experts_per_rank : index
+  %per_node = ep.param_value @gpu_per_node : index
+  %nodes = arith.divui %world, %per_node : index
   %experts = arith.muli %world, %epr : index
-  %counts = arith.addi %world, %experts : index
+  %ranks_and_experts = arith.addi %world, %experts : index
+  %counts = arith.addi %ranks_and_experts, %nodes : index
   %thrice = arith.muli %counts, %c3 : index
   ep.yield %thrice : index
 }

@@ -13,7 +13,8 @@ ep.include "ep/sync"
 // last count nowhere (the dispatch refuses the latter with its error).
 // Every entry counts for its expert, repeats too; a token counts once for
 // each rank it goes to (at its first entry there); in_rank[t * world + r]
-// is 1 or 0.
+// is 1 or 0. Across nodes a token also counts once for each node it goes
+// to (DeepEP's num_tokens_per_rdma_rank), into per_node when one is given.
 // The counts gather with agent-scope atomics in one of @layout_counts' two
 // buffers (per rank, then per expert), picked by @state_layouts' low bit,
 // while the grid's last warp clears the other for the next call; the last
@@ -34,7 +35,8 @@ func.func private @layout_expert(%expert: i64) -> i1 {
 }
 
 ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank: !ep.ptr<i32>,
-                              %per_expert: !ep.ptr<i32>, %in_rank: !ep.ptr<i8>, %rank: index, %w: !ep.window)
+                              %per_expert: !ep.ptr<i32>, %in_rank: !ep.ptr<i8>, %per_node: !ep.ptr<i32>,
+                              %has_per_node: index, %rank: index, %w: !ep.window)
     warps_per_block(4) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -47,8 +49,12 @@ ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank:
   %topk = ep.param_value @topk : index
   %world = ep.param_value @world : index
   %epr = ep.param_value @experts_per_rank : index
+  %ranks_per_node = ep.param_value @gpu_per_node : index
+  %nodes = arith.divui %world, %ranks_per_node : index
+  %across = arith.cmpi ult, %ranks_per_node, %world : index
   %experts = arith.muli %world, %epr : index
-  %counts = arith.addi %world, %experts : index
+  %ranks_and_experts = arith.addi %world, %experts : index
+  %counts = arith.addi %ranks_and_experts, %nodes : index
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
   %layouts_word = ep.constant_value @state_layouts : index
   %layouts = ep.load %state[%layouts_word] : !ep.ptr<i32>
@@ -59,6 +65,7 @@ ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank:
   %layout_counts = ep.peer_ptr %w[%rank] @layout_counts[%c0] : !ep.ptr<i32>
   %per_rank_counts = ep.ptr_add %layout_counts, %counting_at : !ep.ptr<i32>
   %per_expert_counts = ep.ptr_add %per_rank_counts, %world : !ep.ptr<i32>
+  %per_node_counts = ep.ptr_add %per_expert_counts, %experts : !ep.ptr<i32>
   %first = ep.global_warp_index : index
   %warps = ep.global_warp_count : index
   %last_warp = arith.subi %warps, %c1 : index
@@ -119,6 +126,22 @@ ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank:
       %cell = arith.addi %cells, %r : index
       ep.store %flag, %in_rank[%cell] : !ep.ptr<i8>
     }
+    // Across nodes a node holds fewer than 64 ranks: its bits are a shifted run.
+    scf.if %across {
+      %per_node_i64 = arith.index_cast %ranks_per_node : index to i64
+      %run = arith.shli %one_i64, %per_node_i64 : i64
+      %node_bits = arith.subi %run, %one_i64 : i64
+      scf.for %n = %c0 to %nodes step %c1 {
+        %n_i64 = arith.index_cast %n : index to i64
+        %first_rank = arith.muli %n_i64, %per_node_i64 : i64
+        %shifted = arith.shrui %mask, %first_rank : i64
+        %there = arith.andi %shifted, %node_bits : i64
+        %goes = arith.cmpi ne, %there, %zero_i64 : i64
+        scf.if %goes {
+          %counted = ep.atomic_rmw add %per_node_counts[%n], %one scope(agent) order(relaxed) : !ep.ptr<i32>
+        }
+      }
+    }
   }
   // The last block publishes the counts and hands the other buffer to the
   // next layout, which the stream runs after this one.
@@ -134,6 +157,10 @@ ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank:
       ep.fence scope(agent) order(acquire)
       ep.warp.copy_row %per_rank_counts[%c0], %per_rank[%c0], %world : !ep.ptr<i32> -> !ep.ptr<i32>
       ep.warp.copy_row %per_expert_counts[%c0], %per_expert[%c0], %experts : !ep.ptr<i32> -> !ep.ptr<i32>
+      %node_counts_asked = arith.cmpi ne, %has_per_node, %c0 : index
+      scf.if %node_counts_asked {
+        ep.warp.copy_row %per_node_counts[%c0], %per_node[%c0], %nodes : !ep.ptr<i32> -> !ep.ptr<i32>
+      }
     }
   }
 }

@@ -87,6 +87,10 @@ TEST(EpOpErrors, TheFrameworkCallsCheckTheirTensors) {
                      thrown([&] { op.dispatch_layout(wide, {y, DType::I32, {1}}, {yw, DType::I32, {3}},
                                                      {s, DType::U8, {3, 1}}); }),
                      {"per_expert has shape [3]", "[4]"});
+    f += expectParts("layout counts per node on one node",
+                     thrown([&] { op.dispatch_layout(wide, {y, DType::I32, {1}}, {yw, DType::I32, {4}},
+                                                     {s, DType::U8, {3, 1}}, TensorRef{x, DType::I32, {1}}); }),
+                     {"per_node counts for an op on one node", "gpu_per_node < world_size", "leave per_node out"});
     f += expectParts("received rows before a dispatch", thrown([&] { op.received_counts(); }),
                      {"received_counts without a dispatch awaiting combine"});
     const int64_t wrapped[6] = {0, 1, (int64_t(1) << 32) + 1, 2, 3, 0};  // the low word of [1, 0] is expert 1

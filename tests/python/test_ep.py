@@ -169,15 +169,15 @@ def run_threads(world, **kwargs):
     assert [r for r in results if r] == []
 
 
-def on_rank_threads(world, body, target="host"):
-    """body(rank, comm) on `world` Python threads, a rank each on a new communicator;
-    fails with what any rank raised."""
+def on_rank_threads(world, body, target="host", gpu_per_node=None):
+    """body(rank, comm) on `world` Python threads, a rank each on a new communicator
+    (nodes of gpu_per_node ranks when given); fails with what any rank raised."""
     uid = epjit.Communicator.get_unique_id()
     results = [None] * world
 
     def rank(r):
         try:
-            comm = epjit.Communicator.init(world, r, uid, target=target)
+            comm = epjit.Communicator.init(world, r, uid, target=target, gpu_per_node=gpu_per_node)
             body(r, comm)
             comm.destroy()
         except Exception as error:  # reported by the test
@@ -1047,16 +1047,18 @@ def test_a_token_count_on_the_device_moves_only_its_rows():
     comm.destroy()
 
 
-@pytest.mark.parametrize("world", [1, 3])
-def test_the_dispatch_layout_counts_what_a_dispatch_would_send(world):
+@pytest.mark.parametrize("world,gpu_per_node", [(1, None), (3, None), (6, 2), (4, 1)])
+def test_the_dispatch_layout_counts_what_a_dispatch_would_send(world, gpu_per_node):
     # DeepEP's get_dispatch_layout on the op's kernel, against a count in numpy:
     # odd token counts, -1 and other negative ids, a repeated expert (counted
-    # per entry, its rank once), an id past the last expert (counted nowhere).
-    # Every output poisoned first.
+    # per entry, its rank once), an id past the last expert (counted nowhere);
+    # across nodes the tokens per node too (a token once per node). Every
+    # output poisoned first.
     def rank(r, comm):
         config = epjit.EpDispatchCombineConfig(rank=r, world_size=world, hidden_dim=HIDDEN,
                                                max_num_inp_token_per_rank=MAX_TOKENS, num_experts_per_rank=EPR,
-                                               num_experts_per_token=TOPK)
+                                               num_experts_per_token=TOPK, gpu_per_node=gpu_per_node)
+        nodes = world // gpu_per_node if gpu_per_node else None
         experts = world * EPR
         with epjit.EpDispatchCombineOp(config, comm) as op:
             rng = np.random.default_rng(41 + r)
@@ -1068,7 +1070,8 @@ def test_the_dispatch_layout_counts_what_a_dispatch_would_send(world):
                 per_rank = np.full(world, -7, dtype=np.int32)
                 per_expert = np.full(experts, -7, dtype=np.int32)
                 in_rank = np.full((tokens, world), 9, dtype=np.uint8)
-                op.dispatch_layout(idx, per_rank, per_expert, in_rank)
+                per_node = np.full(nodes, -7, dtype=np.int32) if nodes else None
+                op.dispatch_layout(idx, per_rank, per_expert, in_rank, per_node=per_node)
                 valid = (idx >= 0) & (idx < experts)
                 want_expert = np.array([int((idx[valid] == e).sum()) for e in range(experts)], dtype=np.int32)
                 want_in = np.zeros((tokens, world), dtype=np.uint8)
@@ -1078,6 +1081,12 @@ def test_the_dispatch_layout_counts_what_a_dispatch_would_send(world):
                 np.testing.assert_array_equal(per_expert, want_expert)
                 np.testing.assert_array_equal(in_rank, want_in)
                 np.testing.assert_array_equal(per_rank, want_in.sum(0).astype(np.int32))
+                if nodes:
+                    want_node = want_in.reshape(tokens, nodes, gpu_per_node).any(2).sum(0).astype(np.int32)
+                    np.testing.assert_array_equal(per_node, want_node)
+            if not nodes:
+                with pytest.raises(epjit.Error, match="per_node counts for an op on one node"):
+                    op.dispatch_layout(idx, per_rank, per_expert, in_rank, per_node=np.zeros(1, dtype=np.int32))
             with pytest.raises(epjit.Error, match="indices"):
                 op.dispatch_layout(np.zeros((2, TOPK), dtype=np.int32), per_rank, per_expert,
                                    np.zeros((2, world), dtype=np.uint8))
@@ -1085,7 +1094,7 @@ def test_the_dispatch_layout_counts_what_a_dispatch_would_send(world):
                 op.dispatch_layout(np.zeros((2, TOPK), dtype=np.int64), per_rank, per_expert,
                                    np.zeros((2, world + 1), dtype=np.uint8))
 
-    on_rank_threads(world, rank)
+    on_rank_threads(world, rank, gpu_per_node=gpu_per_node)
 
 
 def test_int64_ids_dispatch_and_combine_as_int32_ones_do():

@@ -296,11 +296,13 @@ class EpDispatchCombineOp {
   // per_expert [num_experts] i32 (entries each expert gets, repeats too) and
   // in_rank [n, world_size] u8 (1 where the token goes to the rank, else 0).
   // Negative ids and experts past the last count nowhere (the dispatch
-  // refuses the latter). Fills the counts with zeros and launches one kernel
-  // on the op's stream; no host synchronization, no dispatch state: callable
-  // at any time between calls.
+  // refuses the latter). Across nodes, `per_node` [world_size / gpu_per_node]
+  // i32 (tokens each node gets, a token once per node: DeepEP's
+  // num_tokens_per_rdma_rank) when given; an op on one node refuses it.
+  // Launches one kernel on the op's stream; no host synchronization, no
+  // dispatch state: callable at any time between calls.
   void dispatch_layout(const TensorRef& indices, const TensorRef& per_rank, const TensorRef& per_expert,
-                       const TensorRef& in_rank);
+                       const TensorRef& in_rank, const std::optional<TensorRef>& per_node = std::nullopt);
   // The caller's tensors for deliver_received(), `rows` rows each (the
   // tokens' first dimension, at most capacity()).
   struct ReceivedRows {
