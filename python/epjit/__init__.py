@@ -106,6 +106,8 @@ class Communicator:
 
     rank = property(lambda self: self._native.rank)
     world_size = property(lambda self: self._native.world_size)
+    # Ranks on this rank's node (gpu_per_node, or the ranks sharing its hostname).
+    node_size = property(lambda self: self._native.node_size)
     # Bytes of this rank's symmetric memory alive now (the windows of its ops,
     # until each op and every view of its results are gone).
     symmetric_bytes = property(lambda self: self._native.symmetric_bytes)

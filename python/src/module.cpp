@@ -228,6 +228,7 @@ NB_MODULE(_epjit, m) {
           "timeout_seconds"_a = 0.0, "gpu_per_node"_a = nb::none())
       .def_prop_ro("rank", [](PyCommunicator& c) { return c.comm->rank(); })
       .def_prop_ro("world_size", [](PyCommunicator& c) { return c.comm->world_size(); })
+      .def_prop_ro("node_size", [](PyCommunicator& c) { return c.comm->node().size(); })
       .def_prop_ro("symmetric_bytes", [](PyCommunicator& c) { return c.comm->symmetric_bytes(); })
       .def_prop_ro("device", [](PyCommunicator& c) { return c.device_kind; })
       .def_prop_ro("default_target", [](PyCommunicator& c) { return c.device->default_target(); })

@@ -57,7 +57,9 @@ def check(ok, what, failed):
         failed.append(what)
 
 
-def layout_and_round_trip(deep_ep, buffer, world, rank, seed, counts, failed, alignment=4):
+def layout_and_round_trip(deep_ep, buffer, world, rank, seed, counts, failed, alignment=4, per_node=None):
+    """per_node: the group's ranks per node when it spans several (DeepEP's
+    internode dispatch: the same receive order over the whole group)."""
     x, w, idx = rank_inputs(world, rank, seed, counts[rank])
     experts = world * EXPERTS_PER_RANK
     per_rank, per_rdma, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, experts)
@@ -69,7 +71,13 @@ def layout_and_round_trip(deep_ep, buffer, world, rank, seed, counts, failed, al
     check(torch.equal(in_rank.cpu(), want_in_rank), "is_token_in_rank", failed)
     check(per_rank.dtype == torch.int32 and per_rank.cpu().tolist() == want_in_rank.sum(0).tolist(),
           "num_tokens_per_rank", failed)
-    check(per_rdma is None, "num_tokens_per_rdma_rank is None on one node", failed)
+    if per_node is None:
+        check(per_rdma is None, "num_tokens_per_rdma_rank is None on one node", failed)
+    else:
+        want_per_node = want_in_rank.view(-1, world // per_node, per_node).any(2).sum(0).tolist()
+        check(per_rdma is not None and per_rdma.dtype == torch.int32 and per_rdma.cpu().tolist() == want_per_node,
+              f"num_tokens_per_rdma_rank {None if per_rdma is None else per_rdma.tolist()}, expected "
+              f"{want_per_node}", failed)
     want_per_expert = [int((idx == e).sum()) for e in range(experts)]
     check(per_expert.cpu().tolist() == want_per_expert, "num_tokens_per_expert", failed)
 
@@ -427,6 +435,8 @@ def refusals(deep_ep, group, buffer, world, rank, failed):
     raises(lambda: deep_ep.Buffer(group, 0, 0, enable_shrink=True), NotImplementedError,
            ["enable_shrink", "not served"], "rank masks")
     raises(lambda: deep_ep.Buffer(None), ValueError, ["group"], "no group")
+    raises(lambda: buffer.internode_dispatch(None), ValueError, ["internode_dispatch", "one node", "dispatch"],
+           "internode_dispatch on one node")
     x, w, idx = rank_inputs(world, rank, 5, 6)
     per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, world * EXPERTS_PER_RANK)
     first = buffer.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
@@ -479,6 +489,77 @@ def rank_main(device, world, rank, store, results):
         import traceback
         results.put(f"rank {rank}: {type(error).__name__}: {error} (failed before it: {failed or 'none'})\n"
                     f"{traceback.format_exc()}")
+
+
+def across_nodes_main(device, world, per_node, rank, store, results):
+    """The normal mode over nodes of `per_node` ranks (the communicator's
+    gpu_per_node): the layout's tokens per node, the receive order over the whole
+    group, the cached handle's forward and backward, fp8 and num_worst_tokens,
+    DeepEP's internode_dispatch / internode_combine names, no recompiles, and the
+    low-latency mode refused with the reason. Ranks sharing a GPU move the
+    off-node legs over the host transport (NCCL takes one rank per GPU)."""
+    global DEVICE
+    DEVICE = device
+    failed = []
+    try:
+        import torch.distributed as dist
+        if device == "cuda":
+            torch.cuda.set_device(gpu_of(rank))
+            os.environ["EPJIT_INTERNODE_TRANSPORT"] = "host"
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+        assert epjit.deep_ep.install()
+        import deep_ep
+        options = {} if device == "cuda" else dict(device="host")
+        buffer = deep_ep.Buffer(dist.group.WORLD, int(1e8), 0, gpu_per_node=per_node, **options)
+        counts = [23 - r % 3 for r in range(world)]
+        layout_and_round_trip(deep_ep, buffer, world, rank, 1, counts, failed, per_node=per_node)
+        layout_and_round_trip(deep_ep, buffer, world, rank, 2, [0] + [7] * (world - 1), failed, alignment=3,
+                              per_node=per_node)
+        cached_dispatch_and_backward(buffer, world, rank, 4, counts, failed)
+        worst_tokens_fp8_and_events(buffer, world, rank, 6, [11 + r for r in range(world)], failed)
+        stats = epjit.cache.stats()
+        before = stats["memory_hits"] + stats["disk_hits"] + stats["misses"] + stats["compiles"]
+        for n in (3, 1, 20):
+            layout_and_round_trip(deep_ep, buffer, world, rank, 10 + n, [n] * world, failed, per_node=per_node)
+        stats = epjit.cache.stats()
+        after = stats["memory_hits"] + stats["disk_hits"] + stats["misses"] + stats["compiles"]
+        check(after == before, f"varying token counts fetched {after - before} kernel modules", failed)
+        # DeepEP's internode names run the same calls.
+        x, w, idx = rank_inputs(world, rank, 7, 9)
+        per_rank, per_rdma, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, world * EXPERTS_PER_RANK)
+        recv_x, _, recv_w, _, handle, _ = buffer.internode_dispatch(
+            x, num_tokens_per_rank=per_rank, num_tokens_per_rdma_rank=per_rdma, is_token_in_rank=in_rank,
+            num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+        want = expected_receive(world, rank, 7, [9] * world)
+        check(recv_x.shape[0] == len(want) and all(torch.equal(recv_x[i].cpu(), r[2].cpu())
+                                                   for i, r in enumerate(want)),
+              "internode_dispatch: the rows in source order", failed)
+        combined, _, _ = buffer.internode_combine(recv_x, handle, topk_weights=recv_w)
+        check(torch.equal(combined.cpu(), (x.float() * in_rank.sum(1).float()[:, None]).to(torch.bfloat16).cpu()),
+              "internode_combine: copies summed", failed)
+        try:
+            buffer.low_latency_dispatch(x, idx, 16, world * EXPERTS_PER_RANK, use_fp8=False)
+        except NotImplementedError as error:
+            check("across nodes" in str(error) and "within a node" in str(error), f"low latency: {error}", failed)
+        else:
+            failed.append("the low-latency mode across nodes was not refused")
+        buffer._close()
+        dist.barrier()
+        dist.destroy_process_group()
+        results.put("; ".join(f"rank {rank}: {f}" for f in failed))
+    except Exception as error:  # reported by the test, with the checks that failed before it
+        import traceback
+        results.put(f"rank {rank}: {type(error).__name__}: {error} (failed before it: {failed or 'none'})\n"
+                    f"{traceback.format_exc()}")
+
+
+@pytest.mark.parametrize("world,per_node", [(4, 2), (3, 1)])
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_deep_ep_normal_mode_across_nodes(device, world, per_node):
+    skip_unless_ranks_fit(device, world)
+    with tempfile.TemporaryDirectory() as scratch:
+        store = os.path.join(scratch, "store")
+        run_rank_processes(across_nodes_main, world, lambda r: (device, world, per_node, r, store), timeout=600)
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])

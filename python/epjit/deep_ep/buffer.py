@@ -5,7 +5,10 @@ Each dispatch dtype and shape gets one epjit op (built at its first call, on the
 buffer's communicator) with receive_order="source": the received rows are
 grouped by source rank, each rank's in token order, as DeepEP's normal mode
 delivers them, by the op's kernels (docs/EP.md "Receive order"), not by a sort
-here. A dispatch records its routing (keep_call), which the handle holds: a
+here; across nodes (a communicator whose nodes hold fewer ranks than the
+group) the op runs epjit's internode v2_ll path in the same order, rank by
+rank over the whole group, as DeepEP's internode dispatch delivers them. A
+dispatch records its routing (keep_call), which the handle holds: a
 dispatch with that handle replays it (the same rows in the same places, DeepEP's
 cached mode), and combine answers it. Calls run on the buffer's communication
 stream, ordered after `previous_event` (or torch's current stream), and the
@@ -76,6 +79,13 @@ class Buffer:
             options.setdefault("device_ordinal", ordinal)
         self._comm = epjit.Communicator.from_process_group(group, **options)
         self._gpu = self._comm.device in ("cuda", "hip")
+        # Nodes as the communicator found them (by hostname, or its gpu_per_node=).
+        self._per_node = self._comm.node_size
+        if self.group_size % self._per_node:
+            self._comm.destroy()
+            raise ValueError(f"the group's {self.group_size} ranks are not whole nodes of {self._per_node} (expected "
+                             "every node to hold as many ranks; fix: equal ranks per node, or gpu_per_node=)")
+        self._nodes = self.group_size // self._per_node
         self._ops = {}
         self._latest = {}        # op -> the handle of its dispatch awaiting combine
         self._counted = {}       # op -> whether that dispatch read its received count (received_counts)
@@ -214,6 +224,9 @@ class Buffer:
                       num_experts_per_rank=num_experts // self.group_size, num_experts_per_token=topk,
                       data_type=x.dtype, receive_order="source",
                       dispatch_block_num=Buffer.num_sms, combine_block_num=Buffer.num_sms)
+        if self._nodes > 1:
+            # Source order across nodes runs v2_ll's transfers (docs/EP.md "Receive order").
+            fields.update(gpu_per_node=self._per_node, internode_kernel="v2_ll")
         if fp8:
             fields.update(scale_dim=scale_dim, scale_type_size=4)
         op = epjit.EpDispatchCombineOp(epjit.EpDispatchCombineConfig(**fields), self._comm)
@@ -235,8 +248,9 @@ class Buffer:
     # ------------------------------------------------------------ normal mode
     def get_dispatch_layout(self, topk_idx, num_experts, previous_event=None, async_finish=False,
                             allocate_on_comm_stream=False):
-        """(num_tokens_per_rank [ranks] int32, None (one node), num_tokens_per_expert
-        [experts] int32, is_token_in_rank [tokens, ranks] bool, event); -1 selects nothing."""
+        """(num_tokens_per_rank [ranks] int32, num_tokens_per_rdma_rank [nodes] int32 (None
+        on one node), num_tokens_per_expert [experts] int32, is_token_in_rank [tokens,
+        ranks] bool, event); -1 selects nothing."""
         torch = _torch()
         if num_experts % self.group_size:
             raise ValueError(f"num_experts={num_experts} is not a multiple of the group's {self.group_size} ranks")
@@ -248,13 +262,15 @@ class Buffer:
                 num_tokens_per_rank = torch.empty(world, dtype=torch.int32, device=device)
                 num_tokens_per_expert = torch.empty(num_experts, dtype=torch.int32, device=device)
                 is_token_in_rank = torch.empty(topk_idx.shape[0], world, dtype=torch.bool, device=device)
+                per_node = (None if self._nodes == 1 else
+                            torch.empty(self._nodes, dtype=torch.int32, device=device))
                 indices = topk_idx if topk_idx.dtype == torch.int64 else topk_idx.long()
                 layout_op.dispatch_layout(indices.contiguous(), num_tokens_per_rank, num_tokens_per_expert,
-                                          is_token_in_rank)
+                                          is_token_in_rank, per_node=per_node)
         if layout_op is not None:
             event = self._finish(async_finish, [topk_idx],
-                                 [num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank])
-            return num_tokens_per_rank, None, num_tokens_per_expert, is_token_in_rank, event
+                                 [num_tokens_per_rank, per_node, num_tokens_per_expert, is_token_in_rank])
+            return num_tokens_per_rank, per_node, num_tokens_per_expert, is_token_in_rank, event
         if not self._layout_fallback_logged:
             self._layout_fallback_logged = True
             _log.info("deep_ep.Buffer.get_dispatch_layout: no op of top-%d and %d experts is built yet on rank %d, "
@@ -275,8 +291,12 @@ class Buffer:
             counts = torch.zeros(num_experts + 1, dtype=torch.int32, device=topk_idx.device)
             counts.scatter_add_(0, experts.reshape(-1), ones[:experts.numel()])
             num_tokens_per_expert = counts[:num_experts]
-        event = self._finish(async_finish, [topk_idx], [num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank])
-        return num_tokens_per_rank, None, num_tokens_per_expert, is_token_in_rank, event
+            per_node = None
+            if self._nodes > 1:
+                per_node = is_token_in_rank.view(-1, self._nodes, self._per_node).any(2).sum(0, dtype=torch.int32)
+        event = self._finish(async_finish, [topk_idx],
+                             [num_tokens_per_rank, per_node, num_tokens_per_expert, is_token_in_rank])
+        return num_tokens_per_rank, per_node, num_tokens_per_expert, is_token_in_rank, event
 
     def dispatch(self, x, handle=None, num_tokens_per_rank=None, num_tokens_per_rdma_rank=None, is_token_in_rank=None,
                  num_tokens_per_expert=None, topk_idx=None, topk_weights=None, expert_alignment=1, num_worst_tokens=0,
@@ -380,10 +400,11 @@ class Buffer:
         bias_0, bias_1 = (bias if isinstance(bias, tuple) else (bias, None))
         with self._begin(previous_event, async_finish):
             weights = combined_topk_weights = None
-            if not self._counted.get(op):
+            if not self._counted.get(op) or self._nodes > 1:
                 # The op never read this call's received count (num_worst_tokens, a
-                # cached dispatch): it takes capacity rows, so the rows and weights
-                # go to its window first.
+                # cached dispatch), or its internode legs read by capacity (a
+                # count from the network never reads past its rows): it takes
+                # capacity rows, so the rows and weights go to its window first.
                 staged = op.combine_input()
                 staged[:handle.received] = x
                 if topk_weights is not None:
@@ -403,7 +424,14 @@ class Buffer:
                 combined_topk_weights = torch.empty(handle.tokens, topk_weights.shape[1], dtype=torch.float32,
                                                     device=x.device)
             combined_x = torch.empty(handle.tokens, x.shape[1], dtype=torch.bfloat16, device=x.device)
-            op.combine(staged, weights, output=combined_x, output_weights=combined_topk_weights)
+            if self._nodes == 1:
+                op.combine(staged, weights, output=combined_x, output_weights=combined_topk_weights)
+            else:
+                # Across nodes the internode legs write the op's own output buffers.
+                out, out_weights = op.combine(staged, weights)
+                combined_x.copy_(out[:handle.tokens])
+                if combined_topk_weights is not None:
+                    combined_topk_weights.copy_(out_weights[:handle.tokens])
             for extra in (bias_0, bias_1):
                 if extra is not None:
                     combined_x = (combined_x.float() + extra.float()).to(torch.bfloat16)
@@ -457,9 +485,16 @@ class Buffer:
         return EventOverlap(EventHandle(torch.cuda.current_stream()), tensors)
 
     def internode_dispatch(self, *args, **kwargs):
-        _refuse("internode_dispatch", "epjit's source order (DeepEP's receive order) is served on one node",
-                "run the group on one node")
+        """DeepEP's internode dispatch: what dispatch runs across nodes (its arguments)."""
+        self._require_nodes("internode_dispatch")
+        return self.dispatch(*args, **kwargs)
 
     def internode_combine(self, *args, **kwargs):
-        _refuse("internode_combine", "epjit's source order (DeepEP's receive order) is served on one node",
-                "run the group on one node")
+        """DeepEP's internode combine: what combine runs across nodes (its arguments)."""
+        self._require_nodes("internode_combine")
+        return self.combine(*args, **kwargs)
+
+    def _require_nodes(self, call):
+        if self._nodes == 1:
+            raise ValueError(f"{call} on a group of one node ({self.group_size} ranks): DeepEP runs it only across "
+                             "nodes (expected several; fix: call dispatch / combine, which pick the path)")

@@ -66,6 +66,11 @@ class LowLatency:
     def _next_op(self, x, topk, num_experts, max_tokens, quant):
         buffer = self._buffer
         world = buffer.group_size
+        if buffer._nodes > 1:
+            _refuse("the low-latency mode across nodes", "its combine (each token's rows times its weights, summed "
+                    "in top-k order: std_moe_combine weighted_entries) and fp8 pack run on one node in epjit",
+                    "run the low-latency mode within a node, or use the normal mode (dispatch / combine), which "
+                    "runs across nodes")
         if num_experts % world:
             raise ValueError(f"num_experts={num_experts} is not a multiple of the group's {world} ranks "
                              "(expected every rank to hold the same number of experts)")
