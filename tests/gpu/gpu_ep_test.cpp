@@ -217,6 +217,12 @@ std::vector<EpCase> internodeGpuCases() {
       add({.name = "skewed_top8_h7168", .hidden = 7168, .topk = 8, .experts_per_rank = 8, .max_tokens = 64,
            .routing = RoutingKind::Skewed, .calls = {64, 0, 1, 37}});
       add({.name = "alternating_100", .hidden = 128, .calls = counts});
+      // Source order across nodes runs v2_ll only (v2 is refused with it).
+      if (kernel == InternodeKernel::V2LowLatency) {
+        add({.name = "source_order_scatter_replay", .mode = scatter, .replay = true, .source_order = true});
+        add({.name = "source_order_top8_h7168", .hidden = 7168, .topk = 8, .experts_per_rank = 8, .max_tokens = 64,
+             .routing = RoutingKind::Skewed, .calls = {64, 0, 1, 37}, .source_order = true});
+      }
     }
   }
   // auto under DP attention: ranks of a call on two sides of its crossover

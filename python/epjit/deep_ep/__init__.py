@@ -1,10 +1,11 @@
 """DeepEP's API (`deep_ep`) on epjit: Buffer's normal mode (get_dispatch_layout,
-dispatch with its handle and cached dispatch, combine) and its low-latency calls
-in bf16 (low_latency_dispatch/combine with hooks and zero copy), Config,
-EventOverlap, EventHandle and deep_ep.utils, served by epjit's ops on every vendor
-and on host ranks. `epjit.deep_ep.install()` makes a program's `import deep_ep`
-get it. Not yet served, each refused with the reason: the low-latency fp8 cast,
-internode groups, rank masks (docs/PYTHON.md "DeepEP")."""
+dispatch with its handle and cached dispatch, combine; on one node or across nodes)
+and its low-latency calls in bf16 and fp8 (low_latency_dispatch/combine with hooks
+and zero copy, on one node), Config, EventOverlap, EventHandle and deep_ep.utils,
+served by epjit's ops on every vendor and on host ranks. `epjit.deep_ep.install()`
+makes a program's `import deep_ep` get it. Not yet served, each refused with the
+reason: the low-latency calls across nodes, LogFMT, rank masks (docs/PYTHON.md
+"DeepEP")."""
 import importlib.util
 import logging
 import sys

@@ -86,7 +86,8 @@ class Buffer:
             raise ValueError(f"the group's {self.group_size} ranks are not whole nodes of {self._per_node} (expected "
                              "every node to hold as many ranks; fix: equal ranks per node, or gpu_per_node=)")
         self._nodes = self.group_size // self._per_node
-        self._ops = {}
+        self._ops = {}           # (dtype, hidden, scale columns, top-k, experts) -> op
+        self._op_tokens = {}     # op -> its max_num_inp_token_per_rank (and membership: this buffer's ops)
         self._latest = {}        # op -> the handle of its dispatch awaiting combine
         self._counted = {}       # op -> whether that dispatch read its received count (received_counts)
         self._weights = {}       # op -> [capacity, top-k] f32 staging for combine's weights
@@ -137,6 +138,7 @@ class Buffer:
         for op in self._ops.values():
             op.close()
         self._ops.clear()
+        self._op_tokens.clear()
         self._latest.clear()
         self._counted.clear()
         self._weights.clear()
@@ -190,6 +192,11 @@ class Buffer:
 
     # ------------------------------------------------------------ the ops
     def _op_for(self, x, x_scales, topk, num_experts, tokens):
+        # A shape seen before: its op, with no checks it passed when built.
+        scale_columns = 0 if x_scales is None else x_scales.shape[-1] if x_scales.dim() else -1
+        op = self._ops.get((x.dtype, x.shape[1], scale_columns, topk, num_experts))
+        if op is not None and tokens <= self._op_tokens[op]:
+            return op
         torch = _torch()
         if num_experts % self.group_size:
             raise ValueError(f"num_experts={num_experts} is not a multiple of the group's {self.group_size} ranks "
@@ -205,7 +212,7 @@ class Buffer:
         scale_dim = x_scales.shape[1] if fp8 else 0
         key = (x.dtype, hidden, scale_dim, topk, num_experts)
         op = self._ops.get(key)
-        if op is not None and tokens <= op._config.max_num_inp_token_per_rank:
+        if op is not None and tokens <= self._op_tokens[op]:
             return op
         if op is not None:
             raise ValueError(f"dispatch of {tokens} tokens on rank {self.rank}: this buffer's op for this shape was "
@@ -231,6 +238,7 @@ class Buffer:
             fields.update(scale_dim=scale_dim, scale_type_size=4)
         op = epjit.EpDispatchCombineOp(epjit.EpDispatchCombineConfig(**fields), self._comm)
         self._ops[key] = op
+        self._op_tokens[op] = limit
         self._layout_ops.setdefault((topk, num_experts), op)
         _log.info("deep_ep.Buffer: rank %d built an op for %s, hidden %d, top-%d, %d experts, %d tokens per rank",
                   self.rank, x.dtype, hidden, topk, num_experts, limit)
@@ -268,8 +276,8 @@ class Buffer:
                 layout_op.dispatch_layout(indices.contiguous(), num_tokens_per_rank, num_tokens_per_expert,
                                           is_token_in_rank, per_node=per_node)
         if layout_op is not None:
-            event = self._finish(async_finish, [topk_idx],
-                                 [num_tokens_per_rank, per_node, num_tokens_per_expert, is_token_in_rank])
+            event = EventOverlap(None) if not async_finish else self._finish(
+                async_finish, [topk_idx], [num_tokens_per_rank, per_node, num_tokens_per_expert, is_token_in_rank])
             return num_tokens_per_rank, per_node, num_tokens_per_expert, is_token_in_rank, event
         if not self._layout_fallback_logged:
             self._layout_fallback_logged = True
@@ -319,7 +327,7 @@ class Buffer:
                              f"{None if topk_weights is None else tuple(topk_weights.shape)} (expected one row each)")
         num_experts = num_tokens_per_expert.numel()
         op = self._op_for(x, x_scales, topk, num_experts, tokens)
-        if num_worst_tokens > op.capacity:
+        if num_worst_tokens and num_worst_tokens > op.capacity:
             raise ValueError(f"num_worst_tokens={num_worst_tokens} is more than this rank can receive "
                              f"({op.capacity}) (expected at most that)")
         with self._begin(previous_event, async_finish):
@@ -353,14 +361,14 @@ class Buffer:
         new_handle = _Handle(op, routing, received, tokens, num_worst_tokens)
         self._latest[op] = new_handle
         self._counted[op] = not num_worst_tokens
-        event = self._finish(async_finish, [x, x_scales, topk_idx, topk_weights],
-                             [recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights])
+        event = EventOverlap(None) if not async_finish else self._finish(
+            async_finish, [x, x_scales, topk_idx, topk_weights], [recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights])
         return ((recv_x, recv_x_scales) if x_scales is not None else recv_x, recv_topk_idx, recv_topk_weights,
                 counts, new_handle, event)
 
     def _cached_dispatch(self, x, x_scales, handle, num_worst_tokens, previous_event, async_finish):
         torch = _torch()
-        if not isinstance(handle, _Handle) or handle.op not in self._ops.values():
+        if not isinstance(handle, _Handle) or handle.op not in self._op_tokens:
             raise ValueError("dispatch(handle=...) with a handle this buffer did not return (expected the handle "
                              "of one of its dispatches)")
         op = handle.op
@@ -387,7 +395,7 @@ class Buffer:
         summed (no weights), topk_weights summed likewise; returns (combined_x,
         combined_topk_weights or None, event)."""
         torch = _torch()
-        if not isinstance(handle, _Handle) or handle.op not in self._ops.values():
+        if not isinstance(handle, _Handle) or handle.op not in self._op_tokens:
             raise ValueError("combine with a handle this buffer did not return (expected a dispatch's handle)")
         op = handle.op
         if self._latest.get(op) is not handle:
@@ -436,7 +444,8 @@ class Buffer:
                 if extra is not None:
                     combined_x = (combined_x.float() + extra.float()).to(torch.bfloat16)
         self._latest.pop(op, None)
-        event = self._finish(async_finish, [x, topk_weights, bias_0, bias_1], [combined_x, combined_topk_weights])
+        event = EventOverlap(None) if not async_finish else self._finish(
+            async_finish, [x, topk_weights, bias_0, bias_1], [combined_x, combined_topk_weights])
         return combined_x, combined_topk_weights, event
 
     # ------------------------------------------------------------ low latency
