@@ -51,8 +51,8 @@ TEST(WindowLayout, TheTemplatesRecordSizesEveryRegionForTheConfig) {
   EXPECT_EQ(countOf(record, "scatter_rows"), 0u);                         // plain rows only without quant
   EXPECT_EQ(countOf(record, "combine_rows"), 0u);                         // gather only
   EXPECT_EQ(countOf(record, "moe_counts"), 0u);                           // std-MoE off
-  // Two buffers and zeros: per rank then per expert (8 + 8 x 32), per local expert.
-  EXPECT_EQ(countOf(record, "layout_counts"), 3u * (8 + 8 * 32));
+  // Two buffers and zeros: per rank, per expert, per node (8 + 8 x 32 + 1), per local expert.
+  EXPECT_EQ(countOf(record, "layout_counts"), 3u * (8 + 8 * 32 + 1));
   EXPECT_EQ(countOf(record, "expert_count_buffers"), 3u * 32);
   EXPECT_EQ(countOf(record, "flagged_rows"), 0u);                              // the staged combine under quant
   EXPECT_EQ(countOf(record, "flagged_weights"), 0u);
@@ -105,6 +105,17 @@ TEST(WindowLayout, SourceOrderHasItsCountRegions) {
   EXPECT_NE(cache.key(kernel_spec(config)), cache.key(kernel_spec(scatterBlockwiseConfig())));
   config.max_num_inp_token_per_rank = 5;
   EXPECT_EQ(countOf(boundRecord(cache, config), "order_chunk_counts"), 8u * 5);
+  // Across nodes: each chunk's shift to outbox places doubles the next slots,
+  // ep_order_totals joins, and the layout counts per node too.
+  config.max_num_inp_token_per_rank = 37;
+  config.quant_type = QuantType::None;
+  config.gpu_per_node = 4;
+  config.internode_kernel = InternodeKernel::V2LowLatency;
+  const ModuleInterface across = boundRecord(cache, config);
+  EXPECT_EQ(countOf(across, "order_offsets"), 2u * 8 * 37);
+  EXPECT_EQ(countOf(across, "layout_counts"), 3u * (8 + 8 * 32 + 2));
+  EXPECT_TRUE(across.has_kernel("ep_order_totals"));
+  EXPECT_FALSE(record.has_kernel("ep_order_totals"));
 }
 
 // Weighted entries' expert rows: experts_per_rank x world x the op's limit
