@@ -470,11 +470,14 @@ ep.window_region @moe_counts : i32 {
   %count = arith.select %std_moe, %thrice, %c0 : index
   ep.yield %count : index
 }
-// ep_dispatch_layout's counts (per rank, per expert, then per node): the one
-// its call counts into, the one it clears for the next call, and zeros to
-// clear from.
+// ep_dispatch_layout's counts (per rank, per expert, then per node, padded
+// to whole 16-byte lines so that each buffer starts on one): the one its call
+// counts into, the one it clears for the next call, and zeros to clear from.
+// (ep_dispatch_layout computes the same words inline, so that they fold to
+// a constant its copies' alignment is proven from.)
 ep.window_region @layout_counts : i32 {
   %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
   %world = ep.param_value @world : index
   %epr = ep.param_value @experts_per_rank : index
   %per_node = ep.param_value @gpu_per_node : index
@@ -482,7 +485,10 @@ ep.window_region @layout_counts : i32 {
   %experts = arith.muli %world, %epr : index
   %ranks_and_experts = arith.addi %world, %experts : index
   %counts = arith.addi %ranks_and_experts, %nodes : index
-  %thrice = arith.muli %counts, %c3 : index
+  %up = arith.addi %counts, %c3 : index
+  %lines = arith.divui %up, %c4 : index
+  %words = arith.muli %lines, %c4 : index
+  %thrice = arith.muli %words, %c3 : index
   ep.yield %thrice : index
 }
 // ep_count_experts' counts per local expert: the one its call counts into,

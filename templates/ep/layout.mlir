@@ -53,8 +53,14 @@ ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank:
   %nodes = arith.divui %world, %ranks_per_node : index
   %across = arith.cmpi ult, %ranks_per_node, %world : index
   %experts = arith.muli %world, %epr : index
+  // A buffer's words: ranks, experts and nodes, in whole 16-byte lines (@layout_counts).
+  %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
   %ranks_and_experts = arith.addi %world, %experts : index
-  %counts = arith.addi %ranks_and_experts, %nodes : index
+  %used = arith.addi %ranks_and_experts, %nodes : index
+  %up = arith.addi %used, %c3 : index
+  %lines = arith.divui %up, %c4 : index
+  %counts = arith.muli %lines, %c4 : index
   %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
   %layouts_word = ep.constant_value @state_layouts : index
   %layouts = ep.load %state[%layouts_word] : !ep.ptr<i32>

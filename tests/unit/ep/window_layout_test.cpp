@@ -51,8 +51,9 @@ TEST(WindowLayout, TheTemplatesRecordSizesEveryRegionForTheConfig) {
   EXPECT_EQ(countOf(record, "scatter_rows"), 0u);                         // plain rows only without quant
   EXPECT_EQ(countOf(record, "combine_rows"), 0u);                         // gather only
   EXPECT_EQ(countOf(record, "moe_counts"), 0u);                           // std-MoE off
-  // Two buffers and zeros: per rank, per expert, per node (8 + 8 x 32 + 1), per local expert.
-  EXPECT_EQ(countOf(record, "layout_counts"), 3u * (8 + 8 * 32 + 1));
+  // Two buffers and zeros: per rank, per expert, per node (8 + 8 x 32 + 1, padded to
+  // whole 16-byte lines), per local expert.
+  EXPECT_EQ(countOf(record, "layout_counts"), 3u * 268);
   EXPECT_EQ(countOf(record, "expert_count_buffers"), 3u * 32);
   EXPECT_EQ(countOf(record, "flagged_rows"), 0u);                              // the staged combine under quant
   EXPECT_EQ(countOf(record, "flagged_weights"), 0u);
@@ -113,7 +114,7 @@ TEST(WindowLayout, SourceOrderHasItsCountRegions) {
   config.internode_kernel = InternodeKernel::V2LowLatency;
   const ModuleInterface across = boundRecord(cache, config);
   EXPECT_EQ(countOf(across, "order_offsets"), 2u * 8 * 37);
-  EXPECT_EQ(countOf(across, "layout_counts"), 3u * (8 + 8 * 32 + 2));
+  EXPECT_EQ(countOf(across, "layout_counts"), 3u * 268);  // 8 + 8 x 32 + 2, padded
   EXPECT_TRUE(across.has_kernel("ep_order_totals"));
   EXPECT_FALSE(record.has_kernel("ep_order_totals"));
 }
