@@ -447,7 +447,16 @@ def refusals(deep_ep, group, buffer, world, rank, failed):
            ValueError, ["bfloat16"], "f32 x")
 
 
-def rank_main(device, world, rank, store, results):
+def modules_fetched():
+    """Kernel modules fetched so far (a new op fetches one, compiled or cached)."""
+    stats = epjit.cache.stats()
+    return stats["memory_hits"] + stats["disk_hits"] + stats["misses"] + stats["compiles"]
+
+
+def as_rank(device, world, rank, store, results, body, environment=None):
+    """One rank process: joins the gloo group, installs epjit.deep_ep, runs
+    body(deep_ep, dist, failed), and puts its failures ("" when none) on `results`,
+    with any exception and the checks that failed before it."""
     global DEVICE
     DEVICE = device
     failed = []
@@ -455,9 +464,22 @@ def rank_main(device, world, rank, store, results):
         import torch.distributed as dist
         if device == "cuda":
             torch.cuda.set_device(gpu_of(rank))
+        os.environ.update(environment or {})
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
         assert epjit.deep_ep.install()
         import deep_ep
+        body(deep_ep, dist, failed)
+        dist.barrier()
+        dist.destroy_process_group()
+        results.put("; ".join(f"rank {rank}: {f}" for f in failed))
+    except Exception as error:  # reported by the test, with the checks that failed before it
+        import traceback
+        results.put(f"rank {rank}: {type(error).__name__}: {error} (failed before it: {failed or 'none'})\n"
+                    f"{traceback.format_exc()}")
+
+
+def rank_main(device, world, rank, store, results):
+    def body(deep_ep, dist, failed):
         from deep_ep.utils import EventOverlap  # noqa: F401  (what Megatron-LM imports)
         options = {} if device == "cuda" else dict(device="host")
         buffer = deep_ep.Buffer(dist.group.WORLD, int(1e8), 0, **options)
@@ -471,24 +493,17 @@ def rank_main(device, world, rank, store, results):
         worst_tokens_fp8_and_events(buffer, world, rank, 6, [11 + r for r in range(world)], failed)
         # Sizes that vary per call reuse the op and its kernels: no module is
         # fetched (a new op would fetch one, compiled or cached) or compiled.
-        def fetches():
-            stats = epjit.cache.stats()
-            return stats["memory_hits"] + stats["disk_hits"] + stats["misses"] + stats["compiles"]
-        before = fetches()
+        before = modules_fetched()
         for n in (3, 37, 1, 20):
             layout_and_round_trip(deep_ep, buffer, world, rank, 10 + n, [n] * world, failed)
-        check(fetches() == before, f"varying token counts fetched {fetches() - before} kernel modules", failed)
+        check(modules_fetched() == before, f"varying token counts fetched {modules_fetched() - before} kernel modules",
+              failed)
         refusals(deep_ep, dist.group.WORLD, buffer, world, rank, failed)
         if device == "cuda":
             worst_tokens_in_a_cuda_graph(buffer, world, rank, failed)
         low_latency_mode(deep_ep, dist.group.WORLD, world, rank, device, failed)
-        dist.barrier()
-        dist.destroy_process_group()
-        results.put("; ".join(f"rank {rank}: {f}" for f in failed))
-    except Exception as error:  # reported by the test, with the checks that failed before it
-        import traceback
-        results.put(f"rank {rank}: {type(error).__name__}: {error} (failed before it: {failed or 'none'})\n"
-                    f"{traceback.format_exc()}")
+
+    as_rank(device, world, rank, store, results, body)
 
 
 def across_nodes_main(device, world, per_node, rank, store, results):
@@ -498,17 +513,7 @@ def across_nodes_main(device, world, per_node, rank, store, results):
     DeepEP's internode_dispatch / internode_combine names, no recompiles, and the
     low-latency mode refused with the reason. Ranks sharing a GPU move the
     off-node legs over the host transport (NCCL takes one rank per GPU)."""
-    global DEVICE
-    DEVICE = device
-    failed = []
-    try:
-        import torch.distributed as dist
-        if device == "cuda":
-            torch.cuda.set_device(gpu_of(rank))
-            os.environ["EPJIT_INTERNODE_TRANSPORT"] = "host"
-        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-        assert epjit.deep_ep.install()
-        import deep_ep
+    def body(deep_ep, dist, failed):
         options = {} if device == "cuda" else dict(device="host")
         buffer = deep_ep.Buffer(dist.group.WORLD, int(1e8), 0, gpu_per_node=per_node, **options)
         counts = [23 - r % 3 for r in range(world)]
@@ -517,13 +522,11 @@ def across_nodes_main(device, world, per_node, rank, store, results):
                               per_node=per_node)
         cached_dispatch_and_backward(buffer, world, rank, 4, counts, failed)
         worst_tokens_fp8_and_events(buffer, world, rank, 6, [11 + r for r in range(world)], failed)
-        stats = epjit.cache.stats()
-        before = stats["memory_hits"] + stats["disk_hits"] + stats["misses"] + stats["compiles"]
+        before = modules_fetched()
         for n in (3, 1, 20):
             layout_and_round_trip(deep_ep, buffer, world, rank, 10 + n, [n] * world, failed, per_node=per_node)
-        stats = epjit.cache.stats()
-        after = stats["memory_hits"] + stats["disk_hits"] + stats["misses"] + stats["compiles"]
-        check(after == before, f"varying token counts fetched {after - before} kernel modules", failed)
+        check(modules_fetched() == before, f"varying token counts fetched {modules_fetched() - before} kernel modules",
+              failed)
         # DeepEP's internode names run the same calls.
         x, w, idx = rank_inputs(world, rank, 7, 9)
         per_rank, per_rdma, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, world * EXPERTS_PER_RANK)
@@ -544,13 +547,9 @@ def across_nodes_main(device, world, per_node, rank, store, results):
         else:
             failed.append("the low-latency mode across nodes was not refused")
         buffer._close()
-        dist.barrier()
-        dist.destroy_process_group()
-        results.put("; ".join(f"rank {rank}: {f}" for f in failed))
-    except Exception as error:  # reported by the test, with the checks that failed before it
-        import traceback
-        results.put(f"rank {rank}: {type(error).__name__}: {error} (failed before it: {failed or 'none'})\n"
-                    f"{traceback.format_exc()}")
+
+    as_rank(device, world, rank, store, results, body,
+            environment={"EPJIT_INTERNODE_TRANSPORT": "host"} if device == "cuda" else None)
 
 
 @pytest.mark.parametrize("world,per_node", [(4, 2), (3, 1)])
