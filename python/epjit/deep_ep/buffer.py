@@ -322,7 +322,7 @@ class Buffer:
         if expert_alignment < 1:
             raise ValueError(f"expert_alignment={expert_alignment}: expected at least 1")
         tokens, topk = topk_idx.shape
-        if x.shape[0] != tokens or (topk_weights is not None and tuple(topk_weights.shape) != (tokens, topk)):
+        if x.shape[0] != tokens or (topk_weights is not None and topk_weights.shape != (tokens, topk)):
             raise ValueError(f"x has {x.shape[0]} rows, topk_idx {tuple(topk_idx.shape)}, topk_weights "
                              f"{None if topk_weights is None else tuple(topk_weights.shape)} (expected one row each)")
         num_experts = num_tokens_per_expert.numel()
@@ -349,12 +349,13 @@ class Buffer:
             # The rows, their scales, local ids and weights into tensors of the
             # caller's, by the op's kernel (-1 / 0 for experts elsewhere and for
             # rows past the received count).
-            recv_x = torch.empty(received, x.shape[1], dtype=x.dtype, device=x.device)
+            device = x.device
+            recv_x = torch.empty(received, x.shape[1], dtype=x.dtype, device=device)
             recv_x_scales = (None if x_scales is None else
-                             torch.empty(received, x_scales.shape[1], dtype=torch.float32, device=x.device))
-            recv_topk_idx = torch.empty(received, topk, dtype=torch.int64, device=x.device)
+                             torch.empty(received, x_scales.shape[1], dtype=torch.float32, device=device))
+            recv_topk_idx = torch.empty(received, topk, dtype=torch.int64, device=device)
             recv_topk_weights = (None if topk_weights is None else
-                                 torch.empty(received, topk, dtype=torch.float32, device=x.device))
+                                 torch.empty(received, topk, dtype=torch.float32, device=device))
             op.deliver_received(recv_x, recv_topk_idx, scales=recv_x_scales, weights=recv_topk_weights)
             if topk_idx.dtype != torch.int64:
                 recv_topk_idx = recv_topk_idx.to(topk_idx.dtype)
@@ -428,10 +429,11 @@ class Buffer:
                 if topk_weights is not None:
                     weights = topk_weights if topk_weights.dtype == torch.float32 else topk_weights.float()
                     weights = weights.contiguous()
+            device = x.device
             if topk_weights is not None:
                 combined_topk_weights = torch.empty(handle.tokens, topk_weights.shape[1], dtype=torch.float32,
-                                                    device=x.device)
-            combined_x = torch.empty(handle.tokens, x.shape[1], dtype=torch.bfloat16, device=x.device)
+                                                    device=device)
+            combined_x = torch.empty(handle.tokens, x.shape[1], dtype=torch.bfloat16, device=device)
             if self._nodes == 1:
                 op.combine(staged, weights, output=combined_x, output_weights=combined_topk_weights)
             else:
