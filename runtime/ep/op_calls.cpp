@@ -248,9 +248,11 @@ CombineResult EpDispatchCombineOp::Impl::launch_combine(const char* call, const 
   const int64_t cap = capacity(), k = config.num_experts_per_token;
   const DType row_type = tensor_type_of(config.combine_type(), config.target_info());
   // The kernels read the received rows: capacity rows cover any count; once
-  // received_counts() has read the count, that many do (one node, plain
-  // rows: the internode legs and the std-MoE unpack read by capacity).
-  const int64_t rows = received_read >= 0 && !internode && !expert_out ? received_read : cap;
+  // received_counts() has read the count, that many do (plain rows, on one
+  // node or over v2_ll, whose return pack reads below the count; v2's
+  // partials and the std-MoE unpack read by capacity).
+  const bool legs_read_capacity = internode && builds_v2(config);
+  const int64_t rows = received_read >= 0 && !legs_read_capacity && !expert_out ? received_read : cap;
   expect_tensor(call, "input", input, row_type, {rows, config.hidden_dim}, /*at_least_rows=*/true);
   const bool weighted = weights.has_value() && weights->data != nullptr;
   if (weighted) expect_tensor(call, "weights", *weights, DType::F32, {rows, k}, true);
@@ -263,10 +265,13 @@ CombineResult EpDispatchCombineOp::Impl::launch_combine(const char* call, const 
   }
   const int64_t n = dispatched_tokens;
   const bool to_output = output && output->data, to_output_weights = output_weights && output_weights->data;
-  if ((to_output || to_output_weights) && internode)
-    throw Error(std::string(call) + " into the caller's tensors on an op with ranks on other nodes",
-                "output and output_weights on one node (the internode legs write the op's buffers)",
-                "leave output and output_weights unset and copy the result, or build the op for one node");
+  // v2's sum writes the op's buffers; v2_ll's combine kernel is one node's.
+  if ((to_output || to_output_weights) && internode && builds_v2(config))
+    throw Error(std::string(call) + " into the caller's tensors on an op that may run internode v2 (internode_kernel " +
+                    name_of(config.internode_kernel) + ")",
+                "output and output_weights on one node or with internode_kernel v2_ll (v2's sum writes the op's buffers)",
+                "leave output and output_weights unset and copy the result, or build the op with internode_kernel "
+                "'v2_ll'");
   if (to_output_weights && !weighted)
     throw Error(std::string(call) + ": output_weights without weights", "output_weights only with weights",
                 "pass the weights to combine, or drop output_weights");

@@ -232,7 +232,9 @@ ep.kernel @ep_internode_ingest(%counts: !ep.ptr<i32>, %tokens_in: !ep.ptr<i32>, 
 
 // Before combine's transfer: for each off-node source, the expert outputs
 // (and weights) of the rows it sent, in the order it sent them, into
-// `rows_out` / `weights_out` at [source * per_source + i].
+// `rows_out` / `weights_out` at [source * per_source + i]. It reads `input`
+// below the received count only (the caller's rows may be just that many;
+// a count from the network never reads past them).
 ep.kernel @ep_internode_return_pack(%input: !ep.ptr<!ep.row_elem<"combine_elem">>, %in_weights: !ep.ptr<f32>,
                                     %has_weights: index, %counts: !ep.ptr<i32>,
                                     %rows_out: !ep.ptr<!ep.row_elem<"combine_elem">>, %weights_out: !ep.ptr<f32>,
@@ -250,9 +252,14 @@ ep.kernel @ep_internode_return_pack(%input: !ep.ptr<!ep.row_elem<"combine_elem">
     %first = func.call @block_major_warp_index() : () -> index
     %stride = ep.global_warp_count : index
     %node_word = ep.constant_value @state_node_recv : index
+    %total_word = ep.constant_value @state_total_recv : index
     %state = ep.peer_ptr %w[%rank] @state[%c0] : !ep.ptr<i32>
     %node_rows_i32 = ep.load %state[%node_word] : !ep.ptr<i32>
     %node_rows = arith.index_cast %node_rows_i32 : i32 to index
+    %received_i32 = ep.load %state[%total_word] : !ep.ptr<i32>
+    %received = arith.index_cast %received_i32 : i32 to index
+    %past_capacity = arith.cmpi ugt, %received, %capacity : index
+    %readable = arith.select %past_capacity, %capacity, %received : index
     scf.for %source = %c0 to %world step %c1 {
       %off = func.call @off_node(%rank, %source) : (index, index) -> i1
       scf.if %off {
@@ -264,7 +271,7 @@ ep.kernel @ep_internode_return_pack(%input: !ep.ptr<!ep.row_elem<"combine_elem">
         scf.for %i = %first to %count step %stride {
           %slot = arith.addi %base, %i : index
           %box = arith.addi %box_base, %i : index
-          %fits = arith.cmpi ult, %slot, %capacity : index
+          %fits = arith.cmpi ult, %slot, %readable : index
           scf.if %fits {
             %from = arith.muli %slot, %hidden : index
             %to = arith.muli %box, %hidden : index

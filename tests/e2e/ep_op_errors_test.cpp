@@ -565,6 +565,12 @@ TEST(EpOpErrors, InternodeRefusesWhatItCannotRun) {
                            op.dispatch(input, weights, std::nullopt, indices, nullptr, {.token_count = b.pointers[5]});
                          }),
                          {"token count on the device for an op with ranks on other nodes", "one node"});
+        // v2's sum writes the op's buffers: a caller's output is refused on an op that may run it.
+        const TensorRef rows = op.dispatch(input, weights, std::nullopt, indices).tokens;
+        f += expectParts("combine into the caller's tensors over v2",
+                         thrown([&] { op.combine(rows, std::nullopt, TensorRef{b.pointers[3], DType::BF16, {n, hidden}}); }),
+                         {"caller's tensors on an op that may run internode v2", "internode_kernel v2", "'v2_ll'"});
+        op.combine(rows);
         std::unique_ptr<Routing> recorded = op.make_routing();
         op.combine(op.dispatch(input, weights, std::nullopt, indices, recorded.get()).tokens);
         op.check();

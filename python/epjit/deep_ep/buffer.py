@@ -409,11 +409,10 @@ class Buffer:
         bias_0, bias_1 = (bias if isinstance(bias, tuple) else (bias, None))
         with self._begin(previous_event, async_finish):
             weights = combined_topk_weights = None
-            if not self._counted.get(op) or self._nodes > 1:
+            if not self._counted.get(op):
                 # The op never read this call's received count (num_worst_tokens, a
-                # cached dispatch), or its internode legs read by capacity (a
-                # count from the network never reads past its rows): it takes
-                # capacity rows, so the rows and weights go to its window first.
+                # cached dispatch): it takes capacity rows, so the rows and weights
+                # go to its window first.
                 staged = op.combine_input()
                 staged[:handle.received] = x
                 if topk_weights is not None:
@@ -434,14 +433,7 @@ class Buffer:
                 combined_topk_weights = torch.empty(handle.tokens, topk_weights.shape[1], dtype=torch.float32,
                                                     device=device)
             combined_x = torch.empty(handle.tokens, x.shape[1], dtype=torch.bfloat16, device=device)
-            if self._nodes == 1:
-                op.combine(staged, weights, output=combined_x, output_weights=combined_topk_weights)
-            else:
-                # Across nodes the internode legs write the op's own output buffers.
-                out, out_weights = op.combine(staged, weights)
-                combined_x.copy_(out[:handle.tokens])
-                if combined_topk_weights is not None:
-                    combined_topk_weights.copy_(out_weights[:handle.tokens])
+            op.combine(staged, weights, output=combined_x, output_weights=combined_topk_weights)
             for extra in (bias_0, bias_1):
                 if extra is not None:
                     combined_x = (combined_x.float() + extra.float()).to(torch.bfloat16)
