@@ -54,8 +54,8 @@ EpKernels EpKernels::bind(const KernelModule& module, const EpDispatchCombineCon
     disagree(std::string("receive_order ") + name_of(config.receive_order) + ", but the ep_order_* kernels " +
              (kernels.order_count ? "are there" : "are not"));
   if ((config.receive_order == ReceiveOrder::Source && config.internode()) != (kernels.order_totals != nullptr))
-    disagree(std::string("receive_order ") + name_of(config.receive_order) + (config.internode() ? " across" : " on one") +
-             " node" + (config.internode() ? "s" : "") + ", but ep_order_totals " +
+    disagree(std::string("receive_order ") + name_of(config.receive_order) +
+             (config.internode() ? " across nodes" : " on one node") + ", but ep_order_totals " +
              (kernels.order_totals ? "is there" : "is not"));
   if (config.internode() && !(kernels.internode_ingest && kernels.internode_return_pack &&
                               kernels.internode_return_unpack && kernels.internode_forward &&

@@ -51,7 +51,7 @@ ep.kernel @ep_dispatch_layout(%indices: !ep.ptr<i64>, %tokens: index, %per_rank:
   %epr = ep.param_value @experts_per_rank : index
   %ranks_per_node = ep.param_value @gpu_per_node : index
   %nodes = arith.divui %world, %ranks_per_node : index
-  %across = arith.cmpi ult, %ranks_per_node, %world : index
+  %across = func.call @across_nodes() : () -> i1
   %experts = arith.muli %world, %epr : index
   // A buffer's words: ranks, experts and nodes, in whole 16-byte lines (@layout_counts).
   %c3 = arith.constant 3 : index

@@ -103,14 +103,6 @@ func.func private @sum_counts(%counts: !ep.ptr<f32>, %at: index, %count: index) 
   return %result : index
 }
 
-// Is the op's group spread over several nodes?
-func.func private @across_nodes() -> i1 {
-  %per_node = ep.param_value @gpu_per_node : index
-  %world = ep.param_value @world : index
-  %across = arith.cmpi ult, %per_node, %world : index
-  return %across : i1
-}
-
 // Across nodes: global warp 0 writes this rank's totals per destination
 // (what ep_dispatch will send each rank) into its row of the order rows,
 // which the runtime's transport then carries to every off-node rank.

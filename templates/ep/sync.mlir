@@ -22,6 +22,14 @@ func.func private @node_end(%rank: index) -> index {
   %end = arith.addi %first, %per_node : index
   return %end : index
 }
+// Is the op's group spread over several nodes?
+func.func private @across_nodes() -> i1 {
+  %per_node = ep.param_value @gpu_per_node : index
+  %world = ep.param_value @world : index
+  %across = arith.cmpi ult, %per_node, %world : index
+  return %across : i1
+}
+
 // Is `peer` on another node than `rank`?
 func.func private @off_node(%rank: index, %peer: index) -> i1 {
   %first = func.call @node_first(%rank) : (index) -> index
