@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import ml_dtypes
 import numpy as np
@@ -370,6 +371,9 @@ def identity_round_trip(op, x, w, idx, **dispatch_options):
     return result
 
 
+OVERLAP_SECONDS = 120  # how long rank 0's two threads may take to meet on the op
+
+
 def overlap_rank(rank, uid, refused, results):
     """Rank 0: one thread's reset() waits for rank 1 at its barrier while another
     thread of rank 0 calls check() on the same op until it is refused twice; rank 1
@@ -382,9 +386,10 @@ def overlap_rank(rank, uid, refused, results):
         with epjit.EpDispatchCombineOp(config, comm) as op:
             if rank == 0:
                 reset_failure = ["reset() never ran"]
+                deadline = time.monotonic() + OVERLAP_SECONDS
 
                 def reset_until_it_runs():  # it may find the check() thread's call running first
-                    for _ in range(100000):
+                    while time.monotonic() < deadline:
                         try:
                             op.reset()
                             reset_failure[0] = None
@@ -397,7 +402,9 @@ def overlap_rank(rank, uid, refused, results):
                 resetting = threading.Thread(target=reset_until_it_runs)
                 resetting.start()
                 refusals = []
-                for _ in range(100000):
+                # Bounded by time, not by a count of calls: on a loaded host the
+                # resetting thread may not run at all during many thousand checks.
+                while time.monotonic() < deadline:
                     try:
                         op.check()
                     except epjit.Error as error:
@@ -405,14 +412,14 @@ def overlap_rank(rank, uid, refused, results):
                         if len(refusals) == 2:
                             break
                 refused.set()
-                resetting.join(timeout=60)
+                resetting.join(timeout=OVERLAP_SECONDS)
                 assert len(refusals) == 2, refusals
                 for refusal in refusals:
                     assert "check on rank 0 while another thread's reset runs on the same op" in refusal, refusal
                     assert "give each thread its own op" in refusal, refusal
                 assert reset_failure[0] is None, reset_failure[0]
             else:
-                assert refused.wait(timeout=60)
+                assert refused.wait(timeout=2 * OVERLAP_SECONDS)
                 op.reset()
             identity_round_trip(op, *make_inputs(rank, 2, MAX_TOKENS - 4, "bf16", seed=31))
             op.check()
