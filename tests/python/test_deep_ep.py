@@ -435,6 +435,9 @@ def refusals(deep_ep, group, buffer, world, rank, failed):
     raises(lambda: deep_ep.Buffer(group, 0, 0, enable_shrink=True), NotImplementedError,
            ["enable_shrink", "not served"], "rank masks")
     raises(lambda: deep_ep.Buffer(None), ValueError, ["group"], "no group")
+    for name, args in (("low_latency_update_mask_buffer", (0, True)), ("low_latency_query_mask_buffer", (None,)),
+                       ("low_latency_clean_mask_buffer", ())):
+        raises(lambda: getattr(buffer, name)(*args), NotImplementedError, [name, "not served", "rank mask"], name)
     raises(lambda: buffer.internode_dispatch(None), ValueError, ["internode_dispatch", "one node", "dispatch"],
            "internode_dispatch on one node")
     x, w, idx = rank_inputs(world, rank, 5, 6)

@@ -129,6 +129,23 @@ class Buffer:
         _refuse("get_local_buffer_tensor", "epjit's window is laid out by its kernels' interface record, not a raw "
                 "byte buffer", "use the tensors dispatch and combine return")
 
+    # DeepEP's rank masks (its shrink mode, refused at construction): epjit does not
+    # drop a rank from a call; a dead or slow peer is a reported timeout instead.
+    def low_latency_update_mask_buffer(self, rank_to_mask, mask=False):
+        self._refuse_masks("low_latency_update_mask_buffer")
+
+    def low_latency_query_mask_buffer(self, mask_status):
+        self._refuse_masks("low_latency_query_mask_buffer")
+
+    def low_latency_clean_mask_buffer(self):
+        self._refuse_masks("low_latency_clean_mask_buffer")
+
+    @staticmethod
+    def _refuse_masks(call):
+        _refuse(call, "epjit has no rank mask (a dead peer is a reported timeout, check() names it)",
+                "leave every rank in the group; after a timeout that names a dead rank, build a new group, Buffer and "
+                "communicator from the survivors (docs/EP.md \"How ranks meet\")")
+
     def destroy(self):
         assert self.explicitly_destroy, "`explicitly_destroy` flag must be set"
         self._close()
