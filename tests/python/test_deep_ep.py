@@ -446,6 +446,9 @@ def refusals(deep_ep, group, buffer, world, rank, failed):
                             topk_idx=idx, topk_weights=w)
     buffer.combine(first[0], first[4])
     raises(lambda: buffer.combine(first[0], first[4]), ValueError, ["latest"], "combine of a handle already combined")
+    raises(lambda: first[4][0], NotImplementedError, ["handle[0]", "not served", "pass the handle back"],
+           "reading the normal-mode handle")
+    raises(lambda: tuple(first[4]), NotImplementedError, ["handle[0]", "not served"], "unpacking the handle")
     raises(lambda: buffer.dispatch(x.float(), num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w),
            ValueError, ["bfloat16"], "f32 x")
 

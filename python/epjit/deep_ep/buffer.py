@@ -41,6 +41,12 @@ class _Handle:
     def __init__(self, op, routing, received, tokens, worst):
         self.op, self.routing, self.received, self.tokens, self.worst = op, routing, received, tokens, worst
 
+    def __getitem__(self, part):  # DeepEP's handle is a tuple its own tests read (handle[0]); this one is not
+        _refuse(f"reading the normal-mode handle (handle[{part!r}])",
+                "epjit's handle holds the op's recorded routing, not DeepEP's prefix matrices, source indices and "
+                "send heads", "pass the handle back to dispatch or combine only; per-rank and per-expert counts "
+                "come from get_dispatch_layout and dispatch's num_recv_tokens_per_expert_list")
+
 
 class Buffer:
     """DeepEP's Buffer on epjit. `group` is a torch.distributed process group;
