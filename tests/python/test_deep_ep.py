@@ -387,6 +387,60 @@ def low_latency_mode(deep_ep, group, world, rank, device, failed):
     buffer._close()
 
 
+def two_batches_overlapped(buffer, world, rank, failed):
+    """Two micro-batches in flight, as SGLang's two-batch overlap and DeepSeek's
+    prefill schedule run the normal mode: dispatch A, dispatch B, combine A,
+    combine B, each combine that batch's rows (A's experts x 2, B's x 3). The
+    second batch in flight builds the shape's second op once (later rounds
+    fetch no kernel module); a third dispatch in flight raises and leaves the
+    other two to combine right."""
+    hidden = 96  # a shape of its own: its ops are built here
+    experts = world * EXPERTS_PER_RANK
+
+    def dispatch(seed, counts):
+        x, w, idx = rank_inputs(world, rank, seed, counts[rank])
+        x = x[:, :hidden].contiguous()
+        per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, experts)
+        recv_x, _, recv_w, _, handle, _ = buffer.dispatch(
+            x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+            topk_idx=idx, topk_weights=w)
+        want = expected_receive(world, rank, seed, counts)
+        check(recv_x.shape[0] == len(want) and all(torch.equal(recv_x[i].cpu(), r[2][:hidden].cpu())
+                                                   for i, r in enumerate(want)),
+              f"batch {seed}: the rows in source order", failed)
+        return x, in_rank, recv_x, handle
+
+    def combine(batch, factor, what):
+        x, in_rank, recv_x, handle = batch
+        out, _, _ = buffer.combine((recv_x.float() * factor).to(torch.bfloat16), handle)
+        want = (x.float() * factor).to(torch.bfloat16).float() * in_rank.sum(1).float()[:, None]
+        check(torch.equal(out.cpu(), want.to(torch.bfloat16).cpu()), f"{what}: that batch's rows, summed", failed)
+
+    ops_before = len(buffer._op_tokens)
+    a = dispatch(80, [13] * world)
+    b = dispatch(81, [6 + r for r in range(world)])
+    combine(a, 2, "combine A after dispatch B")
+    combine(b, 3, "combine B")
+    check(len(buffer._op_tokens) - ops_before == 2, f"two batches in flight built {len(buffer._op_tokens) - ops_before} "
+          "ops (expected 2: the shape's first and its second)", failed)
+    before = modules_fetched()
+    for round_seed in (82, 84):  # the same order again: no new op
+        a, b = dispatch(round_seed, [5 + r for r in range(world)]), dispatch(round_seed + 1, [11] * world)
+        combine(b, 3, f"round {round_seed}: combine B first")
+        combine(a, 2, f"round {round_seed}: then A")
+    c, d = dispatch(90, [4] * world), dispatch(91, [7] * world)
+    try:
+        dispatch(92, [9] * world)
+    except ValueError as error:
+        check("2 dispatches of this shape await their combines" in str(error) and "combine one of them first"
+              in str(error), f"a third batch in flight: {error}", failed)
+    else:
+        failed.append("a third dispatch in flight was not refused")
+    combine(c, 2, "combine C after the refused third")
+    combine(d, 3, "combine D")
+    check(modules_fetched() == before, f"later rounds fetched {modules_fetched() - before} kernel modules", failed)
+
+
 def worst_tokens_in_a_cuda_graph(buffer, world, rank, failed):
     """num_worst_tokens as a CUDA graph uses it: layout, dispatch and combine captured
     once with static inputs, then replayed with other tokens and routings written
@@ -445,7 +499,8 @@ def refusals(deep_ep, group, buffer, world, rank, failed):
     first = buffer.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
                             topk_idx=idx, topk_weights=w)
     buffer.combine(first[0], first[4])
-    raises(lambda: buffer.combine(first[0], first[4]), ValueError, ["latest"], "combine of a handle already combined")
+    raises(lambda: buffer.combine(first[0], first[4]), ValueError, ["combined already", "not the latest"],
+           "combine of a handle already combined")
     raises(lambda: first[4][0], NotImplementedError, ["handle[0]", "not served", "pass the handle back"],
            "reading the normal-mode handle")
     raises(lambda: tuple(first[4]), NotImplementedError, ["handle[0]", "not served"], "unpacking the handle")
@@ -504,6 +559,7 @@ def rank_main(device, world, rank, store, results):
             layout_and_round_trip(deep_ep, buffer, world, rank, 10 + n, [n] * world, failed)
         check(modules_fetched() == before, f"varying token counts fetched {modules_fetched() - before} kernel modules",
               failed)
+        two_batches_overlapped(buffer, world, rank, failed)
         refusals(deep_ep, dist.group.WORLD, buffer, world, rank, failed)
         if device == "cuda":
             worst_tokens_in_a_cuda_graph(buffer, world, rank, failed)
@@ -533,6 +589,7 @@ def across_nodes_main(device, world, per_node, rank, store, results):
             layout_and_round_trip(deep_ep, buffer, world, rank, 10 + n, [n] * world, failed, per_node=per_node)
         check(modules_fetched() == before, f"varying token counts fetched {modules_fetched() - before} kernel modules",
               failed)
+        two_batches_overlapped(buffer, world, rank, failed)
         # DeepEP's internode names run the same calls.
         x, w, idx = rank_inputs(world, rank, 7, 9)
         per_rank, per_rdma, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, world * EXPERTS_PER_RANK)

@@ -1,8 +1,9 @@
 """deep_ep.Buffer (DeepEP's legacy API) over epjit's op: the normal mode here,
 the low-latency calls in epjit.deep_ep.low_latency.
 
-Each dispatch dtype and shape gets one epjit op (built at its first call, on the
-buffer's communicator) with receive_order="source": the received rows are
+Each dispatch dtype and shape gets an epjit op (built at its first call, on the
+buffer's communicator; a second when two of its dispatches are in flight) with
+receive_order="source": the received rows are
 grouped by source rank, each rank's in token order, as DeepEP's normal mode
 delivers them, by the op's kernels (docs/EP.md "Receive order"), not by a sort
 here; across nodes (a communicator whose nodes hold fewer ranks than the
@@ -29,6 +30,10 @@ from .utils.event import EventHandle, EventOverlap
 
 _log = logging.getLogger("epjit.deep_ep")
 _ON_THE_CURRENT_STREAM = contextlib.nullcontext()  # reusable: a call that needs no other stream
+# Normal-mode ops per shape: two dispatches may await their combines (two
+# micro-batches overlapped: SGLang's two-batch overlap, DeepSeek's prefill
+# schedule), each on its own op; a third raises.
+_OPS_PER_SHAPE = 2
 
 
 class _Handle:
@@ -46,6 +51,16 @@ class _Handle:
                 "epjit's handle holds the op's recorded routing, not DeepEP's prefix matrices, source indices and "
                 "send heads", "pass the handle back to dispatch or combine only; per-rank and per-expert counts "
                 "come from get_dispatch_layout and dispatch's num_recv_tokens_per_expert_list")
+
+
+class _ShapeOps(list):
+    """A normal-mode shape's ops, and the config a further one is built with."""
+
+    __slots__ = ("config",)
+
+    def __init__(self, config, op):
+        super().__init__((op,))
+        self.config = config
 
 
 class Buffer:
@@ -92,7 +107,7 @@ class Buffer:
             raise ValueError(f"the group's {self.group_size} ranks are not whole nodes of {self._per_node} (expected "
                              "every node to hold as many ranks; fix: equal ranks per node, or gpu_per_node=)")
         self._nodes = self.group_size // self._per_node
-        self._ops = {}           # (dtype, hidden, scale columns, top-k, experts) -> op
+        self._ops = {}           # (dtype, hidden, scale columns, top-k, experts) -> its ops (_OPS_PER_SHAPE at most)
         self._op_tokens = {}     # op -> its max_num_inp_token_per_rank (and membership: this buffer's ops)
         self._latest = {}        # op -> the handle of its dispatch awaiting combine
         self._counted = {}       # op -> whether that dispatch read its received count (received_counts)
@@ -158,7 +173,7 @@ class Buffer:
 
     def _close(self):
         self._low_latency.close()
-        for op in self._ops.values():
+        for op in self._op_tokens:
             op.close()
         self._ops.clear()
         self._op_tokens.clear()
@@ -215,11 +230,11 @@ class Buffer:
 
     # ------------------------------------------------------------ the ops
     def _op_for(self, x, x_scales, topk, num_experts, tokens):
-        # A shape seen before: its op, with no checks it passed when built.
+        # A shape seen before: one of its ops, with no checks they passed when built.
         scale_columns = 0 if x_scales is None else x_scales.shape[-1] if x_scales.dim() else -1
-        op = self._ops.get((x.dtype, x.shape[1], scale_columns, topk, num_experts))
-        if op is not None and tokens <= self._op_tokens[op]:
-            return op
+        ops = self._ops.get((x.dtype, x.shape[1], scale_columns, topk, num_experts))
+        if ops is not None and tokens <= self._op_tokens[ops[0]]:
+            return ops[0] if ops[0] not in self._latest else self._free_op(ops)
         torch = _torch()
         if num_experts % self.group_size:
             raise ValueError(f"num_experts={num_experts} is not a multiple of the group's {self.group_size} ranks "
@@ -234,12 +249,10 @@ class Buffer:
         hidden = x.shape[1]
         scale_dim = x_scales.shape[1] if fp8 else 0
         key = (x.dtype, hidden, scale_dim, topk, num_experts)
-        op = self._ops.get(key)
-        if op is not None and tokens <= self._op_tokens[op]:
-            return op
-        if op is not None:
+        ops = self._ops.get(key)
+        if ops is not None:
             raise ValueError(f"dispatch of {tokens} tokens on rank {self.rank}: this buffer's op for this shape was "
-                             f"built for at most {op._config.max_num_inp_token_per_rank} tokens per rank (expected at "
+                             f"built for at most {self._op_tokens[ops[0]]} tokens per rank (expected at "
                              "most that; fix: build the Buffer with max_tokens_per_rank= the largest batch)")
         row_bytes = hidden * x.dtype.itemsize + scale_dim * 4
         limit = self._max_tokens
@@ -259,13 +272,33 @@ class Buffer:
             fields.update(gpu_per_node=self._per_node, internode_kernel="v2_ll")
         if fp8:
             fields.update(scale_dim=scale_dim, scale_type_size=4)
-        op = epjit.EpDispatchCombineOp(epjit.EpDispatchCombineConfig(**fields), self._comm)
-        self._ops[key] = op
-        self._op_tokens[op] = limit
+        config = epjit.EpDispatchCombineConfig(**fields)
+        op = self._build_op(config)
+        self._ops[key] = _ShapeOps(config, op)
         self._layout_ops.setdefault((topk, num_experts), op)
-        _log.info("deep_ep.Buffer: rank %d built an op for %s, hidden %d, top-%d, %d experts, %d tokens per rank",
-                  self.rank, x.dtype, hidden, topk, num_experts, limit)
         return op
+
+    def _build_op(self, config):
+        op = epjit.EpDispatchCombineOp(config, self._comm)
+        self._op_tokens[op] = config.max_num_inp_token_per_rank
+        _log.info("deep_ep.Buffer: rank %d built an op for %s, hidden %d, top-%d, %d experts per rank, %d tokens per "
+                  "rank", self.rank, config.dispatch_type, config.hidden_dim, config.num_experts_per_token,
+                  config.num_experts_per_rank, config.max_num_inp_token_per_rank)
+        return op
+
+    def _free_op(self, ops):
+        """The shape's op for a new dispatch: one with no dispatch awaiting combine,
+        else a new one while the shape has fewer than _OPS_PER_SHAPE (every rank
+        builds it at the same call: ranks call in the same order)."""
+        for op in ops:
+            if op not in self._latest:
+                return op
+        if len(ops) == _OPS_PER_SHAPE:
+            raise ValueError(f"dispatch on rank {self.rank} while {_OPS_PER_SHAPE} dispatches of this shape await "
+                             f"their combines (expected at most {_OPS_PER_SHAPE} in flight, one per op of the "
+                             "shape; fix: combine one of them first)")
+        ops.append(self._build_op(ops.config))
+        return ops[-1]
 
     def _unweighted(self, op, device):
         """[max tokens, top-k] float32 zeros: what a dispatch without weights sends."""
@@ -423,9 +456,10 @@ class Buffer:
             raise ValueError("combine with a handle this buffer did not return (expected a dispatch's handle)")
         op = handle.op
         if self._latest.get(op) is not handle:
-            raise ValueError("combine(handle) for a dispatch that is not this shape's latest: epjit's op combines "
-                             "the dispatch (or cached dispatch) it ran last (expected dispatch, then its combine; fix: "
-                             "dispatch with this handle again first, or combine in dispatch order)")
+            raise ValueError("combine(handle) for a dispatch that is not the latest on its op: it was combined "
+                             "already, or a cached dispatch of another handle ran on its op since (expected each "
+                             "dispatch combined once, before a cached dispatch reuses its op; fix: dispatch with this "
+                             "handle again first)")
         if x.dim() != 2 or x.shape[0] != handle.received or x.dtype != torch.bfloat16:
             raise ValueError(f"combine x is {x.dtype} {tuple(x.shape)}: expected bfloat16 [{handle.received}, hidden] "
                              "(the dispatch's received rows)")
