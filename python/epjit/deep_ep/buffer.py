@@ -250,6 +250,8 @@ class Buffer:
         scale_dim = x_scales.shape[1] if fp8 else 0
         key = (x.dtype, hidden, scale_dim, topk, num_experts)
         ops = self._ops.get(key)
+        if ops is not None and tokens <= self._op_tokens[ops[0]]:
+            return self._free_op(ops)
         if ops is not None:
             raise ValueError(f"dispatch of {tokens} tokens on rank {self.rank}: this buffer's op for this shape was "
                              f"built for at most {self._op_tokens[ops[0]]} tokens per rank (expected at "
