@@ -234,7 +234,7 @@ class Buffer:
         scale_columns = 0 if x_scales is None else x_scales.shape[-1] if x_scales.dim() else -1
         ops = self._ops.get((x.dtype, x.shape[1], scale_columns, topk, num_experts))
         if ops is not None and tokens <= self._op_tokens[ops[0]]:
-            return ops[0] if ops[0] not in self._latest else self._free_op(ops)
+            return self._free_op(ops)
         torch = _torch()
         if num_experts % self.group_size:
             raise ValueError(f"num_experts={num_experts} is not a multiple of the group's {self.group_size} ranks "
